@@ -1,0 +1,90 @@
+"""Shared fixtures: real in-process ReMe Applications built from the shipped plugin.yaml on temporary workspaces."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
+sys.path.insert(0, str(Path(__file__).parent / "tests"))
+
+from helpers import FakeEmbeddingModel, write_word_tokenizer  # noqa: E402
+
+SHARED = Path(__file__).resolve().parent.parent / "shared"
+QWEN_TOKENIZER = SHARED / "data" / "tokenizers" / "qwen3" / "tokenizer.json"
+
+
+def deep_merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+@pytest.fixture
+def word_tokenizer(tmp_path_factory) -> Path:
+    return write_word_tokenizer(tmp_path_factory.mktemp("tok") / "tokenizer.json")
+
+
+@pytest.fixture
+def make_app(tmp_path, word_tokenizer):
+    """``async with make_app(**overrides) as app``: a started Application with the plugin and a fake embedding."""
+    from reme.application import Application
+
+    @asynccontextmanager
+    async def factory(workspace: Path | None = None, embedding=None, components: dict | None = None, **kwargs):
+        ws = workspace or tmp_path / "ws"
+        base_components = {
+            "procedure_memory": {"default": {"tokenizer_source": str(word_tokenizer), "pending_retry_seconds": 0}},
+            "as_embedding": {"procedure": {"dimensions": 64}},
+        }
+        app = Application(
+            plugins=["procedure-memory"],
+            workspace_dir=str(ws),
+            service={"backend": "cli"},
+            enable_logo=False,
+            log_to_console=False,
+            log_to_file=False,
+            components=deep_merge(base_components, components or {}),
+            **kwargs,
+        )
+        model = embedding if embedding is not None else FakeEmbeddingModel(64)
+        if model is not False:
+            app.context.components["as_embedding"]["procedure"].model = model
+        await app.start()
+        try:
+            yield app
+        finally:
+            await app.close()
+
+    return factory
+
+
+def memory_of(app):
+    return app.context.components["procedure_memory"]["default"]
+
+
+async def run_job(app, name: str, **kwargs) -> tuple[bool, dict]:
+    """Run a job like a service caller and parse its JSON answer."""
+    response = await app.run_job(name, **kwargs)
+    return response.success, json.loads(response.answer)
+
+
+async def call_tool(app, run, name: str, **args) -> tuple[bool, dict]:
+    """Call a job tool as an agent wrapper does inside an extraction run (model args + injected kwargs)."""
+    return await run_job(app, name, **args, **run.injected(), tool_context_id=run.context_id)
+
+
+def add_trajectory(app, name: str = "run.jsonl", data: bytes = b'{"role": "user", "content": "hi"}\n') -> str:
+    """Place a copied trajectory in the workspace (as an import would) and return its workspace-relative path."""
+    memory = memory_of(app)
+    rel = f"{memory.trajectory_rel_dir}/{name}"
+    path = memory.workspace_path / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    return rel

@@ -1,0 +1,584 @@
+"""ProcedureMemory: the component (type ``procedure_memory``) that owns the experience store, both views and runs.
+
+Lifecycle: ``_start`` validates settings, takes the workspace lock, creates the directories, recovers the operation
+journal and reconciles the experience files with both views; ``_close`` releases the lock (the view stores persist
+themselves when they close, after this component).
+
+Steps are stateless and call the public coroutines here; every coroutine returns a JSON-able answer or raises
+ProcedureError. All writes (create, update, reindex, pending retries) are serialised by one lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reme.components.base_component import BaseComponent
+from reme.components.embedding_store import BaseEmbeddingStore
+from reme.components.file_store import BaseFileStore
+
+from .paths import resolve_inside
+from .schema import (
+    ARG_TO_FIELD,
+    FIELD_TO_ARG,
+    ErrorCode,
+    Experience,
+    ProcedureError,
+    check_name,
+    version_of,
+)
+from .settings import ProcedureSettings, load_settings
+from .store import (
+    ABANDONED,
+    INDEX_PENDING,
+    INDEXED,
+    INTENT,
+    PUBLISHED,
+    SUPERSEDED,
+    BadFile,
+    ExperienceFiles,
+    Operation,
+    OperationJournal,
+    StoredExperience,
+    WorkspaceLock,
+    recover_intent,
+)
+from .tokens import TokenCounter, TokenizerUnavailable
+from .views import VIEW_NAMES, IndexFailure, Views
+
+_SETTING_KEYS = set(ProcedureSettings.model_fields)
+
+
+@dataclass
+class Run:
+    """An active extraction run: the secret grant its tools must present, its scope and its source paths."""
+
+    scope: str
+    sources: tuple[str, ...]
+    context_id: str = field(default_factory=lambda: secrets.token_hex(16))
+    grant: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    ledger: list[dict] = field(default_factory=list)
+
+    def injected(self) -> dict[str, str]:
+        """The injected job kwargs of this run's tool calls (hidden from the model)."""
+        return {"_procedure_grant": self.grant}
+
+
+class ProcedureMemory(BaseComponent):
+    """Experience store, two hybrid views, extraction-run grants. Configured under components.procedure_memory."""
+
+    component_type = "procedure_memory"
+
+    def __init__(self, **kwargs) -> None:
+        raw = {k: v for k, v in kwargs.items() if k in _SETTING_KEYS or k not in ("name", "backend", "app_context")}
+        super().__init__(**{k: v for k, v in kwargs.items() if k in ("name", "backend", "app_context")})
+        self.settings: ProcedureSettings = load_settings(raw, prefix=f"components.procedure_memory.{self.name}")
+        self.embedding_store = self.bind(self.settings.embedding_store, BaseEmbeddingStore, optional=False)
+        # One top-level attribute per view so ReMe resolves them and starts them before this component.
+        self.view_when_to_use = self.bind(self.settings.views["when_to_use"], BaseFileStore, optional=False)
+        self.view_when_to_use_content = self.bind(
+            self.settings.views["when_to_use_content"], BaseFileStore, optional=False,
+        )
+        self.tokens = TokenCounter(self.settings.tokenizer_source)
+        self.views: Views | None = None
+        self.pending: dict[str, dict[str, str]] = {}
+        self._runs: dict[str, Run] = {}
+        self._write_lock: asyncio.Lock | None = None
+        self._lock_file: WorkspaceLock | None = None
+        self._last_pending_retry = 0.0
+
+    # -- paths --------------------------------------------------------------------------------------------------
+
+    @property
+    def state_dir(self) -> Path:
+        """``<workspace>/<metadata_dir>/procedure/<name>``: imports, operations, processing, lock."""
+        return self.workspace_metadata_path / "procedure" / self.name
+
+    @property
+    def trajectory_rel_dir(self) -> str:
+        """``<session_dir>/<trajectory_subdir>``, workspace-relative."""
+        session = self.app_context.app_config.session_dir if self.app_context is not None else "session"
+        return f"{session.strip('/')}/{self.settings.trajectory_subdir}"
+
+    @property
+    def files(self) -> ExperienceFiles:
+        return ExperienceFiles(self.workspace_path, self.settings.procedure_dir)
+
+    @property
+    def journal(self) -> OperationJournal:
+        return OperationJournal(self.state_dir / "operations")
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+
+    async def _start(self) -> None:
+        self._lock_file = WorkspaceLock(self.state_dir / "workspace.lock")
+        self._lock_file.acquire()
+        try:
+            for directory in ("imports", "operations", "processing"):
+                (self.state_dir / directory).mkdir(parents=True, exist_ok=True)
+            (self.workspace_path / self.settings.procedure_dir).mkdir(parents=True, exist_ok=True)
+            (self.workspace_path / self.trajectory_rel_dir).mkdir(parents=True, exist_ok=True)
+            self._write_lock = asyncio.Lock()
+            stores = {"when_to_use": self.view_when_to_use, "when_to_use_content": self.view_when_to_use_content}
+            self.views = Views(stores, self.embedding_store, self.settings.embedding_timeout_seconds)
+            report = await self.reconcile()
+            self.logger.info(f"procedure memory ready: {json.dumps(report)}")
+        except BaseException:
+            self._lock_file.release()
+            raise
+
+    async def _close(self) -> None:
+        self._runs.clear()
+        if self._lock_file is not None:
+            self._lock_file.release()
+
+    # -- recovery and maintenance -------------------------------------------------------------------------------
+
+    async def reconcile(self) -> dict[str, Any]:
+        """Make both views agree with the experience files, after recovering journal intents.
+
+        Intents are rolled forward or dropped; files whose version (or vector) is missing from a view are indexed;
+        records of vanished or invalid files are removed; failures are listed in ``pending``.
+        """
+        assert self.views is not None
+        files, journal = self.files, self.journal
+        for op in journal.open_records():
+            if op.status == INTENT:
+                recover_intent(op, files, journal)
+        indexed = {view: self.views.indexed(view) for view in VIEW_NAMES}
+        on_disk: set[str] = set()
+        stale: list[StoredExperience] = []
+        self.pending.clear()
+        for item in files.scan():
+            on_disk.add(item.path)
+            if isinstance(item, BadFile):
+                self.pending[item.path] = {"version": item.version, "error": f"invalid experience: {item.error}"}
+            elif any(indexed[v].get(item.path) != (item.version, True) for v in VIEW_NAMES):
+                stale.append(item)
+        gone = sorted({p for v in VIEW_NAMES for p in indexed[v]} - (on_disk - set(self.pending)))
+        await self.views.remove(gone)
+        await self._index_each(stale)
+        for op in journal.open_records():
+            current = files.read_bytes(op.path)
+            if current is None or version_of(current) != op.target_version:
+                journal.set_status(op, SUPERSEDED, "the file no longer holds this write's content")
+            elif op.path not in self.pending:
+                journal.set_status(op, INDEXED)
+        if stale or gone:
+            await self.views.dump()
+        return {"files": len(on_disk), "reindexed": len(stale), "removed": len(gone), "pending": len(self.pending)}
+
+    async def _index_each(self, items: list[StoredExperience]) -> list[str]:
+        """Index many experiences in bulk; isolate failures per file into ``pending``. Returns indexed paths."""
+        assert self.views is not None
+        done: list[str] = []
+        batch_size = 200
+        for start in range(0, len(items), batch_size):
+            batch = items[start:start + batch_size]
+            try:
+                await self.views.index([(s, self._mtime(s.path)) for s in batch])
+                done.extend(s.path for s in batch)
+                for s in batch:
+                    self.pending.pop(s.path, None)
+                continue
+            except IndexFailure:
+                pass
+            for stored in batch:
+                try:
+                    await self.views.index([(stored, self._mtime(stored.path))])
+                    done.append(stored.path)
+                    self.pending.pop(stored.path, None)
+                except IndexFailure as exc:
+                    self.pending[stored.path] = {"version": stored.version, "error": str(exc)}
+        return done
+
+    def _mtime(self, rel_path: str) -> float:
+        try:
+            return self.files.abs(rel_path).stat().st_mtime
+        except FileNotFoundError:
+            return 0.0
+
+    async def reindex(self) -> dict[str, Any]:
+        """Rebuild both views from the experience JSON files; never touches experience or trajectory files."""
+        assert self.views is not None and self._write_lock is not None
+        async with self._write_lock:
+            started = time.monotonic()
+            await self.views.clear()
+            self.pending.clear()
+            valid: list[StoredExperience] = []
+            invalid: list[dict[str, str]] = []
+            for item in self.files.scan():
+                if isinstance(item, BadFile):
+                    invalid.append({"path": item.path, "version": item.version, "error": item.error})
+                    self.pending[item.path] = {"version": item.version, "error": f"invalid experience: {item.error}"}
+                else:
+                    valid.append(item)
+            indexed = await self._index_each(valid)
+            await self.views.dump()
+            failed = [self._pending_entry(p) for p in sorted(self.pending) if p not in {i["path"] for i in invalid}]
+            return {
+                "status": "complete" if not failed else "incomplete",
+                "indexed": len(indexed),
+                "invalid_files": invalid,
+                "pending_indexes": failed,
+                "seconds": round(time.monotonic() - started, 3),
+            }
+
+    def _pending_entry(self, path: str) -> dict[str, str]:
+        entry = self.pending[path]
+        return {"path": path, "version": entry["version"], "error": entry["error"]}
+
+    async def _retry_pending(self) -> None:
+        """Re-index pending valid files, at most once per ``pending_retry_seconds``."""
+        if not self.pending or time.monotonic() - self._last_pending_retry < self.settings.pending_retry_seconds:
+            return
+        assert self._write_lock is not None
+        async with self._write_lock:
+            self._last_pending_retry = time.monotonic()
+            retry = []
+            for path in list(self.pending):
+                item = self.files.read(path)
+                if item is None:
+                    self.pending.pop(path, None)
+                elif isinstance(item, BadFile):
+                    self.pending[path] = {"version": item.version, "error": f"invalid experience: {item.error}"}
+                else:
+                    retry.append(item)
+            await self._index_each(retry)
+
+    # -- search and read ----------------------------------------------------------------------------------------
+
+    async def search(self, query: str, view: str, limit: int) -> dict[str, Any]:
+        """Hybrid search of one view; full current experiences with path, version and scores."""
+        assert self.views is not None
+        await self._retry_pending()
+        fused, vector_error = await self.views.search(view, query, limit, self.settings.vector_weight)
+        results = []
+        for hit in fused:
+            if len(results) >= limit:
+                break
+            if hit.path in self.pending:
+                continue
+            item = self.files.read(hit.path)
+            if item is None:
+                continue
+            if isinstance(item, BadFile):  # edited by hand since indexing: exclude and report, never stale
+                self.pending[item.path] = {"version": item.version, "error": f"invalid experience: {item.error}"}
+                continue
+            results.append({
+                "path": item.path,
+                "version": item.version,
+                "score": hit.score,
+                "scores": {
+                    "rrf": hit.score,
+                    "vector": hit.vector_score,
+                    "vector_rank": hit.vector_rank,
+                    "keyword": hit.keyword_score,
+                    "keyword_rank": hit.keyword_rank,
+                },
+                "experience": item.experience.fields(),
+            })
+        answer: dict[str, Any] = {
+            "status": "ok",
+            "index": view,
+            "query": query,
+            "results": results,
+            "index_complete": not self.pending,
+            "pending_indexes": [self._pending_entry(p) for p in sorted(self.pending)],
+        }
+        if vector_error:
+            answer["vector_search"] = {"available": False, "error": vector_error}
+        return answer
+
+    def experience_path(self, raw) -> str:
+        """Validate an experience path argument: ``<procedure_dir>/<valid name>.json`` inside the directory."""
+        rel, _ = resolve_inside(self.workspace_path, self.settings.procedure_dir, raw, what="experience")
+        parent, _, name = rel.rpartition("/")
+        problem = check_name(name)
+        if parent != self.settings.procedure_dir or problem:
+            raise ProcedureError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"`path` must be {self.settings.procedure_dir}/<name>.json; {problem or 'no subdirectories'}",
+            )
+        return rel
+
+    def read_experience(self, raw_path) -> dict[str, Any]:
+        """One experience with its current version."""
+        rel = self.experience_path(raw_path)
+        item = self.files.read(rel)
+        if item is None:
+            raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}.", path=rel)
+        if isinstance(item, BadFile):
+            raise ProcedureError(
+                ErrorCode.INVALID_EXPERIENCE, f"{rel} is not a valid experience: {item.error}",
+                path=rel, version=item.version,
+            )
+        return {"status": "ok", "kind": "experience", "path": rel, "version": item.version,
+                "experience": item.experience.fields()}
+
+    async def read_trajectory(self, raw_path, offset: int, length: int) -> dict[str, Any]:
+        """An excerpt of a copied trajectory by decoded characters, capped by characters and exact tokens."""
+        rel, target = resolve_inside(self.workspace_path, self.trajectory_rel_dir, raw_path, what="trajectory")
+        if not target.is_file():
+            raise ProcedureError(ErrorCode.NOT_FOUND, f"No trajectory at {rel}.", path=rel)
+        try:
+            text = (await asyncio.to_thread(target.read_bytes)).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"{rel} is not UTF-8 text: {exc}", path=rel) from None
+        length = min(length, self.settings.read_max_chars)
+        excerpt = text[offset:offset + length]
+        try:
+            capped = await asyncio.to_thread(self.tokens.prefix_within, excerpt, self.settings.read_max_tokens)
+            tokens = await self.tokens.acount(capped)
+        except TokenizerUnavailable as exc:
+            raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+        end = min(len(text), offset) + len(capped)
+        return {
+            "status": "ok", "kind": "trajectory", "path": rel, "offset": offset, "length": len(capped),
+            "total_chars": len(text), "tokens": tokens, "truncated_by_token_cap": len(capped) < len(excerpt),
+            "next_offset": end if end < len(text) else None, "text": capped,
+        }
+
+    # -- extraction runs ----------------------------------------------------------------------------------------
+
+    def begin_run(self, scope: str, sources: list[str]) -> Run:
+        """Open an extraction run whose tools may create/update experiences citing ``sources``."""
+        checked = []
+        for source in dict.fromkeys(sources):
+            rel, target = resolve_inside(self.workspace_path, self.trajectory_rel_dir, source, what="trajectory")
+            if not target.is_file():
+                raise ProcedureError(ErrorCode.NOT_FOUND, f"Source trajectory {rel} does not exist.")
+            checked.append(rel)
+        run = Run(scope=scope, sources=tuple(checked))
+        self._runs[run.context_id] = run
+        return run
+
+    def end_run(self, run: Run) -> None:
+        """Revoke a run's grant."""
+        self._runs.pop(run.context_id, None)
+
+    def run_for(self, context_id, grant) -> Run:
+        """The live run of a tool call, or NO_ACTIVE_RUN (fails closed for any missing or forged value)."""
+        run = self._runs.get(context_id) if isinstance(context_id, str) else None
+        if run is None or not isinstance(grant, str) or not secrets.compare_digest(run.grant, grant):
+            raise ProcedureError(
+                ErrorCode.NO_ACTIVE_RUN,
+                "procedure_create and procedure_update are only available to the extraction agent inside an "
+                "active procedure_auto_memory run.",
+            )
+        return run
+
+    # -- writes -------------------------------------------------------------------------------------------------
+
+    async def _check_lengths(self, fields: dict[str, str]) -> None:
+        """Count fields exactly; over an acceptance ceiling, ask for a shorter field (targets only are shown)."""
+        limits = self.settings.token_limits
+        names = list(fields)
+        try:
+            counts = await self.tokens.acount_many([fields[n] for n in names])
+        except TokenizerUnavailable as exc:
+            raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+        too_long = []
+        for name, count in zip(names, counts):
+            target = limits.field_target(name)
+            if count > limits.ceiling(target):
+                too_long.append({"field": FIELD_TO_ARG[name], "tokens": count, "limit": target})
+        if too_long:
+            parts = ", ".join(f"`{t['field']}` has {t['tokens']} tokens (limit {t['limit']})" for t in too_long)
+            raise ProcedureError(
+                ErrorCode.FIELD_TOO_LONG,
+                f"Nothing was written: {parts}. Shorten the field(s) to the limit and call again with a new "
+                "operation_key.",
+                fields=too_long,
+            )
+
+    @staticmethod
+    def _text_fields(args: dict[str, Any], *, required: bool) -> dict[str, str]:
+        fields = {}
+        for arg, name in ARG_TO_FIELD.items():
+            value = args.get(arg)
+            if value is None:
+                if required:
+                    raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{arg}` is required.")
+                continue
+            if not isinstance(value, str) or not value.strip():
+                raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{arg}` must be a non-empty string.")
+            fields[name] = value
+        return fields
+
+    @staticmethod
+    def _operation_key(args: dict[str, Any]) -> str:
+        key = args.get("operation_key")
+        if isinstance(key, (int, float)) and not isinstance(key, bool):
+            key = str(key)
+        if not isinstance(key, str) or not key.strip() or len(key) > 200:
+            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`operation_key` must be a non-empty string (max 200).")
+        return key.strip()
+
+    @staticmethod
+    def _request_digest(tool: str, args: dict[str, Any]) -> str:
+        payload = {k: args.get(k) for k in ("filename", "path", "expected_version", *ARG_TO_FIELD)}
+        return hashlib.sha256(json.dumps([tool, payload], sort_keys=True).encode()).hexdigest()
+
+    def _check_sources(self, run: Run) -> None:
+        for source in run.sources:
+            if not (self.workspace_path / source).is_file():
+                raise ProcedureError(ErrorCode.NOT_FOUND, f"Source trajectory {source} no longer exists.")
+
+    async def create(self, run: Run, args: dict[str, Any]) -> dict[str, Any]:
+        """Create a new experience (journal, publish, index both views)."""
+        key = self._operation_key(args)
+        raw_name = args.get("filename")
+        if not isinstance(raw_name, str):
+            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`filename` is required, e.g. rebuild-index-after-change.json")
+        name = raw_name.strip()
+        prefix = self.settings.procedure_dir + "/"
+        name = name[len(prefix):] if name.startswith(prefix) else name
+        problem = check_name(name)
+        if problem:
+            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"Invalid `filename` {raw_name!r}: {problem}.")
+        rel = self.files.rel(name)
+        fields = self._text_fields(args, required=True)
+        await self._check_lengths(fields)
+        self._check_sources(run)
+        experience = Experience.model_validate({**fields, "sources": list(run.sources)})
+        op = Operation(
+            scope=run.scope, key=key, tool="create", request=self._request_digest("create", args), path=rel,
+            target=experience.to_bytes().decode("utf-8"), expected_version=None,
+        )
+        assert self._write_lock is not None
+        async with self._write_lock:
+            existing = self.journal.get(run.scope, key)
+            if existing is not None:
+                return await self._replay(run, existing, op)
+            if self.files.read_bytes(rel) is not None or self._reserved(rel):
+                raise ProcedureError(
+                    ErrorCode.ALREADY_EXISTS,
+                    f"{rel} already exists. Read it and use procedure_update with its expected_version, or choose "
+                    "another meaningful filename.",
+                    path=rel,
+                )
+            return await self._commit(run, op)
+
+    async def update(self, run: Run, args: dict[str, Any]) -> dict[str, Any]:
+        """Revise an existing experience at its expected version; existing sources are kept."""
+        key = self._operation_key(args)
+        rel = self.experience_path(args.get("path"))
+        expected = args.get("expected_version")
+        if not isinstance(expected, str) or not expected.strip():
+            raise ProcedureError(
+                ErrorCode.INVALID_ARGUMENT,
+                "`expected_version` is required: take it from procedure_search or procedure_read.",
+            )
+        expected = expected.strip()
+        fields = self._text_fields(args, required=False)
+        if fields:
+            await self._check_lengths(fields)
+        self._check_sources(run)
+        request = self._request_digest("update", args)
+        assert self._write_lock is not None
+        async with self._write_lock:
+            existing = self.journal.get(run.scope, key)
+            if existing is not None:
+                probe = Operation(run.scope, key, "update", request, rel, existing.target, expected)
+                return await self._replay(run, existing, probe)
+            current = self.files.read(rel)
+            if current is None:
+                raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}; use procedure_create.", path=rel)
+            if current.version != expected:
+                raise ProcedureError(
+                    ErrorCode.STALE_VERSION,
+                    f"{rel} is at version {current.version}, not {expected}. Read it again and retry with the "
+                    "current expected_version and a new operation_key.",
+                    path=rel, current_version=current.version,
+                )
+            if isinstance(current, BadFile):
+                raise ProcedureError(
+                    ErrorCode.INVALID_EXPERIENCE,
+                    f"{rel} is not a valid experience ({current.error}); it cannot be updated by the agent.",
+                    path=rel,
+                )
+            merged = {**current.experience.fields(), **fields}
+            merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))
+            experience = Experience.model_validate(merged)
+            op = Operation(
+                scope=run.scope, key=key, tool="update", request=request, path=rel,
+                target=experience.to_bytes().decode("utf-8"), expected_version=expected,
+            )
+            return await self._commit(run, op)
+
+    def _reserved(self, rel: str) -> bool:
+        """Whether an unfinished create intent holds this name."""
+        return any(op.path == rel and op.status == INTENT for op in self.journal.open_records())
+
+    async def _commit(self, run: Run, op: Operation) -> dict[str, Any]:
+        """Journal the intent, publish the file, then index it (caller holds the write lock)."""
+        self.journal.put(op)
+        self.files.publish(op.path, op.target_bytes)
+        self.journal.set_status(op, PUBLISHED)
+        return await self._index_published(run, op)
+
+    async def _index_published(self, run: Run, op: Operation) -> dict[str, Any]:
+        assert self.views is not None
+        stored = self.files.read(op.path)
+        assert isinstance(stored, StoredExperience) and stored.version == op.target_version
+        try:
+            await self.views.index([(stored, self._mtime(op.path))])
+        except IndexFailure as exc:
+            self.pending[op.path] = {"version": stored.version, "error": str(exc)}
+            self.journal.set_status(op, INDEX_PENDING, str(exc))
+            self._record(run, op, "index_pending")
+            raise ProcedureError(
+                ErrorCode.INDEX_PENDING,
+                f"{op.path} was saved (version {stored.version}) but could not be indexed: {exc}. The file is "
+                "excluded from search until it is indexed. Retry this identical call for a temporary failure; "
+                "if the content itself is rejected, procedure_read it and procedure_update it with its current "
+                "expected_version and a new operation_key.",
+                status="index_pending", path=op.path, version=stored.version, operation_key=op.key,
+            ) from None
+        self.pending.pop(op.path, None)
+        self.journal.set_status(op, INDEXED)
+        self.journal.supersede_path(op.path, keep=op)
+        status = "created" if op.tool == "create" else "updated"
+        self._record(run, op, status)
+        return {"status": status, "path": op.path, "version": stored.version, "operation_key": op.key,
+                "sources": list(stored.experience.sources)}
+
+    def _record(self, run: Run, op: Operation, status: str) -> None:
+        run.ledger.append({"operation_key": op.key, "tool": op.tool, "path": op.path,
+                           "version": op.target_version, "status": status})
+
+    async def _replay(self, run: Run, existing: Operation, op: Operation) -> dict[str, Any]:
+        """An operation key seen before: an identical retry resumes it, anything else is a conflict."""
+        if not existing.same_request(op):
+            raise ProcedureError(
+                ErrorCode.OPERATION_KEY_CONFLICT,
+                f"operation_key {op.key!r} was already used for a different write; use a new operation_key.",
+            )
+        if existing.status == INTENT:
+            recover_intent(existing, self.files, self.journal)
+        if existing.status in (SUPERSEDED, ABANDONED):
+            raise ProcedureError(
+                ErrorCode.STALE_VERSION,
+                f"This write was {existing.status} ({existing.error}). Read {existing.path} again and write with a "
+                "new operation_key.",
+                path=existing.path,
+            )
+        current = self.files.read_bytes(existing.path)
+        if existing.status == INDEXED:
+            return {"status": "created" if existing.tool == "create" else "updated", "path": existing.path,
+                    "version": existing.target_version, "operation_key": existing.key, "replayed": True}
+        if current != existing.target_bytes:
+            self.journal.set_status(existing, SUPERSEDED, "the file changed after this write")
+            raise ProcedureError(
+                ErrorCode.STALE_VERSION,
+                f"{existing.path} changed after this write; read it again and write with a new operation_key.",
+                path=existing.path,
+            )
+        return await self._index_published(run, existing)

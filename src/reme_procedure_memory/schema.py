@@ -1,0 +1,133 @@
+"""The public schema: an experience, its name and version, and the JSON answers of the jobs.
+
+An experience file holds exactly four fields and no id::
+
+    {"description": ..., "when-to-use": ..., "content": ..., "sources": [...]}
+
+Its workspace-relative path (``procedures/<name>.json``) is its identity; its version is derived from its bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*\.json$")
+MAX_NAME_CHARS = 120
+VERSION_CHARS = 16
+TEXT_FIELDS = ("description", "when-to-use", "content")
+# Tool arguments use underscores (function-calling friendly); files use the spec's hyphenated key.
+ARG_TO_FIELD = {"description": "description", "when_to_use": "when-to-use", "content": "content"}
+FIELD_TO_ARG = {v: k for k, v in ARG_TO_FIELD.items()}
+
+
+class Experience(BaseModel):
+    """One procedural experience: exactly the four spec fields, all required, nothing else."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+
+    description: str = Field(min_length=1)
+    when_to_use: str = Field(alias="when-to-use", min_length=1)
+    content: str = Field(min_length=1)
+    sources: tuple[str, ...] = Field(min_length=1)
+
+    @field_validator("description", "when_to_use", "content")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+    @field_validator("sources")
+    @classmethod
+    def _unique_relative_paths(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for source in value:
+            if not source or source.startswith("/") or "\\" in source or ".." in source.split("/"):
+                raise ValueError(f"source {source!r} is not a workspace-relative trajectory path")
+        if len(set(value)) != len(value):
+            raise ValueError("sources must not repeat a path")
+        return value
+
+    def fields(self) -> dict[str, Any]:
+        """The file's JSON object, keys in spec order."""
+        return {
+            "description": self.description,
+            "when-to-use": self.when_to_use,
+            "content": self.content,
+            "sources": list(self.sources),
+        }
+
+    def to_bytes(self) -> bytes:
+        """Canonical file bytes: UTF-8, two-space indent, trailing newline."""
+        return (json.dumps(self.fields(), ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+
+
+class InvalidExperience(ValueError):
+    """A file that is not a valid experience; the message says what is wrong."""
+
+
+def parse_experience(data: bytes) -> Experience:
+    """Parse experience file bytes; raise InvalidExperience with a readable reason."""
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise InvalidExperience(f"not UTF-8: {exc}") from exc
+    except json.JSONDecodeError as exc:
+        raise InvalidExperience(f"invalid JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise InvalidExperience("the JSON value is not an object")
+    try:
+        return Experience.model_validate(obj)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'object'}: {e['msg']}" for e in exc.errors())
+        raise InvalidExperience(problems) from exc
+
+
+def version_of(data: bytes) -> str:
+    """The version of a file: a prefix of the SHA-256 of its bytes (stable, changes with any edit)."""
+    return hashlib.sha256(data).hexdigest()[:VERSION_CHARS]
+
+
+def check_name(name: str) -> str | None:
+    """Return why ``name`` is not a valid experience filename, or None when it is."""
+    if len(name) > MAX_NAME_CHARS:
+        return f"filename is longer than {MAX_NAME_CHARS} characters"
+    if not NAME_PATTERN.match(name):
+        return "filename must be lowercase words joined by hyphens and end in .json, e.g. rebuild-index-after-config-change.json"
+    return None
+
+
+class ErrorCode:
+    """Stable error codes of the job answers."""
+
+    INVALID_ARGUMENT = "invalid_argument"
+    PATH_OUTSIDE = "path_outside_allowed_directory"
+    NOT_FOUND = "not_found"
+    INVALID_EXPERIENCE = "invalid_experience"
+    ALREADY_EXISTS = "already_exists"
+    STALE_VERSION = "stale_version"
+    FIELD_TOO_LONG = "field_too_long"
+    NO_ACTIVE_RUN = "no_active_extraction_run"
+    OPERATION_KEY_CONFLICT = "operation_key_conflict"
+    INDEX_PENDING = "index_pending"
+    TOKENIZER_UNAVAILABLE = "tokenizer_unavailable"
+    NOT_AVAILABLE = "not_available"
+
+
+class ProcedureError(Exception):
+    """A failure the caller can act on: a code, a sentence, and optional details for the JSON answer."""
+
+    def __init__(self, code: str, message: str, *, status: str = "error", **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+        self.details = details
+
+    def answer(self) -> dict[str, Any]:
+        """The JSON answer of this failure."""
+        return {"status": self.status, **self.details, "error": {"code": self.code, "message": self.message}}

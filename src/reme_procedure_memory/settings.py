@@ -1,0 +1,98 @@
+"""Typed settings of ``components.procedure_memory.<name>``; bad values fail at start naming the key."""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+DEFAULT_TOKENIZER_SOURCE = "Qwen/Qwen3.8-27B"
+MIB = 1024 * 1024
+
+
+class TokenLimits(BaseModel):
+    """Token budgets. Targets are what the agent is told; ceilings add the internal slack."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    segment: int = Field(98_304, gt=0)
+    summary: int = Field(8_192, gt=0)
+    description: int = Field(128, gt=0)
+    when_to_use: int = Field(512, gt=0)
+    content: int = Field(2_048, gt=0)
+    context: int = Field(262_144, gt=0)
+    reserve: int = Field(4_096, ge=0)
+    slack: float = Field(0.1, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _reserve_below_context(self) -> "TokenLimits":
+        if self.reserve >= self.context:
+            raise ValueError("reserve must be smaller than context")
+        return self
+
+    def ceiling(self, target: int) -> int:
+        """Acceptance ceiling of a target: floor(target * (1 + slack)), e.g. 128 -> 140, 8192 -> 9011."""
+        return math.floor(target * (1 + self.slack) + 1e-9)
+
+    def field_target(self, field: str) -> int:
+        """Target of an experience field named as in the file (``when-to-use``) or as an argument."""
+        return {"description": self.description, "when-to-use": self.when_to_use, "when_to_use": self.when_to_use,
+                "content": self.content}[field]
+
+
+class ProcedureSettings(BaseModel):
+    """Everything configurable under ``components.procedure_memory.<name>``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    procedure_dir: str = "procedures"
+    trajectory_subdir: str = "trajectories"
+    max_file_bytes: int = Field(20 * MIB, gt=0)
+    tokenizer_source: str = DEFAULT_TOKENIZER_SOURCE
+    embedding_store: str = "procedure"
+    views: dict[str, str] = Field(
+        default_factory=lambda: {
+            "when_to_use": "procedure_when_to_use",
+            "when_to_use_content": "procedure_when_to_use_content",
+        },
+    )
+    vector_weight: float = Field(0.7, ge=0, le=1)
+    embedding_timeout_seconds: float = Field(30.0, gt=0)
+    pending_retry_seconds: float = Field(30.0, ge=0)
+    read_max_chars: int = Field(65_536, gt=0)
+    read_max_tokens: int = Field(8_192, gt=0)
+    search_max_limit: int = Field(50, gt=0)
+    token_limits: TokenLimits = Field(default_factory=TokenLimits)
+
+    @field_validator("procedure_dir", "trajectory_subdir")
+    @classmethod
+    def _relative_directory(cls, value: str) -> str:
+        parts = value.strip("/").split("/")
+        if not value or value.startswith("/") or "\\" in value or any(p in ("", ".", "..") for p in parts):
+            raise ValueError("must be a relative directory without '.' or '..' parts")
+        return value.strip("/")
+
+    @field_validator("tokenizer_source")
+    @classmethod
+    def _non_empty(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must name a Hugging Face tokenizer or a local tokenizer file/directory")
+        return value.strip()
+
+    @field_validator("views")
+    @classmethod
+    def _both_views(cls, value: dict[str, str]) -> dict[str, str]:
+        if set(value) != {"when_to_use", "when_to_use_content"} or not all(value.values()):
+            raise ValueError("must name a file store for exactly when_to_use and when_to_use_content")
+        return value
+
+
+def load_settings(raw: dict, *, prefix: str) -> ProcedureSettings:
+    """Validate raw config; raise ValueError whose message names each bad key under ``prefix``."""
+    try:
+        return ProcedureSettings.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{prefix}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ValueError(f"Invalid procedure-memory settings: {problems}") from None

@@ -1,0 +1,155 @@
+"""Thin ReMe steps: coerce and validate arguments, delegate to the ProcedureMemory component, answer JSON.
+
+ReMe validates no job arguments (HTTP, MCP and CLI pass anything through), so every step checks its own. Every
+answer is a JSON object in ``Response.answer`` (agents and MCP callers see only the answer); failures also set
+``success=False``. The component instance is chosen by step config only (``procedure_memory: <name>``), never by
+the caller.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from reme.steps.base_step import BaseStep
+
+from .component import ProcedureMemory
+from .schema import ErrorCode, ProcedureError
+from .views import VIEW_NAMES
+
+DEFAULT_VIEW = "when_to_use_content"
+DEFAULT_LIMIT = 5
+DEFAULT_READ_LENGTH = 8192
+
+
+def as_int(value: Any, name: str, *, default: int, minimum: int, maximum: int | None = None) -> int:
+    """Coerce an int argument (ints or digit strings; not bools or floats with a fraction)."""
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{name}` must be an integer.")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+        value = int(value.strip())
+    if not isinstance(value, int):
+        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{name}` must be an integer.")
+    if value < minimum or (maximum is not None and value > maximum):
+        bounds = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{name}` must be {bounds} (got {value}).")
+    return value
+
+
+def as_text(value: Any, name: str) -> str:
+    """Coerce a required text argument (numbers from the CLI become strings)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{name}` must be a non-empty string.")
+    return value.strip()
+
+
+class ProcedureStep(BaseStep):
+    """Base of the plugin's steps: component lookup and the JSON answer contract."""
+
+    @property
+    def memory(self) -> ProcedureMemory:
+        name = self.kwargs.get("procedure_memory", "default")
+        component = (self.app_context.components.get("procedure_memory") or {}).get(name)
+        if not isinstance(component, ProcedureMemory):
+            raise ProcedureError(
+                ErrorCode.NOT_AVAILABLE,
+                f"components.procedure_memory.{name} is not configured; enable plugins='[\"procedure-memory\"]'.",
+            )
+        return component
+
+    def arg(self, name: str) -> Any:
+        assert self.context is not None
+        return self.context.get(name)
+
+    async def execute(self) -> None:
+        assert self.context is not None
+        try:
+            answer = await self.run()
+            success = answer.get("status") != "incomplete"
+        except ProcedureError as exc:
+            answer, success = exc.answer(), False
+        self.context.response.success = success
+        self.context.response.answer = json.dumps(answer, ensure_ascii=False)
+
+    async def run(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class ProcedureSearchStep(ProcedureStep):
+    """``procedure_search query=... index=when_to_use|when_to_use_content limit=5``."""
+
+    async def run(self) -> dict[str, Any]:
+        memory = self.memory
+        query = as_text(self.arg("query"), "query")
+        view = self.arg("index")
+        view = DEFAULT_VIEW if view in (None, "") else view
+        if view not in VIEW_NAMES:
+            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`index` must be one of {', '.join(VIEW_NAMES)}.")
+        limit = as_int(self.arg("limit"), "limit", default=DEFAULT_LIMIT, minimum=1,
+                       maximum=memory.settings.search_max_limit)
+        return await memory.search(query, view, limit)
+
+
+class ProcedureReadStep(ProcedureStep):
+    """``procedure_read path=procedures/x.json`` or ``kind=trajectory path=... offset=0 length=8192``."""
+
+    async def run(self) -> dict[str, Any]:
+        memory = self.memory
+        kind = self.arg("kind") or "experience"
+        if kind == "experience":
+            return memory.read_experience(self.arg("path"))
+        if kind == "trajectory":
+            offset = as_int(self.arg("offset"), "offset", default=0, minimum=0)
+            length = as_int(self.arg("length"), "length", default=DEFAULT_READ_LENGTH, minimum=1)
+            return await memory.read_trajectory(self.arg("path"), offset, length)
+        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`kind` must be experience or trajectory.")
+
+
+class _WriteStep(ProcedureStep):
+    """Create/update: only with the live grant of an active extraction run (injected, never from the model)."""
+
+    def run_of_call(self):
+        return self.memory.run_for(self.arg("tool_context_id"), self.arg("_procedure_grant"))
+
+    def write_args(self) -> dict[str, Any]:
+        assert self.context is not None
+        return dict(self.context.data)
+
+
+class ProcedureCreateStep(_WriteStep):
+    """``procedure_create filename description when_to_use content operation_key`` (agent tool only)."""
+
+    async def run(self) -> dict[str, Any]:
+        run = self.run_of_call()
+        return await self.memory.create(run, self.write_args())
+
+
+class ProcedureUpdateStep(_WriteStep):
+    """``procedure_update path expected_version [fields] operation_key`` (agent tool only)."""
+
+    async def run(self) -> dict[str, Any]:
+        run = self.run_of_call()
+        return await self.memory.update(run, self.write_args())
+
+
+class ProcedureReindexStep(ProcedureStep):
+    """``reme start job=procedure_reindex plugins='["procedure-memory"]'``."""
+
+    async def run(self) -> dict[str, Any]:
+        return await self.memory.reindex()
+
+
+class ProcedureAutoMemoryStep(ProcedureStep):
+    """``procedure_auto_memory``: the trajectory import (tracked separately; see the README's status section)."""
+
+    async def run(self) -> dict[str, Any]:
+        raise ProcedureError(
+            ErrorCode.NOT_AVAILABLE,
+            "procedure_auto_memory (trajectory import) is not available in this build yet; see the README.",
+        )

@@ -1,0 +1,270 @@
+"""Durable contracts: experience files and versions, the operation journal, and the workspace lock.
+
+This is the only module that writes durable files.
+
+* Files are published atomically: a temporary file in the same directory, fsync, ``os.replace``, fsync of the
+  directory. A reader sees the old bytes or the new bytes, never a mix.
+* The operation journal is a write-ahead log: before an experience is published, its record (scoped operation key,
+  destination, target bytes, expected version) is durable under ``operations/``. After a crash the journal says
+  which publishes may be incomplete; ``recover`` rolls them forward when their precondition still holds, else drops them.
+* One process per workspace: ``WorkspaceLock`` holds an exclusive ``flock`` while the component runs.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from .schema import Experience, InvalidExperience, parse_experience, version_of
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename or create inside ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically and durably (creates parent directories)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def write_json(path: Path, obj: Any) -> None:
+    """Atomically write a JSON record."""
+    atomic_write(path, (json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+
+
+def read_json(path: Path) -> Any | None:
+    """Read a JSON record, or None when it does not exist."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+
+
+class WorkspaceBusy(RuntimeError):
+    """Another process holds the workspace."""
+
+
+class WorkspaceLock:
+    """An exclusive, non-blocking ``flock`` on a lock file; released on close or process exit."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock or raise WorkspaceBusy naming the holder."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "unknown"
+            os.close(fd)
+            raise WorkspaceBusy(
+                f"The procedure-memory workspace is in use by another ReMe process ({holder}); lock file {self.path}. "
+                "Stop that process (for example the `reme start` service) before running a one-shot import or rebuild.",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid={os.getpid()} since={time.strftime('%Y-%m-%dT%H:%M:%S')}".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        """Release the lock (idempotent)."""
+        if self._fd is not None:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None
+
+
+@dataclass(frozen=True)
+class StoredExperience:
+    """An experience file as read from disk."""
+
+    path: str  # workspace-relative, POSIX
+    version: str
+    experience: Experience
+
+
+@dataclass(frozen=True)
+class BadFile:
+    """A file under the experience directory that is not a valid experience."""
+
+    path: str
+    version: str
+    error: str
+
+
+class ExperienceFiles:
+    """The experience directory: names, reads, listing and atomic publish. Paths are workspace-relative."""
+
+    def __init__(self, workspace: Path, procedure_dir: str) -> None:
+        self.workspace = workspace
+        self.rel_dir = procedure_dir
+        self.root = workspace / procedure_dir
+
+    def rel(self, name: str) -> str:
+        """Workspace-relative path of experience ``name``."""
+        return f"{self.rel_dir}/{name}"
+
+    def abs(self, rel_path: str) -> Path:
+        """Absolute path of a workspace-relative experience path (already validated by the caller)."""
+        return self.workspace / rel_path
+
+    def read_bytes(self, rel_path: str) -> bytes | None:
+        """Current bytes, or None when absent."""
+        try:
+            return self.abs(rel_path).read_bytes()
+        except FileNotFoundError:
+            return None
+
+    def read(self, rel_path: str) -> StoredExperience | BadFile | None:
+        """Parse one file: a StoredExperience, a BadFile, or None when absent."""
+        data = self.read_bytes(rel_path)
+        if data is None:
+            return None
+        try:
+            return StoredExperience(rel_path, version_of(data), parse_experience(data))
+        except InvalidExperience as exc:
+            return BadFile(rel_path, version_of(data), str(exc))
+
+    def paths(self) -> list[str]:
+        """Every ``*.json`` directly in the experience directory, sorted (hidden temp files excluded)."""
+        if not self.root.is_dir():
+            return []
+        root = self.root.resolve()
+        return sorted(
+            self.rel(p.name)
+            for p in self.root.glob("*.json")
+            # a symlink leading out of the directory is not an experience of this workspace
+            if not p.name.startswith(".") and p.is_file() and p.resolve().parent == root
+        )
+
+    def scan(self) -> Iterator[StoredExperience | BadFile]:
+        """Read every experience file."""
+        for rel_path in self.paths():
+            item = self.read(rel_path)
+            if item is not None:
+                yield item
+
+    def publish(self, rel_path: str, data: bytes) -> None:
+        """Atomically publish experience bytes."""
+        atomic_write(self.abs(rel_path), data)
+
+
+# Journal record states. "intent" is written before the publish; the others after it.
+INTENT, PUBLISHED, INDEXED, INDEX_PENDING, SUPERSEDED, ABANDONED = (
+    "intent", "published", "indexed", "index_pending", "superseded", "abandoned",
+)
+
+
+@dataclass
+class Operation:
+    """One journaled write. ``scope`` is the extraction run's request id; ``key`` the agent's operation key."""
+
+    scope: str
+    key: str
+    tool: str  # "create" | "update"
+    request: str  # digest of the caller's arguments: an identical retry has the same digest
+    path: str
+    target: str  # the target file text (UTF-8)
+    expected_version: str | None
+    status: str = INTENT
+    error: str = ""
+    created_at: float = field(default_factory=time.time)
+
+    @property
+    def target_bytes(self) -> bytes:
+        return self.target.encode("utf-8")
+
+    @property
+    def target_version(self) -> str:
+        return version_of(self.target_bytes)
+
+    def same_request(self, other: "Operation") -> bool:
+        """Whether ``other`` is an identical retry of this operation."""
+        return (self.tool, self.path, self.request) == (other.tool, other.path, other.request)
+
+
+class OperationJournal:
+    """Durable records of writes, one JSON file per scoped operation key under ``operations/``."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _path(self, scope: str, key: str) -> Path:
+        digest = hashlib.sha256(f"{scope}\0{key}".encode("utf-8")).hexdigest()
+        return self.directory / f"{digest}.json"
+
+    def get(self, scope: str, key: str) -> Operation | None:
+        """The record of a scoped key, or None."""
+        raw = read_json(self._path(scope, key))
+        return Operation(**raw) if raw else None
+
+    def put(self, op: Operation) -> None:
+        """Durably write (or overwrite) a record."""
+        write_json(self._path(op.scope, op.key), op.__dict__)
+
+    def set_status(self, op: Operation, status: str, error: str = "") -> None:
+        """Durably move a record to a new status."""
+        op.status, op.error = status, error
+        self.put(op)
+
+    def open_records(self) -> list[Operation]:
+        """Records whose outcome is not final (intent, published, index_pending), oldest first."""
+        if not self.directory.is_dir():
+            return []
+        found = []
+        for path in self.directory.glob("*.json"):
+            raw = read_json(path)
+            if raw and raw.get("status") in (INTENT, PUBLISHED, INDEX_PENDING):
+                found.append(Operation(**raw))
+        return sorted(found, key=lambda op: op.created_at)
+
+    def supersede_path(self, path: str, keep: Operation) -> None:
+        """Mark every open record of ``path`` except ``keep`` as superseded (a later write replaced its intent)."""
+        for op in self.open_records():
+            if op.path == path and (op.scope, op.key) != (keep.scope, keep.key):
+                self.set_status(op, SUPERSEDED, f"superseded by operation {keep.key!r}")
+
+
+def recover_intent(op: Operation, files: ExperienceFiles, journal: OperationJournal) -> None:
+    """Resolve an ``intent`` left by a crash: roll the publish forward if its precondition holds, else drop it.
+
+    A create still applies when the file is absent; an update when the file still has ``expected_version``.
+    A file that already holds the target bytes means the publish happened before the crash.
+    """
+    current = files.read_bytes(op.path)
+    if current == op.target_bytes:
+        journal.set_status(op, PUBLISHED)
+        return
+    applies = current is None if op.tool == "create" else (
+        current is not None and version_of(current) == op.expected_version
+    )
+    if applies:
+        files.publish(op.path, op.target_bytes)
+        journal.set_status(op, PUBLISHED)
+    else:
+        journal.set_status(op, ABANDONED, "the file changed before this write was published")

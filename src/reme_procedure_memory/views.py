@@ -1,0 +1,202 @@
+"""The two hybrid search views over ReMe file stores, and weighted RRF.
+
+* ``when_to_use`` indexes the when-to-use text; ``when_to_use_content`` indexes when-to-use + "\\n\\n" + content.
+* Each experience is exactly one record (one FileNode with one FileChunk) in each view; chunk id ``<view>:<path>``,
+  ``metadata.version`` is the file version the record was built from.
+* Each view is its own file store with its own BM25 index and file graph; both share one embedding store (cache).
+* The plugin embeds record texts itself, under a timeout, before upserting: an embedding failure never leaves a
+  BM25-only record behind. Any indexing failure removes the path from both views and raises IndexFailure.
+* Search fuses the vector and BM25 candidate lists with weighted RRF (always RRF, also when one list is empty).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from reme.schema import FileChunk, FileNode
+
+from .filestore import ProcedureFileStore
+from .store import StoredExperience
+
+VIEW_NAMES = ("when_to_use", "when_to_use_content")
+RRF_K = 60
+MAX_CANDIDATES = 200
+BULK_BATCH = 200
+
+
+def view_text(view: str, stored: StoredExperience) -> str:
+    """The text a view indexes for an experience."""
+    exp = stored.experience
+    if view == "when_to_use":
+        return exp.when_to_use
+    if view == "when_to_use_content":
+        return exp.when_to_use + "\n\n" + exp.content
+    raise ValueError(f"unknown view {view!r}")
+
+
+def chunk_id(view: str, path: str) -> str:
+    """The one record id of ``path`` in ``view``."""
+    return f"{view}:{path}"
+
+
+@dataclass(frozen=True)
+class Fused:
+    """One fused result: the path, the RRF score and where it ranked in each list (1-based, None if absent)."""
+
+    path: str
+    score: float
+    vector_rank: int | None
+    keyword_rank: int | None
+    vector_score: float | None
+    keyword_score: float | None
+
+
+def rrf_fuse(
+    vector: list[tuple[str, float]],
+    keyword: list[tuple[str, float]],
+    vector_weight: float,
+    k: int = RRF_K,
+) -> list[Fused]:
+    """Weighted reciprocal-rank fusion of two ranked ``(id, native score)`` lists.
+
+    score(id) = w / (k + rank_vector) + (1 - w) / (k + rank_keyword), ranks 1-based, a missing term contributes 0.
+    The result is the union of both lists, best first; ties keep the better vector rank, then the better keyword rank,
+    then the id, so the order is total and deterministic.
+    """
+    if not 0.0 <= vector_weight <= 1.0:
+        raise ValueError("vector_weight must be within [0, 1]")
+    info: dict[str, dict] = {}
+    for rank, (item, native) in enumerate(vector, 1):
+        if item not in info:
+            info[item] = {"v": rank, "vs": native, "k": None, "ks": None}
+    for rank, (item, native) in enumerate(keyword, 1):
+        entry = info.setdefault(item, {"v": None, "vs": None, "k": None, "ks": None})
+        if entry["k"] is None:
+            entry["k"], entry["ks"] = rank, native
+    fused = []
+    for item, e in info.items():
+        score = (vector_weight / (k + e["v"]) if e["v"] else 0.0) + ((1 - vector_weight) / (k + e["k"]) if e["k"] else 0.0)
+        fused.append(Fused(item, score, e["v"], e["k"], e["vs"], e["ks"]))
+    big = 1 << 30
+    fused.sort(key=lambda f: (-f.score, f.vector_rank or big, f.keyword_rank or big, f.path))
+    return fused
+
+
+class IndexFailure(RuntimeError):
+    """Indexing an experience failed; the path has been removed from both views."""
+
+
+class Views:
+    """Both views of one ProcedureMemory component."""
+
+    def __init__(self, stores: dict[str, ProcedureFileStore], embedding_store, timeout: float) -> None:
+        self.stores = stores
+        self.embedding_store = embedding_store
+        self.timeout = timeout
+
+    # -- embeddings ---------------------------------------------------------------------------------------------
+
+    async def embed(self, texts: list[str]) -> list:
+        """Vectors of ``texts`` via the shared cache; raise IndexFailure on a provider failure or timeout."""
+        if not texts:
+            return []
+        try:
+            vectors = await asyncio.wait_for(self.embedding_store.get_embeddings(texts), self.timeout)
+        except asyncio.TimeoutError:
+            raise IndexFailure(f"embedding provider did not answer within {self.timeout:g} s") from None
+        except Exception as exc:  # provider errors are reported, never swallowed
+            raise IndexFailure(f"embedding provider failed: {type(exc).__name__}: {exc}") from exc
+        missing = sum(1 for v in vectors if v is None)
+        if missing:
+            raise IndexFailure(f"embedding provider returned no vector for {missing} of {len(texts)} texts")
+        return vectors
+
+    async def query_vector(self, query: str):
+        """The query's vector, or None with the reason when the provider is unavailable."""
+        try:
+            return (await self.embed([query]))[0], None
+        except IndexFailure as exc:
+            return None, str(exc)
+
+    # -- writes -------------------------------------------------------------------------------------------------
+
+    def _records(self, view: str, stored: StoredExperience, vector, mtime: float) -> tuple[FileNode, list[FileChunk]]:
+        chunk = FileChunk(
+            id=chunk_id(view, stored.path),
+            path=stored.path,
+            start_line=1,
+            end_line=1,
+            text=view_text(view, stored),
+            embedding=vector,
+            metadata={"view": view, "version": stored.version},
+        )
+        node = FileNode(
+            path=stored.path,
+            st_mtime=mtime,
+            chunk_ids=[chunk.id],
+            front_matter={"name": stored.path.rsplit("/", 1)[-1], "description": stored.experience.description},
+        )
+        return node, [chunk]
+
+    async def index(self, items: list[tuple[StoredExperience, float]]) -> None:
+        """Index experiences (with their file mtimes) in both views; on failure remove them from both and raise."""
+        if not items:
+            return
+        texts = [view_text(view, stored) for stored, _ in items for view in VIEW_NAMES]
+        try:
+            vectors = await self.embed(texts)
+            for offset, view in enumerate(VIEW_NAMES):
+                batch = [
+                    self._records(view, stored, vectors[i * len(VIEW_NAMES) + offset], mtime)
+                    for i, (stored, mtime) in enumerate(items)
+                ]
+                await self.stores[view].upsert(batch)
+        except IndexFailure:
+            await self.remove([stored.path for stored, _ in items])
+            raise
+        except Exception as exc:  # e.g. a BM25 tokenizer error: exclude the file, report the cause
+            await self.remove([stored.path for stored, _ in items])
+            raise IndexFailure(f"{type(exc).__name__}: {exc}") from exc
+
+    async def remove(self, paths: list[str]) -> None:
+        """Remove paths from both views (unknown paths are ignored)."""
+        if paths:
+            for view in VIEW_NAMES:
+                await self.stores[view].delete(paths)
+
+    async def clear(self) -> None:
+        """Empty both views."""
+        for view in VIEW_NAMES:
+            await self.stores[view].clear()
+
+    async def dump(self) -> None:
+        """Persist both views (chunks, BM25, graph)."""
+        for view in VIEW_NAMES:
+            await self.stores[view].dump()
+
+    # -- reads --------------------------------------------------------------------------------------------------
+
+    def indexed(self, view: str) -> dict[str, tuple[str, bool]]:
+        """``path -> (indexed version, has a vector)`` of every record in ``view``."""
+        store = self.stores[view]
+        out = {}
+        for chunk in store.file_chunks.values():
+            out[chunk.path] = (str(chunk.metadata.get("version", "")), store._embedding_dim_matches(chunk.embedding))
+        return out
+
+    async def search(self, view: str, query: str, limit: int, vector_weight: float) -> tuple[list[Fused], str | None]:
+        """Fused candidates of ``view`` (best first, at least ``limit`` when available) and, if the vector branch
+        was unavailable, why."""
+        store = self.stores[view]
+        candidates = min(MAX_CANDIDATES, max(50, limit * 5))
+        vector_hits: list[tuple[str, float]] = []
+        vector_error = None
+        if vector_weight > 0:
+            qvec, vector_error = await self.query_vector(query)
+            if qvec is not None:
+                vector_hits = [(c.path, c.score) for c in store.nearest(qvec, candidates)]
+        keyword_hits = []
+        if vector_weight < 1:
+            keyword_hits = [(c.path, c.score) for c in await store.keyword_search(query, candidates, {})]
+        return rrf_fuse(vector_hits, keyword_hits, vector_weight), vector_error

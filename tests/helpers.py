@@ -1,0 +1,122 @@
+"""Test doubles the spec allows (embedding models, token counters, agents) and small builders.
+
+Everything else in the tests is real: ReMe Applications, Jobs, FileStores, BM25.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+WORD = re.compile(r"\w+")
+
+
+def hashed_vector(text: str, dimensions: int) -> list[float]:
+    """A deterministic bag-of-words vector: each lowercase word adds 1 at a hashed position (plumbing only)."""
+    vec = np.zeros(dimensions, dtype=np.float32)
+    for word in WORD.findall(text.lower()):
+        vec[int(hashlib.md5(word.encode()).hexdigest(), 16) % dimensions] += 1.0
+    if not vec.any():
+        vec[0] = 1.0
+    return vec.tolist()
+
+
+class FakeEmbeddingModel:
+    """Stands in for an AgentScope embedding model: ``await model(texts).embeddings``; can be made to fail."""
+
+    def __init__(self, dimensions: int = 64) -> None:
+        self.dimensions = dimensions
+        self.model = "fake-hashed-bow"
+        self.calls: list[list[str]] = []
+        self.fail_with: Exception | None = None
+        self.reject: set[str] = set()
+
+    async def __call__(self, inputs, **kwargs):
+        self.calls.append(list(inputs))
+        if self.fail_with is not None:
+            raise self.fail_with
+        for text in inputs:
+            if any(marker in text for marker in self.reject):
+                raise ValueError("provider rejected the input")
+        return SimpleNamespace(embeddings=[hashed_vector(t, self.dimensions) for t in inputs])
+
+
+def write_word_tokenizer(path: Path) -> Path:
+    """A real ``tokenizers`` file whose tokens are words and single punctuation marks (exact and fast)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel(vocab={"[UNK]": 0}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(path))
+    return path
+
+
+class EmbeddingEndpoint:
+    """A local OpenAI-compatible ``/v1/embeddings`` server on 127.0.0.1 (started and stopped by the test).
+
+    ``failing = True`` makes it answer HTTP 500 until set back to False.
+    """
+
+    def __init__(self, dimensions: int = 64) -> None:
+        self.dimensions = dimensions
+        self.failing = False
+        self.requests = 0
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                endpoint.requests += 1
+                if endpoint.failing:
+                    payload, code = {"error": {"message": "simulated outage", "type": "server_error"}}, 500
+                else:
+                    inputs = body.get("input")
+                    inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
+                    dims = int(body.get("dimensions") or endpoint.dimensions)
+                    payload = {
+                        "object": "list",
+                        "model": body.get("model", "fake"),
+                        "data": [
+                            {"object": "embedding", "index": i, "embedding": hashed_vector(t, dims)}
+                            for i, t in enumerate(inputs)
+                        ],
+                        "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                    }
+                    code = 200
+                data = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> "EmbeddingEndpoint":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def experience_record(description: str, when_to_use: str, content: str, sources=("session/trajectories/run.jsonl",)):
+    """The JSON object of an experience file."""
+    return {"description": description, "when-to-use": when_to_use, "content": content, "sources": list(sources)}
