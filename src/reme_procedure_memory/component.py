@@ -126,7 +126,10 @@ class ProcedureMemory(BaseComponent):
             (self.workspace_path / self.trajectory_rel_dir).mkdir(parents=True, exist_ok=True)
             self._write_lock = asyncio.Lock()
             stores = {"when_to_use": self.view_when_to_use, "when_to_use_content": self.view_when_to_use_content}
-            self.views = Views(stores, self.embedding_store, self.settings.embedding_timeout_seconds)
+            self.views = Views(
+                stores, self.embedding_store, self.settings.embedding_timeout_seconds,
+                self.settings.vector_cooldown_seconds,
+            )
             report = await self.reconcile()
             self.logger.info(f"procedure memory ready: {json.dumps(report)}")
         except BaseException:

@@ -28,7 +28,7 @@ FIELD_TO_ARG = {v: k for k, v in ARG_TO_FIELD.items()}
 class Experience(BaseModel):
     """One procedural experience: exactly the four spec fields, all required, nothing else."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     description: str = Field(min_length=1)
     when_to_use: str = Field(alias="when-to-use", min_length=1)

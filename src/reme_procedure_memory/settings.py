@@ -59,6 +59,7 @@ class ProcedureSettings(BaseModel):
     vector_weight: float = Field(0.7, ge=0, le=1)
     embedding_timeout_seconds: float = Field(30.0, gt=0)
     pending_retry_seconds: float = Field(30.0, ge=0)
+    vector_cooldown_seconds: float = Field(10.0, ge=0)
     read_max_chars: int = Field(65_536, gt=0)
     read_max_tokens: int = Field(8_192, gt=0)
     search_max_limit: int = Field(50, gt=0)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 
 from reme.schema import FileChunk, FileNode
@@ -90,10 +91,15 @@ class IndexFailure(RuntimeError):
 class Views:
     """Both views of one ProcedureMemory component."""
 
-    def __init__(self, stores: dict[str, ProcedureFileStore], embedding_store, timeout: float) -> None:
+    def __init__(self, stores: dict[str, ProcedureFileStore], embedding_store, timeout: float, cooldown: float) -> None:
         self.stores = stores
         self.embedding_store = embedding_store
         self.timeout = timeout
+        self.cooldown = cooldown
+        # After a provider failure, searches skip the vector branch until this monotonic time instead of paying the
+        # provider's retry cost on every query. Writes always try the provider.
+        self.vector_down_until = 0.0
+        self.vector_down_reason = ""
 
     # -- embeddings ---------------------------------------------------------------------------------------------
 
@@ -102,18 +108,25 @@ class Views:
         if not texts:
             return []
         try:
-            vectors = await asyncio.wait_for(self.embedding_store.get_embeddings(texts), self.timeout)
-        except asyncio.TimeoutError:
-            raise IndexFailure(f"embedding provider did not answer within {self.timeout:g} s") from None
-        except Exception as exc:  # provider errors are reported, never swallowed
-            raise IndexFailure(f"embedding provider failed: {type(exc).__name__}: {exc}") from exc
-        missing = sum(1 for v in vectors if v is None)
-        if missing:
-            raise IndexFailure(f"embedding provider returned no vector for {missing} of {len(texts)} texts")
+            try:
+                vectors = await asyncio.wait_for(self.embedding_store.get_embeddings(texts), self.timeout)
+            except asyncio.TimeoutError:
+                raise IndexFailure(f"embedding provider did not answer within {self.timeout:g} s") from None
+            except Exception as exc:  # provider errors are reported, never swallowed
+                raise IndexFailure(f"embedding provider failed: {type(exc).__name__}: {exc}") from exc
+            missing = sum(1 for v in vectors if v is None)
+            if missing:
+                raise IndexFailure(f"embedding provider returned no vector for {missing} of {len(texts)} texts")
+        except IndexFailure as exc:
+            self.vector_down_until, self.vector_down_reason = time.monotonic() + self.cooldown, str(exc)
+            raise
+        self.vector_down_until = 0.0
         return vectors
 
     async def query_vector(self, query: str):
-        """The query's vector, or None with the reason when the provider is unavailable."""
+        """The query's vector, or None with the reason when the provider is unavailable (or cooling down)."""
+        if time.monotonic() < self.vector_down_until:
+            return None, f"{self.vector_down_reason} (vector search paused for up to {self.cooldown:g} s)"
         try:
             return (await self.embed([query]))[0], None
         except IndexFailure as exc:
