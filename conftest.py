@@ -13,7 +13,7 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
 
-from helpers import FakeEmbeddingModel, write_word_tokenizer  # noqa: E402
+from helpers import FakeEmbeddingModel, ScriptedAgent, write_word_tokenizer  # noqa: E402
 
 SHARED = Path(__file__).resolve().parent.parent / "shared"
 QWEN_TOKENIZER = SHARED / "data" / "tokenizers" / "qwen3" / "tokenizer.json"
@@ -37,7 +37,8 @@ def make_app(tmp_path, word_tokenizer):
     from reme.application import Application
 
     @asynccontextmanager
-    async def factory(workspace: Path | None = None, embedding=None, components: dict | None = None, **kwargs):
+    async def factory(workspace: Path | None = None, embedding=None, components: dict | None = None, scripts=None,
+                      **kwargs):
         ws = workspace or tmp_path / "ws"
         base_components = {
             "procedure_memory": {"default": {"tokenizer_source": str(word_tokenizer), "pending_retry_seconds": 0}},
@@ -56,6 +57,9 @@ def make_app(tmp_path, word_tokenizer):
         model = embedding if embedding is not None else FakeEmbeddingModel(64)
         if model is not False:
             app.context.components["as_embedding"]["procedure"].model = model
+        if scripts is not None:  # the extraction agent: a scripted wrapper that calls the real job tools
+            app.agent = ScriptedAgent(scripts, name="default", app_context=app.context)
+            app.context.components.setdefault("agent_wrapper", {})["default"] = app.agent
         await app.start()
         try:
             yield app
@@ -88,3 +92,8 @@ def add_trajectory(app, name: str = "run.jsonl", data: bytes = b'{"role": "user"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)
     return rel
+
+
+async def import_file(app, path: Path, filename: str | None = None, **kwargs) -> tuple[bool, dict]:
+    """Run the import job as ``reme start job=procedure_auto_memory file=... filename=...`` would."""
+    return await run_job(app, "procedure_auto_memory", file=str(path), filename=filename or path.name, **kwargs)

@@ -120,3 +120,53 @@ class EmbeddingEndpoint:
 def experience_record(description: str, when_to_use: str, content: str, sources=("session/trajectories/run.jsonl",)):
     """The JSON object of an experience file."""
     return {"description": description, "when-to-use": when_to_use, "content": content, "sources": list(sources)}
+
+
+# -- a scripted agent that drives the real job tools ---------------------------------------------------------------
+
+from reme.components.agent_wrapper.base_agent_wrapper import BaseAgentWrapper  # noqa: E402
+
+
+class AgentTools:
+    """What a wrapper gives its model: the job tools named in ``job_tools``, with injected kwargs merged in."""
+
+    def __init__(self, wrapper: BaseAgentWrapper, kwargs: dict) -> None:
+        self.jobs = {job.name: job for job in wrapper._resolve_job_tools(kwargs.get("job_tools") or [])}
+        self.injected = wrapper._resolve_injected_job_kwargs(kwargs)
+        self.log: list[tuple[str, dict, bool, dict]] = []
+
+    async def call(self, name: str, **args) -> tuple[bool, dict]:
+        job = self.jobs[name]  # a tool the wrapper was not given raises KeyError
+        response = await job(**BaseAgentWrapper._merge_injected_job_kwargs(args, self.injected))
+        answer = json.loads(response.answer)
+        self.log.append((name, args, response.success, answer))
+        return response.success, answer
+
+
+class ScriptedAgent(BaseAgentWrapper):
+    """An agent wrapper whose "model" is a list of async scripts, one per reply.
+
+    Each script gets ``(tools, prompt, kwargs)`` and returns the final text, or a full result dict (to simulate
+    an interrupted or iteration-exhausted reply). Every reply is recorded in ``self.replies``.
+    """
+
+    def __init__(self, scripts=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.scripts = list(scripts or [])
+        self.replies: list[dict] = []
+
+    async def reply(self, inputs, **kwargs) -> dict:
+        kwargs = self._merged_kwargs(kwargs)
+        tools = AgentTools(self, kwargs)
+        self.replies.append({"prompt": inputs, "kwargs": kwargs, "tools": tools})
+        if not self.scripts:
+            raise AssertionError("the scripted agent was called more often than scripted")
+        outcome = await self.scripts.pop(0)(tools, inputs, kwargs)
+        if isinstance(outcome, dict):
+            return outcome
+        return {"session_id": kwargs.get("session_id"), "result": outcome, "usage": None,
+                "last_message": {"finished_reason": "completed", "content": [{"type": "text", "text": outcome}]}}
+
+
+def summary(text: str) -> str:
+    return f"Done.\n<summary>{text}</summary>"

@@ -40,6 +40,15 @@ class TokenLimits(BaseModel):
                 "content": self.content}[field]
 
 
+class ExtractionSettings(BaseModel):
+    """Technical execution budgets of the extraction agent; they may change between resumes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_iters: int = Field(30, gt=0)  # SDK iteration budget per segment attempt (AgentScope max_iters, CC max_turns)
+    summary_repair_attempts: int = Field(2, ge=0)
+
+
 class ProcedureSettings(BaseModel):
     """Everything configurable under ``components.procedure_memory.<name>``."""
 
@@ -64,6 +73,7 @@ class ProcedureSettings(BaseModel):
     read_max_tokens: int = Field(8_192, gt=0)
     search_max_limit: int = Field(50, gt=0)
     token_limits: TokenLimits = Field(default_factory=TokenLimits)
+    extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
 
     @field_validator("procedure_dir", "trajectory_subdir")
     @classmethod

@@ -71,7 +71,7 @@ class ProcedureStep(BaseStep):
         assert self.context is not None
         try:
             answer = await self.run()
-            success = answer.get("status") != "incomplete"
+            success = answer.get("status") not in ("incomplete", "error")
         except ProcedureError as exc:
             answer, success = exc.answer(), False
         self.context.response.success = success
@@ -146,10 +146,11 @@ class ProcedureReindexStep(ProcedureStep):
 
 
 class ProcedureAutoMemoryStep(ProcedureStep):
-    """``procedure_auto_memory``: the trajectory import (tracked separately; see the README's status section)."""
+    """``reme start job=procedure_auto_memory file=/abs/run.jsonl filename=run.jsonl [request_id=...]``.
+
+    The agent wrapper is pinned by step config (``agent_wrapper: default``), so callers cannot redirect it.
+    """
 
     async def run(self) -> dict[str, Any]:
-        raise ProcedureError(
-            ErrorCode.NOT_AVAILABLE,
-            "procedure_auto_memory (trajectory import) is not available in this build yet; see the README.",
-        )
+        assert self.context is not None
+        return await self.memory.import_trajectory(self.agent_wrapper, dict(self.context.data))

@@ -268,3 +268,85 @@ def recover_intent(op: Operation, files: ExperienceFiles, journal: OperationJour
         journal.set_status(op, PUBLISHED)
     else:
         journal.set_status(op, ABANDONED, "the file changed before this write was published")
+
+
+# -- imports and checkpoints ----------------------------------------------------------------------------------------
+
+RESERVED, COPIED = "reserved", "copied"
+
+
+def _keyed(directory: Path, request_id: str) -> Path:
+    return directory / f"{hashlib.sha256(request_id.encode('utf-8')).hexdigest()}.json"
+
+
+@dataclass
+class ImportRecord:
+    """One import, keyed by request id: the original path and name, the reserved copy path and its checksum."""
+
+    request_id: str
+    source: str  # absolute path of the original file, as given
+    filename: str
+    path: str  # workspace-relative path of the copy
+    sha256: str
+    size: int
+    status: str = RESERVED  # RESERVED until the copy is published and verified, then COPIED
+    source_id: str = ""
+    created_at: float = field(default_factory=time.time)
+
+
+class ImportRegistry:
+    """Durable import records under ``imports/``; a RESERVED record keeps its copy name from other imports."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def get(self, request_id: str) -> ImportRecord | None:
+        raw = read_json(_keyed(self.directory, request_id))
+        return ImportRecord(**raw) if raw else None
+
+    def put(self, record: ImportRecord) -> None:
+        write_json(_keyed(self.directory, record.request_id), record.__dict__)
+
+    def reserved_paths(self) -> set[str]:
+        """Copy paths held by any import record (published copies also exist on disk)."""
+        if not self.directory.is_dir():
+            return set()
+        return {raw["path"] for p in self.directory.glob("*.json") if (raw := read_json(p))}
+
+
+def numbered_name(filename: str, number: int) -> str:
+    """``run.jsonl`` -> ``run-2.jsonl`` (before the last extension); ``notes`` -> ``notes-2``."""
+    if number == 1:
+        return filename
+    stem, dot, ext = filename.rpartition(".")
+    if not dot or not stem:
+        return f"{filename}-{number}"
+    return f"{stem}-{number}.{ext}"
+
+
+def allocate_copy_name(directory: Path, filename: str, taken: set[str], rel_dir: str) -> str:
+    """The first of ``filename``, ``-2``, ``-3``, ... that neither exists in ``directory`` nor is reserved."""
+    number = 1
+    while True:
+        name = numbered_name(filename, number)
+        if not (directory / name).exists() and not (directory / name).is_symlink() and f"{rel_dir}/{name}" not in taken:
+            return name
+        number += 1
+
+
+def publish_copy(target: Path, data: bytes) -> None:
+    """Publish the byte-exact copy of an original (atomic, durable)."""
+    atomic_write(target, data)
+
+
+class CheckpointStore:
+    """Processing checkpoints under ``processing/``, one JSON record per request id, replaced atomically."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def get(self, request_id: str) -> dict | None:
+        return read_json(_keyed(self.directory, request_id))
+
+    def put(self, request_id: str, checkpoint: dict) -> None:
+        write_json(_keyed(self.directory, request_id), checkpoint)

@@ -1,0 +1,298 @@
+"""The per-segment extraction run: prompt, context budget, agent call, rolling summary and its repair, checkpoint.
+
+One ``Extraction`` processes one imported trajectory whose segments are fixed in its checkpoint. For each segment
+from the checkpoint's position:
+
+1. render the prompt (summary so far, the segment, the caller's hint, the ledger of an earlier attempt) and check
+   that system prompt + user message + tool schemas fit ``context - reserve`` exact tokens, before any model call;
+2. open a run (secret grant, source = the copy) and let the agent work with exactly the four job tools;
+3. an interrupted, cancelled, failed or iteration-exhausted reply stops the import resumably, never advancing;
+4. a completed reply is saved in the checkpoint first, so a failed advance reuses it instead of re-running;
+5. the summary between ``<summary>`` tags must exist and fit its ceiling, else it is repaired within a bounded
+   budget; a segment whose own writes are still index-pending cannot advance;
+6. the checkpoint advances atomically: position + 1, the new summary, the reply cleared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from reme.steps.evolve._evolve import agent_reply_result_text
+
+from .schema import ErrorCode, ProcedureError
+from .store import CheckpointStore
+from .tokens import TokenizerUnavailable
+
+TOOLS = ("procedure_search", "procedure_read", "procedure_create", "procedure_update")
+PROMPTS = yaml.safe_load((Path(__file__).with_name("prompts.yaml")).read_text(encoding="utf-8"))
+SUMMARY = re.compile(r"<summary>(.*?)</summary>", re.DOTALL)
+
+
+class ExtractionStopped(Exception):
+    """The import stopped resumably; code and message say why and how to go on."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def parse_summary(reply: str) -> str | None:
+    """The last ``<summary>...</summary>`` of a reply, stripped, or None."""
+    found = SUMMARY.findall(reply or "")
+    return found[-1].strip() if found and found[-1].strip() else None
+
+
+def stop_reason(result: dict) -> str | None:
+    """Why an agent reply did not finish normally (None when it completed), for every ReMe wrapper backend."""
+    last = result.get("last_message")
+    if isinstance(last, dict):
+        finished = str(last.get("finished_reason") or "")
+        if finished and finished != "completed":
+            return f"the agent stopped with finished_reason={finished}"
+        if last.get("is_error"):
+            return f"the agent reported an error ({last.get('subtype') or 'unknown'})"
+    turn = result.get("turn")
+    if isinstance(turn, dict) and turn.get("status") not in (None, "completed"):
+        return f"the agent turn ended with status={turn.get('status')}"
+    return None
+
+
+def merged_reply_kwargs(wrapper, run, max_iters: int, session_id: str) -> dict[str, Any]:
+    """Reply kwargs: exactly the four job tools, injected grant, no built-in tools, budgets merged (not replaced)."""
+    react = {**(wrapper.kwargs.get("react_config") or {}), "max_iters": max_iters,
+             "interruption_raise_cancelled_error": True}
+    kwargs: dict[str, Any] = {
+        "job_tools": list(TOOLS),
+        "injected_job_kwargs": run.injected(),
+        "tool_context_id": run.context_id,
+        "builtin_tools": [],
+        "react_config": react,
+        "session_id": session_id,
+    }
+    if getattr(wrapper, "backend", "") == "claude_code":
+        kwargs.update(tools=[], max_turns=max_iters)  # no built-in Claude Code tools; its own budget knob
+    return kwargs
+
+
+class Extraction:
+    """Processes the remaining segments of one import; see the module docstring."""
+
+    def __init__(self, memory, wrapper, record, text: str, fmt: str, checkpoint: dict,
+                 checkpoints: CheckpointStore, progress: Callable[[str], None]) -> None:
+        self.memory = memory
+        self.wrapper = wrapper
+        self.record = record
+        self.text = text
+        self.format = fmt
+        self.checkpoint = checkpoint
+        self.checkpoints = checkpoints
+        self.progress = progress
+        self.limits = memory.settings.token_limits
+
+    # -- checkpoint ---------------------------------------------------------------------------------------------
+
+    def _save(self) -> None:
+        self.checkpoints.put(self.record.request_id, self.checkpoint)
+
+    def _ledger(self, index: int) -> list[dict]:
+        return self.checkpoint.setdefault("ledgers", {}).setdefault(str(index), [])
+
+    # -- prompts ------------------------------------------------------------------------------------------------
+
+    def _system_prompt(self, number: int) -> str:
+        limits = self.limits
+        return PROMPTS["system_prompt"].format(
+            description=limits.description, when_to_use=limits.when_to_use, content=limits.content,
+            summary=limits.summary, segment=number,
+        )
+
+    def _user_message(self, index: int) -> str:
+        start, end = self.checkpoint["segments"][index]
+        hint = self.checkpoint.get("memory_hint") or ""
+        ledger = self._ledger(index)
+        entries = "\n".join(
+            f"- {e['tool']} {e['path']} (operation_key {e['operation_key']}, {e['status']}, version {e['version']})"
+            for e in ledger
+        )
+        return PROMPTS["segment_user"].format(
+            path=self.record.path, format=self.format, number=index + 1, total=len(self.checkpoint["segments"]),
+            start=start, end=end, hint=PROMPTS["memory_hint"].format(memory_hint=hint) if hint else "",
+            summary=self.checkpoint.get("summary") or "(none yet: this is the first segment)",
+            ledger=PROMPTS["ledger"].format(entries=entries) if ledger else "",
+            segment=self.text[start:end], summary_limit=self.limits.summary,
+        )
+
+    def _tool_schemas(self) -> str:
+        jobs = self.memory.app_context.jobs
+        return json.dumps(
+            [{"name": name, "description": jobs[name].description, "parameters": jobs[name].parameters}
+             for name in TOOLS],
+            ensure_ascii=False,
+        )
+
+    async def _check_context(self, system: str, user: str) -> int:
+        """Exact tokens of the initial input; raise ExtractionStopped before any model call when it does not fit."""
+        try:
+            sizes = await self.memory.tokens.acount_many([system, user, self._tool_schemas()])
+        except TokenizerUnavailable as exc:
+            raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+        total, available = sum(sizes), self.limits.context - self.limits.reserve
+        if total > available:
+            raise ExtractionStopped(
+                "context_budget_exceeded",
+                f"The initial input of this segment needs {total} tokens (system {sizes[0]}, input {sizes[1]}, tool "
+                f"schemas {sizes[2]}) but only {available} fit (token_limits.context {self.limits.context} minus "
+                f"reserve {self.limits.reserve}). Configure a model with a larger context and raise "
+                "components.procedure_memory.default.token_limits.context, then resume with the same request_id.",
+            )
+        return total
+
+    # -- the loop -----------------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Process segments until the end (raises ExtractionStopped to stop resumably)."""
+        segments = self.checkpoint["segments"]
+        while self.checkpoint["next_segment"] < len(segments):
+            index = self.checkpoint["next_segment"]
+            reply = self.checkpoint.get("saved_reply")
+            if not reply or reply.get("segment") != index:
+                reply = await self._run_agent(index)
+            summary = await self._valid_summary(index, reply["text"])
+            self._check_pending_writes(index)
+            self.checkpoint.update(next_segment=index + 1, summary=summary, saved_reply=None)
+            self._save()
+            done = self._written()
+            self.progress(
+                f"segment {index + 1}/{len(segments)} done: {len(done['created'])} created, "
+                f"{len(done['updated'])} updated so far",
+            )
+
+    async def _run_agent(self, index: int) -> dict:
+        number, total = index + 1, len(self.checkpoint["segments"])
+        system, user = self._system_prompt(number), self._user_message(index)
+        tokens = await self._check_context(system, user)
+        self.progress(f"segment {number}/{total}: {tokens} input tokens, running the extraction agent")
+        run = self.memory.begin_run(self.record.request_id, [self.record.path])
+        attempt = self.checkpoint.setdefault("attempts", {}).get(str(index), 0) + 1
+        self.checkpoint["attempts"][str(index)] = attempt
+        session = str(uuid.uuid5(uuid.NAMESPACE_URL, f"procedure:{self.record.request_id}:{index}:{attempt}"))
+        kwargs = merged_reply_kwargs(self.wrapper, run, self.memory.settings.extraction.max_iters, session)
+        try:
+            result = await self.wrapper.reply(user, system_prompt=system, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the SDK failed or its own budget ran out: resumable
+            subtype = getattr(exc, "subtype", "")
+            code = "agent_budget_exhausted" if subtype == "error_max_turns" else "agent_failed"
+            raise ExtractionStopped(
+                code, f"The extraction agent failed on segment {number}/{total}: {type(exc).__name__}: {exc}",
+            ) from exc
+        finally:
+            self._ledger(index).extend(run.ledger)
+            self.memory.end_run(run)
+            self._save()
+        reason = stop_reason(result)
+        if reason:
+            code = "agent_budget_exhausted" if "exceed_max_iters" in reason else "agent_interrupted"
+            raise ExtractionStopped(code, f"Segment {number}/{total} did not finish: {reason}.")
+        reply = {"segment": index, "text": agent_reply_result_text(result)}
+        self.checkpoint["saved_reply"] = reply
+        self._save()
+        return reply
+
+    async def _valid_summary(self, index: int, reply: str) -> str:
+        """The reply's summary, repaired by the agent (no tools) at most ``summary_repair_attempts`` times."""
+        ceiling = self.limits.ceiling(self.limits.summary)
+        attempts = self.memory.settings.extraction.summary_repair_attempts
+        for attempt in range(attempts + 1):
+            summary = parse_summary(reply)
+            if summary is None:
+                problem = "it has no <summary>...</summary> section."
+            else:
+                try:
+                    size = await self.memory.tokens.acount(summary)
+                except TokenizerUnavailable as exc:
+                    raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+                if size <= ceiling:
+                    return summary
+                problem = f"the summary has {size} tokens; the limit is {self.limits.summary}."
+            if attempt == attempts:
+                break
+            reply = await self._repair(index, reply, problem, attempt + 1)
+        self.checkpoint["saved_reply"] = None  # the next resume lets the agent run this segment again
+        self._save()
+        raise ExtractionStopped(
+            "summary_invalid",
+            f"Segment {index + 1}: the rolling summary is still invalid after {attempts} repair attempts "
+            f"({problem}). Resume with the same request_id to run the segment again.",
+        )
+
+    async def _repair(self, index: int, reply: str, problem: str, attempt: int) -> str:
+        message = PROMPTS["summary_repair"].format(
+            number=index + 1, total=len(self.checkpoint["segments"]), path=self.record.path, problem=problem,
+            summary=self.checkpoint.get("summary") or "(none)", reply=reply, summary_limit=self.limits.summary,
+        )
+        self.progress(f"segment {index + 1}: repairing the rolling summary (attempt {attempt})")
+        session = str(uuid.uuid5(uuid.NAMESPACE_URL, f"procedure-repair:{self.record.request_id}:{index}:{attempt}"))
+        react = {**(self.wrapper.kwargs.get("react_config") or {}), "interruption_raise_cancelled_error": True}
+        try:
+            result = await self.wrapper.reply(
+                message, system_prompt=self._system_prompt(index + 1), job_tools=[], builtin_tools=[],
+                react_config=react, session_id=session,
+            )
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise ExtractionStopped("agent_failed", f"Summary repair failed: {type(exc).__name__}: {exc}") from exc
+        reason = stop_reason(result)
+        if reason:
+            raise ExtractionStopped("agent_interrupted", f"Summary repair did not finish: {reason}.")
+        return agent_reply_result_text(result)
+
+    def _check_pending_writes(self, index: int) -> None:
+        """A segment whose own writes are still index-pending cannot advance."""
+        pending = sorted({e["path"] for e in self._ledger(index)} & set(self.memory.pending))
+        if pending:
+            self.checkpoint["saved_reply"] = None  # resume lets the agent correct them
+            self._save()
+            raise ExtractionStopped(
+                "pending_writes",
+                f"Segment {index + 1} has writes that are not indexed yet: {', '.join(pending)}. Resume with the "
+                "same request_id: the agent runs the segment again with its operation ledger and corrects them.",
+            )
+
+    def _written(self) -> dict[str, list[str]]:
+        """Experiences created and updated by this import (from the ledgers), each path once."""
+        created, updated = {}, {}
+        for entries in self.checkpoint.get("ledgers", {}).values():
+            for e in entries:
+                if e["status"] == "created":
+                    created[e["path"]] = True
+                elif e["status"] == "updated" and e["path"] not in created:
+                    updated[e["path"]] = True
+        return {"created": list(created), "updated": list(updated)}
+
+
+def make_progress(logger) -> Callable[[str], None]:
+    """Progress to ReMe's log and, in a terminal, to stderr."""
+    tty = sys.stderr.isatty()
+
+    def report(message: str) -> None:
+        logger.info(f"procedure import: {message}")
+        if tty:
+            print(f"[procedure-memory] {message}", file=sys.stderr, flush=True)
+
+    return report
+
+
+def raise_as_procedure_error(exc: ExtractionStopped) -> ProcedureError:
+    """An ExtractionStopped as the job's failure."""
+    return ProcedureError(exc.code, exc.message, status="incomplete")

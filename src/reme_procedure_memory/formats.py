@@ -1,0 +1,65 @@
+"""Reading trajectories: plain text (extensionless too), Markdown, JSON, JSONL and logs.
+
+The extraction reads the decoded text itself, so JSON and JSONL keep every field. ``decode_trajectory`` checks
+that the bytes are what their extension says; anything else raises UnsupportedTrajectory / MalformedTrajectory
+with a message that names the problem (the saved copy is kept either way).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import PurePosixPath
+
+TEXT_SUFFIXES = {"", ".txt", ".text", ".log", ".md", ".markdown"}
+JSON_SUFFIXES = {".json"}
+JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+SUPPORTED = sorted((TEXT_SUFFIXES | JSON_SUFFIXES | JSONL_SUFFIXES) - {""})
+
+
+class UnsupportedTrajectory(ValueError):
+    """The file's format is not one the import reads."""
+
+
+class MalformedTrajectory(ValueError):
+    """The file claims a supported format but its content does not match it."""
+
+
+def trajectory_format(filename: str) -> str:
+    """``text``, ``json`` or ``jsonl`` by extension (case-insensitive); raise UnsupportedTrajectory otherwise."""
+    suffix = PurePosixPath(filename).suffix.lower()
+    if suffix in JSON_SUFFIXES:
+        return "json"
+    if suffix in JSONL_SUFFIXES:
+        return "jsonl"
+    if suffix in TEXT_SUFFIXES:
+        return "text"
+    raise UnsupportedTrajectory(
+        f"{filename!r} has an unsupported extension {suffix!r}; supported: plain text (also without extension), "
+        f"{', '.join(SUPPORTED)}",
+    )
+
+
+def decode_trajectory(data: bytes, filename: str) -> str:
+    """The decoded text of a trajectory after checking its format; raise Unsupported/MalformedTrajectory."""
+    kind = trajectory_format(filename)
+    if b"\x00" in data:
+        raise UnsupportedTrajectory(f"{filename!r} contains NUL bytes: binary files are not trajectories")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise MalformedTrajectory(f"{filename!r} is not UTF-8 text ({exc})") from None
+    if not text.strip():
+        raise MalformedTrajectory(f"{filename!r} is empty")
+    if kind == "json":
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise MalformedTrajectory(f"{filename!r} is not valid JSON: {exc}") from None
+    elif kind == "jsonl":
+        for number, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise MalformedTrajectory(f"{filename!r} line {number} is not valid JSON: {exc}") from None
+    return text
