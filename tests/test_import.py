@@ -67,18 +67,22 @@ async def test_import_copies_bytes_and_extracts_an_experience(make_app, tmp_path
         call = app.agent.replies[0]
         assert sorted(call["kwargs"]["job_tools"]) == sorted(
             ["procedure_search", "procedure_read", "procedure_create", "procedure_update"])
-        assert set(call["kwargs"]["injected_job_kwargs"]) == {"_procedure_grant"}
+        assert call["kwargs"]["injected_job_kwargs"]["_procedure_sources"] == ["session/trajectories/run.jsonl"]
+        assert set(call["kwargs"]["injected_job_kwargs"]) == {"_procedure_grant", "_procedure_sources"}
         assert call["kwargs"]["builtin_tools"] == []
         assert call["kwargs"]["react_config"]["interruption_raise_cancelled_error"] is True
         assert '"tool_calls"' in call["prompt"] and "rebuilt 1200 documents" in call["prompt"]  # all fields kept
         # the grant is revoked after the run: forged or replayed writes fail
         grant = call["kwargs"]["injected_job_kwargs"]["_procedure_grant"]
         ok, forged = await run_job(app, "procedure_create", filename="x.json", description="d", when_to_use="w",
-                                   content="c", operation_key="k", _procedure_grant=grant,
+                                   content="c", operation_key="k", **call["kwargs"]["injected_job_kwargs"],
                                    tool_context_id=call["kwargs"]["tool_context_id"])
         assert not ok and forged["error"]["code"] == "no_active_extraction_run"
         ok, found = await run_job(app, "procedure_search", query="stale search config", index="when_to_use")
         assert found["results"][0]["path"] == "procedures/rebuild-search-after-config-change.json"
+        # no source.json and no public trace id anywhere
+        assert not list(ws.rglob("source.json"))
+        assert "trace_id" not in json.dumps(ans) and "trace_id" not in json.dumps(found)
 
 
 @pytest.mark.parametrize("name", ["run.jsonl", "run.json", "run.md", "run.log", "run.txt", "RUN"])

@@ -217,9 +217,11 @@ async def test_write_tools_fail_closed_without_a_live_grant(make_app):
         run = memory.begin_run("req-1", [add_trajectory(app)])
         attempts = [
             {},  # plain service-style call
-            {"_procedure_grant": "forged", "tool_context_id": run.context_id},
-            {"_procedure_grant": run.grant, "tool_context_id": "forged"},
+            {**run.injected(), "_procedure_grant": "forged", "tool_context_id": run.context_id},
+            {**run.injected(), "tool_context_id": "forged"},
             {"_procedure_grant": run.grant},
+            {**run.injected(), "_procedure_sources": ["session/trajectories/other.jsonl"],
+             "tool_context_id": run.context_id},  # forged sources
         ]
         for extra in attempts:
             for job in ("procedure_create", "procedure_update"):

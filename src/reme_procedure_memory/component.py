@@ -77,9 +77,10 @@ class Run:
     grant: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     ledger: list[dict] = field(default_factory=list)
 
-    def injected(self) -> dict[str, str]:
-        """The injected job kwargs of this run's tool calls (hidden from the model)."""
-        return {"_procedure_grant": self.grant}
+    def injected(self) -> dict[str, Any]:
+        """The injected job kwargs of this run's tool calls (hidden from the model): the write capability and the
+        run's original-source paths. ``tool_context_id`` (the run's id) travels beside them."""
+        return {"_procedure_grant": self.grant, "_procedure_sources": list(self.sources)}
 
 
 class ProcedureMemory(BaseComponent):
@@ -388,10 +389,15 @@ class ProcedureMemory(BaseComponent):
         """Revoke a run's grant."""
         self._runs.pop(run.context_id, None)
 
-    def run_for(self, context_id, grant) -> Run:
+    def run_for(self, context_id, grant, sources) -> Run:
         """The live run of a tool call, or NO_ACTIVE_RUN (fails closed for any missing or forged value)."""
         run = self._runs.get(context_id) if isinstance(context_id, str) else None
-        if run is None or not isinstance(grant, str) or not secrets.compare_digest(run.grant, grant):
+        if (
+            run is None
+            or not isinstance(grant, str)
+            or not secrets.compare_digest(run.grant, grant)
+            or sources != list(run.sources)
+        ):
             raise ProcedureError(
                 ErrorCode.NO_ACTIVE_RUN,
                 "procedure_create and procedure_update are only available to the extraction agent inside an "

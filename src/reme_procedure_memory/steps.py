@@ -115,7 +115,9 @@ class _WriteStep(ProcedureStep):
     """Create/update: only with the live grant of an active extraction run (injected, never from the model)."""
 
     def run_of_call(self):
-        return self.memory.run_for(self.arg("tool_context_id"), self.arg("_procedure_grant"))
+        return self.memory.run_for(
+            self.arg("tool_context_id"), self.arg("_procedure_grant"), self.arg("_procedure_sources"),
+        )
 
     def write_args(self) -> dict[str, Any]:
         assert self.context is not None
