@@ -73,9 +73,9 @@ class Run:
 
     scope: str
     sources: tuple[str, ...]
+    segment: int | None = None
     context_id: str = field(default_factory=lambda: secrets.token_hex(16))
     grant: str = field(default_factory=lambda: secrets.token_urlsafe(32))
-    ledger: list[dict] = field(default_factory=list)
 
     def injected(self) -> dict[str, Any]:
         """The injected job kwargs of this run's tool calls (hidden from the model): the write capability and the
@@ -373,15 +373,16 @@ class ProcedureMemory(BaseComponent):
 
     # -- extraction runs ----------------------------------------------------------------------------------------
 
-    def begin_run(self, scope: str, sources: list[str]) -> Run:
-        """Open an extraction run whose tools may create/update experiences citing ``sources``."""
+    def begin_run(self, scope: str, sources: list[str], segment: int | None = None) -> Run:
+        """Open an extraction run whose tools may create/update experiences citing ``sources``; its writes are
+        journaled under ``scope`` (the request id) and ``segment``."""
         checked = []
         for source in dict.fromkeys(sources):
             rel, target = resolve_inside(self.workspace_path, self.trajectory_rel_dir, source, what="trajectory")
             if not target.is_file():
                 raise ProcedureError(ErrorCode.NOT_FOUND, f"Source trajectory {rel} does not exist.")
             checked.append(rel)
-        run = Run(scope=scope, sources=tuple(checked))
+        run = Run(scope=scope, sources=tuple(checked), segment=segment)
         self._runs[run.context_id] = run
         return run
 
@@ -481,7 +482,7 @@ class ProcedureMemory(BaseComponent):
         experience = Experience.model_validate({**fields, "sources": list(run.sources)})
         op = Operation(
             scope=run.scope, key=key, tool="create", request=self._request_digest("create", args), path=rel,
-            target=experience.to_bytes().decode("utf-8"), expected_version=None,
+            target=experience.to_bytes().decode("utf-8"), expected_version=None, segment=run.segment,
         )
         assert self._write_lock is not None
         async with self._write_lock:
@@ -540,7 +541,7 @@ class ProcedureMemory(BaseComponent):
             experience = Experience.model_validate(merged)
             op = Operation(
                 scope=run.scope, key=key, tool="update", request=request, path=rel,
-                target=experience.to_bytes().decode("utf-8"), expected_version=expected,
+                target=experience.to_bytes().decode("utf-8"), expected_version=expected, segment=run.segment,
             )
             return await self._commit(run, op)
 
@@ -564,7 +565,6 @@ class ProcedureMemory(BaseComponent):
         except IndexFailure as exc:
             self.pending[op.path] = {"version": stored.version, "error": str(exc)}
             self.journal.set_status(op, INDEX_PENDING, str(exc))
-            self._record(run, op, "index_pending")
             raise ProcedureError(
                 ErrorCode.INDEX_PENDING,
                 f"{op.path} was saved (version {stored.version}) but could not be indexed: {exc}. The file is "
@@ -577,13 +577,8 @@ class ProcedureMemory(BaseComponent):
         self.journal.set_status(op, INDEXED)
         self.journal.supersede_path(op.path, keep=op)
         status = "created" if op.tool == "create" else "updated"
-        self._record(run, op, status)
         return {"status": status, "path": op.path, "version": stored.version, "operation_key": op.key,
                 "sources": list(stored.experience.sources)}
-
-    def _record(self, run: Run, op: Operation, status: str) -> None:
-        run.ledger.append({"operation_key": op.key, "tool": op.tool, "path": op.path,
-                           "version": op.target_version, "status": status})
 
     async def _replay(self, run: Run, existing: Operation, op: Operation) -> dict[str, Any]:
         """An operation key seen before: an identical retry resumes it, anything else is a conflict."""
@@ -736,7 +731,7 @@ class ProcedureMemory(BaseComponent):
                 checkpoint = {
                     "request_id": request_id, "fingerprint": fingerprint, "plugin_version": __version__,
                     "segments": bounds, "next_segment": 0, "summary": "", "memory_hint": hint,
-                    "saved_reply": None, "ledgers": {}, "status": "processing",
+                    "saved_reply": None, "status": "processing",
                 }
                 self.checkpoints.put(request_id, checkpoint)
             extraction = Extraction(self, wrapper, record, text, answer["format"], checkpoint, self.checkpoints,
@@ -754,11 +749,10 @@ class ProcedureMemory(BaseComponent):
 
     def _progress_of(self, extraction: Extraction) -> dict[str, Any]:
         checkpoint = extraction.checkpoint
-        written = extraction._written()
-        paths = {e["path"] for entries in checkpoint.get("ledgers", {}).values() for e in entries}
+        paths = {op.path for op in self.journal.records(extraction.record.request_id)}
         return {
             "segments": {"done": checkpoint["next_segment"], "total": len(checkpoint["segments"])},
-            "experiences": written,
+            "experiences": extraction.written(),
             "pending_writes": [self._pending_entry(p) for p in sorted(paths & set(self.pending))],
         }
 

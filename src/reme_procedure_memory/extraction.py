@@ -27,7 +27,7 @@ import yaml
 from reme.steps.evolve._evolve import agent_reply_result_text
 
 from .schema import ErrorCode, ProcedureError
-from .store import CheckpointStore
+from .store import ABANDONED, INDEX_PENDING, INTENT, CheckpointStore
 from .tokens import TokenizerUnavailable
 
 TOOLS = ("procedure_search", "procedure_read", "procedure_create", "procedure_update")
@@ -102,8 +102,9 @@ class Extraction:
     def _save(self) -> None:
         self.checkpoints.put(self.record.request_id, self.checkpoint)
 
-    def _ledger(self, index: int) -> list[dict]:
-        return self.checkpoint.setdefault("ledgers", {}).setdefault(str(index), [])
+    def _ledger(self, index: int):
+        """The operation ledger of a segment: its journaled writes (durable before each publish), oldest first."""
+        return [op for op in self.memory.journal.records(self.record.request_id) if op.segment == index]
 
     # -- prompts ------------------------------------------------------------------------------------------------
 
@@ -119,8 +120,8 @@ class Extraction:
         hint = self.checkpoint.get("memory_hint") or ""
         ledger = self._ledger(index)
         entries = "\n".join(
-            f"- {e['tool']} {e['path']} (operation_key {e['operation_key']}, {e['status']}, version {e['version']})"
-            for e in ledger
+            f"- {op.tool} {op.path} (operation_key {op.key}, {op.status}, version {op.target_version})"
+            for op in ledger
         )
         return PROMPTS["segment_user"].format(
             path=self.record.path, format=self.format, number=index + 1, total=len(self.checkpoint["segments"]),
@@ -169,7 +170,7 @@ class Extraction:
             self._check_pending_writes(index)
             self.checkpoint.update(next_segment=index + 1, summary=summary, saved_reply=None)
             self._save()
-            done = self._written()
+            done = self.written()
             self.progress(
                 f"segment {index + 1}/{len(segments)} done: {len(done['created'])} created, "
                 f"{len(done['updated'])} updated so far",
@@ -180,7 +181,7 @@ class Extraction:
         system, user = self._system_prompt(number), self._user_message(index)
         tokens = await self._check_context(system, user)
         self.progress(f"segment {number}/{total}: {tokens} input tokens, running the extraction agent")
-        run = self.memory.begin_run(self.record.request_id, [self.record.path])
+        run = self.memory.begin_run(self.record.request_id, [self.record.path], segment=index)
         attempt = self.checkpoint.setdefault("attempts", {}).get(str(index), 0) + 1
         self.checkpoint["attempts"][str(index)] = attempt
         session = str(uuid.uuid5(uuid.NAMESPACE_URL, f"procedure:{self.record.request_id}:{index}:{attempt}"))
@@ -196,7 +197,6 @@ class Extraction:
                 code, f"The extraction agent failed on segment {number}/{total}: {type(exc).__name__}: {exc}",
             ) from exc
         finally:
-            self._ledger(index).extend(run.ledger)
             self.memory.end_run(run)
             self._save()
         reason = stop_reason(result)
@@ -259,7 +259,7 @@ class Extraction:
 
     def _check_pending_writes(self, index: int) -> None:
         """A segment whose own writes are still index-pending cannot advance."""
-        pending = sorted({e["path"] for e in self._ledger(index)} & set(self.memory.pending))
+        pending = sorted({op.path for op in self._ledger(index) if op.status == INDEX_PENDING} & set(self.memory.pending))
         if pending:
             self.checkpoint["saved_reply"] = None  # resume lets the agent correct them
             self._save()
@@ -269,15 +269,16 @@ class Extraction:
                 "same request_id: the agent runs the segment again with its operation ledger and corrects them.",
             )
 
-    def _written(self) -> dict[str, list[str]]:
-        """Experiences created and updated by this import (from the ledgers), each path once."""
+    def written(self) -> dict[str, list[str]]:
+        """Experiences created and updated by this import (its journaled, published writes), each path once."""
         created, updated = {}, {}
-        for entries in self.checkpoint.get("ledgers", {}).values():
-            for e in entries:
-                if e["status"] == "created":
-                    created[e["path"]] = True
-                elif e["status"] == "updated" and e["path"] not in created:
-                    updated[e["path"]] = True
+        for op in self.memory.journal.records(self.record.request_id):
+            if op.status in (INTENT, ABANDONED):
+                continue
+            if op.tool == "create":
+                created[op.path] = True
+            elif op.path not in created:
+                updated[op.path] = True
         return {"created": list(created), "updated": list(updated)}
 
 

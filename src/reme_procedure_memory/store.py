@@ -194,6 +194,7 @@ class Operation:
     status: str = INTENT
     error: str = ""
     created_at: float = field(default_factory=time.time)
+    segment: int | None = None  # the extraction segment whose run made this write (its operation ledger)
 
     @property
     def target_bytes(self) -> bytes:
@@ -209,14 +210,25 @@ class Operation:
 
 
 class OperationJournal:
-    """Durable records of writes, one JSON file per scoped operation key under ``operations/``."""
+    """Durable records of writes: ``operations/<scope digest>/<scoped key digest>.json``.
+
+    One directory per scope (an import's request id) makes a scope's records — its operation ledger — cheap to list.
+    """
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
+    def _scope_dir(self, scope: str) -> Path:
+        return self.directory / hashlib.sha256(scope.encode("utf-8")).hexdigest()[:32]
+
     def _path(self, scope: str, key: str) -> Path:
         digest = hashlib.sha256(f"{scope}\0{key}".encode("utf-8")).hexdigest()
-        return self.directory / f"{digest}.json"
+        return self._scope_dir(scope) / f"{digest}.json"
+
+    def records(self, scope: str) -> list[Operation]:
+        """Every record of a scope, oldest first."""
+        found = [Operation(**raw) for p in self._scope_dir(scope).glob("*.json") if (raw := read_json(p))]
+        return sorted(found, key=lambda op: op.created_at)
 
     def get(self, scope: str, key: str) -> Operation | None:
         """The record of a scoped key, or None."""
@@ -237,7 +249,7 @@ class OperationJournal:
         if not self.directory.is_dir():
             return []
         found = []
-        for path in self.directory.glob("*.json"):
+        for path in self.directory.glob("*/*.json"):
             raw = read_json(path)
             if raw and raw.get("status") in (INTENT, PUBLISHED, INDEX_PENDING):
                 found.append(Operation(**raw))
