@@ -440,3 +440,13 @@ async def test_unavailable_tokenizer_is_a_resumable_failure(make_app, tmp_path, 
         assert ok and ans["status"] == "complete"
         assert hashlib.sha256((memory_of(app).workspace_path / ans["path"]).read_bytes()).hexdigest() == \
             hashlib.sha256(original.read_bytes()).hexdigest()
+
+
+async def test_memory_hint_focuses_the_prompt_and_source_id_is_kept(make_app, tmp_path):
+    original = write(tmp_path, "run.jsonl", JSONL)
+    async with make_app(scripts=[replies()]) as app:
+        ok, ans = await import_file(app, original, request_id="h1", memory_hint="focus on index rebuilds",
+                                    source_id="ci-run-42")
+        assert ok
+        assert "focus on index rebuilds" in app.agent.replies[0]["prompt"]
+        assert memory_of(app).imports.get("h1").source_id == "ci-run-42"
