@@ -106,6 +106,7 @@ class ProcedureMemory(BaseComponent):
         self._import_lock: asyncio.Lock | None = None
         self._lock_file: WorkspaceLock | None = None
         self._last_pending_retry = 0.0
+        self._journal: OperationJournal | None = None
 
     # -- paths --------------------------------------------------------------------------------------------------
 
@@ -126,7 +127,10 @@ class ProcedureMemory(BaseComponent):
 
     @property
     def journal(self) -> OperationJournal:
-        return OperationJournal(self.state_dir / "operations")
+        """The operation journal (one instance per start: it caches the records that are not final)."""
+        if self._journal is None:
+            self._journal = OperationJournal(self.state_dir / "operations")
+        return self._journal
 
     @property
     def imports(self) -> ImportRegistry:
@@ -161,6 +165,7 @@ class ProcedureMemory(BaseComponent):
 
     async def _close(self) -> None:
         self._runs.clear()
+        self._journal = None
         if self._lock_file is not None:
             self._lock_file.release()
 

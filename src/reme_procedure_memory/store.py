@@ -180,6 +180,9 @@ INTENT, PUBLISHED, INDEXED, INDEX_PENDING, SUPERSEDED, ABANDONED = (
 )
 
 
+OPEN_STATES = (INTENT, PUBLISHED, INDEX_PENDING)
+
+
 @dataclass
 class Operation:
     """One journaled write. ``scope`` is the extraction run's request id; ``key`` the agent's operation key."""
@@ -217,6 +220,9 @@ class OperationJournal:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        # Records whose outcome is not final, by (scope, key): scanned once, then kept current by ``put``, so a
+        # write never lists the whole journal.
+        self._open: dict[tuple[str, str], Operation] | None = None
 
     def _scope_dir(self, scope: str) -> Path:
         return self.directory / hashlib.sha256(scope.encode("utf-8")).hexdigest()[:32]
@@ -238,6 +244,11 @@ class OperationJournal:
     def put(self, op: Operation) -> None:
         """Durably write (or overwrite) a record."""
         write_json(self._path(op.scope, op.key), op.__dict__)
+        if self._open is not None:
+            if op.status in OPEN_STATES:
+                self._open[(op.scope, op.key)] = op
+            else:
+                self._open.pop((op.scope, op.key), None)
 
     def set_status(self, op: Operation, status: str, error: str = "") -> None:
         """Durably move a record to a new status."""
@@ -246,14 +257,14 @@ class OperationJournal:
 
     def open_records(self) -> list[Operation]:
         """Records whose outcome is not final (intent, published, index_pending), oldest first."""
-        if not self.directory.is_dir():
-            return []
-        found = []
-        for path in self.directory.glob("*/*.json"):
-            raw = read_json(path)
-            if raw and raw.get("status") in (INTENT, PUBLISHED, INDEX_PENDING):
-                found.append(Operation(**raw))
-        return sorted(found, key=lambda op: op.created_at)
+        if self._open is None:
+            self._open = {}
+            for path in self.directory.glob("*/*.json"):
+                raw = read_json(path)
+                if raw and raw.get("status") in OPEN_STATES:
+                    op = Operation(**raw)
+                    self._open[(op.scope, op.key)] = op
+        return sorted(self._open.values(), key=lambda op: op.created_at)
 
     def supersede_path(self, path: str, keep: Operation) -> None:
         """Mark every open record of ``path`` except ``keep`` as superseded (a later write replaced its intent)."""
