@@ -112,3 +112,11 @@ def test_exact_counts_with_the_real_qwen3_tokenizer():
     check(text, bounds, 2000, counter.count)
     assert sum(counter.count(text[s:e]) for s, e in bounds) >= counter.count(text) - len(bounds)
     assert all(counter.count(text[s:e]) > 1000 for s, e in bounds[:-1])
+
+
+def test_directory_without_tokenizer_json_loads_through_transformers(tmp_path):
+    (tmp_path / "vocab.txt").write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nhello\nworld\n")
+    (tmp_path / "tokenizer_config.json").write_text('{"tokenizer_class": "BertTokenizer", "do_lower_case": true}')
+    counter = TokenCounter(str(tmp_path))
+    assert counter.count("hello world hello") == 3
+    assert counter.encode("hello world")[0] == [4, 5]

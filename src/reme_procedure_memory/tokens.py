@@ -17,7 +17,9 @@ class TokenizerUnavailable(RuntimeError):
 
 
 class Encoder(Protocol):
-    """What the counter needs from a tokenizer: ids and character offsets of a text."""
+    """What the counter needs from a tokenizer: the number of tokens, and ids and character offsets of a text."""
+
+    def count(self, text: str) -> int: ...
 
     def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]: ...
 
@@ -30,6 +32,9 @@ class _HFTokenizers:
         tokenizer.no_padding()
         self._tokenizer = tokenizer
 
+    def count(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False))  # no id/offset lists: the hot path
+
     def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         encoding = self._tokenizer.encode(text, add_special_tokens=False)
         return encoding.ids, encoding.offsets
@@ -40,6 +45,9 @@ class _Transformers:
 
     def __init__(self, tokenizer) -> None:
         self._tokenizer = tokenizer
+
+    def count(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False))
 
     def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         if getattr(self._tokenizer, "is_fast", False):
@@ -98,7 +106,7 @@ class TokenCounter:
         """Exact number of tokens of ``text`` (no special tokens)."""
         if not text:
             return 0
-        return len(self.encoder.encode(text)[0])
+        return self.encoder.count(text)
 
     def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]:
         """Ids and character offsets of ``text``."""
