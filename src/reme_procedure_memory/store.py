@@ -18,7 +18,7 @@ import json
 import os
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -251,9 +251,9 @@ class OperationJournal:
                 self._open.pop((op.scope, op.key), None)
 
     def set_status(self, op: Operation, status: str, error: str = "") -> None:
-        """Durably move a record to a new status."""
+        """Durably move a record to a new status (``op`` changes only once the record is on disk)."""
+        self.put(replace(op, status=status, error=error))
         op.status, op.error = status, error
-        self.put(op)
 
     def open_records(self) -> list[Operation]:
         """Records whose outcome is not final (intent, published, index_pending), oldest first."""

@@ -1,0 +1,810 @@
+"""Search, create and reindex benchmark of the procedure-memory plugin, beside ReMe's stock ``local`` file store.
+
+Run from the repository root (a venv with the plugin installed)::
+
+    python benchmarks/search.py              # full run, 10,000 experiences
+    python benchmarks/search.py --quick      # smoke run, 1,000 experiences
+    python benchmarks/search.py --n 20000 --json /tmp/bench.json
+
+Everything is real ReMe except the embedding model: two in-process ``Application``s with
+``plugins=["procedure-memory"]`` from the shipped ``plugin.yaml`` (a ~100-experience and an N-experience workspace;
+creates alternate between them so machine load hits both series alike), real jobs, real ``ProcedureFileStore``s, BM25
+and file graphs, a real ``tokenizers`` word-level tokenizer file. The embedding model is a deterministic hashed random projection (1,024 dimensions); its
+vectors are computed before any timed section (the shared embedding cache is pre-warmed with every text a timed section
+embeds), so provider time is excluded from the create and search latencies. The run checks and prints that the model
+was called 0 times inside the timed sections.
+
+Measured side by side in one run (see ``benchmarks/README.md`` for the recorded numbers):
+
+1. hybrid search latency per view at N experiences, through ``ProcedureMemory.search`` (the procedure_search step's
+   code path) and end to end through ``app.run_job("procedure_search", ...)``, with a breakdown;
+2. create latency through the real ``procedure_create`` job tool path at 100 and at N experiences, and the ratio;
+   plus create at N when the operation journal holds N records (as if every experience had been created by the tool);
+3. full reindex (``procedure_reindex`` job) of N experiences, first run and a second run with cached embeddings;
+4. ReMe's stock ``local`` file store (``LocalFileStore``) on the same records and vectors: ``vector_search`` +
+   ``keyword_search`` + ``SearchStep._rrf_merge`` per view, and the stock/plugin ratio.
+
+Targets (2-core machine): search p50 <= 25 ms per view at 10k; create p50 at 10k within 2x of create p50 at 100;
+reindex of 10k with cached embeddings <= 20 s. PASS/FAIL is printed; nothing asserts on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import bisect
+import gc
+import hashlib
+import json
+import os
+import platform
+import random
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import zlib
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
+
+import numpy as np  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+LIBRARY = REPO.parent / "shared" / "data" / "experience-library" / "bfcl_qwen3_8b.jsonl"
+DIMENSIONS = 1024
+VIEWS = ("when_to_use", "when_to_use_content")
+SEARCH_LIMIT = 5
+STOCK_CANDIDATES = 50  # the plugin's candidate count at limit 5: min(200, max(50, 5 * limit))
+VECTOR_WEIGHT = 0.7
+SMALL_N = 100
+
+TARGET_SEARCH_MS = 25.0
+TARGET_CREATE_RATIO = 2.0
+TARGET_REINDEX_S = 20.0
+
+WORD = re.compile(r"\w+")
+
+
+# -- the fake embedding model ---------------------------------------------------------------------------------------
+
+
+class HashedProjectionEmbedding:
+    """A deterministic, cheap stand-in for an AgentScope embedding model (``await model(texts).embeddings``).
+
+    Each lowercase word is hashed (CRC32) to one of ``buckets`` rows of a seeded Gaussian matrix; a text's vector is
+    the normalised sum of its words' rows (a random projection of its hashed bag of words). Texts that share words
+    get similar vectors, which is enough to exercise ranking plumbing (never to judge retrieval quality).
+    """
+
+    def __init__(self, dimensions: int = DIMENSIONS, buckets: int = 4096, seed: int = 7) -> None:
+        self.dimensions = dimensions
+        self.model = "bench-hashed-projection"
+        self.table = np.random.default_rng(seed).standard_normal((buckets, dimensions)).astype(np.float32)
+        self.buckets = buckets
+        self.calls = 0
+        self.texts = 0
+        self.seconds = 0.0
+
+    def vector(self, text: str) -> np.ndarray:
+        rows = [zlib.crc32(w.encode()) % self.buckets for w in WORD.findall(text.lower())] or [0]
+        vec = self.table[rows].sum(axis=0)
+        return vec / max(float(np.linalg.norm(vec)), 1e-12)
+
+    async def __call__(self, inputs, **kwargs):
+        started = time.perf_counter()
+        out = [self.vector(str(t)) for t in inputs]
+        self.calls += 1
+        self.texts += len(inputs)
+        self.seconds += time.perf_counter() - started
+        return SimpleNamespace(embeddings=out)
+
+
+def write_word_tokenizer(path: Path) -> Path:
+    """A real ``tokenizers`` file whose tokens are words and single punctuation marks (as tests/helpers.py)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel(vocab={"[UNK]": 0}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(path))
+    return path
+
+
+# -- a realistic, varied corpus -------------------------------------------------------------------------------------
+
+VERBS = (
+    "verify check validate confirm inspect fetch retrieve update create delete rename move copy archive restore "
+    "rebuild reindex configure deploy rollback migrate authenticate authorize refresh schedule cancel retry "
+    "compare summarize export import normalize parse filter sort paginate lock unlock start stop restart book "
+    "transfer convert estimate calculate notify escalate approve reject register resolve"
+).split()
+NOUNS = (
+    "account balance booking calendar cache certificate channel cluster config credential customer dataset "
+    "deadline dependency directory document driver endpoint engine environment file flight folder fuel invoice "
+    "ticket message order package parameter password payment permission pipeline portfolio price quota record "
+    "reservation schema secret server session snapshot stock symbol table tenant timeout token trade trip user "
+    "vehicle version watchlist workspace index queue budget report route tire door brake currency exchange"
+).split()
+QUALIFIERS = (
+    "current pending stale missing duplicate expired locked remote local primary secondary partial complete "
+    "invalid valid latest previous temporary persistent shared private empty large nested unknown failed"
+).split()
+CLAUSES = (
+    "especially when the {n1} of the {n2} is {q} and the user expects a {n3} afterwards",
+    "or whenever a {n1} request arrives while the {n2} is {q}",
+    "in particular for the {x} {n1} where the {n2} must be {q} before you {v} it",
+    "typically after the user mentions {x} or {y} together with a {q} {n1}",
+    "and the previous attempt to {v} the {n1} failed because the {n2} was {q}",
+    "including cases where several {n1} entries share the same {n2} in {x}",
+    "when the {n1} belongs to the {x} tenant and its {n2} has to stay {q}",
+)
+STEPS = (
+    "Call {t} with the {n1} identifier and confirm the response lists the {q} {n2}.",
+    "Before you {v} the {n1}, read the {n2} and make sure it is not {q}.",
+    "If the {n1} is {q}, {v} the {n2} first and only then retry {t}.",
+    "Record the {n1} returned by {t} so that later steps reuse it instead of asking the user again.",
+    "Use {t} to {v} the {n1} of {x}; pass the exact {n2} value, never a guessed one.",
+    "Compare the {q} {n1} with the {n2} from the previous step and stop if they differ.",
+    "Report the final {n1} and {n2} to the user in one short message, including {x} when relevant.",
+    "Do not {v} the {n1} twice: check {t} for an existing {q} {n2} first.",
+)
+
+
+def _syllable_words(rng: random.Random, count: int) -> list[str]:
+    """Pseudo-words (project, product and host names) for a realistic long-tailed vocabulary."""
+    onsets, vowels, codas = "b c d f g h k l m n p r s t v z br cl dr gr pl st tr".split(), "a e i o u ai ou".split(), \
+        ["", "n", "r", "s", "x", "l", "m"]
+    words: set[str] = set()
+    while len(words) < count:
+        word = "".join(rng.choice(onsets) + rng.choice(vowels) for _ in range(rng.randint(2, 3))) + rng.choice(codas)
+        if rng.random() < 0.15:
+            word += str(rng.randint(2, 99))
+        words.add(word)
+    return sorted(words)
+
+
+class Corpus:
+    """Deterministic experience texts built from the BFCL experience library plus a synthetic vocabulary.
+
+    when-to-use: 20-60 words; content: 100-300 words in numbered steps; description: one line (< 30 words).
+    """
+
+    def __init__(self, seed: int = 1) -> None:
+        self.rng = random.Random(seed)
+        self.records = [json.loads(line) for line in LIBRARY.read_text(encoding="utf-8").splitlines() if line.strip()]
+        self.lexicon = _syllable_words(self.rng, 6000)
+        weights = [1.0 / (rank + 1) ** 1.07 for rank in range(len(self.lexicon))]  # Zipf-like
+        self._cum = list(np.cumsum(weights) / sum(weights))
+        self.tools = sorted({t for r in self.records for t in re.findall(r"\b[a-z]+(?:_[a-z]+)+\b", r["content"])}) or \
+            ["get_status"]
+        self.library_steps = [
+            s.strip(" -0123456789.") + "."
+            for r in self.records
+            for s in re.split(r"\n|(?<=\.)\s+", r["content"])
+            if len(s.split()) >= 4
+        ]
+
+    def lex(self) -> str:
+        return self.lexicon[min(bisect.bisect_left(self._cum, self.rng.random()), len(self.lexicon) - 1)]
+
+    def _fill(self, template: str) -> str:
+        r = self.rng
+        return template.format(
+            n1=r.choice(NOUNS), n2=r.choice(NOUNS), n3=r.choice(NOUNS), q=r.choice(QUALIFIERS), v=r.choice(VERBS),
+            t=r.choice(self.tools), x=self.lex(), y=self.lex(),
+        )
+
+    @staticmethod
+    def _cut(words: list[str], n: int) -> str:
+        text = " ".join(words[:n]).rstrip(",;:")
+        return text if text.endswith(".") else text + "."
+
+    def experience(self, index: int) -> dict[str, str]:
+        r = self.rng
+        base = r.choice(self.records)
+        meta = base.get("metadata") or {}
+        # when-to-use: the library sentence, its generalised query, then clauses until the target length
+        target = r.randint(20, 60)
+        words = base["when_to_use"].rstrip(". ").split()
+        generalized = meta.get("generalized_query") or ""
+        if generalized:
+            words += ["-", "for", "example:"] + generalized[0].lower().split() + generalized.split()[1:]
+        while len(words) < target:
+            words += self._fill(r.choice(CLAUSES)).split()
+        when_to_use = self._cut(words, target)
+        # content: numbered steps from the library and synthetic steps until the target length
+        target = r.randint(100, 300)
+        steps: list[str] = [s.strip() for s in base["content"].split("\n") if s.strip()]
+        steps = [re.sub(r"^\d+\.\s*", "", s) for s in steps]
+        count = sum(len(s.split()) for s in steps)
+        while count < target:
+            step = r.choice(self.library_steps) if r.random() < 0.4 else self._fill(r.choice(STEPS))
+            steps.append(step)
+            count += len(step.split())
+        lines, used = [], 0
+        for number, step in enumerate(steps, 1):
+            w = step.split()
+            if used + len(w) > target:
+                w = w[: max(3, target - used)]
+            lines.append(f"{number}. " + self._cut(w, len(w)))
+            used += len(w)
+            if used >= target:
+                break
+        content = "\n".join(lines)
+        description = self._cut(
+            (generalized or base["when_to_use"]).rstrip(". ").split()[:14] + ["in", self.lex()], 16,
+        )
+        slug = "-".join(re.findall(r"[a-z0-9]+", description.lower())[:6]) or "experience"
+        return {
+            "filename": f"{slug}-{index:06d}.json",
+            "description": description,
+            "when_to_use": when_to_use,
+            "content": content,
+        }
+
+    def query(self, experiences: list[dict[str, str]]) -> str:
+        """A search query: a library task query, or a window of an experience's when-to-use with substitutions."""
+        r = self.rng
+        if r.random() < 0.3:
+            return (r.choice(self.records).get("metadata") or {}).get("task_query") or r.choice(self.records)[
+                "when_to_use"]
+        words = r.choice(experiences)["when_to_use"].rstrip(".").split()
+        size = min(len(words), r.randint(6, 14))
+        start = r.randint(0, len(words) - size)
+        window = words[start:start + size]
+        for _ in range(r.randint(0, 2)):
+            window[r.randrange(len(window))] = r.choice([*NOUNS, *VERBS, self.lex()])
+        return " ".join(window)
+
+
+def experience_bytes(exp: dict[str, str], source: str) -> bytes:
+    """An experience file exactly as the plugin writes it (4 fields, two-space indent, trailing newline)."""
+    obj = {"description": exp["description"], "when-to-use": exp["when_to_use"], "content": exp["content"],
+           "sources": [source]}
+    return (json.dumps(obj, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+
+
+def view_texts(exp: dict[str, str]) -> list[str]:
+    """The texts both views embed for an experience (as views.view_text)."""
+    return [exp["when_to_use"], exp["when_to_use"] + "\n\n" + exp["content"]]
+
+
+# -- measurement helpers --------------------------------------------------------------------------------------------
+
+
+def pct(values: list[float], q: float) -> float:
+    return float(np.percentile(np.asarray(values), q)) if values else float("nan")
+
+
+def summary_ms(seconds: list[float]) -> dict[str, float]:
+    ms = [s * 1000 for s in seconds]
+    return {"p50_ms": pct(ms, 50), "p95_ms": pct(ms, 95), "mean_ms": statistics.fmean(ms) if ms else float("nan"),
+            "count": len(ms)}
+
+
+async def timed(fn, *args, **kwargs):
+    started = time.perf_counter()
+    result = await fn(*args, **kwargs)
+    return time.perf_counter() - started, result
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def stock_components() -> dict:
+    """Two plain ReMe ``local`` file stores (own BM25 + graph each) sharing the plugin's embedding store."""
+    out: dict = {"keyword_index": {}, "file_graph": {}, "file_store": {}}
+    for view in VIEWS:
+        name = f"stock_{view}"
+        out["keyword_index"][name] = {"backend": "bm25", "tokenizer": "procedure"}
+        out["file_graph"][name] = {"backend": "local"}
+        out["file_store"][name] = {"backend": "local", "embedding_store": "procedure", "keyword_index": name,
+                                   "file_graph": name, "tag_index": ""}
+    return out
+
+
+# -- the benchmark --------------------------------------------------------------------------------------------------
+
+
+class Site:
+    """One workspace with a started Application (the plugin from the shipped plugin.yaml) and an open extraction run."""
+
+    def __init__(self, bench: "Bench", name: str, stock: bool) -> None:
+        self.bench = bench
+        self.name = name
+        self.ws = bench.root / name
+        self.with_stock = stock
+        self.app = None
+        self.memory = None
+        self.run = None
+        self.source = ""
+
+    def build_app(self):
+        from reme.application import Application
+
+        components = {
+            "procedure_memory": {
+                "default": {"tokenizer_source": str(self.bench.tokenizer), "pending_retry_seconds": 0},
+            },
+            "as_embedding": {"procedure": {"dimensions": DIMENSIONS}},
+            "embedding_store": {"procedure": {"max_cache_size": max(50_000, 3 * self.bench.n + 10_000)}},
+            **(stock_components() if self.with_stock else {}),
+        }
+        app = Application(
+            plugins=["procedure-memory"],
+            workspace_dir=str(self.ws),
+            service={"backend": "cli"},
+            enable_logo=False,
+            log_to_console=False,
+            log_to_file=False,
+            components=components,
+        )
+        app.context.components["as_embedding"]["procedure"].model = self.bench.model
+        return app
+
+    async def start(self) -> float:
+        self.app = self.build_app()
+        seconds, _ = await timed(self.app.start)
+        self.memory = self.app.context.components["procedure_memory"]["default"]
+        rel = f"{self.memory.trajectory_rel_dir}/bench-run.jsonl"
+        target = self.memory.workspace_path / rel
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text('{"role": "user", "content": "benchmark trajectory"}\n', encoding="utf-8")
+        self.source = rel
+        self.run = self.memory.begin_run(f"bench-{self.name}", [rel])
+        return seconds
+
+    async def close(self) -> None:
+        if self.app is not None:
+            await self.app.close()
+            self.app = None
+
+    def store(self, view: str):
+        return self.memory.views.stores[view]
+
+    def stock(self, view: str):
+        return self.app.context.components["file_store"][f"stock_{view}"]
+
+    def write_files(self, experiences: list[dict[str, str]]) -> None:
+        """Write experience JSON files directly (valid 4-field JSON), as a bulk fixture."""
+        directory = self.memory.workspace_path / self.memory.settings.procedure_dir
+        directory.mkdir(parents=True, exist_ok=True)
+        for exp in experiences:
+            (directory / exp["filename"]).write_bytes(experience_bytes(exp, self.source))
+
+    def count(self) -> int:
+        return len(self.memory.files.paths())
+
+    async def reindex(self) -> dict:
+        model = self.bench.model
+        gc.collect()
+        calls_before, texts_before, model_s_before = model.calls, model.texts, model.seconds
+        seconds, response = await timed(self.app.run_job, "procedure_reindex")
+        answer = json.loads(response.answer)
+        assert response.success and answer["status"] == "complete", answer
+        return {
+            "seconds": seconds,
+            "step_seconds": answer["seconds"],
+            "indexed": answer["indexed"],
+            "provider_calls": model.calls - calls_before,
+            "provider_texts": model.texts - texts_before,
+            "provider_seconds": model.seconds - model_s_before,
+        }
+
+    async def create(self, exp: dict[str, str], key: str) -> float:
+        """One create through the real procedure_create job tool path; returns its wall time."""
+        seconds, response = await timed(
+            self.app.run_job,
+            "procedure_create",
+            filename=exp["filename"],
+            description=exp["description"],
+            when_to_use=exp["when_to_use"],
+            content=exp["content"],
+            operation_key=key,
+            **self.run.injected(),  # the run's hidden job kwargs (grant, ...), as the agent wrapper injects them
+            tool_context_id=self.run.context_id,
+        )
+        answer = json.loads(response.answer)
+        if not response.success or answer.get("status") != "created":
+            raise RuntimeError(f"create failed: {answer}")
+        return seconds
+
+    def write_journal_history(self, count: int) -> int:
+        """Simulate the journal of a workspace whose experiences were all created by the tool: one final
+        (``indexed``) record per existing experience, in the plugin's own record format (no fsync: a fixture)."""
+        from reme_procedure_memory.store import INDEXED, Operation
+
+        journal = self.memory.journal
+        paths = self.memory.files.paths()[:count]
+        for k, rel in enumerate(paths):
+            data = self.memory.files.read_bytes(rel)
+            op = Operation(scope=f"history-{k // 50}", key=f"history-{k}", tool="create",
+                           request=hashlib.sha256(rel.encode()).hexdigest(), path=rel,
+                           target=data.decode("utf-8"), expected_version=None, status=INDEXED)
+            path = journal._path(op.scope, op.key)  # the journal's own layout (flat or sharded by scope)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(op.__dict__, ensure_ascii=False, indent=1, sort_keys=True) + "\n",
+                            encoding="utf-8")
+        return len(paths)
+
+
+class Bench:
+    def __init__(self, args) -> None:
+        self.args = args
+        self.n: int = args.n
+        self.results: dict = {"config": {}, "search": {}, "create": {}, "reindex": {}, "stock": {}, "info": {}}
+        self.root = Path(args.workdir).resolve() if args.workdir else Path(tempfile.mkdtemp(prefix="reme-proc-bench-"))
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.tokenizer = write_word_tokenizer(self.root / "tokenizer" / "tokenizer.json")
+        self.model = HashedProjectionEmbedding(DIMENSIONS, seed=args.seed)
+        self.corpus = Corpus(seed=args.seed)
+        self.experiences: list[dict[str, str]] = []
+        self.small = Site(self, "ws-small", stock=False)  # ~100 experiences
+        self.big = Site(self, "ws-big", stock=True)  # N experiences, plus the stock stores
+        self.keys = 0
+
+    def take(self, count: int) -> list[dict[str, str]]:
+        """``count`` new experiences (never used before, so creates never collide)."""
+        first = len(self.experiences)
+        for i in range(first, first + count):
+            self.experiences.append(self.corpus.experience(i))
+        return self.experiences[first:]
+
+    async def prewarm(self, texts: list[str]) -> None:
+        """Put texts in the shared cache of both sites (one provider call per batch, outside any timed section)."""
+        for site in (self.small, self.big):
+            if site.memory is not None:
+                await site.memory.embedding_store.get_embeddings(texts)
+
+    def key(self) -> str:
+        self.keys += 1
+        return f"bench-create-{self.keys}"
+
+    # -- phases --------------------------------------------------------------------------------------------------
+
+    async def creates(self, sites: list[Site], count: int, warmup: int) -> list[dict]:
+        """Alternate creates between ``sites`` (so load from other processes hits every series alike); time all but
+        the first ``warmup`` of each site."""
+        batches = [self.take(warmup + count) for _ in sites]
+        await self.prewarm([t for batch in batches for exp in batch for t in view_texts(exp)])
+        before = [site.count() for site in sites]
+        calls_before = self.model.calls
+        latencies: list[list[float]] = [[] for _ in sites]
+        gc.collect()
+        for j in range(warmup + count):
+            for s, site in enumerate(sites):
+                seconds = await site.create(batches[s][j], self.key())
+                if j >= warmup:
+                    latencies[s].append(seconds)
+        calls = self.model.calls - calls_before
+        out = []
+        for s, site in enumerate(sites):
+            item = summary_ms(latencies[s])
+            item.update({"experiences_before": before[s] + warmup, "experiences_after": site.count(),
+                         "provider_calls_during_creates": calls})
+            out.append(item)
+        return out
+
+    async def search_latencies(self, queries: list[str]) -> None:
+        """Plugin search per view, interleaved per query: component, fusion only (no file reads), the vector and
+        keyword parts alone, and run_job end to end."""
+        site = self.big
+        memory = site.memory
+        for view in VIEWS:
+            for q in queries[: min(10, len(queries))]:
+                await memory.search(q, view, SEARCH_LIMIT)
+                await site.app.run_job("procedure_search", query=q, index=view, limit=SEARCH_LIMIT)
+        series = {view: {k: [] for k in ("component", "fusion_only", "vector_part", "keyword_part", "run_job")}
+                  for view in VIEWS}
+        gc.collect()
+        calls_before = self.model.calls
+        for q in queries:
+            for view in VIEWS:
+                store, out = site.store(view), series[view]
+                s, answer = await timed(memory.search, q, view, SEARCH_LIMIT)
+                assert answer["status"] == "ok" and "vector_search" not in answer, answer
+                out["component"].append(s)
+                s, response = await timed(site.app.run_job, "procedure_search", query=q, index=view,
+                                          limit=SEARCH_LIMIT)
+                assert response.success, response.answer
+                out["run_job"].append(s)
+                s, _ = await timed(memory.views.search, view, q, SEARCH_LIMIT, VECTOR_WEIGHT)
+                out["fusion_only"].append(s)
+                qvec, error = await memory.views.query_vector(q)
+                assert error is None, error
+                started = time.perf_counter()
+                store.nearest(qvec, STOCK_CANDIDATES)
+                out["vector_part"].append(time.perf_counter() - started)
+                s, _ = await timed(store.keyword_search, q, STOCK_CANDIDATES, {})
+                out["keyword_part"].append(s)
+        calls = self.model.calls - calls_before
+        for view in VIEWS:
+            self.results["search"][view] = {k: summary_ms(v) for k, v in series[view].items()}
+            self.results["search"][view]["provider_calls_during_search"] = calls
+            log(f"search {view}: component p50 {self.results['search'][view]['component']['p50_ms']:.2f} ms, "
+                f"run_job p50 {self.results['search'][view]['run_job']['p50_ms']:.2f} ms")
+
+    async def stock_search(self, queries: list[str]) -> None:
+        """ReMe's stock local store on the same records and vectors: vector_search + keyword_search + _rrf_merge
+        (as SearchStep does, candidates 50, vector weight 0.7)."""
+        from reme.schema import FileChunk
+        from reme.steps.index.search import SearchStep
+
+        site = self.big
+        for view in VIEWS:
+            plugin_store, stock = site.store(view), site.stock(view)
+            await stock.clear()
+            nodes = {n.path: n for n in await plugin_store.get_nodes()}
+            items = []
+            for chunk in plugin_store.file_chunks.values():
+                copy = FileChunk(id=chunk.id, path=chunk.path, start_line=chunk.start_line, end_line=chunk.end_line,
+                                 text=chunk.text, embedding=chunk.embedding, metadata=dict(chunk.metadata))
+                items.append((nodes[chunk.path].model_copy(deep=True), [copy]))
+            started = time.perf_counter()
+            for start in range(0, len(items), 200):
+                await stock.upsert(items[start:start + 200])
+            fill = time.perf_counter() - started
+            assert len(stock.file_chunks) == len(plugin_store.file_chunks)
+
+            for q in queries[:3]:
+                await stock.vector_search(q, STOCK_CANDIDATES, {})
+            gc.collect()
+            calls_before = self.model.calls
+            total, vec, kw, plugin, agree = [], [], [], [], []
+            for q in queries:
+                started = time.perf_counter()
+                vector_hits, keyword_hits = await asyncio.gather(
+                    stock.vector_search(q, STOCK_CANDIDATES, {}),
+                    stock.keyword_search(q, STOCK_CANDIDATES, {}),
+                )
+                fused = SearchStep._rrf_merge(vector_hits, keyword_hits, VECTOR_WEIGHT)
+                total.append(time.perf_counter() - started)
+                s, (plugin_fused, _) = await timed(site.memory.views.search, view, q, SEARCH_LIMIT, VECTOR_WEIGHT)
+                plugin.append(s)
+                s, _ = await timed(stock.vector_search, q, STOCK_CANDIDATES, {})
+                vec.append(s)
+                s, _ = await timed(stock.keyword_search, q, STOCK_CANDIDATES, {})
+                kw.append(s)
+                top_stock = {c.path for c in fused[:SEARCH_LIMIT]}
+                top_plugin = {f.path for f in plugin_fused[:SEARCH_LIMIT]}
+                agree.append(len(top_stock & top_plugin) / max(1, len(top_plugin)))
+            hybrid, same_queries = summary_ms(total), summary_ms(plugin)
+            self.results["stock"][view] = {
+                "fill_seconds": fill,
+                "hybrid": hybrid,
+                "plugin_fusion_same_queries": same_queries,
+                "ratio_stock_over_plugin": hybrid["p50_ms"] / same_queries["p50_ms"],
+                "vector_search": summary_ms(vec),
+                "keyword_search": summary_ms(kw),
+                "top5_overlap_with_plugin": statistics.fmean(agree) if agree else float("nan"),
+                "provider_calls_during_search": self.model.calls - calls_before,
+            }
+            await stock.clear()  # keep close() cheap; the stock stores are not part of the plugin
+            log(f"stock {view}: hybrid p50 {hybrid['p50_ms']:.1f} ms")
+
+    async def main(self) -> dict:
+        a, r = self.args, self.results
+        r["config"] = {
+            "n": self.n, "queries": a.queries, "stock_queries": min(a.stock_queries, a.queries), "creates": a.creates,
+            "journal_creates": a.journal_creates, "warmup": a.warmup, "dimensions": DIMENSIONS,
+            "limit": SEARCH_LIMIT, "candidates": STOCK_CANDIDATES, "vector_weight": VECTOR_WEIGHT, "seed": a.seed,
+            "workdir": str(self.root),
+        }
+        r["info"]["loadavg_start"] = os.getloadavg()
+        log(f"workdir {self.root}")
+        await self.small.start()
+        await self.big.start()
+
+        # the small workspace: 100 experiences written directly, indexed by the reindex job
+        self.small.write_files(self.take(SMALL_N))
+        await self.small.reindex()
+
+        # the big workspace: N experiences written directly; reindex twice (2nd run: embeddings cached)
+        started = time.perf_counter()
+        self.big.write_files(self.take(self.n))
+        r["info"]["write_files_seconds"] = time.perf_counter() - started
+        log(f"{self.big.count()} experience files; reindex (1st, embeddings not cached) ...")
+        r["reindex"]["first"] = await self.big.reindex()
+        log(f"reindex 1st {r['reindex']['first']['seconds']:.2f} s; reindex (2nd, cached) ...")
+        r["reindex"]["cached"] = await self.big.reindex()
+        log(f"reindex cached {r['reindex']['cached']['seconds']:.2f} s")
+        r["info"]["experiences_at_search"] = self.big.count()
+        r["info"]["corpus_words"] = {
+            "when_to_use_mean": statistics.fmean(len(e["when_to_use"].split()) for e in self.experiences),
+            "content_mean": statistics.fmean(len(e["content"].split()) for e in self.experiences),
+        }
+
+        # search at N: the plugin, then the stock store on the same records and vectors
+        queries = [self.corpus.query(self.experiences) for _ in range(a.queries)]
+        await self.prewarm(queries)
+        await self.search_latencies(queries)
+        await self.stock_search(queries[: min(a.stock_queries, a.queries)])
+
+        # create at 100 and at N, alternating between the two workspaces
+        log("creates at 100 and at N (alternating) ...")
+        r["create"]["at_100"], r["create"]["at_n"] = await self.creates([self.small, self.big], a.creates, a.warmup)
+
+        # create at N when the operation journal holds N records (a workspace whose experiences came from the tool)
+        if a.journal_creates > 0:
+            written = self.big.write_journal_history(self.n)
+            log(f"creates at N with {written} journal records (alternating with the small workspace) ...")
+            small, big = await self.creates([self.small, self.big], a.journal_creates, 1)
+            big["journal_records"] = written
+            big["small_p50_same_run_ms"] = small["p50_ms"]
+            r["create"]["at_n_with_journal"] = big
+
+        # restart the big workspace: load both views and reconcile N files
+        await self.small.close()
+        await self.big.close()
+        r["info"]["restart_seconds"] = await self.big.start()
+        await self.big.close()
+        r["info"]["loadavg_end"] = os.getloadavg()
+        r["info"]["provider"] = {"calls": self.model.calls, "texts": self.model.texts, "seconds": self.model.seconds,
+                                 "us_per_text": 1e6 * self.model.seconds / max(1, self.model.texts)}
+        return r
+
+
+# -- report ---------------------------------------------------------------------------------------------------------
+
+
+def verdict(ok: bool) -> str:
+    return "PASS" if ok else "FAIL"
+
+
+def report(r: dict) -> str:
+    n = r["config"]["n"]
+    lines = []
+    row = "| {:<64} | {:>10} | {:>10} | {:<26} |".format
+    lines.append(row("measurement", "p50", "p95", "target"))
+    lines.append("|" + "-" * 66 + "|" + "-" * 12 + "|" + "-" * 12 + "|" + "-" * 28 + "|")
+    for view in VIEWS:
+        s, st = r["search"][view], r["stock"][view]
+        ok = s["component"]["p50_ms"] <= TARGET_SEARCH_MS
+        lines.append(row(f"search {view} @ {n}: ProcedureMemory.search",
+                         f"{s['component']['p50_ms']:.2f} ms", f"{s['component']['p95_ms']:.2f} ms",
+                         f"<= {TARGET_SEARCH_MS:g} ms  {verdict(ok)}"))
+        lines.append(row(f"search {view} @ {n}: run_job procedure_search",
+                         f"{s['run_job']['p50_ms']:.2f} ms", f"{s['run_job']['p95_ms']:.2f} ms",
+                         f"<= {TARGET_SEARCH_MS:g} ms  {verdict(s['run_job']['p50_ms'] <= TARGET_SEARCH_MS)}"))
+        lines.append(row("  plugin fusion only (Views.search, no file reads)",
+                         f"{s['fusion_only']['p50_ms']:.2f} ms", f"{s['fusion_only']['p95_ms']:.2f} ms", ""))
+        lines.append(row("  plugin vector part (matrix top-50)",
+                         f"{s['vector_part']['p50_ms']:.2f} ms", f"{s['vector_part']['p95_ms']:.2f} ms", ""))
+        lines.append(row("  plugin keyword part (BM25 top-50)",
+                         f"{s['keyword_part']['p50_ms']:.2f} ms", f"{s['keyword_part']['p95_ms']:.2f} ms", ""))
+        lines.append(row(f"  stock local: vector+keyword+_rrf_merge ({st['hybrid']['count']} q)",
+                         f"{st['hybrid']['p50_ms']:.1f} ms", f"{st['hybrid']['p95_ms']:.1f} ms",
+                         f"stock/plugin {st['ratio_stock_over_plugin']:.0f}x"))
+        lines.append(row(f"  plugin Views.search on the same {st['hybrid']['count']} queries, interleaved",
+                         f"{st['plugin_fusion_same_queries']['p50_ms']:.2f} ms",
+                         f"{st['plugin_fusion_same_queries']['p95_ms']:.2f} ms", ""))
+        lines.append(row("  stock local: vector_search alone",
+                         f"{st['vector_search']['p50_ms']:.1f} ms", f"{st['vector_search']['p95_ms']:.1f} ms", ""))
+    c100, cn = r["create"]["at_100"], r["create"]["at_n"]
+    ratio = cn["p50_ms"] / c100["p50_ms"]
+    lines.append(row(f"create @ {c100['experiences_before']} (procedure_create job)",
+                     f"{c100['p50_ms']:.2f} ms", f"{c100['p95_ms']:.2f} ms", ""))
+    lines.append(row(f"create @ {cn['experiences_before']} (procedure_create job)",
+                     f"{cn['p50_ms']:.2f} ms", f"{cn['p95_ms']:.2f} ms",
+                     f"ratio {ratio:.2f}x <= {TARGET_CREATE_RATIO:g}x  {verdict(ratio <= TARGET_CREATE_RATIO)}"))
+    cj = r["create"].get("at_n_with_journal")
+    if cj:
+        ratio_j = cj["p50_ms"] / c100["p50_ms"]
+        lines.append(row(f"create @ {cj['experiences_before']} + {cj['journal_records']} journal records",
+                         f"{cj['p50_ms']:.2f} ms", f"{cj['p95_ms']:.2f} ms",
+                         f"ratio {ratio_j:.2f}x <= {TARGET_CREATE_RATIO:g}x  "
+                         f"{verdict(ratio_j <= TARGET_CREATE_RATIO)}"))
+        lines.append(row("  (small workspace, interleaved with the row above)",
+                         f"{cj['small_p50_same_run_ms']:.2f} ms", "", ""))
+    first, cached = r["reindex"]["first"], r["reindex"]["cached"]
+    lines.append(row(f"reindex {cached['indexed']} (procedure_reindex, cached embeddings)",
+                     f"{cached['seconds']:.2f} s", "", f"<= {TARGET_REINDEX_S:g} s  "
+                                                         f"{verdict(cached['seconds'] <= TARGET_REINDEX_S)}"))
+    lines.append(row(f"reindex {first['indexed']} (1st run, {first['provider_texts']} texts embedded by fake)",
+                     f"{first['seconds']:.2f} s", "", f"fake provider {first['provider_seconds']:.2f} s"))
+    lines.append(row(f"restart (load views + reconcile {r['info']['experiences_at_search']} files)",
+                     f"{r['info']['restart_seconds']:.2f} s", "", ""))
+    calls = (r["search"][VIEWS[0]]["provider_calls_during_search"]
+             + sum(r["stock"][v]["provider_calls_during_search"] for v in VIEWS)
+             + c100["provider_calls_during_creates"] + (cj["provider_calls_during_creates"] if cj else 0))
+    lines.append("")
+    lines.append(f"embedding provider calls inside timed search/create sections: {calls} (cache pre-warmed)")
+    lines.append(f"fake provider cost: {r['info']['provider']['us_per_text']:.0f} us per text "
+                 f"({r['info']['provider']['texts']} texts in {r['info']['provider']['seconds']:.2f} s, all untimed "
+                 f"except the 1st reindex)")
+    for view in VIEWS:
+        lines.append(f"top-5 overlap stock vs plugin ({view}): {r['stock'][view]['top5_overlap_with_plugin']:.3f}")
+    words = r["info"]["corpus_words"]
+    lines.append(f"corpus: mean when-to-use {words['when_to_use_mean']:.0f} words, mean content "
+                 f"{words['content_mean']:.0f} words")
+    return "\n".join(lines)
+
+
+def revision() -> str:
+    """Where the measured plugin was imported from, and its git revision (``-dirty``: uncommitted changes)."""
+    import subprocess
+
+    import reme_procedure_memory
+
+    source = Path(reme_procedure_memory.__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=source,
+                             capture_output=True, text=True, timeout=10, check=True)
+        return f"{out.stdout.strip()} ({source})"
+    except (OSError, subprocess.SubprocessError):
+        return f"not a git checkout ({source})"
+
+
+def machine() -> str:
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor() or "unknown cpu"
+    import reme  # noqa: F401
+    from importlib.metadata import version
+
+    return (f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, numpy {np.__version__}, "
+            f"reme-ai {version('reme-ai')}, {platform.system()} {platform.release()}")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=None,
+                   help="experiences for search, create-at-N and reindex (default 10000; 1000 with --quick)")
+    p.add_argument("--quick", action="store_true", help="smoke run: n=1000, fewer queries and creates")
+    p.add_argument("--queries", type=int, default=200, help="timed search queries per view (200)")
+    p.add_argument("--stock-queries", type=int, default=30, help="timed queries per view on the stock store (30)")
+    p.add_argument("--creates", type=int, default=50, help="timed creates at 100 and at N (50)")
+    p.add_argument("--journal-creates", type=int, default=10,
+                   help="timed creates at N with an N-record operation journal (10; 0 skips)")
+    p.add_argument("--warmup", type=int, default=3, help="untimed creates before each timed create series (3)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--workdir", help="directory for the two workspaces (default: a new temp dir, removed afterwards)")
+    p.add_argument("--keep", action="store_true", help="keep the temp dir")
+    p.add_argument("--json", help="also write the raw numbers to this file")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.queries, args.stock_queries = min(args.queries, 50), min(args.stock_queries, 10)
+        args.creates, args.journal_creates = min(args.creates, 20), min(args.journal_creates, 5)
+    if args.n is None:
+        args.n = 1000 if args.quick else 10_000
+    if args.n < 1 or args.queries < 1 or args.creates < 1:
+        p.error("--n, --queries and --creates must be positive")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    bench = Bench(args)
+    started = time.perf_counter()
+    try:
+        results = asyncio.run(bench.main())
+    finally:
+        if not args.keep and not args.workdir:
+            shutil.rmtree(bench.root, ignore_errors=True)
+    results["info"]["total_seconds"] = time.perf_counter() - started
+    results["info"]["machine"] = machine()
+    results["info"]["date"] = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    results["info"]["command"] = " ".join(["python", *sys.argv])
+    results["info"]["revision"] = revision()
+    print(f"procedure-memory benchmark — {results['info']['date']} — {results['info']['machine']}")
+    print(f"command: {results['info']['command']}   revision {results['info']['revision']}   "
+          f"total {results['info']['total_seconds']:.0f} s")
+    load = results["info"]
+    print("load average (1/5/15 min) at start {:.2f}/{:.2f}/{:.2f}, at end {:.2f}/{:.2f}/{:.2f}\n".format(
+        *load["loadavg_start"], *load["loadavg_end"]))
+    print(report(results))
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,577 @@
+"""Segmentation benchmark: ``segment(text, 98304, counter.count)`` against one plain tokenizer pass, on ~20 MiB.
+
+Run from the repository root (a venv with the plugin installed, ``../shared/data`` present)::
+
+    python benchmarks/segment.py                 # full run: 20 MiB, 3 repetitions
+    python benchmarks/segment.py --mib 2 --reps 1 --no-memory     # smoke run
+    python benchmarks/segment.py --json /tmp/segment.json
+
+Input: a JSONL trajectory of at most ``--mib`` MiB built from the real BFCL trajectories in
+``../shared/data/trajectories/{long,base}``. Every format is turned into OpenAI-style chat messages (``.jsonl`` lines,
+``.json`` ``messages``, the ``.md`` transcripts and the ``.log`` lines parsed back into system/user/assistant/tool
+messages); the sessions are repeated, long ones first, with fresh message and tool-call ids; about a quarter of the
+user messages and some assistant replies carry multi-byte text (CJK, Cyrillic, Arabic, accents, emoji), written
+unescaped (``ensure_ascii=False``). The bytes go through a file and are decoded as UTF-8, as an import does.
+
+Measured side by side in one run, on the real Qwen3 tokenizer (``tokenizers.Tokenizer.from_file``, HF_HUB_OFFLINE=1):
+
+(a) one plain ``Tokenizer.encode(text, add_special_tokens=False)`` over the whole text (its token count is reported;
+    the timed region is the call only, freeing the ``Encoding`` is timed separately);
+(b) ``reme_procedure_memory.segmenter.segment(text, 98304, counter.count)`` with the plugin's ``TokenCounter`` on the
+    same tokenizer file, the counter wrapped to count calls (and the characters they encode, and calls over budget).
+
+Outside the timed regions the segments are verified: they tile the text (``"".join(...) == text``) and each one's exact
+count (counted again) is at most the budget. Timings are the median of ``--reps`` repetitions (a then b each time);
+target: median(b) / median(a) <= 1.5. PASS/FAIL is printed, nothing asserts on time.
+
+Peak memory is measured in fresh child processes (one per measurement, so an earlier peak cannot hide a later one):
+peak-RSS delta = peak resident set size (VmHWM, the value ``ru_maxrss`` reports; Python + Rust/tokenizers allocations)
+during the operation minus the resident size before it; the peak is reset (Linux ``/proc/self/clear_refs`` 5) after
+loading the text and the tokenizer, whose JSON parsing peaks higher than the smaller operations. tracemalloc peak =
+Python allocations only (in its own child, untimed).
+
+Diagnostics (not part of PASS/FAIL): ``segment`` with a lean count (``len(Tokenizer.encode(t))``, no Python id/offset
+lists) to separate the counter's cost from the algorithm's; ``segment_proposed``, a copy of ``segment`` with the fix
+this benchmark proposes (proportional shrink on overshoot, target fill 0.93), with both counts; and the cost of encoding
+each final segment of (b) exactly once (the floor for any exact segmenter that checks every segment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import random
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = REPO.parent / "shared" / "data"
+BUDGET = 98_304  # TokenLimits.segment default
+TARGET_RATIO = 1.5
+MIB = 1024 * 1024
+
+MULTIBYTE_USER = (
+    "请把 final_report.pdf 移动到 temp 目录，并确认目录已经创建。",
+    "ファイル一覧を表示してください。隠しファイルも含めてお願いします。",
+    "작업 디렉터리에 있는 파일 목록을 보여 주세요.",
+    "Пожалуйста, найди все файлы с «test» в имени и покажи их содержимое.",
+    "Merci de créer le fichier « notes_équipe.txt » dans le dossier partagé — c'est urgent.",
+    "تحقق من أن الدليل الحالي يحمل اسمي ثم اعرض جميع المحتويات.",
+    "Grüße aus München: bitte die Datei „Bericht_2023.docx“ öffnen und die Wörter zählen.",
+    "Kannst du die Datei ‘données_été.csv’ nach «archive» verschieben? 🙏",
+    "帮我统计一下 report_word_count.txt 里的单词数量，然后发推特告诉大家 📈",
+    "¿Puedes ordenar el contenido de 'resumen_año.txt' y mostrármelo? ¡Gracias!",
+)
+MULTIBYTE_ASSISTANT = (
+    "完成 ✅ 文件已移动到目标目录。",
+    "Готово ✅ — файл создан.",
+    "完了しました 🎉 他に何かありますか？",
+    "Erledigt ✔ — die Datei enthält 9 Wörter.",
+    "C'est fait ✅ — le fichier « notes_équipe.txt » est prêt.",
+)
+
+# -- the corpus -----------------------------------------------------------------------------------------------------
+
+LOG_LINE = re.compile(r"^\S+ \w+ (?:(system|user|assistant): (.*)|agent tool_call (\w+)\((.*)\)|tool (\w+) -> (.*))$")
+MD_CALL = re.compile(r"^\*\*assistant → tool\*\* `(\w+)\((.*)\)`$")
+
+
+def _call(name: str, arguments: str) -> dict:
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": "call", "type": "function", "function": {"name": name, "arguments": arguments}}]}
+
+
+def parse_log(text: str) -> list[dict]:
+    """``.log`` lines back into chat messages."""
+    out: list[dict] = []
+    for line in text.splitlines():
+        m = LOG_LINE.match(line)
+        if not m:
+            if out and line.strip():  # a continuation line of a multi-line content
+                out[-1]["content"] = f"{out[-1]['content'] or ''}\n{line}"
+            continue
+        role, content, call, args, tool, result = m.groups()
+        if role:
+            out.append({"role": role, "content": content})
+        elif call:
+            out.append(_call(call, args))
+        else:
+            out.append({"role": "tool", "tool_call_id": "call", "name": tool, "content": result})
+    return out
+
+
+def parse_md(text: str) -> list[dict]:
+    """A Markdown transcript (``## role`` sections, ``**assistant → tool**`` calls with fenced results) back into
+    chat messages."""
+    out: list[dict] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if line.startswith("## "):
+            out.append({"role": line[3:].strip(), "content": ""})
+        elif (m := MD_CALL.match(line)):
+            out.append(_call(m.group(1), m.group(2)))
+            j = i + 1
+            while j < len(lines) and not lines[j].startswith("```"):
+                j += 1
+            k = j + 1
+            while k < len(lines) and not lines[k].startswith("```"):
+                k += 1
+            out.append({"role": "tool", "tool_call_id": "call", "name": m.group(1),
+                        "content": "\n".join(lines[j + 1:k])})
+            i = k
+        elif out and out[-1]["role"] != "tool" and out[-1].get("content") is not None and not line.startswith("# "):
+            out[-1]["content"] = (out[-1]["content"] + "\n" + line) if out[-1]["content"] else line
+        i += 1
+    for msg in out:
+        if isinstance(msg.get("content"), str):
+            msg["content"] = msg["content"].strip("\n")
+    return out
+
+
+def load_sessions(data: Path) -> list[tuple[str, list[dict]]]:
+    """Every trajectory of ``long/`` then ``base/`` as (name, messages)."""
+    sessions = []
+    for sub in ("long", "base"):
+        for path in sorted((data / "trajectories" / sub).iterdir(), key=lambda p: p.name):
+            raw = path.read_text(encoding="utf-8")
+            if path.suffix == ".jsonl":
+                messages = [json.loads(line) for line in raw.splitlines() if line.strip()]
+            elif path.suffix == ".json":
+                messages = json.loads(raw)["messages"]
+            elif path.suffix == ".md":
+                messages = parse_md(raw)
+            elif path.suffix == ".log":
+                messages = parse_log(raw)
+            else:
+                continue
+            if messages:
+                sessions.append((path.stem, messages))
+    if not sessions:
+        raise SystemExit(f"no trajectories under {data / 'trajectories'}")
+    return sessions
+
+
+def build_corpus(data: Path, max_bytes: int, seed: int = 0) -> tuple[bytes, dict]:
+    """A JSONL trajectory of at most ``max_bytes`` bytes (stops at the last whole line that fits)."""
+    rng = random.Random(seed)
+    sessions = load_sessions(data)
+    weighted = [s for s in sessions if s[0].startswith("multi_turn_long")] * 3 + sessions  # long sessions dominate
+    lines: list[bytes] = []
+    size = 0
+    msg_no = call_no = copies = 0
+    while True:
+        name, messages = weighted[copies % len(weighted)]
+        copies += 1
+        trajectory_id = f"{name}#{copies:05d}"
+        last_call = "call"
+        for message in messages:
+            msg = dict(message)
+            msg_no += 1
+            msg["id"] = f"msg_{msg_no:08d}"
+            msg["trajectory_id"] = trajectory_id
+            if msg.get("tool_calls"):
+                calls = []
+                for call in msg["tool_calls"]:
+                    call_no += 1
+                    last_call = f"call_{call_no:08d}"
+                    calls.append({**call, "id": last_call})
+                msg["tool_calls"] = calls
+            if msg.get("role") == "tool":
+                msg["tool_call_id"] = last_call
+            if msg.get("role") == "user" and rng.random() < 0.25:
+                msg["content"] = f"{msg.get('content') or ''} {rng.choice(MULTIBYTE_USER)}".strip()
+            elif msg.get("role") == "assistant" and msg.get("content") and rng.random() < 0.15:
+                msg["content"] = rng.choice(MULTIBYTE_ASSISTANT)
+            line = (json.dumps(msg, ensure_ascii=False) + "\n").encode("utf-8")
+            if size + len(line) > max_bytes:
+                raw = b"".join(lines)
+                return raw, {"bytes": len(raw), "lines": len(lines), "session_copies": copies,
+                             "sources": len(sessions)}
+            lines.append(line)
+            size += len(line)
+
+
+# -- measurement helpers --------------------------------------------------------------------------------------------
+
+
+class CountingCount:
+    """Wraps a count function: calls, characters encoded, calls whose result exceeded the budget."""
+
+    def __init__(self, count, budget: int) -> None:
+        self._count = count
+        self.budget = budget
+        self.calls = 0
+        self.chars = 0
+        self.over = 0
+
+    def __call__(self, text: str) -> int:
+        self.calls += 1
+        self.chars += len(text)
+        tokens = self._count(text)
+        if tokens > self.budget:
+            self.over += 1
+        return tokens
+
+
+# -- the proposed fix (diagnostic only; the timed (b) always runs the real module) -------------------------------------
+
+PROPOSED_TARGET_FILL = 0.93
+
+
+def segment_proposed(text: str, budget: int, count) -> list[tuple[int, int]]:
+    """A copy of ``reme_procedure_memory.segmenter.segment`` with the two changes this benchmark proposes:
+
+    1. an over-budget candidate is shrunk in proportion to its overshoot (to ``PROPOSED_TARGET_FILL`` of the budget at
+       the candidate's own measured density) instead of halved, so a 2% overshoot costs one recount of a ~93%
+       segment rather than a recount plus a ~52% segment that throws the next density estimate off;
+    2. ``TARGET_FILL`` 0.95 -> 0.93, so the usual ±5% density drift between consecutive ~300k-character windows
+       rarely overshoots.
+    """
+    from reme_procedure_memory.segmenter import (
+        MAX_CANDIDATE_FACTOR, SAMPLE_CHARS, SegmentationError, _snap_to_line,
+    )
+
+    if budget <= 0:
+        raise ValueError("budget must be positive")
+    n = len(text)
+    if n == 0:
+        return []
+    sample = text[:SAMPLE_CHARS]
+    density = min(MAX_CANDIDATE_FACTOR, len(sample) / max(1, count(sample)))
+    segments: list[tuple[int, int]] = []
+    start = 0
+    while start < n:
+        length = max(1, int(budget * PROPOSED_TARGET_FILL * density))
+        end = _snap_to_line(text, start, min(n, start + length), n)
+        tokens = count(text[start:end])
+        while tokens > budget:
+            if end - start == 1:
+                raise SegmentationError(
+                    f"the character at offset {start} alone counts {tokens} tokens, more than the budget {budget}",
+                )
+            shrunk = max(1, min(end - start - 1, int((end - start) * budget * PROPOSED_TARGET_FILL / tokens)))
+            end = _snap_to_line(text, start, start + shrunk, n)
+            tokens = count(text[start:end])
+        segments.append((start, end))
+        if tokens:
+            density = min(MAX_CANDIDATE_FACTOR, (end - start) / tokens)
+        start = end
+    return segments
+
+
+def load_tokenizer(path: Path):
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(path))
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    assert tokenizer.encode("Hello world", add_special_tokens=False).ids == [9707, 1879], "not the Qwen3 tokenizer"
+    return tokenizer
+
+
+def time_plain(tokenizer, text: str) -> tuple[float, float, int]:
+    """(a): seconds of the encode call, seconds freeing its Encoding, tokens."""
+    gc.collect()
+    started = time.perf_counter()
+    encoding = tokenizer.encode(text, add_special_tokens=False)
+    elapsed = time.perf_counter() - started
+    tokens = len(encoding)
+    started = time.perf_counter()
+    del encoding
+    freed = time.perf_counter() - started
+    return elapsed, freed, tokens
+
+
+def time_segment(segment, text: str, budget: int, count) -> tuple[float, list[tuple[int, int]], CountingCount]:
+    """(b): seconds of ``segment`` with a wrapped count, the segments, the wrapper."""
+    wrapped = CountingCount(count, budget)
+    gc.collect()
+    started = time.perf_counter()
+    bounds = segment(text, budget, wrapped)
+    return time.perf_counter() - started, bounds, wrapped
+
+
+def verify(text: str, bounds: list[tuple[int, int]], budget: int, count) -> list[int]:
+    """Lossless tiling and exact per-segment counts (outside any timed region); returns the counts."""
+    assert bounds and bounds[0][0] == 0 and bounds[-1][1] == len(text), "segments do not cover the text"
+    assert all(a[1] == b[0] for a, b in zip(bounds, bounds[1:])), "segments are not contiguous"
+    assert all(s < e for s, e in bounds), "empty segment"
+    assert "".join(text[s:e] for s, e in bounds) == text, "segments are not lossless"
+    counts = [count(text[s:e]) for s, e in bounds]
+    over = [(i, c) for i, c in enumerate(counts) if c > budget]
+    assert not over, f"segments over the budget {budget}: {over[:5]}"
+    return counts
+
+
+def rss_mib() -> float:
+    """Peak resident set size of this process's memory so far: VmHWM, i.e. ``ru_maxrss`` without what a child
+    inherits at exec (``ru_maxrss`` starts at the forking parent's peak and ``clear_refs`` does not lower that)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def current_rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize() / MIB
+
+
+def reset_peak_rss() -> bool:
+    """Reset the peak RSS (VmHWM, which ``ru_maxrss`` reports) to the current RSS: Linux ``clear_refs`` 5."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def child(args) -> int:
+    """One memory measurement in this fresh process; prints a JSON line."""
+    text = Path(args.child_text).read_bytes().decode("utf-8")
+    tokenizer_path = args.data / "tokenizers" / "qwen3" / "tokenizer.json"
+    if args.child in ("plain", "plain-trace"):
+        tokenizer = load_tokenizer(tokenizer_path)
+        tokenizer.encode("warm up 你好", add_special_tokens=False)
+        run = lambda: len(tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
+    else:
+        from reme_procedure_memory.segmenter import segment
+        from reme_procedure_memory.tokens import TokenCounter
+
+        counter = TokenCounter(str(tokenizer_path))
+        counter.count("warm up 你好")
+        run = lambda: len(segment(text, args.budget, counter.count))  # noqa: E731
+    gc.collect()
+    # Loading the tokenizer peaks far above the steady state; reset the peak so the operation's own peak is seen.
+    out: dict = {"mode": args.child, "peak_reset": reset_peak_rss()}
+    out["baseline_maxrss_mib"] = rss_mib()
+    out["baseline_rss_mib"] = current_rss_mib()
+    if args.child.endswith("-trace"):
+        import tracemalloc
+
+        tracemalloc.start()
+        result = run()
+        out["tracemalloc_peak_mib"] = tracemalloc.get_traced_memory()[1] / MIB
+        tracemalloc.stop()
+    else:
+        result = run()
+        out["peak_maxrss_mib"] = rss_mib()
+        out["maxrss_delta_mib"] = out["peak_maxrss_mib"] - out["baseline_maxrss_mib"]
+    out["result"] = result
+    print(json.dumps(out))
+    return 0
+
+
+def run_child(mode: str, text_file: Path, args) -> dict:
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--child-text", str(text_file),
+           "--data", str(args.data), "--budget", str(args.budget)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode:
+        raise RuntimeError(f"memory child {mode} failed:\n{proc.stderr}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def machine() -> str:
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor() or "unknown cpu"
+    from importlib.metadata import version
+
+    return (f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, tokenizers {version('tokenizers')}, "
+            f"{platform.system()} {platform.release()}")
+
+
+def med(values: list[float]) -> float:
+    return statistics.median(values)
+
+
+# -- the run --------------------------------------------------------------------------------------------------------
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--mib", type=float, default=20.0, help="corpus size in MiB (default 20, the import limit)")
+    p.add_argument("--reps", type=int, default=3, help="timed repetitions; medians are reported (default 3)")
+    p.add_argument("--budget", type=int, default=BUDGET, help=f"segment budget in tokens (default {BUDGET})")
+    p.add_argument("--data", type=Path, default=DATA, help=f"shared data directory (default {DATA})")
+    p.add_argument("--no-memory", action="store_true", help="skip the peak-memory child processes")
+    p.add_argument("--no-diagnostics", action="store_true",
+                   help="skip the lean-count, proposed-patch and per-segment floor runs")
+    p.add_argument("--json", type=Path, help="also write the results as JSON here")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    p.add_argument("--child-text", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.child:
+        return child(args)
+
+    from reme_procedure_memory import segmenter
+    from reme_procedure_memory.segmenter import segment
+    from reme_procedure_memory.tokens import TokenCounter
+
+    tokenizer_path = args.data / "tokenizers" / "qwen3" / "tokenizer.json"
+    print(f"machine: {machine()}")
+    print(f"segmenter: {segmenter.__file__} (SEGMENTER_VERSION {segmenter.SEGMENTER_VERSION})")
+    print(f"tokenizer: {tokenizer_path}")
+    load_before = os.getloadavg()
+    print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
+
+    started = time.perf_counter()
+    raw, info = build_corpus(args.data, int(args.mib * MIB))
+    with tempfile.TemporaryDirectory(prefix="bench-segment-") as tmp:
+        text_file = Path(tmp) / "trajectory.jsonl"
+        text_file.write_bytes(raw)
+        del raw
+        text = text_file.read_bytes().decode("utf-8")
+        non_ascii = sum(1 for ch in text if ord(ch) > 127)
+        info.update(chars=len(text), non_ascii_chars=non_ascii, build_s=time.perf_counter() - started)
+        print(f"corpus: {info['bytes']:,} bytes ({info['bytes'] / MIB:.2f} MiB), {info['chars']:,} chars, "
+              f"{info['lines']:,} JSONL messages from {info['session_copies']:,} session copies of "
+              f"{info['sources']} sources, {non_ascii:,} non-ASCII chars ({100 * non_ascii / len(text):.2f}%), "
+              f"built in {info['build_s']:.1f} s")
+
+        tokenizer = load_tokenizer(tokenizer_path)
+        counter = TokenCounter(str(tokenizer_path))
+        tokenizer.encode("warm up 你好", add_special_tokens=False)
+        counter.count("warm up 你好")
+
+        plain_s, free_s, seg_s = [], [], []
+        tokens = 0
+        bounds: list[tuple[int, int]] = []
+        wrapped = None
+        for rep in range(args.reps):
+            a, freed, tokens = time_plain(tokenizer, text)
+            b, bounds_rep, wrapped_rep = time_segment(segment, text, args.budget, counter.count)
+            if rep and bounds_rep != bounds:
+                raise AssertionError("segment() is not deterministic across repetitions")
+            bounds, wrapped = bounds_rep, wrapped_rep
+            plain_s.append(a)
+            free_s.append(freed)
+            seg_s.append(b)
+            print(f"rep {rep + 1}: (a) encode {a:.2f} s (+{freed:.2f} s freeing) | (b) segment {b:.2f} s | "
+                  f"b/a {b / a:.3f}")
+
+        counts = verify(text, bounds, args.budget, counter.count)
+        ratio = med(seg_s) / med(plain_s)
+        fills = [c / args.budget for c in counts]
+        result = {
+            "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            "machine": machine(),
+            "command": "python benchmarks/segment.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "corpus": info,
+            "budget": args.budget,
+            "reps": args.reps,
+            "plain": {"median_s": med(plain_s), "runs_s": plain_s, "free_median_s": med(free_s), "tokens": tokens,
+                      "chars_per_token": len(text) / tokens},
+            "segment": {"median_s": med(seg_s), "runs_s": seg_s, "segments": len(bounds),
+                        "mean_fill": statistics.fmean(fills), "min_fill": min(fills),
+                        "mean_fill_except_last": statistics.fmean(fills[:-1]) if len(fills) > 1 else fills[0],
+                        "max_tokens": max(counts), "tokens_sum": sum(counts),
+                        "count_calls": wrapped.calls, "count_calls_over_budget": wrapped.over,
+                        "chars_encoded": wrapped.chars, "chars_encoded_over_text": wrapped.chars / len(text),
+                        "verified": True},
+            "ratio": ratio,
+            "ratio_per_rep": [b / a for a, b in zip(plain_s, seg_s)],
+            "load_average_before": load_before,
+            "target_ratio": TARGET_RATIO,
+            "pass": ratio <= TARGET_RATIO,
+        }
+        s = result["segment"]
+        print(f"(a) plain encode: median {med(plain_s):.2f} s, {tokens:,} tokens "
+              f"({len(text) / tokens:.3f} chars/token)")
+        print(f"(b) segment: median {med(seg_s):.2f} s, {s['segments']} segments, mean fill {s['mean_fill']:.3f} "
+              f"(min {s['min_fill']:.3f}, without the last {s['mean_fill_except_last']:.3f}), max {s['max_tokens']:,} "
+              f"tokens, {s['count_calls']} count calls ({s['count_calls_over_budget']} over budget), "
+              f"{s['chars_encoded_over_text']:.3f}x the text encoded; verified lossless and <= {args.budget:,} each")
+        print(f"ratio (b)/(a) = {ratio:.3f} (target <= {TARGET_RATIO}) -> {'PASS' if result['pass'] else 'FAIL'}")
+
+        if not args.no_diagnostics:
+            lean = lambda t: len(tokenizer.encode(t, add_special_tokens=False))  # noqa: E731
+            diagnostics = {}
+            for name, function, count in (("segment_lean_count", segment, lean),
+                                          ("proposed_patch_counter", segment_proposed, counter.count),
+                                          ("proposed_patch_lean_count", segment_proposed, lean)):
+                runs = []
+                for _ in range(args.reps):
+                    elapsed, variant_bounds, variant_wrapped = time_segment(function, text, args.budget, count)
+                    runs.append(elapsed)
+                variant_counts = verify(text, variant_bounds, args.budget, lean)
+                diagnostics[name] = {
+                    "median_s": med(runs), "runs_s": runs, "over_a": med(runs) / med(plain_s),
+                    "segments": len(variant_bounds), "same_segments_as_b": variant_bounds == bounds,
+                    "mean_fill": statistics.fmean(variant_counts) / args.budget,
+                    "min_fill_except_last": min(variant_counts[:-1] or variant_counts) / args.budget,
+                    "count_calls": variant_wrapped.calls, "count_calls_over_budget": variant_wrapped.over,
+                    "chars_encoded_over_text": variant_wrapped.chars / len(text),
+                }
+            for name, count in (("encode_each_segment_once_lean", lean),
+                                ("encode_each_segment_once_counter", counter.count)):
+                runs = []
+                for _ in range(args.reps):
+                    gc.collect()
+                    started = time.perf_counter()
+                    for st, en in bounds:
+                        count(text[st:en])
+                    runs.append(time.perf_counter() - started)
+                diagnostics[name] = {"median_s": med(runs), "runs_s": runs, "over_a": med(runs) / med(plain_s)}
+            result["diagnostics"] = diagnostics
+            print("diagnostics (lean count = len(Tokenizer.encode(t)), no Python id/offset lists):")
+            for name, d in diagnostics.items():
+                line = f"  {name}: median {d['median_s']:.2f} s ({d['over_a']:.3f}x a)"
+                if "segments" in d:
+                    line += (f", {d['segments']} segments, mean fill {d['mean_fill']:.3f} (min "
+                             f"{d['min_fill_except_last']:.3f}), {d['count_calls']} count calls "
+                             f"({d['count_calls_over_budget']} over budget), {d['chars_encoded_over_text']:.3f}x the "
+                             f"text encoded")
+                print(line)
+
+        if not args.no_memory:
+            del tokenizer, counter
+            gc.collect()
+            memory = {mode: run_child(mode, text_file, args) for mode in ("plain", "segment", "plain-trace",
+                                                                          "segment-trace")}
+            result["memory"] = {
+                "peak_reset": all(memory[mode]["peak_reset"] for mode in ("plain", "segment")),
+                "baseline_rss_mib": {mode: memory[mode]["baseline_rss_mib"] for mode in ("plain", "segment")},
+                "plain_maxrss_delta_mib": memory["plain"]["maxrss_delta_mib"],
+                "segment_maxrss_delta_mib": memory["segment"]["maxrss_delta_mib"],
+                "plain_tracemalloc_peak_mib": memory["plain-trace"]["tracemalloc_peak_mib"],
+                "segment_tracemalloc_peak_mib": memory["segment-trace"]["tracemalloc_peak_mib"],
+            }
+            m = result["memory"]
+            how = "peak reset after loading" if m["peak_reset"] else "peak NOT reset: loading peak may hide it"
+            print(f"peak memory (fresh child per measurement, {how}; resident after loading text + tokenizer "
+                  f"{m['baseline_rss_mib']['segment']:.0f} MiB): peak-RSS (VmHWM = ru_maxrss) delta (a) "
+                  f"{m['plain_maxrss_delta_mib']:.0f} MiB, (b) {m['segment_maxrss_delta_mib']:.0f} MiB; "
+                  f"tracemalloc peak (Python allocations only) (a) {m['plain_tracemalloc_peak_mib']:.1f} MiB, "
+                  f"(b) {m['segment_tracemalloc_peak_mib']:.1f} MiB")
+
+    result["load_average_after"] = os.getloadavg()
+    print("load average after: {:.2f} {:.2f} {:.2f}".format(*result["load_average_after"]))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
