@@ -55,6 +55,9 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
 import numpy as np  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+from helpers import write_word_tokenizer  # noqa: E402  (the tests' real word-level tokenizer file)
+
 LIBRARY = REPO.parent / "shared" / "data" / "experience-library" / "bfcl_qwen3_8b.jsonl"
 DIMENSIONS = 1024
 VIEWS = ("when_to_use", "when_to_use_content")
@@ -102,17 +105,6 @@ class HashedProjectionEmbedding:
         self.texts += len(inputs)
         self.seconds += time.perf_counter() - started
         return SimpleNamespace(embeddings=out)
-
-
-def write_word_tokenizer(path: Path) -> Path:
-    """A real ``tokenizers`` file whose tokens are words and single punctuation marks (as tests/helpers.py)."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    tokenizer = Tokenizer(models.WordLevel(vocab={"[UNK]": 0}, unk_token="[UNK]"))
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tokenizer.save(str(path))
-    return path
 
 
 # -- a realistic, varied corpus -------------------------------------------------------------------------------------

@@ -22,18 +22,12 @@ from typing import Any, Callable
 import pytest
 
 from conftest import import_file, memory_of, run_job
+from test_import import JSONL
 
 TOOLS = ["procedure_create", "procedure_read", "procedure_search", "procedure_update"]
 INJECTED_KEYS = ("_procedure_grant", "_procedure_sources", "tool_context_id")
 SEGMENT = re.compile(r"segment (\d+) of (\d+)")
 
-JSONL = (
-    '{"role": "user", "content": "The search results look stale after I changed the index config."}\n'
-    '{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", '
-    '"function": {"name": "rebuild_index", "arguments": "{\\"index\\": \\"docs\\"}"}}]}\n'
-    '{"role": "tool", "tool_call_id": "c1", "content": "rebuilt 1200 documents"}\n'
-    '{"role": "assistant", "content": "Rebuilt the docs index and verified a known query."}\n'
-)
 EXPERIENCE = {
     "filename": "rebuild-search-after-config-change.json",
     "description": "Rebuild search after a configuration change",
