@@ -22,12 +22,8 @@ from typing import Any
 from reme.components.base_component import BaseComponent
 from reme.components.embedding_store import BaseEmbeddingStore
 from reme.components.file_store import BaseFileStore
-from reme.steps.file_io import validate_filename_component
 
-from . import __version__
-from .extraction import Extraction, ExtractionStopped, make_progress
-from .formats import MalformedTrajectory, UnsupportedTrajectory, decode_trajectory, trajectory_format
-
+from .importer import run_import
 from .paths import resolve_inside
 from .schema import (
     ARG_TO_FIELD,
@@ -39,15 +35,10 @@ from .schema import (
     version_of,
 )
 from .settings import ProcedureSettings, load_settings
-from .segmenter import SEGMENTER_VERSION, SegmentationError, segment
 from .store import (
     ABANDONED,
-    COPIED,
     CheckpointStore,
-    ImportRecord,
     ImportRegistry,
-    allocate_copy_name,
-    publish_copy,
     INDEX_PENDING,
     INDEXED,
     INTENT,
@@ -252,7 +243,7 @@ class ProcedureMemory(BaseComponent):
                     valid.append(item)
             indexed = await self._index_each(valid)
             await self.views.dump()
-            failed = [self._pending_entry(p) for p in sorted(self.pending) if p not in {i["path"] for i in invalid}]
+            failed = [self.pending_entry(p) for p in sorted(self.pending) if p not in {i["path"] for i in invalid}]
             return {
                 "status": "complete" if not failed else "incomplete",
                 "indexed": len(indexed),
@@ -261,7 +252,7 @@ class ProcedureMemory(BaseComponent):
                 "seconds": round(time.monotonic() - started, 3),
             }
 
-    def _pending_entry(self, path: str) -> dict[str, str]:
+    def pending_entry(self, path: str) -> dict[str, str]:
         entry = self.pending[path]
         return {"path": path, "version": entry["version"], "error": entry["error"]}
 
@@ -321,7 +312,7 @@ class ProcedureMemory(BaseComponent):
             "query": query,
             "results": results,
             "index_complete": not self.pending,
-            "pending_indexes": [self._pending_entry(p) for p in sorted(self.pending)],
+            "pending_indexes": [self.pending_entry(p) for p in sorted(self.pending)],
         }
         if vector_error:
             answer["vector_search"] = {"available": False, "error": vector_error}
@@ -616,170 +607,8 @@ class ProcedureMemory(BaseComponent):
 
     # -- trajectory import --------------------------------------------------------------------------------------
 
-    def _copy_original(self, source: str, filename: str, request_id: str, source_id: str) -> ImportRecord:
-        """Reserve a name, copy the original byte-exactly, verify it (or verify and reuse an earlier copy)."""
-        original = Path(source)
-        registry = self.imports
-        record = registry.get(request_id)
-        if record is not None and (record.source, record.filename) != (source, filename):
-            raise ProcedureError(
-                "request_id_conflict",
-                f"request_id {request_id!r} was used for file={record.source} filename={record.filename}; resume "
-                "with the same file and filename, or use a new request_id.",
-                request_id=request_id,
-            )
-        data = None
-        if original.exists():
-            if not original.is_file():
-                raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"file={source} is not a regular file.")
-            size = original.stat().st_size
-            if size > self.settings.max_file_bytes:
-                raise ProcedureError(
-                    "file_too_large",
-                    f"file={source} has {size} bytes; the limit is {self.settings.max_file_bytes} "
-                    "(components.procedure_memory.default.max_file_bytes). Nothing was copied.",
-                )
-            data = original.read_bytes()
-            if record is not None and hashlib.sha256(data).hexdigest() != record.sha256:
-                raise ProcedureError(
-                    "original_changed",
-                    f"file={source} changed since request_id {request_id!r} copied it (checksum differs); "
-                    "changed bytes are rejected. Use a new request_id to import the new content.",
-                    request_id=request_id, path=record.path,
-                )
-        if record is None:
-            if data is None:
-                raise ProcedureError(ErrorCode.NOT_FOUND, f"file={source} does not exist.")
-            directory = self.workspace_path / self.trajectory_rel_dir
-            name = allocate_copy_name(directory, filename, registry.reserved_paths(), self.trajectory_rel_dir)
-            record = ImportRecord(
-                request_id=request_id, source=source, filename=filename, path=f"{self.trajectory_rel_dir}/{name}",
-                sha256=hashlib.sha256(data).hexdigest(), size=len(data), source_id=source_id,
-            )
-            registry.put(record)  # the reservation keeps the name before the copy exists
-        copy = self.workspace_path / record.path
-        if record.status == COPIED and copy.is_file():
-            if hashlib.sha256(copy.read_bytes()).hexdigest() == record.sha256:
-                return record
-            if data is None:
-                raise ProcedureError(
-                    "copy_corrupted",
-                    f"The saved copy {record.path} no longer matches its recorded checksum and the original "
-                    f"file={source} is gone; it cannot be recovered.",
-                    request_id=request_id, path=record.path,
-                )
-        if data is None:
-            raise ProcedureError(
-                ErrorCode.NOT_FOUND,
-                f"file={source} does not exist and no verified copy was saved for request_id {request_id!r}; "
-                "the original is required.",
-                request_id=request_id,
-            )
-        publish_copy(copy, data)
-        if hashlib.sha256(copy.read_bytes()).hexdigest() != record.sha256:
-            raise ProcedureError("copy_corrupted", f"The copy {record.path} does not match the original's checksum.")
-        record.status = COPIED
-        registry.put(record)
-        return record
-
-    def _fingerprint(self, record: ImportRecord) -> dict[str, Any]:
-        """What fixes segmentation: a checkpoint resumes only under the same values."""
-        return {
-            "segmenter_version": SEGMENTER_VERSION,
-            "tokenizer_source": self.settings.tokenizer_source,
-            "segment_tokens": self.settings.token_limits.segment,
-            "sha256": record.sha256,
-        }
-
     async def import_trajectory(self, wrapper, args: dict[str, Any]) -> dict[str, Any]:
-        """Copy one local trajectory and run the extraction over its segments (resumable by request_id)."""
-        source, filename, request_id, hint, source_id = self._import_args(args)
+        """Copy one local trajectory and extract from it (see importer.py); one import at a time per process."""
         assert self._import_lock is not None
-        async with self._import_lock:  # one file extraction at a time in this process
-            record = await asyncio.to_thread(self._copy_original, source, filename, request_id, source_id)
-            answer: dict[str, Any] = {"request_id": request_id, "path": record.path, "filename": filename}
-            resume = (
-                f"reme start job=procedure_auto_memory plugins='[\"procedure-memory\"]' file={source} "
-                f"filename={filename} request_id={request_id}"
-            )
-
-            def incomplete(code: str, message: str, **extra) -> ProcedureError:
-                return ProcedureError(code, message, status="incomplete", **answer, **extra, resume=resume)
-
-            data = await asyncio.to_thread((self.workspace_path / record.path).read_bytes)
-            try:
-                text = decode_trajectory(data, filename)
-            except UnsupportedTrajectory as exc:
-                raise incomplete("unsupported_format", f"{exc}. The saved copy {record.path} is kept.") from None
-            except MalformedTrajectory as exc:
-                raise incomplete("malformed_input", f"{exc}. The saved copy {record.path} is kept.") from None
-            answer["format"] = trajectory_format(filename)
-            checkpoint = self.checkpoints.get(request_id)
-            fingerprint = self._fingerprint(record)
-            if checkpoint is not None and checkpoint["fingerprint"] != fingerprint:
-                changed = {k: (checkpoint["fingerprint"].get(k), v) for k, v in fingerprint.items()
-                           if checkpoint["fingerprint"].get(k) != v}
-                raise incomplete(
-                    "incompatible_checkpoint",
-                    f"request_id {request_id!r} was processed with different segmentation settings {changed} "
-                    "(recorded, current). Resume with the recorded settings (and the plugin version that created "
-                    "the checkpoint), or import with a new request_id. Nothing was changed.",
-                )
-            if checkpoint is None:
-                budget = self.settings.token_limits.segment
-                try:
-                    bounds = await asyncio.to_thread(segment, text, budget, self.tokens.count)
-                except TokenizerUnavailable as exc:
-                    raise incomplete(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
-                except SegmentationError as exc:
-                    raise incomplete("segmentation_failed", str(exc)) from None
-                checkpoint = {
-                    "request_id": request_id, "fingerprint": fingerprint, "plugin_version": __version__,
-                    "segments": bounds, "next_segment": 0, "summary": "", "memory_hint": hint,
-                    "saved_reply": None, "status": "processing",
-                }
-                self.checkpoints.put(request_id, checkpoint)
-            extraction = Extraction(self, wrapper, record, text, answer["format"], checkpoint, self.checkpoints,
-                                    make_progress(self.logger))
-            try:
-                if checkpoint["next_segment"] < len(checkpoint["segments"]):
-                    if wrapper is None:
-                        raise ExtractionStopped("agent_unavailable", "No agent_wrapper component is configured.")
-                    await extraction.run()
-            except ExtractionStopped as exc:
-                raise incomplete(exc.code, exc.message, **self._progress_of(extraction)) from None
-            checkpoint["status"] = "complete"
-            self.checkpoints.put(request_id, checkpoint)
-            return {"status": "complete", **answer, **self._progress_of(extraction)}
-
-    def _progress_of(self, extraction: Extraction) -> dict[str, Any]:
-        checkpoint = extraction.checkpoint
-        paths = {op.path for op in self.journal.records(extraction.record.request_id)}
-        return {
-            "segments": {"done": checkpoint["next_segment"], "total": len(checkpoint["segments"])},
-            "experiences": extraction.written(),
-            "pending_writes": [self._pending_entry(p) for p in sorted(paths & set(self.pending))],
-        }
-
-    @staticmethod
-    def _import_args(args: dict[str, Any]) -> tuple[str, str, str, str, str]:
-        file, filename = args.get("file"), args.get("filename")
-        if not isinstance(file, str) or not file.strip():
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`file` is required: the path of the local trajectory.")
-        if not isinstance(filename, str) or not filename:
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`filename` is required, e.g. filename=run.jsonl.")
-        problem = validate_filename_component(filename, kind="filename")
-        if problem:
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, problem)
-        request_id = args.get("request_id")
-        if request_id is None or request_id == "":
-            request_id = f"req-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
-        if isinstance(request_id, (int, float)) and not isinstance(request_id, bool):
-            request_id = str(request_id)
-        if not isinstance(request_id, str) or len(request_id) > 128 or not request_id.strip():
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`request_id` must be a string of 1-128 characters.")
-        hint = args.get("memory_hint") or ""
-        source_id = args.get("source_id") or ""
-        if not isinstance(hint, str) or not isinstance(source_id, (str, int)):
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`memory_hint` and `source_id` must be strings.")
-        return str(Path(file).expanduser().absolute()), filename, request_id, hint, str(source_id)
+        async with self._import_lock:
+            return await run_import(self, wrapper, args)

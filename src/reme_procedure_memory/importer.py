@@ -1,0 +1,213 @@
+"""The trajectory import: arguments, the byte-exact copy with its reservation and checksum, the checkpoint and its
+fingerprint, then the extraction over the remaining segments.
+
+Contract of an import keyed by ``request_id``:
+
+* the original's bytes are copied to ``<session_dir>/<trajectory_subdir>/<filename>`` (``-2``, ``-3``, ... before the
+  last extension when the name is taken on disk or reserved by another import), after a reservation record that
+  holds the name and the SHA-256; files over ``max_file_bytes`` are refused before anything is copied;
+* the same request id reuses the copy (verified against its checksum) and the checkpoint; a still existing original
+  with other bytes, another file/filename, or other segmentation settings fail explicitly without changing anything;
+* malformed or unsupported content answers ``incomplete`` and keeps the copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from reme.steps.file_io import validate_filename_component
+
+from . import __version__
+from .extraction import Extraction, ExtractionStopped, make_progress
+from .formats import MalformedTrajectory, UnsupportedTrajectory, decode_trajectory, trajectory_format
+from .schema import ErrorCode, ProcedureError
+from .segmenter import SEGMENTER_VERSION, SegmentationError, segment
+from .store import COPIED, ImportRecord, allocate_copy_name, publish_copy
+from .tokens import TokenizerUnavailable
+
+
+def copy_original(memory, source: str, filename: str, request_id: str, source_id: str) -> ImportRecord:
+    """Reserve a name, copy the original byte-exactly, verify it (or verify and reuse an earlier copy)."""
+    original = Path(source)
+    registry = memory.imports
+    record = registry.get(request_id)
+    if record is not None and (record.source, record.filename) != (source, filename):
+        raise ProcedureError(
+            "request_id_conflict",
+            f"request_id {request_id!r} was used for file={record.source} filename={record.filename}; resume "
+            "with the same file and filename, or use a new request_id.",
+            request_id=request_id,
+        )
+    data = None
+    if original.exists():
+        if not original.is_file():
+            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"file={source} is not a regular file.")
+        size = original.stat().st_size
+        if size > memory.settings.max_file_bytes:
+            raise ProcedureError(
+                "file_too_large",
+                f"file={source} has {size} bytes; the limit is {memory.settings.max_file_bytes} "
+                "(components.procedure_memory.default.max_file_bytes). Nothing was copied.",
+            )
+        data = original.read_bytes()
+        if record is not None and hashlib.sha256(data).hexdigest() != record.sha256:
+            raise ProcedureError(
+                "original_changed",
+                f"file={source} changed since request_id {request_id!r} copied it (checksum differs); "
+                "changed bytes are rejected. Use a new request_id to import the new content.",
+                request_id=request_id, path=record.path,
+            )
+    if record is None:
+        if data is None:
+            raise ProcedureError(ErrorCode.NOT_FOUND, f"file={source} does not exist.")
+        directory = memory.workspace_path / memory.trajectory_rel_dir
+        name = allocate_copy_name(directory, filename, registry.reserved_paths(), memory.trajectory_rel_dir)
+        record = ImportRecord(
+            request_id=request_id, source=source, filename=filename, path=f"{memory.trajectory_rel_dir}/{name}",
+            sha256=hashlib.sha256(data).hexdigest(), size=len(data), source_id=source_id,
+        )
+        registry.put(record)  # the reservation keeps the name before the copy exists
+    copy = memory.workspace_path / record.path
+    if record.status == COPIED and copy.is_file():
+        if hashlib.sha256(copy.read_bytes()).hexdigest() == record.sha256:
+            return record
+        if data is None:
+            raise ProcedureError(
+                "copy_corrupted",
+                f"The saved copy {record.path} no longer matches its recorded checksum and the original "
+                f"file={source} is gone; it cannot be recovered.",
+                request_id=request_id, path=record.path,
+            )
+    if data is None:
+        raise ProcedureError(
+            ErrorCode.NOT_FOUND,
+            f"file={source} does not exist and no verified copy was saved for request_id {request_id!r}; "
+            "the original is required.",
+            request_id=request_id,
+        )
+    publish_copy(copy, data)
+    if hashlib.sha256(copy.read_bytes()).hexdigest() != record.sha256:
+        raise ProcedureError("copy_corrupted", f"The copy {record.path} does not match the original's checksum.")
+    record.status = COPIED
+    registry.put(record)
+    return record
+
+
+def fingerprint(memory, record: ImportRecord) -> dict[str, Any]:
+    """What fixes segmentation: a checkpoint resumes only under the same values."""
+    return {
+        "segmenter_version": SEGMENTER_VERSION,
+        "tokenizer_source": memory.settings.tokenizer_source,
+        "segment_tokens": memory.settings.token_limits.segment,
+        "sha256": record.sha256,
+    }
+
+
+async def run_import(memory, wrapper, args: dict[str, Any]) -> dict[str, Any]:
+    """Copy one local trajectory and run the extraction over its remaining segments (resumable by request_id)."""
+    source, filename, request_id, hint, source_id = import_args(args)
+    record = await asyncio.to_thread(copy_original, memory, source, filename, request_id, source_id)
+    answer: dict[str, Any] = {"request_id": request_id, "path": record.path, "filename": filename}
+    resume = (
+        f"reme start job=procedure_auto_memory plugins='[\"procedure-memory\"]' file={source} "
+        f"filename={filename} request_id={request_id}"
+    )
+
+    def incomplete(code: str, message: str, **extra) -> ProcedureError:
+        return ProcedureError(code, message, status="incomplete", **answer, **extra, resume=resume)
+
+    data = await asyncio.to_thread((memory.workspace_path / record.path).read_bytes)
+    try:
+        text = decode_trajectory(data, filename)
+    except UnsupportedTrajectory as exc:
+        raise incomplete("unsupported_format", f"{exc}. The saved copy {record.path} is kept.") from None
+    except MalformedTrajectory as exc:
+        raise incomplete("malformed_input", f"{exc}. The saved copy {record.path} is kept.") from None
+    answer["format"] = trajectory_format(filename)
+    try:
+        checkpoint = await load_checkpoint(memory, record, text, hint)
+    except ExtractionStopped as exc:
+        raise incomplete(exc.code, exc.message) from None
+    extraction = Extraction(memory, wrapper, record, text, answer["format"], checkpoint, memory.checkpoints,
+                            make_progress(memory.logger))
+    try:
+        if checkpoint["next_segment"] < len(checkpoint["segments"]):
+            if wrapper is None:
+                raise ExtractionStopped("agent_unavailable", "No agent_wrapper component is configured.")
+            await extraction.run()
+    except ExtractionStopped as exc:
+        raise incomplete(exc.code, exc.message, **progress_of(memory, extraction)) from None
+    checkpoint["status"] = "complete"
+    memory.checkpoints.put(request_id, checkpoint)
+    return {"status": "complete", **answer, **progress_of(memory, extraction)}
+
+
+async def load_checkpoint(memory, record: ImportRecord, text: str, hint: str) -> dict[str, Any]:
+    """The import's checkpoint: the saved one if its fingerprint matches, else (first run) a new one with the
+    segment boundaries fixed once. Raises ExtractionStopped (incompatible, tokenizer, segmentation) changing nothing."""
+    saved = memory.checkpoints.get(record.request_id)
+    expected = fingerprint(memory, record)
+    if saved is not None:
+        if saved["fingerprint"] != expected:
+            changed = {k: (saved["fingerprint"].get(k), v) for k, v in expected.items()
+                       if saved["fingerprint"].get(k) != v}
+            raise ExtractionStopped(
+                "incompatible_checkpoint",
+                f"request_id {record.request_id!r} was processed with different segmentation settings {changed} "
+                "(recorded, current). Resume with the recorded settings (and the plugin version that created the "
+                "checkpoint), or import with a new request_id. Nothing was changed.",
+            )
+        return saved
+    try:
+        bounds = await asyncio.to_thread(segment, text, memory.settings.token_limits.segment, memory.tokens.count)
+    except TokenizerUnavailable as exc:
+        raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+    except SegmentationError as exc:
+        raise ExtractionStopped("segmentation_failed", str(exc)) from None
+    checkpoint = {
+        "request_id": record.request_id, "fingerprint": expected, "plugin_version": __version__,
+        "segments": bounds, "next_segment": 0, "summary": "", "memory_hint": hint,
+        "saved_reply": None, "status": "processing",
+    }
+    memory.checkpoints.put(record.request_id, checkpoint)
+    return checkpoint
+
+
+def progress_of(memory, extraction: Extraction) -> dict[str, Any]:
+    """Segments done, experiences written and writes still pending, for the answer."""
+    checkpoint = extraction.checkpoint
+    paths = {op.path for op in memory.journal.records(extraction.record.request_id)}
+    return {
+        "segments": {"done": checkpoint["next_segment"], "total": len(checkpoint["segments"])},
+        "experiences": extraction.written(),
+        "pending_writes": [memory.pending_entry(p) for p in sorted(paths & set(memory.pending))],
+    }
+
+
+
+def import_args(args: dict[str, Any]) -> tuple[str, str, str, str, str]:
+    file, filename = args.get("file"), args.get("filename")
+    if not isinstance(file, str) or not file.strip():
+        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`file` is required: the path of the local trajectory.")
+    if not isinstance(filename, str) or not filename:
+        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`filename` is required, e.g. filename=run.jsonl.")
+    problem = validate_filename_component(filename, kind="filename")
+    if problem:
+        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, problem)
+    request_id = args.get("request_id")
+    if request_id is None or request_id == "":
+        request_id = f"req-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
+    if isinstance(request_id, (int, float)) and not isinstance(request_id, bool):
+        request_id = str(request_id)
+    if not isinstance(request_id, str) or len(request_id) > 128 or not request_id.strip():
+        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`request_id` must be a string of 1-128 characters.")
+    hint = args.get("memory_hint") or ""
+    source_id = args.get("source_id") or ""
+    if not isinstance(hint, str) or not isinstance(source_id, (str, int)):
+        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`memory_hint` and `source_id` must be strings.")
+    return str(Path(file).expanduser().absolute()), filename, request_id, hint, str(source_id)
