@@ -132,3 +132,33 @@ async def test_manual_edits_are_not_watched_but_results_are_never_stale(make_app
         ok, _ = await run_job(app, "procedure_reindex")
         ok, ans = await run_job(app, "procedure_search", query="pager fires", index="when_to_use")
         assert sorted(r["path"] for r in ans["results"]) == ["procedures/a.json", "procedures/new.json"]
+
+
+async def test_updates_leave_no_deleted_bm25_slots_after_close(make_app, tmp_path):
+    ws = tmp_path / "ws"
+    async with make_app(workspace=ws) as app:
+        memory = memory_of(app)
+        run = memory.begin_run("req", [add_trajectory(app)])
+        ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k0",
+                                  description="d", when_to_use="when the queue backs up", content="v0")
+        for i in range(1, 6):
+            ok, ans = await call_tool(app, run, "procedure_update", path="procedures/a.json",
+                                      expected_version=ans["version"], content=f"v{i}", operation_key=f"k{i}")
+            assert ok
+        bm25 = memory.views.stores["when_to_use_content"].keyword_index
+        assert len(bm25._doc_ids) > 1  # lazily deleted versions are still there while running
+    async with make_app(workspace=ws) as app:
+        for store in memory_of(app).views.stores.values():
+            assert len(store.keyword_index._doc_ids) == 1  # compacted before the stores persisted
+        ok, found = await run_job(app, "procedure_search", query="queue backs up", index="when_to_use_content")
+        assert found["results"][0]["experience"]["content"] == "v5"
+
+
+async def test_trajectory_reads_follow_the_file(make_app):
+    async with make_app() as app:
+        src = add_trajectory(app, "run.log", b"first version\n")
+        ok, ans = await run_job(app, "procedure_read", kind="trajectory", path=src)
+        assert ans["text"] == "first version\n"
+        (memory_of(app).workspace_path / src).write_bytes(b"second, longer version\n")
+        ok, ans = await run_job(app, "procedure_read", kind="trajectory", path=src)
+        assert ans["text"] == "second, longer version\n"

@@ -98,6 +98,8 @@ class ProcedureMemory(BaseComponent):
         self._lock_file: WorkspaceLock | None = None
         self._last_pending_retry = 0.0
         self._journal: OperationJournal | None = None
+        self._writes = 0
+        self._decoded: tuple[tuple, str] | None = None  # (path, size, mtime) and text of the last trajectory read
 
     # -- paths --------------------------------------------------------------------------------------------------
 
@@ -157,8 +159,15 @@ class ProcedureMemory(BaseComponent):
     async def _close(self) -> None:
         self._runs.clear()
         self._journal = None
-        if self._lock_file is not None:
-            self._lock_file.release()
+        self._decoded = None
+        try:
+            if self._writes and self.views is not None:
+                # Updates leave lazily deleted BM25 documents behind; compact them before the stores persist.
+                for store in self.views.stores.values():
+                    await store.optimize_index()
+        finally:
+            if self._lock_file is not None:
+                self._lock_file.release()
 
     # -- recovery and maintenance -------------------------------------------------------------------------------
 
@@ -349,10 +358,7 @@ class ProcedureMemory(BaseComponent):
         rel, target = resolve_inside(self.workspace_path, self.trajectory_rel_dir, raw_path, what="trajectory")
         if not target.is_file():
             raise ProcedureError(ErrorCode.NOT_FOUND, f"No trajectory at {rel}.", path=rel)
-        try:
-            text = (await asyncio.to_thread(target.read_bytes)).decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"{rel} is not UTF-8 text: {exc}", path=rel) from None
+        text = await self._decoded_text(rel, target)
         length = min(length, self.settings.read_max_chars)
         excerpt = text[offset:offset + length]
         try:
@@ -366,6 +372,18 @@ class ProcedureMemory(BaseComponent):
             "total_chars": len(text), "tokens": tokens, "truncated_by_token_cap": len(capped) < len(excerpt),
             "next_offset": end if end < len(text) else None, "text": capped,
         }
+
+    async def _decoded_text(self, rel: str, target: Path) -> str:
+        """The decoded trajectory, cached for the last file read (an agent reads one trajectory many times)."""
+        stat = target.stat()
+        key = (str(target), stat.st_size, stat.st_mtime_ns)
+        if self._decoded is None or self._decoded[0] != key:
+            try:
+                text = (await asyncio.to_thread(target.read_bytes)).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"{rel} is not UTF-8 text: {exc}", path=rel) from None
+            self._decoded = (key, text)
+        return self._decoded[1]
 
     # -- extraction runs ----------------------------------------------------------------------------------------
 
@@ -571,6 +589,7 @@ class ProcedureMemory(BaseComponent):
             ) from None
         self.pending.pop(op.path, None)
         self.journal.set_status(op, INDEXED)
+        self._writes += 1
         self.journal.supersede_path(op.path, keep=op)
         status = "created" if op.tool == "create" else "updated"
         return {"status": status, "path": op.path, "version": stored.version, "operation_key": op.key,
