@@ -1,8 +1,8 @@
 """ProcedureMemory: the component (type ``procedure_memory``) that owns the experience store, both views and runs.
 
 Lifecycle: ``_start`` validates settings, takes the workspace lock, creates the directories, recovers the operation
-journal and reconciles the experience files with both views; ``_close`` releases the lock (the view stores persist
-themselves when they close, after this component).
+journal and reconciles the experience files with both views; ``_close`` compacts the views' BM25 after writes and
+releases the lock (the view stores persist themselves when they close, after this component).
 
 Steps are stateless and call the public coroutines here; every coroutine returns a JSON-able answer or raises
 ProcedureError. All writes (create, update, reindex, pending retries) are serialised by one lock.
@@ -55,9 +55,6 @@ from .store import (
 from .tokens import TokenCounter, TokenizerUnavailable
 from .views import VIEW_NAMES, IndexFailure, Views
 
-_SETTING_KEYS = set(ProcedureSettings.model_fields)
-
-
 @dataclass
 class Run:
     """An active extraction run: the secret grant its tools must present, its scope and its source paths."""
@@ -80,8 +77,9 @@ class ProcedureMemory(BaseComponent):
     component_type = "procedure_memory"
 
     def __init__(self, **kwargs) -> None:
-        raw = {k: v for k, v in kwargs.items() if k in _SETTING_KEYS or k not in ("name", "backend", "app_context")}
-        super().__init__(**{k: v for k, v in kwargs.items() if k in ("name", "backend", "app_context")})
+        identity = ("name", "backend", "app_context")
+        raw = {k: v for k, v in kwargs.items() if k not in identity}  # every other key is a setting (or an error)
+        super().__init__(**{k: v for k, v in kwargs.items() if k in identity})
         self.settings: ProcedureSettings = load_settings(raw, prefix=f"components.procedure_memory.{self.name}")
         self.embedding_store = self.bind(self.settings.embedding_store, BaseEmbeddingStore, optional=False)
         # One top-level attribute per view so ReMe resolves them and starts them before this component.
@@ -189,7 +187,7 @@ class ProcedureMemory(BaseComponent):
         for item in files.scan():
             on_disk.add(item.path)
             if isinstance(item, BadFile):
-                self.pending[item.path] = {"version": item.version, "error": f"invalid experience: {item.error}"}
+                self._mark_invalid(item)
             elif any(indexed[v].get(item.path) != (item.version, True) for v in VIEW_NAMES):
                 stale.append(item)
         gone = sorted({p for v in VIEW_NAMES for p in indexed[v]} - (on_disk - set(self.pending)))
@@ -247,12 +245,13 @@ class ProcedureMemory(BaseComponent):
             for item in self.files.scan():
                 if isinstance(item, BadFile):
                     invalid.append({"path": item.path, "version": item.version, "error": item.error})
-                    self.pending[item.path] = {"version": item.version, "error": f"invalid experience: {item.error}"}
+                    self._mark_invalid(item)
                 else:
                     valid.append(item)
             indexed = await self._index_each(valid)
             await self.views.dump()
-            failed = [self.pending_entry(p) for p in sorted(self.pending) if p not in {i["path"] for i in invalid}]
+            invalid_paths = {i["path"] for i in invalid}
+            failed = [self.pending_entry(p) for p in sorted(self.pending) if p not in invalid_paths]
             return {
                 "status": "complete" if not failed else "incomplete",
                 "indexed": len(indexed),
@@ -261,7 +260,12 @@ class ProcedureMemory(BaseComponent):
                 "seconds": round(time.monotonic() - started, 3),
             }
 
+    def _mark_invalid(self, item: BadFile) -> None:
+        """An invalid file is excluded from both views and reported as pending until it is fixed."""
+        self.pending[item.path] = {"version": item.version, "error": f"invalid experience: {item.error}"}
+
     def pending_entry(self, path: str) -> dict[str, str]:
+        """A pending file as reported in answers: path, version, error."""
         entry = self.pending[path]
         return {"path": path, "version": entry["version"], "error": entry["error"]}
 
@@ -278,7 +282,7 @@ class ProcedureMemory(BaseComponent):
                 if item is None:
                     self.pending.pop(path, None)
                 elif isinstance(item, BadFile):
-                    self.pending[path] = {"version": item.version, "error": f"invalid experience: {item.error}"}
+                    self._mark_invalid(item)
                 else:
                     retry.append(item)
             await self._index_each(retry)
@@ -300,7 +304,7 @@ class ProcedureMemory(BaseComponent):
             if item is None:
                 continue
             if isinstance(item, BadFile):  # edited by hand since indexing: exclude and report, never stale
-                self.pending[item.path] = {"version": item.version, "error": f"invalid experience: {item.error}"}
+                self._mark_invalid(item)
                 continue
             results.append({
                 "path": item.path,
