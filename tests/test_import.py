@@ -450,3 +450,34 @@ async def test_memory_hint_focuses_the_prompt_and_source_id_is_kept(make_app, tm
         assert ok
         assert "focus on index rebuilds" in app.agent.replies[0]["prompt"]
         assert memory_of(app).imports.get("h1").source_id == "ci-run-42"
+
+
+async def test_progress_goes_to_the_log_and_to_a_terminal(make_app, tmp_path, monkeypatch):
+    import io
+    import sys
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    original = write(tmp_path, "run.jsonl", long_trajectory(10))
+    components = {"procedure_memory": {"default": {"token_limits": {"segment": 80}}}}
+    logged = []
+
+    class Log:
+        def info(self, message):
+            logged.append(message)
+
+    async with make_app(scripts=[creates(name="a.json")] + [replies()] * 20, components=components) as app:
+        monkeypatch.setattr(memory_of(app), "logger", Log())
+        ok, ans = await import_file(app, original)
+        assert ok and ans["segments"]["total"] > 1
+    assert [m.replace("procedure import: ", "[procedure-memory] ") for m in logged] == \
+        terminal.getvalue().splitlines()
+    lines = terminal.getvalue().splitlines()
+    total = ans["segments"]["total"]
+    assert f"[procedure-memory] segment 1/{total}: " in lines[0] and "input tokens" in lines[0]
+    assert f"[procedure-memory] segment 1/{total} done: 1 created, 0 updated so far" in lines
+    assert f"[procedure-memory] segment {total}/{total} done: 1 created, 0 updated so far" in lines
