@@ -37,7 +37,6 @@ import gc
 import hashlib
 import json
 import os
-import platform
 import random
 import re
 import shutil
@@ -48,6 +47,8 @@ import time
 import zlib
 from datetime import datetime, timezone
 from pathlib import Path
+
+from _machine import describe  # noqa: E402  (benchmarks/_machine.py)
 from types import SimpleNamespace
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
@@ -735,15 +736,9 @@ def revision() -> str:
 
 
 def machine() -> str:
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor() or "unknown cpu"
-    import reme  # noqa: F401
     from importlib.metadata import version
 
-    return (f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, numpy {np.__version__}, "
-            f"reme-ai {version('reme-ai')}, {platform.system()} {platform.release()}")
+    return describe(f"numpy {np.__version__}", f"reme-ai {version('reme-ai')}")
 
 
 def parse_args(argv=None):

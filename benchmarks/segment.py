@@ -31,9 +31,9 @@ loading the text and the tokenizer, whose JSON parsing peaks higher than the sma
 Python allocations only (in its own child, untimed).
 
 Diagnostics (not part of PASS/FAIL): ``segment`` with a lean count (``len(Tokenizer.encode(t))``, no Python id/offset
-lists) to separate the counter's cost from the algorithm's; ``segment_proposed``, a copy of ``segment`` with the fix
-this benchmark proposes (proportional shrink on overshoot, target fill 0.93), with both counts; and the cost of encoding
-each final segment of (b) exactly once (the floor for any exact segmenter that checks every segment).
+lists) to separate the counter's cost from the algorithm's; and the cost of encoding each final segment of (b) exactly
+once (the floor for any exact segmenter that checks every segment). The proportional-shrink variant measured once on
+2026-12-03 (benchmarks/README.md, "Segmentation") is a proposal for the specification, not code kept here.
 """
 
 from __future__ import annotations
@@ -42,7 +42,6 @@ import argparse
 import gc
 import json
 import os
-import platform
 import random
 import re
 import resource
@@ -53,6 +52,8 @@ import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from _machine import describe  # noqa: E402  (benchmarks/_machine.py)
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
 
@@ -227,52 +228,6 @@ class CountingCount:
         return tokens
 
 
-# -- the proposed fix (diagnostic only; the timed (b) always runs the real module) -------------------------------------
-
-PROPOSED_TARGET_FILL = 0.93
-
-
-def segment_proposed(text: str, budget: int, count) -> list[tuple[int, int]]:
-    """A copy of ``reme_procedure_memory.segmenter.segment`` with the two changes this benchmark proposes:
-
-    1. an over-budget candidate is shrunk in proportion to its overshoot (to ``PROPOSED_TARGET_FILL`` of the budget at
-       the candidate's own measured density) instead of halved, so a 2% overshoot costs one recount of a ~93%
-       segment rather than a recount plus a ~52% segment that throws the next density estimate off;
-    2. ``TARGET_FILL`` 0.95 -> 0.93, so the usual ±5% density drift between consecutive ~300k-character windows
-       rarely overshoots.
-    """
-    from reme_procedure_memory.segmenter import (
-        MAX_CANDIDATE_FACTOR, SAMPLE_CHARS, SegmentationError, _snap_to_line,
-    )
-
-    if budget <= 0:
-        raise ValueError("budget must be positive")
-    n = len(text)
-    if n == 0:
-        return []
-    sample = text[:SAMPLE_CHARS]
-    density = min(MAX_CANDIDATE_FACTOR, len(sample) / max(1, count(sample)))
-    segments: list[tuple[int, int]] = []
-    start = 0
-    while start < n:
-        length = max(1, int(budget * PROPOSED_TARGET_FILL * density))
-        end = _snap_to_line(text, start, min(n, start + length), n)
-        tokens = count(text[start:end])
-        while tokens > budget:
-            if end - start == 1:
-                raise SegmentationError(
-                    f"the character at offset {start} alone counts {tokens} tokens, more than the budget {budget}",
-                )
-            shrunk = max(1, min(end - start - 1, int((end - start) * budget * PROPOSED_TARGET_FILL / tokens)))
-            end = _snap_to_line(text, start, start + shrunk, n)
-            tokens = count(text[start:end])
-        segments.append((start, end))
-        if tokens:
-            density = min(MAX_CANDIDATE_FACTOR, (end - start) / tokens)
-        start = end
-    return segments
-
-
 def load_tokenizer(path: Path):
     from tokenizers import Tokenizer
 
@@ -391,14 +346,9 @@ def run_child(mode: str, text_file: Path, args) -> dict:
 
 
 def machine() -> str:
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor() or "unknown cpu"
     from importlib.metadata import version
 
-    return (f"{os.cpu_count()} cores ({cpu}), Python {platform.python_version()}, tokenizers {version('tokenizers')}, "
-            f"{platform.system()} {platform.release()}")
+    return describe(f"tokenizers {version('tokenizers')}")
 
 
 def med(values: list[float]) -> float:
@@ -416,7 +366,7 @@ def main(argv=None) -> int:
     p.add_argument("--data", type=Path, default=DATA, help=f"shared data directory (default {DATA})")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory child processes")
     p.add_argument("--no-diagnostics", action="store_true",
-                   help="skip the lean-count, proposed-patch and per-segment floor runs")
+                   help="skip the lean-count and per-segment floor runs")
     p.add_argument("--json", type=Path, help="also write the results as JSON here")
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--child-text", help=argparse.SUPPRESS)
@@ -507,9 +457,7 @@ def main(argv=None) -> int:
         if not args.no_diagnostics:
             lean = lambda t: len(tokenizer.encode(t, add_special_tokens=False))  # noqa: E731
             diagnostics = {}
-            for name, function, count in (("segment_lean_count", segment, lean),
-                                          ("proposed_patch_counter", segment_proposed, counter.count),
-                                          ("proposed_patch_lean_count", segment_proposed, lean)):
+            for name, function, count in (("segment_lean_count", segment, lean),):
                 runs = []
                 for _ in range(args.reps):
                     elapsed, variant_bounds, variant_wrapped = time_segment(function, text, args.budget, count)
