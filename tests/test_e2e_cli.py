@@ -13,6 +13,7 @@ client needs both ``host`` and ``port`` (ReMe falls back to 127.0.0.1:2333 when 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import socket
@@ -249,6 +250,22 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait(timeout=10)
 
 
+@contextlib.contextmanager
+def running_server(reme, ws: Path, log: Path, *extra: str):
+    """``reme start`` (terminal 1) on ``ws`` and a free port, ready to answer; stopped by its own pid afterwards."""
+    port = free_port()
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(REME), "start", *start_args(ws), "service.host=127.0.0.1", f"service.port={port}", *extra],
+            cwd=reme.cwd, env=reme.env, stdout=out, stderr=subprocess.STDOUT,
+        )
+    try:
+        wait_for_server(proc, port, log)
+        yield proc, port
+    finally:
+        stop(proc)
+
+
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     """A workspace rebuilt by the one-shot reindex job, one more file added afterwards, then ``reme start``."""
@@ -267,18 +284,8 @@ def service(tmp_path_factory):
                              ("clean-temporary-files-of-failed-build.json", CLEANUP)):
             versions[name] = version_of(write_experience(ws, name, record))
 
-        port = free_port()
-        log = root / "server.log"
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(
-                [str(REME), "start", *start_args(ws), "service.host=127.0.0.1", f"service.port={port}"],
-                cwd=reme.cwd, env=reme.env, stdout=out, stderr=subprocess.STDOUT,
-            )
-        try:
-            wait_for_server(proc, port, log)
+        with running_server(reme, ws, root / "server.log") as (proc, port):
             yield Service(reme=reme, ws=ws, port=port, proc=proc, endpoint=endpoint, versions=versions)
-        finally:
-            stop(proc)
 
 
 def test_cli_search_when_to_use_returns_the_experience(service):
@@ -470,19 +477,9 @@ def test_stopping_the_service_frees_the_workspace_for_maintenance(reme, tmp_path
     write_experience(ws, "rebuild-search-after-config-change.json", REBUILD)
     write_experience(ws, "inspect-logs-before-rebuilding.json", INSPECT)
     write_trajectory(ws)
-    port = free_port()
-    log = tmp_path / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(REME), "start", *start_args(ws), "service.host=127.0.0.1", f"service.port={port}"],
-            cwd=reme.cwd, env=reme.env, stdout=out, stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_for_server(proc, port, log)
+    with running_server(reme, ws, tmp_path / "server.log") as (proc, port):
         answer, ok = reme.call(port, "procedure_search", "query=inspect logs before rebuilding", "limit=5")
         assert ok and answer["results"][0]["path"] == "procedures/inspect-logs-before-rebuilding.json"
-    finally:
-        stop(proc)
     before = snapshot(ws / "procedures", ws / "session")
 
     rebuild = reme.start_job("procedure_reindex", ws)
@@ -504,18 +501,9 @@ def test_embedding_outage_at_startup_keeps_serving_and_recovers(reme, tmp_path, 
     before = snapshot(ws / "procedures", ws / "session")
 
     endpoint.failing = True  # HTTP 500 from the provider, as in an outage
-    port = free_port()
-    log = tmp_path / "server.log"
-    with open(log, "wb") as out:
-        proc = subprocess.Popen(
-            [str(REME), "start", *start_args(ws), "service.host=127.0.0.1", f"service.port={port}",
-             "components.procedure_memory.default.pending_retry_seconds=0",
-             # No SDK-level retries, for speed (embedding_store.max_retries counts attempts: keep it at 1).
-             "components.as_embedding.procedure.max_retries=0"],
-            cwd=reme.cwd, env=reme.env, stdout=out, stderr=subprocess.STDOUT,
-        )
-    try:
-        wait_for_server(proc, port, log)
+    # No SDK-level retries, for speed (embedding_store.max_retries counts attempts: keep it at 1).
+    with running_server(reme, ws, tmp_path / "server.log", "components.procedure_memory.default.pending_retry_seconds=0",
+                        "components.as_embedding.procedure.max_retries=0") as (proc, port):
         # The experience indexed before the outage is still found (BM25; the query cannot be embedded).
         answer, ok = reme.call(port, "procedure_search", "query=search configuration stale", "index=when_to_use")
         assert ok and [r["path"] for r in answer["results"]] == ["procedures/rebuild-search-after-config-change.json"]
@@ -536,8 +524,6 @@ def test_embedding_outage_at_startup_keeps_serving_and_recovers(reme, tmp_path, 
         assert answer["results"][0]["path"] == "procedures/inspect-logs-before-rebuilding.json"
         assert answer["results"][0]["version"] == late
         assert "vector_search" not in answer
-    finally:
-        stop(proc)
     assert snapshot(ws / "procedures", ws / "session") == before
 
 

@@ -73,7 +73,6 @@ async def test_import_copies_bytes_and_extracts_an_experience(make_app, tmp_path
         assert call["kwargs"]["react_config"]["interruption_raise_cancelled_error"] is True
         assert '"tool_calls"' in call["prompt"] and "rebuilt 1200 documents" in call["prompt"]  # all fields kept
         # the grant is revoked after the run: forged or replayed writes fail
-        grant = call["kwargs"]["injected_job_kwargs"]["_procedure_grant"]
         ok, forged = await run_job(app, "procedure_create", filename="x.json", description="d", when_to_use="w",
                                    content="c", operation_key="k", **call["kwargs"]["injected_job_kwargs"],
                                    tool_context_id=call["kwargs"]["tool_context_id"])

@@ -2,7 +2,6 @@
 fingerprints, no count limit, manual edits."""
 
 import json
-from pathlib import Path
 
 import pytest
 
