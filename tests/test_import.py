@@ -480,3 +480,36 @@ async def test_progress_goes_to_the_log_and_to_a_terminal(make_app, tmp_path, mo
     assert f"[procedure-memory] segment 1/{total}: " in lines[0] and "input tokens" in lines[0]
     assert f"[procedure-memory] segment 1/{total} done: 1 created, 0 updated so far" in lines
     assert f"[procedure-memory] segment {total}/{total} done: 1 created, 0 updated so far" in lines
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (FIXTURES / "trajectories").iterdir()))
+async def test_real_trajectories_in_every_format_multi_segment(make_app, tmp_path, name):
+    original = tmp_path / name
+    original.write_bytes((FIXTURES / "trajectories" / name).read_bytes())
+    components = {"procedure_memory": {"default": {"token_limits": {"segment": 300}}}}
+    prompts = []
+
+    async def segment_script(tools, prompt, kwargs):
+        prompts.append(prompt)
+        if len(prompts) == 1:  # create from the first segment, skip the others
+            ok, ans = await tools.call("procedure_create", filename="bfcl-session.json", operation_key="s1-1",
+                                       description="Work through a BFCL tool session",
+                                       when_to_use="When a user asks for file-system or API tool operations",
+                                       content="Inspect the state first, then call the tools step by step.")
+            assert ok, ans
+        return summary(f"read {len(prompts)} segments")
+
+    async with make_app(scripts=[segment_script] * 80, components=components) as app:
+        ok, ans = await import_file(app, original, request_id=f"real-{name}")
+        assert ok and ans["status"] == "complete", ans
+        assert ans["path"] == f"session/trajectories/{name}"
+        memory = memory_of(app)
+        assert (memory.workspace_path / ans["path"]).read_bytes() == original.read_bytes()
+        checkpoint = memory.checkpoints.get(f"real-{name}")
+        text = original.read_text(encoding="utf-8")
+        assert "".join(text[s:e] for s, e in checkpoint["segments"]) == text
+        assert all(memory.tokens.count(text[s:e]) <= 300 for s, e in checkpoint["segments"])
+        assert len(prompts) == ans["segments"]["total"] >= 2
+        for (s, e), prompt in zip(checkpoint["segments"], prompts):
+            assert text[s:e] in prompt  # every segment reached the agent whole, fields untouched
+        assert ans["experiences"] == {"created": ["procedures/bfcl-session.json"], "updated": []}
