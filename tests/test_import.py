@@ -513,3 +513,25 @@ async def test_real_trajectories_in_every_format_multi_segment(make_app, tmp_pat
         for (s, e), prompt in zip(checkpoint["segments"], prompts):
             assert text[s:e] in prompt  # every segment reached the agent whole, fields untouched
         assert ans["experiences"] == {"created": ["procedures/bfcl-session.json"], "updated": []}
+
+
+@pytest.mark.parametrize("name, data", [("run.json", '\ufeff{"messages": []}'), ("run.jsonl", '\ufeff{"a": 1}\n{"b": 2}\n')])
+async def test_a_byte_order_mark_is_accepted_and_kept(make_app, tmp_path, name, data):
+    original = write(tmp_path, name, data.encode("utf-8"))
+    async with make_app(scripts=[replies()]) as app:
+        ok, ans = await import_file(app, original)
+        assert ok, ans
+        assert (memory_of(app).workspace_path / ans["path"]).read_bytes() == original.read_bytes()
+
+
+async def test_a_new_memory_hint_applies_to_the_remaining_segments(make_app, tmp_path):
+    original = write(tmp_path, "run.jsonl", JSONL)
+
+    async def boom(tools, prompt, kwargs):
+        raise RuntimeError("stop")
+
+    async with make_app(scripts=[boom, replies()]) as app:
+        ok, ans = await import_file(app, original, request_id="h2", memory_hint="first focus")
+        assert not ok and "first focus" in app.agent.replies[0]["prompt"]
+        ok, ans = await import_file(app, original, request_id="h2", memory_hint="second focus")
+        assert ok and "second focus" in app.agent.replies[1]["prompt"]

@@ -161,3 +161,24 @@ async def test_trajectory_reads_follow_the_file(make_app):
         (memory_of(app).workspace_path / src).write_bytes(b"second, longer version\n")
         ok, ans = await run_job(app, "procedure_read", kind="trajectory", path=src)
         assert ans["text"] == "second, longer version\n"
+
+
+async def test_a_failed_publish_writes_nothing_and_frees_the_name(make_app, monkeypatch):
+    async with make_app() as app:
+        memory = memory_of(app)
+        run = memory.begin_run("req", [add_trajectory(app)])
+        original = type(memory.files).publish
+
+        def disk_full(self, rel, data):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(type(memory.files), "publish", disk_full)
+        ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k1",
+                                  description="d", when_to_use="w", content="c")
+        assert not ok and ans["error"]["code"] == "publish_failed"
+        assert not (memory.workspace_path / "procedures/a.json").exists()
+        assert memory.journal.get("req", "k1").status == "abandoned"
+        monkeypatch.setattr(type(memory.files), "publish", original)
+        ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k2",
+                                  description="d", when_to_use="w", content="c")
+        assert ok and ans["status"] == "created"  # the name was not left reserved by the failed intent

@@ -50,6 +50,7 @@ from .store import (
     OperationJournal,
     StoredExperience,
     WorkspaceLock,
+    ensure_dir,
     recover_intent,
 )
 from .tokens import TokenCounter, TokenizerUnavailable
@@ -138,9 +139,9 @@ class ProcedureMemory(BaseComponent):
         self._lock_file.acquire()
         try:
             for directory in ("imports", "operations", "processing"):
-                (self.state_dir / directory).mkdir(parents=True, exist_ok=True)
-            (self.workspace_path / self.settings.procedure_dir).mkdir(parents=True, exist_ok=True)
-            (self.workspace_path / self.trajectory_rel_dir).mkdir(parents=True, exist_ok=True)
+                ensure_dir(self.state_dir / directory)
+            ensure_dir(self.workspace_path / self.settings.procedure_dir)
+            ensure_dir(self.workspace_path / self.trajectory_rel_dir)
             self._write_lock = asyncio.Lock()
             self._import_lock = asyncio.Lock()
             stores = {"when_to_use": self.view_when_to_use, "when_to_use_content": self.view_when_to_use_content}
@@ -197,7 +198,9 @@ class ProcedureMemory(BaseComponent):
             current = files.read_bytes(op.path)
             if current is None or version_of(current) != op.target_version:
                 journal.set_status(op, SUPERSEDED, "the file no longer holds this write's content")
-            elif op.path not in self.pending:
+            elif op.path in self.pending:
+                journal.set_status(op, INDEX_PENDING, self.pending[op.path]["error"])
+            else:
                 journal.set_status(op, INDEXED)
         if stale or gone:
             await self.views.dump()
@@ -570,7 +573,17 @@ class ProcedureMemory(BaseComponent):
     async def _commit(self, run: Run, op: Operation) -> dict[str, Any]:
         """Journal the intent, publish the file, then index it (caller holds the write lock)."""
         self.journal.put(op)
-        self.files.publish(op.path, op.target_bytes)
+        try:
+            self.files.publish(op.path, op.target_bytes)
+        except OSError as exc:  # e.g. a full disk: resolve the intent now so it holds no name until a restart
+            if self.files.read_bytes(op.path) != op.target_bytes:
+                self.journal.set_status(op, ABANDONED, f"publish failed: {type(exc).__name__}: {exc}")
+                raise ProcedureError(
+                    "publish_failed",
+                    f"{op.path} could not be written ({type(exc).__name__}: {exc}); nothing was published. Fix the "
+                    "cause, then write again with a new operation_key.",
+                    path=op.path,
+                ) from None
         self.journal.set_status(op, PUBLISHED)
         return await self._index_published(run, op)
 
@@ -580,7 +593,11 @@ class ProcedureMemory(BaseComponent):
         assert isinstance(stored, StoredExperience) and stored.version == op.target_version
         try:
             await self.views.index([(stored, self._mtime(op.path))])
-        except IndexFailure as exc:
+        except Exception as exc:
+            if not isinstance(exc, IndexFailure):  # structural: exclusion itself failed; keep the record, fail loud
+                self.pending[op.path] = {"version": stored.version, "error": f"{type(exc).__name__}: {exc}"}
+                self.journal.set_status(op, INDEX_PENDING, f"{type(exc).__name__}: {exc}")
+                raise
             self.pending[op.path] = {"version": stored.version, "error": str(exc)}
             self.journal.set_status(op, INDEX_PENDING, str(exc))
             raise ProcedureError(

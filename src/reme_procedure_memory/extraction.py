@@ -27,7 +27,7 @@ import yaml
 from reme.steps.evolve._evolve import agent_reply_result_text
 
 from .schema import ErrorCode, ProcedureError
-from .store import ABANDONED, INDEX_PENDING, INTENT, CheckpointStore
+from .store import ABANDONED, INDEX_PENDING, INTENT, PUBLISHED, CheckpointStore
 from .tokens import TokenizerUnavailable
 
 TOOLS = ("procedure_search", "procedure_read", "procedure_create", "procedure_update")
@@ -259,7 +259,8 @@ class Extraction:
 
     def _check_pending_writes(self, index: int) -> None:
         """A segment whose own writes are still index-pending cannot advance."""
-        pending = sorted({op.path for op in self._ledger(index) if op.status == INDEX_PENDING} & set(self.memory.pending))
+        written = {op.path for op in self._ledger(index) if op.status in (PUBLISHED, INDEX_PENDING)}
+        pending = sorted(written & set(self.memory.pending))
         if pending:
             self.checkpoint["saved_reply"] = None  # resume lets the agent correct them
             self._save()

@@ -50,13 +50,15 @@ def decode_trajectory(data: bytes, filename: str) -> str:
         raise MalformedTrajectory(f"{filename!r} is not UTF-8 text ({exc})") from None
     if not text.strip():
         raise MalformedTrajectory(f"{filename!r} is empty")
+    body = text[1:] if text.startswith("\ufeff") else text  # a byte-order mark is checked past, and kept
     if kind == "json":
         try:
-            json.loads(text)
+            json.loads(body)
         except json.JSONDecodeError as exc:
             raise MalformedTrajectory(f"{filename!r} is not valid JSON: {exc}") from None
     elif kind == "jsonl":
-        for number, line in enumerate(text.splitlines(), 1):
+        # Records end at "\n" only: U+2028, U+2029 and U+0085 may stand unescaped inside JSON strings.
+        for number, line in enumerate(body.split("\n"), 1):
             if line.strip():
                 try:
                     json.loads(line)

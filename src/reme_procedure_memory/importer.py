@@ -73,26 +73,39 @@ def copy_original(memory, source: str, filename: str, request_id: str, source_id
         )
         registry.put(record)  # the reservation keeps the name before the copy exists
     copy = memory.workspace_path / record.path
-    if record.status == COPIED and copy.is_file():
-        if hashlib.sha256(copy.read_bytes()).hexdigest() == record.sha256:
-            return record
-        if data is None:
+    existing = hashlib.sha256(copy.read_bytes()).hexdigest() if copy.is_file() else None
+    if existing == record.sha256:  # a verified copy, also one published just before a crash left it RESERVED
+        if record.status != COPIED:
+            record.status = COPIED
+            registry.put(record)
+        return record
+    if existing is not None and record.status != COPIED:
+        raise ProcedureError(  # a file this import never wrote holds the reserved name: never overwrite it
+            "copy_path_taken",
+            f"{record.path} already exists with other bytes and was not written by request_id {request_id!r}; "
+            "move that file away or import with a new request_id.",
+            request_id=request_id, path=record.path,
+        )
+    if data is None:
+        if existing is not None:
             raise ProcedureError(
                 "copy_corrupted",
                 f"The saved copy {record.path} no longer matches its recorded checksum and the original "
                 f"file={source} is gone; it cannot be recovered.",
                 request_id=request_id, path=record.path,
             )
-    if data is None:
         raise ProcedureError(
             ErrorCode.NOT_FOUND,
             f"file={source} does not exist and no verified copy was saved for request_id {request_id!r}; "
             "the original is required.",
             request_id=request_id,
         )
-    publish_copy(copy, data)
+    publish_copy(copy, data)  # first copy, or the repair of our own copy from the unchanged original
     if hashlib.sha256(copy.read_bytes()).hexdigest() != record.sha256:
-        raise ProcedureError("copy_corrupted", f"The copy {record.path} does not match the original's checksum.")
+        raise ProcedureError(
+            "copy_corrupted", f"The copy {record.path} does not match the original's checksum.",
+            request_id=request_id, path=record.path,
+        )
     record.status = COPIED
     registry.put(record)
     return record
@@ -133,6 +146,9 @@ async def run_import(memory, wrapper, args: dict[str, Any]) -> dict[str, Any]:
         checkpoint = await load_checkpoint(memory, record, text, hint)
     except ExtractionStopped as exc:
         raise incomplete(exc.code, exc.message) from None
+    if hint and hint != checkpoint.get("memory_hint"):  # a new focus applies to the remaining segments
+        checkpoint["memory_hint"] = hint
+        memory.checkpoints.put(request_id, checkpoint)
     extraction = Extraction(memory, wrapper, record, text, answer["format"], checkpoint, memory.checkpoints,
                             make_progress(memory.logger))
     try:
@@ -142,6 +158,11 @@ async def run_import(memory, wrapper, args: dict[str, Any]) -> dict[str, Any]:
             await extraction.run()
     except ExtractionStopped as exc:
         raise incomplete(exc.code, exc.message, **progress_of(memory, extraction)) from None
+    except ProcedureError as exc:
+        raise incomplete(exc.code, exc.message, **progress_of(memory, extraction)) from None
+    except Exception as exc:  # unexpected (e.g. a checkpoint write failed): still answer with the request id
+        memory.logger.exception(f"procedure import {request_id} failed: {exc}")
+        raise incomplete("internal_error", f"{type(exc).__name__}: {exc}", **progress_of(memory, extraction)) from None
     checkpoint["status"] = "complete"
     memory.checkpoints.put(request_id, checkpoint)
     return {"status": "complete", **answer, **progress_of(memory, extraction)}

@@ -74,6 +74,10 @@ class ProcedureStep(BaseStep):
             success = answer.get("status") not in ("incomplete", "error")
         except ProcedureError as exc:
             answer, success = exc.answer(), False
+        except Exception as exc:  # still one JSON answer (agents and MCP see only the answer); logged in full
+            self.logger.exception(f"{self.name} failed: {exc}")
+            answer = {"status": "error", "error": {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}}
+            success = False
         self.context.response.success = success
         self.context.response.answer = json.dumps(answer, ensure_ascii=False)
 

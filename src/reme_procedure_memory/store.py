@@ -34,9 +34,20 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def ensure_dir(directory: Path) -> None:
+    """Create ``directory`` and its missing parents durably: the parent of each new directory is fsynced."""
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for new in reversed(missing):
+        new.mkdir(exist_ok=True)
+        fsync_dir(new.parent)
+
+
 def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably (creates parent directories)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Replace ``path`` with ``data`` atomically and durably (creates parent directories durably)."""
+    ensure_dir(path.parent)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as handle:

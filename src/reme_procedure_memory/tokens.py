@@ -117,11 +117,19 @@ class TokenCounter:
         ids, offsets = self.encode(text)
         if len(ids) <= max_tokens:
             return text
-        end = offsets[max_tokens][0] if offsets else 0
-        prefix = text[:end]
-        while prefix and self.count(prefix) > max_tokens:  # counts are not additive at cut points
-            prefix = prefix[: max(0, len(prefix) - max(1, len(prefix) // 50))]
-        return prefix
+        if offsets:
+            prefix = text[:offsets[max_tokens][0]]
+            while prefix and self.count(prefix) > max_tokens:  # counts are not additive at cut points
+                prefix = prefix[: max(0, len(prefix) - max(1, len(prefix) // 50))]
+            return prefix
+        low, high = 0, len(text)  # no offsets (slow tokenizers): the longest prefix by binary search on characters
+        while low < high:
+            mid = (low + high + 1) // 2
+            if self.count(text[:mid]) <= max_tokens:
+                low = mid
+            else:
+                high = mid - 1
+        return text[:low]
 
     async def acount(self, text: str) -> int:
         """``count`` off the event loop."""
