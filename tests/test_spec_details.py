@@ -182,3 +182,29 @@ async def test_a_failed_publish_writes_nothing_and_frees_the_name(make_app, monk
         ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k2",
                                   description="d", when_to_use="w", content="c")
         assert ok and ans["status"] == "created"  # the name was not left reserved by the failed intent
+
+
+async def test_searches_during_a_reindex_wait_for_complete_views(make_app, tmp_path):
+    import asyncio
+
+    from helpers import FakeEmbeddingModel
+
+    class SlowModel(FakeEmbeddingModel):
+        async def __call__(self, inputs, **kwargs):
+            await asyncio.sleep(0.01)  # a real provider yields to the event loop
+            return await super().__call__(inputs, **kwargs)
+
+    ws = tmp_path / "ws"
+    (ws / "procedures").mkdir(parents=True)
+    for i in range(30):
+        (ws / f"procedures/p{i}.json").write_text(json.dumps(experience_record(
+            f"d{i}", f"when the unicorn{i} service degrades", f"restart unicorn{i}")))
+    components = {"embedding_store": {"procedure": {"enable_cache": False, "max_batch_size": 4}}}
+    async with make_app(workspace=ws, embedding=SlowModel(64), components=components) as app:
+        reindex = asyncio.create_task(app.run_job("procedure_reindex"))
+        await asyncio.sleep(0.02)  # the reindex has cleared the views and is re-embedding
+        assert not reindex.done()
+        ok, ans = await run_job(app, "procedure_search", query="unicorn7 service degrades", index="when_to_use")
+        assert reindex.done()  # the search waited for the rebuild instead of answering from half-built views
+        assert ok and ans["results"][0]["path"] == "procedures/p7.json" and ans["index_complete"] is True
+        assert (await reindex).success

@@ -94,6 +94,7 @@ class ProcedureMemory(BaseComponent):
         self._runs: dict[str, Run] = {}
         self._write_lock: asyncio.Lock | None = None
         self._import_lock: asyncio.Lock | None = None
+        self._views_ready: asyncio.Event | None = None
         self._lock_file: WorkspaceLock | None = None
         self._last_pending_retry = 0.0
         self._journal: OperationJournal | None = None
@@ -144,6 +145,8 @@ class ProcedureMemory(BaseComponent):
             ensure_dir(self.workspace_path / self.trajectory_rel_dir)
             self._write_lock = asyncio.Lock()
             self._import_lock = asyncio.Lock()
+            self._views_ready = asyncio.Event()  # cleared while a reindex rebuilds the views from scratch
+            self._views_ready.set()
             stores = {"when_to_use": self.view_when_to_use, "when_to_use_content": self.view_when_to_use_content}
             self.views = Views(
                 stores, self.embedding_store, self.settings.embedding_timeout_seconds,
@@ -240,28 +243,38 @@ class ProcedureMemory(BaseComponent):
         """Rebuild both views from the experience JSON files; never touches experience or trajectory files."""
         assert self.views is not None and self._write_lock is not None
         async with self._write_lock:
-            started = time.monotonic()
-            await self.views.clear()
-            self.pending.clear()
-            valid: list[StoredExperience] = []
-            invalid: list[dict[str, str]] = []
-            for item in self.files.scan():
-                if isinstance(item, BadFile):
-                    invalid.append({"path": item.path, "version": item.version, "error": item.error})
-                    self._mark_invalid(item)
-                else:
-                    valid.append(item)
-            indexed = await self._index_each(valid)
-            await self.views.dump()
-            invalid_paths = {i["path"] for i in invalid}
-            failed = [self.pending_entry(p) for p in sorted(self.pending) if p not in invalid_paths]
-            return {
-                "status": "complete" if not failed else "incomplete",
-                "indexed": len(indexed),
-                "invalid_files": invalid,
-                "pending_indexes": failed,
-                "seconds": round(time.monotonic() - started, 3),
-            }
+            assert self._views_ready is not None
+            self._views_ready.clear()  # searches wait instead of answering from half-built views
+            try:
+                return await self._rebuild()
+            finally:
+                self._views_ready.set()
+
+    async def _rebuild(self) -> dict[str, Any]:
+        """The body of ``reindex`` (caller holds the write lock and has paused searches)."""
+        assert self.views is not None
+        started = time.monotonic()
+        await self.views.clear()
+        self.pending.clear()
+        valid: list[StoredExperience] = []
+        invalid: list[dict[str, str]] = []
+        for item in self.files.scan():
+            if isinstance(item, BadFile):
+                invalid.append({"path": item.path, "version": item.version, "error": item.error})
+                self._mark_invalid(item)
+            else:
+                valid.append(item)
+        indexed = await self._index_each(valid)
+        await self.views.dump()
+        invalid_paths = {i["path"] for i in invalid}
+        failed = [self.pending_entry(p) for p in sorted(self.pending) if p not in invalid_paths]
+        return {
+            "status": "complete" if not failed else "incomplete",
+            "indexed": len(indexed),
+            "invalid_files": invalid,
+            "pending_indexes": failed,
+            "seconds": round(time.monotonic() - started, 3),
+        }
 
     def _mark_invalid(self, item: BadFile) -> None:
         """An invalid file is excluded from both views and reported as pending until it is fixed."""
@@ -294,7 +307,8 @@ class ProcedureMemory(BaseComponent):
 
     async def search(self, query: str, view: str, limit: int) -> dict[str, Any]:
         """Hybrid search of one view; full current experiences with path, version and scores."""
-        assert self.views is not None
+        assert self.views is not None and self._views_ready is not None
+        await self._views_ready.wait()
         await self._retry_pending()
         fused, vector_error = await self.views.search(view, query, limit, self.settings.vector_weight)
         results = []
