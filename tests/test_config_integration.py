@@ -44,6 +44,8 @@ def test_default_embedding_settings_come_from_environment(tmp_path, word_tokeniz
     assert memory.settings.tokenizer_source == "/models/tok.json"
     # the plugin enables embeddings for its own stores only; ReMe's default store stays as configured
     assert app.context.components["file_store"]["default"].embedding_store is None
+    # the longest acceptable when_to_use_content record (563 + 2,252 tokens) is embedded whole
+    assert app.context.components["embedding_store"]["procedure"].max_input_length >= 4 * (563 + 2252)
 
 
 @pytest.mark.parametrize(
