@@ -54,7 +54,7 @@ from .store import (
     recover_intent,
 )
 from .tokens import TokenCounter, TokenizerUnavailable
-from .views import VIEW_NAMES, IndexFailure, Views
+from .views import VIEW_NAMES, IndexFailure, ProviderUnavailable, Views
 
 @dataclass
 class Run:
@@ -95,6 +95,7 @@ class ProcedureMemory(BaseComponent):
         self._write_lock: asyncio.Lock | None = None
         self._import_lock: asyncio.Lock | None = None
         self._views_ready: asyncio.Event | None = None
+        self._rebuilds = 0  # incremented by every reindex: a search that overlapped one searches again
         self._lock_file: WorkspaceLock | None = None
         self._last_pending_retry = 0.0
         self._journal: OperationJournal | None = None
@@ -210,7 +211,11 @@ class ProcedureMemory(BaseComponent):
         return {"files": len(on_disk), "reindexed": len(stale), "removed": len(gone), "pending": len(self.pending)}
 
     async def _index_each(self, items: list[StoredExperience]) -> list[str]:
-        """Index many experiences in bulk; isolate failures per file into ``pending``. Returns indexed paths."""
+        """Index many experiences in bulk; isolate failures per file into ``pending``. Returns indexed paths.
+
+        When the provider is unavailable (one call timed out, raised or returned nothing), the remaining files are
+        marked pending at once: one outage costs one provider timeout per round, not one per file.
+        """
         assert self.views is not None
         done: list[str] = []
         batch_size = 200
@@ -222,6 +227,10 @@ class ProcedureMemory(BaseComponent):
                 for s in batch:
                     self.pending.pop(s.path, None)
                 continue
+            except ProviderUnavailable as exc:
+                for stored in items[start:]:
+                    self.pending[stored.path] = {"version": stored.version, "error": str(exc)}
+                return done
             except IndexFailure:
                 pass
             for stored in batch:
@@ -245,6 +254,7 @@ class ProcedureMemory(BaseComponent):
         async with self._write_lock:
             assert self._views_ready is not None
             self._views_ready.clear()  # searches wait instead of answering from half-built views
+            self._rebuilds += 1
             try:
                 return await self._rebuild()
             finally:
@@ -308,9 +318,13 @@ class ProcedureMemory(BaseComponent):
     async def search(self, query: str, view: str, limit: int) -> dict[str, Any]:
         """Hybrid search of one view; full current experiences with path, version and scores."""
         assert self.views is not None and self._views_ready is not None
-        await self._views_ready.wait()
         await self._retry_pending()
-        fused, vector_error = await self.views.search(view, query, limit, self.settings.vector_weight)
+        while True:
+            await self._views_ready.wait()
+            rebuilds = self._rebuilds
+            fused, vector_error = await self.views.search(view, query, limit, self.settings.vector_weight)
+            if rebuilds == self._rebuilds and self._views_ready.is_set():
+                break
         results = []
         for hit in fused:
             if len(results) >= limit:

@@ -45,9 +45,20 @@ class ExtractionStopped(Exception):
 
 
 def parse_summary(reply: str) -> str | None:
-    """The last ``<summary>...</summary>`` of a reply, stripped, or None."""
-    found = SUMMARY.findall(reply or "")
-    return found[-1].strip() if found and found[-1].strip() else None
+    """The reply's rolling summary, stripped, or None.
+
+    The summary runs from the last ``<summary>`` to the last ``</summary>`` after it, so a summary that quotes a
+    closing tag stays whole; when that span is empty (e.g. the reply mentions an empty tag pair at the end), the
+    last non-empty ``<summary>...</summary>`` block counts.
+    """
+    reply = reply or ""
+    start, end = reply.rfind("<summary>"), reply.rfind("</summary>")
+    if start >= 0 and end > start:
+        span = reply[start + len("<summary>"):end].strip()
+        if span:
+            return span
+    blocks = [block.strip() for block in SUMMARY.findall(reply) if block.strip()]
+    return blocks[-1] if blocks else None
 
 
 def stop_reason(result: dict) -> str | None:
@@ -65,18 +76,23 @@ def stop_reason(result: dict) -> str | None:
     return None
 
 
-def merged_reply_kwargs(wrapper, run, max_iters: int, session_id: str) -> dict[str, Any]:
-    """Reply kwargs: exactly the four job tools, injected grant, no built-in tools, budgets merged (not replaced)."""
+# Tokens an agent SDK adds around what the plugin counts: role markers of the chat template and AgentScope's runtime
+# reminder message (measured ~130 tokens with AgentScope 2.0.10); the budget check counts this allowance on top.
+FRAMING_ALLOWANCE = 512
+REPAIR_ITERATIONS = 2  # a summary repair needs no tools: one answer, plus the SDK's forced final turn
+
+
+def merged_reply_kwargs(wrapper, run, max_iters: int) -> dict[str, Any]:
+    """Reply kwargs of every agent call: no built-in tools, budgets merged into the wrapper's (not replacing them),
+    cancellation raised, a fresh session id (never reused: some SDKs refuse a used id). With a run: exactly the four
+    job tools and the run's injected grant; without one (summary repairs): no tools at all."""
     react = {**(wrapper.kwargs.get("react_config") or {}), "max_iters": max_iters,
              "interruption_raise_cancelled_error": True}
-    kwargs: dict[str, Any] = {
-        "job_tools": list(TOOLS),
-        "injected_job_kwargs": run.injected(),
-        "tool_context_id": run.context_id,
-        "builtin_tools": [],
-        "react_config": react,
-        "session_id": session_id,
-    }
+    kwargs: dict[str, Any] = {"builtin_tools": [], "react_config": react, "session_id": str(uuid.uuid4())}
+    if run is None:
+        kwargs["job_tools"] = []
+    else:
+        kwargs.update(job_tools=list(TOOLS), injected_job_kwargs=run.injected(), tool_context_id=run.context_id)
     if getattr(wrapper, "backend", "") == "claude_code":
         kwargs.update(tools=[], max_turns=max_iters)  # no built-in Claude Code tools; its own budget knob
     return kwargs
@@ -132,10 +148,11 @@ class Extraction:
         )
 
     def _tool_schemas(self) -> str:
+        """The four tool schemas as function-calling requests carry them."""
         jobs = self.memory.app_context.jobs
         return json.dumps(
-            [{"name": name, "description": jobs[name].description, "parameters": jobs[name].parameters}
-             for name in TOOLS],
+            [{"type": "function", "function": {"name": name, "description": jobs[name].description,
+                                               "parameters": jobs[name].parameters}} for name in TOOLS],
             ensure_ascii=False,
         )
 
@@ -145,12 +162,12 @@ class Extraction:
             sizes = await self.memory.tokens.acount_many([system, user, self._tool_schemas()])
         except TokenizerUnavailable as exc:
             raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
-        total, available = sum(sizes), self.limits.context - self.limits.reserve
+        total, available = sum(sizes) + FRAMING_ALLOWANCE, self.limits.context - self.limits.reserve
         if total > available:
             raise ExtractionStopped(
                 "context_budget_exceeded",
                 f"The initial input of this segment needs {total} tokens (system {sizes[0]}, input {sizes[1]}, tool "
-                f"schemas {sizes[2]}) but only {available} fit (token_limits.context {self.limits.context} minus "
+                f"schemas {sizes[2]}, message framing {FRAMING_ALLOWANCE}) but only {available} fit (token_limits.context {self.limits.context} minus "
                 f"reserve {self.limits.reserve}). Configure a model with a larger context and raise "
                 "components.procedure_memory.default.token_limits.context, then resume with the same request_id.",
             )
@@ -181,11 +198,11 @@ class Extraction:
         system, user = self._system_prompt(number), self._user_message(index)
         tokens = await self._check_context(system, user)
         self.progress(f"segment {number}/{total}: {tokens} input tokens, running the extraction agent")
+        attempts = self.checkpoint.setdefault("attempts", {})
+        attempts[str(index)] = attempts.get(str(index), 0) + 1
+        self._save()  # durable before the agent runs: a kill mid-run still counts the attempt
         run = self.memory.begin_run(self.record.request_id, [self.record.path], segment=index)
-        attempt = self.checkpoint.setdefault("attempts", {}).get(str(index), 0) + 1
-        self.checkpoint["attempts"][str(index)] = attempt
-        session = str(uuid.uuid5(uuid.NAMESPACE_URL, f"procedure:{self.record.request_id}:{index}:{attempt}"))
-        kwargs = merged_reply_kwargs(self.wrapper, run, self.memory.settings.extraction.max_iters, session)
+        kwargs = merged_reply_kwargs(self.wrapper, run, self.memory.settings.extraction.max_iters)
         try:
             result = await self.wrapper.reply(user, system_prompt=system, **kwargs)
         except asyncio.CancelledError:
@@ -241,13 +258,9 @@ class Extraction:
             summary=self.checkpoint.get("summary") or "(none)", reply=reply, summary_limit=self.limits.summary,
         )
         self.progress(f"segment {index + 1}: repairing the rolling summary (attempt {attempt})")
-        session = str(uuid.uuid5(uuid.NAMESPACE_URL, f"procedure-repair:{self.record.request_id}:{index}:{attempt}"))
-        react = {**(self.wrapper.kwargs.get("react_config") or {}), "interruption_raise_cancelled_error": True}
+        kwargs = merged_reply_kwargs(self.wrapper, None, REPAIR_ITERATIONS)
         try:
-            result = await self.wrapper.reply(
-                message, system_prompt=self._system_prompt(index + 1), job_tools=[], builtin_tools=[],
-                react_config=react, session_id=session,
-            )
+            result = await self.wrapper.reply(message, system_prompt=self._system_prompt(index + 1), **kwargs)
         except asyncio.CancelledError:
             raise
         except Exception as exc:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
+import shlex
 import time
 from pathlib import Path
 from typing import Any
@@ -122,49 +123,56 @@ def fingerprint(memory, record: ImportRecord) -> dict[str, Any]:
 
 
 async def run_import(memory, wrapper, args: dict[str, Any]) -> dict[str, Any]:
-    """Copy one local trajectory and run the extraction over its remaining segments (resumable by request_id)."""
+    """Copy one local trajectory and run the extraction over its remaining segments (resumable by request_id).
+
+    Every failure after the arguments are valid answers with the request id (generated or given) and the exact,
+    shell-quoted command that resumes the import.
+    """
     source, filename, request_id, hint, source_id = import_args(args)
-    record = await asyncio.to_thread(copy_original, memory, source, filename, request_id, source_id)
-    answer: dict[str, Any] = {"request_id": request_id, "path": record.path, "filename": filename}
-    resume = (
-        f"reme start job=procedure_auto_memory plugins='[\"procedure-memory\"]' file={source} "
-        f"filename={filename} request_id={request_id}"
+    answer: dict[str, Any] = {"request_id": request_id, "filename": filename}
+    resume = "reme start job=procedure_auto_memory " + " ".join(
+        shlex.quote(arg) for arg in ('plugins=["procedure-memory"]', f"file={source}", f"filename={filename}",
+                                     f"request_id={request_id}")
     )
+    extraction: Extraction | None = None
 
-    def incomplete(code: str, message: str, **extra) -> ProcedureError:
-        return ProcedureError(code, message, status="incomplete", **answer, **extra, resume=resume)
+    def incomplete(code: str, message: str) -> ProcedureError:
+        progress = progress_of(memory, extraction) if extraction is not None else {}
+        return ProcedureError(code, message, status="incomplete", **answer, **progress, resume=resume)
 
-    data = await asyncio.to_thread((memory.workspace_path / record.path).read_bytes)
     try:
-        text = decode_trajectory(data, filename)
-    except UnsupportedTrajectory as exc:
-        raise incomplete("unsupported_format", f"{exc}. The saved copy {record.path} is kept.") from None
-    except MalformedTrajectory as exc:
-        raise incomplete("malformed_input", f"{exc}. The saved copy {record.path} is kept.") from None
-    answer["format"] = trajectory_format(filename)
-    try:
+        record = await asyncio.to_thread(copy_original, memory, source, filename, request_id, source_id)
+        answer["path"] = record.path
+        data = await asyncio.to_thread((memory.workspace_path / record.path).read_bytes)
+        try:
+            text = decode_trajectory(data, filename)
+        except UnsupportedTrajectory as exc:
+            raise ExtractionStopped("unsupported_format", f"{exc}. The saved copy {record.path} is kept.") from None
+        except MalformedTrajectory as exc:
+            raise ExtractionStopped("malformed_input", f"{exc}. The saved copy {record.path} is kept.") from None
+        answer["format"] = trajectory_format(filename)
         checkpoint = await load_checkpoint(memory, record, text, hint)
-    except ExtractionStopped as exc:
-        raise incomplete(exc.code, exc.message) from None
-    if hint and hint != checkpoint.get("memory_hint"):  # a new focus applies to the remaining segments
-        checkpoint["memory_hint"] = hint
-        memory.checkpoints.put(request_id, checkpoint)
-    extraction = Extraction(memory, wrapper, record, text, answer["format"], checkpoint, memory.checkpoints,
-                            make_progress(memory.logger))
-    try:
+        if hint and hint != checkpoint.get("memory_hint"):  # a new focus applies to the remaining segments
+            checkpoint["memory_hint"] = hint
+            memory.checkpoints.put(request_id, checkpoint)
+        extraction = Extraction(memory, wrapper, record, text, answer["format"], checkpoint, memory.checkpoints,
+                                make_progress(memory.logger))
         if checkpoint["next_segment"] < len(checkpoint["segments"]):
             if wrapper is None:
                 raise ExtractionStopped("agent_unavailable", "No agent_wrapper component is configured.")
             await extraction.run()
-    except ExtractionStopped as exc:
-        raise incomplete(exc.code, exc.message, **progress_of(memory, extraction)) from None
+        checkpoint["status"] = "complete"
+        memory.checkpoints.put(request_id, checkpoint)
     except ProcedureError as exc:
-        raise incomplete(exc.code, exc.message, **progress_of(memory, extraction)) from None
-    except Exception as exc:  # unexpected (e.g. a checkpoint write failed): still answer with the request id
+        if exc.status == "error":  # refused before anything could be resumed (conflicts, bad files): keep it so
+            exc.details = {**answer, **exc.details}
+            raise
+        raise incomplete(exc.code, exc.message) from None
+    except ExtractionStopped as exc:
+        raise incomplete(exc.code, exc.message) from None
+    except Exception as exc:  # unexpected (e.g. a disk full): still answer with the request id
         memory.logger.exception(f"procedure import {request_id} failed: {exc}")
-        raise incomplete("internal_error", f"{type(exc).__name__}: {exc}", **progress_of(memory, extraction)) from None
-    checkpoint["status"] = "complete"
-    memory.checkpoints.put(request_id, checkpoint)
+        raise incomplete("internal_error", f"{type(exc).__name__}: {exc}") from None
     return {"status": "complete", **answer, **progress_of(memory, extraction)}
 
 

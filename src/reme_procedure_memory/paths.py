@@ -23,7 +23,11 @@ def resolve_inside(workspace: Path, base_rel: str, raw, *, what: str) -> tuple[s
         )
     root = workspace.resolve()
     base = (root / base_rel).resolve()
-    target = (root / text).resolve()
+    try:
+        target = (root / text).resolve()
+        target.is_file()  # surfaces a name the file system refuses (e.g. too long) as bad input here
+    except OSError as exc:
+        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`path` {text!r} is not usable: {exc.strerror}") from None
     if target == base or not target.is_relative_to(base):
         raise ProcedureError(
             ErrorCode.PATH_OUTSIDE,

@@ -71,7 +71,6 @@ class ProcedureSettings(BaseModel):
     vector_cooldown_seconds: float = Field(10.0, ge=0)
     read_max_chars: int = Field(65_536, gt=0)
     read_max_tokens: int = Field(8_192, gt=0)
-    search_max_limit: int = Field(50, gt=0)
     token_limits: TokenLimits = Field(default_factory=TokenLimits)
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
 

@@ -19,6 +19,9 @@ from .views import VIEW_NAMES
 
 DEFAULT_VIEW = "when_to_use_content"
 DEFAULT_LIMIT = 5
+MAX_LIMIT = 50  # as advertised by the procedure_search schema in plugin.yaml
+MAX_QUERY_CHARS = 4096
+MAX_INT_DIGITS = 12
 DEFAULT_READ_LENGTH = 8192
 
 
@@ -30,7 +33,10 @@ def as_int(value: Any, name: str, *, default: int, minimum: int, maximum: int | 
         raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{name}` must be an integer.")
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
+    if isinstance(value, str):
+        digits = value.strip().removeprefix("-")
+        if not (digits.isascii() and digits.isdigit() and len(digits) <= MAX_INT_DIGITS):
+            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{name}` must be an integer.")
         value = int(value.strip())
     if not isinstance(value, int):
         raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{name}` must be an integer.")
@@ -91,12 +97,15 @@ class ProcedureSearchStep(ProcedureStep):
     async def run(self) -> dict[str, Any]:
         memory = self.memory
         query = as_text(self.arg("query"), "query")
+        if len(query) > MAX_QUERY_CHARS:
+            raise ProcedureError(
+                ErrorCode.INVALID_ARGUMENT, f"`query` has {len(query)} characters; at most {MAX_QUERY_CHARS}.",
+            )
         view = self.arg("index")
         view = DEFAULT_VIEW if view in (None, "") else view
         if view not in VIEW_NAMES:
             raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`index` must be one of {', '.join(VIEW_NAMES)}.")
-        limit = as_int(self.arg("limit"), "limit", default=DEFAULT_LIMIT, minimum=1,
-                       maximum=memory.settings.search_max_limit)
+        limit = as_int(self.arg("limit"), "limit", default=DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
         return await memory.search(query, view, limit)
 
 

@@ -88,6 +88,17 @@ class IndexFailure(RuntimeError):
     """Indexing an experience failed; the path has been removed from both views."""
 
 
+class ProviderUnavailable(IndexFailure):
+    """The embedding provider timed out, raised, or returned no vector at all: retrying other texts now is futile.
+
+    ``certain`` is False when a single text got no vector: the provider may just refuse that one text.
+    """
+
+    def __init__(self, message: str, *, certain: bool = True) -> None:
+        super().__init__(message)
+        self.certain = certain
+
+
 class Views:
     """Both views of one ProcedureMemory component."""
 
@@ -100,6 +111,7 @@ class Views:
         # provider's retry cost on every query. Writes always try the provider.
         self.vector_down_until = 0.0
         self.vector_down_reason = ""
+        self._failed_calls = 0  # consecutive failed embedding calls
 
     # -- embeddings ---------------------------------------------------------------------------------------------
 
@@ -111,15 +123,23 @@ class Views:
             try:
                 vectors = await asyncio.wait_for(self.embedding_store.get_embeddings(texts), self.timeout)
             except asyncio.TimeoutError:
-                raise IndexFailure(f"embedding provider did not answer within {self.timeout:g} s") from None
+                raise ProviderUnavailable(f"embedding provider did not answer within {self.timeout:g} s") from None
             except Exception as exc:  # provider errors are reported, never swallowed
-                raise IndexFailure(f"embedding provider failed: {type(exc).__name__}: {exc}") from exc
+                raise ProviderUnavailable(f"embedding provider failed: {type(exc).__name__}: {exc}") from exc
             missing = sum(1 for v in vectors if v is None)
             if missing:
-                raise IndexFailure(f"embedding provider returned no vector for {missing} of {len(texts)} texts")
+                message = f"embedding provider returned no vector for {missing} of {len(texts)} texts"
+                if missing < len(texts):
+                    raise IndexFailure(message)
+                raise ProviderUnavailable(message, certain=len(texts) > 1)
         except IndexFailure as exc:
-            self.vector_down_until, self.vector_down_reason = time.monotonic() + self.cooldown, str(exc)
+            self._failed_calls += 1
+            # One text the provider refuses (a single missing vector) says nothing about the provider; a timeout,
+            # an exception, a whole batch without vectors or a second failure in a row does.
+            if (isinstance(exc, ProviderUnavailable) and exc.certain) or self._failed_calls >= 2:
+                self.vector_down_until, self.vector_down_reason = time.monotonic() + self.cooldown, str(exc)
             raise
+        self._failed_calls = 0
         self.vector_down_until = 0.0
         return vectors
 
