@@ -24,7 +24,7 @@ import time
 
 from conftest import import_file, memory_of, run_job
 from helpers import FakeEmbeddingModel, experience_record, summary
-from test_import import JSONL, write
+from test_import import JSONL, replies, write
 
 
 def no_summary(text="Created nothing reusable."):
@@ -34,11 +34,13 @@ def no_summary(text="Created nothing reusable."):
     return script
 
 
-def replies(text="Nothing reusable here."):
-    async def script(tools, prompt, kwargs):
-        return summary(text)
-
-    return script
+def workspace_with_one_experience(tmp_path):
+    """A workspace holding procedures/rebuild-search.json, written before the app starts."""
+    ws = tmp_path / "ws"
+    (ws / "procedures").mkdir(parents=True)
+    (ws / "procedures/rebuild-search.json").write_text(json.dumps(experience_record(
+        "Rebuild search", "when search results look stale after a config change", "rebuild the index")))
+    return ws
 
 
 # -- R1 -------------------------------------------------------------------------------------------------------------
@@ -141,10 +143,7 @@ class GatedModel(FakeEmbeddingModel):
 
 
 async def test_r4_search_in_flight_when_a_reindex_starts_never_reports_complete_empty_results(make_app, tmp_path):
-    ws = tmp_path / "ws"
-    (ws / "procedures").mkdir(parents=True)
-    (ws / "procedures/rebuild-search.json").write_text(json.dumps(experience_record(
-        "Rebuild search", "when search results look stale after a config change", "rebuild the index")))
+    ws = workspace_with_one_experience(tmp_path)
     model = GatedModel(64)
     async with make_app(workspace=ws, embedding=model) as app:
         # a new hand-written file: the reindex must embed it (a cache miss) and parks there, views already cleared
@@ -207,10 +206,7 @@ async def test_r5_search_does_not_pay_the_provider_timeout_once_per_pending_file
 
 
 async def test_r6_one_rejected_query_does_not_pause_vector_search_for_other_callers(make_app, tmp_path):
-    ws = tmp_path / "ws"
-    (ws / "procedures").mkdir(parents=True)
-    (ws / "procedures/rebuild-search.json").write_text(json.dumps(experience_record(
-        "Rebuild search", "when search results look stale after a config change", "rebuild the index")))
+    ws = workspace_with_one_experience(tmp_path)
     model = FakeEmbeddingModel(64)
     model.reject = {"forbiddenword"}  # the provider refuses this input (e.g. content filter, malformed text)
     async with make_app(workspace=ws, embedding=model) as app:
