@@ -54,11 +54,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from _machine import describe  # noqa: E402  (benchmarks/_machine.py)
+from _shared import shared_dir  # noqa: E402
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
 
 REPO = Path(__file__).resolve().parent.parent
-DATA = REPO.parent / "shared" / "data"
+DATA = shared_dir() / "data"
 BUDGET = 98_304  # TokenLimits.segment default
 TARGET_RATIO = 1.5
 MIB = 1024 * 1024
