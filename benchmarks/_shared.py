@@ -1,10 +1,14 @@
-"""Where the shared data lives: ``shared/`` beside the repository (``../shared``) or beside its parent (worktrees)."""
+"""Where the shared data lives: ``$PROCEDURE_SHARED_DIR``, else ``shared/`` beside the repository (``../shared``) or
+beside one of its ancestors (git worktrees)."""
 
+import os
 from pathlib import Path
 
 
 def shared_dir() -> Path:
     """The nearest ``shared`` directory with a ``data`` subdirectory among the repository's ancestors."""
+    if os.environ.get("PROCEDURE_SHARED_DIR"):
+        return Path(os.environ["PROCEDURE_SHARED_DIR"])
     here = Path(__file__).resolve()
     for parent in here.parents:
         if (parent / "shared" / "data").is_dir():
