@@ -228,7 +228,7 @@ class Views:
         if vector_weight > 0:
             qvec, vector_error = await self.query_vector(query)
             if qvec is not None:
-                vector_hits = [(c.path, c.score) for c in store.nearest(qvec, candidates)]
+                vector_hits = await store.anearest_paths(qvec, candidates)
         keyword_hits = []
         if vector_weight < 1:
             keyword_hits = [(c.path, c.score) for c in await store.keyword_search(query, candidates, {})]

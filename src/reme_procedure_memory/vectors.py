@@ -1,0 +1,284 @@
+"""Exact cosine top-k over float16 vectors, screened by an int8 scan: the vector index of one view.
+
+Contract of ``VectorMatrix``:
+
+* it holds one float16 vector per id (the exact values the file store persists; ``view(id)`` is the stored row,
+  without a copy), in blocks of ``BLOCK_ROWS`` rows (growth never copies the whole matrix; a removed row is filled
+  by the last one);
+* ``search(query, k)`` returns the ``k`` ids of highest cosine similarity, best first, with their similarity computed
+  in float64 from the stored float16 values; ties are ordered by row. The result equals a brute-force float64 scan of
+  all rows (the tests check it), except among scores equal within about 1e-12.
+
+How: every row is also kept as int8 codes of its unit vector scaled per dimension (``c = round(127 u / s)``, clipped),
+with the exact norms of ``c`` and of its rounding error ``e = 127 u / s - c``. A unit query ``q`` becomes
+``q' = q * s / 127`` (so ``q . u = q' . (c + e)``) and int8 codes ``h = round(t q')`` with the residual
+``r = q' - h / t``. Then ``q . u = (h . c) / t + r . c + q' . e``, where faiss computes ``h . c`` exactly (integer
+arithmetic, below 2**24) and ``|r . c| + |q' . e| <= |r| max|c| + |q'| max|e|`` (Cauchy-Schwarz): the bound. faiss
+scans each block's codes for its best ``h . c``; the candidates are rescored exactly; a block whose weakest returned
+candidate could still beat the k-th exact score (its approximate score plus the bound) is screened again, deeper,
+until its weakest candidate cannot, so no row that belongs in the top k is ever missed. The scan reads 1
+byte per dimension instead of 4; ``ProcedureFileStore`` runs it in a worker thread, never on the event loop.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+
+BLOCK_ROWS = 16_384
+ENCODE_ROWS = 4096  # rows encoded at a time (bounds the float64 temporaries)
+CANDIDATES_PER_BLOCK = 16  # screened per block beyond its share of the adaptive depth
+LEVELS = 127  # int8 codes in [-127, 127]
+FLOAT_SLACK = 1e-9  # on top of the proven bound: float64 rounding of the scores and of the bound itself
+
+
+def _faiss():
+    import faiss  # a dependency of reme-ai[core]; imported lazily
+
+    return faiss
+
+
+class _Block:
+    """``BLOCK_ROWS`` float16 rows and the faiss index of their int8 codes (rows ``[0, n)`` used)."""
+
+    def __init__(self, dimensions: int) -> None:
+        faiss = _faiss()
+        self.rows = np.empty((BLOCK_ROWS, dimensions), dtype=np.float16)  # untouched pages cost no memory
+        self.index = faiss.IndexScalarQuantizer(
+            dimensions, faiss.ScalarQuantizer.QT_8bit_direct_signed, faiss.METRIC_INNER_PRODUCT,
+        )
+        self.n = 0
+
+    def codes_view(self) -> np.ndarray:
+        """The block's codes as a writable uint8 view of faiss's own buffer (code + 128)."""
+        faiss = _faiss()
+        d = self.rows.shape[1]
+        return faiss.rev_swig_ptr(self.index.codes.data(), self.n * d).reshape(self.n, d)
+
+
+class VectorMatrix:
+    """float16 vectors by id with exact cosine top-k (see the module docstring)."""
+
+    def __init__(self, dimensions: int) -> None:
+        self.dimensions = dimensions
+        self._blocks: list[_Block] = []
+        self._ids: list[str] = []
+        self._row_of: dict[str, int] = {}
+        self._norms = np.zeros(0, dtype=np.float64)  # per row; 0 for a zero vector
+        self._errors = np.zeros(0, dtype=np.float64)  # per row: |127 u / s - c|
+        self._scale = np.ones(dimensions, dtype=np.float64)  # s, per dimension
+        self._scale_rows = 0  # rows the scale was measured on
+        self._error_bound = 0.0  # >= every live row's |e| (never lowered before a re-encode)
+        self._code_bound = 0.0  # >= every live row's |c|
+        self._depth = 0  # rows to screen per query (adapts to how many lie within the bound of the k-th score)
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def __contains__(self, item: str) -> bool:
+        return item in self._row_of
+
+    # -- rows -----------------------------------------------------------------------------------------------------
+
+    def _locate(self, row: int) -> tuple[_Block, int]:
+        return self._blocks[row // BLOCK_ROWS], row % BLOCK_ROWS
+
+    def view(self, item: str) -> np.ndarray:
+        """The stored float16 vector of ``item`` (a view: valid until ``item`` moves, see ``remove``)."""
+        block, offset = self._locate(self._row_of[item])
+        return block.rows[offset]
+
+    def ids(self) -> list[str]:
+        return list(self._ids)
+
+    @staticmethod
+    def _units(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """float64 norms and unit vectors of float16 rows (zero rows stay zero)."""
+        x = vectors.astype(np.float64)
+        norms = np.sqrt(np.einsum("ij,ij->i", x, x))
+        return norms, x / np.where(norms > 0, norms, 1.0)[:, None]
+
+    def _encode(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Norms, int8 codes and exact rounding-error norms of float16 ``vectors`` (rows); updates the bounds."""
+        norms = np.empty(len(vectors))
+        errors = np.empty(len(vectors))
+        codes = np.empty(vectors.shape, dtype=np.int8)
+        for start in range(0, len(vectors), ENCODE_ROWS):  # bounded temporaries
+            stop = start + ENCODE_ROWS
+            norms[start:stop], units = self._units(vectors[start:stop])
+            scaled = units * (LEVELS / self._scale)
+            rounded = np.minimum(np.maximum(np.rint(scaled), -LEVELS), LEVELS)
+            scaled -= rounded
+            errors[start:stop] = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
+            code_norm = float(np.sqrt(np.einsum("ij,ij->i", rounded, rounded)).max())
+            self._code_bound = max(self._code_bound, code_norm)
+            codes[start:stop] = rounded
+        self._error_bound = max(self._error_bound, float(errors.max()))
+        return norms, codes, errors
+
+    def _rescale(self, sample: np.ndarray) -> None:
+        """Measure the per-dimension scale on ``sample`` (float16 rows, at least one)."""
+        top = np.zeros(self.dimensions)
+        for start in range(0, len(sample), ENCODE_ROWS):
+            top = np.maximum(top, np.abs(self._units(sample[start:start + ENCODE_ROWS])[1]).max(axis=0))
+        self._scale = np.maximum(top * 1.05, 1e-6)
+        self._scale_rows = len(sample)
+
+    def _write_codes(self, rows: np.ndarray, codes: np.ndarray) -> None:
+        for row, code in zip(rows.tolist(), codes):
+            block, offset = self._locate(row)
+            block.codes_view()[offset] = code.astype(np.int16) + 128
+
+    def _maybe_reencode(self) -> None:
+        """Re-measure the scale and re-encode every row when the first scale was measured on few rows (the set has
+        doubled since) or rows arrived that it clips badly: the bound stays tight, the cost amortised."""
+        n = len(self._ids)
+        grown = self._scale_rows < 4096 and n >= 2 * self._scale_rows
+        reference = math.sqrt(self.dimensions / 12)  # the rounding error's typical norm, in code units
+        if not (grown or self._error_bound > 3 * reference) or n == 0:
+            return
+        vectors = np.concatenate([b.rows[: b.n] for b in self._blocks])
+        self._rescale(vectors)
+        self._error_bound = self._code_bound = 0.0
+        norms, codes, errors = self._encode(vectors)
+        self._norms[:n], self._errors[:n] = norms, errors
+        for number, block in enumerate(self._blocks):
+            block.index.reset()
+            if block.n:
+                start = number * BLOCK_ROWS
+                block.index.add(codes[start:start + block.n].astype(np.float32))
+
+    def set_many(self, items: Iterable[tuple[str, np.ndarray]]) -> None:
+        """Insert or replace vectors (any float dtype, ``dimensions`` long; stored as float16)."""
+        items = list(items)
+        if not items:
+            return
+        vectors = np.stack([np.asarray(v, dtype=np.float16).reshape(-1) for _, v in items])
+        if vectors.shape[1] != self.dimensions:
+            raise ValueError(f"vector of {vectors.shape[1]} dimensions, expected {self.dimensions}")
+        if self._scale_rows == 0:
+            self._rescale(vectors)
+        norms, codes, errors = self._encode(vectors)
+        fresh: list[int] = []
+        for position, (item, _) in enumerate(items):
+            row = self._row_of.get(item)
+            if row is None:
+                row = len(self._ids)
+                if row // BLOCK_ROWS == len(self._blocks):
+                    self._blocks.append(_Block(self.dimensions))
+                self._ids.append(item)
+                self._row_of[item] = row
+                fresh.append(position)
+            block, offset = self._locate(row)
+            block.rows[offset] = vectors[position]
+        rows = np.array([self._row_of[item] for item, _ in items], dtype=np.int64)
+        n = len(self._ids)
+        if n > self._norms.shape[0]:
+            grow = max(n, int(self._norms.shape[0] * 1.25) + 64)
+            self._norms = np.concatenate([self._norms, np.zeros(grow - self._norms.shape[0])])
+            self._errors = np.concatenate([self._errors, np.zeros(grow - self._errors.shape[0])])
+        self._norms[rows], self._errors[rows] = norms, errors
+        appended = set(fresh)
+        replaced = [p for p in range(len(items)) if p not in appended]
+        if replaced:
+            self._write_codes(rows[replaced], codes[replaced])
+        start = 0
+        while start < len(fresh):  # appended rows are consecutive: add them block by block
+            block, offset = self._locate(int(rows[fresh[start]]))
+            stop = min(len(fresh), start + BLOCK_ROWS - offset)
+            block.index.add(codes[fresh[start:stop]].astype(np.float32))
+            block.n = offset + stop - start
+            start = stop
+        self._maybe_reencode()
+
+    def set(self, item: str, vector) -> None:
+        self.set_many([(item, vector)])
+
+    def remove(self, item: str) -> str | None:
+        """Drop ``item`` if present; returns the id whose row moved into its place (its ``view`` changed), if any."""
+        row = self._row_of.pop(item, None)
+        if row is None:
+            return None
+        last = len(self._ids) - 1
+        moved = None
+        if row != last:
+            moved = self._ids[last]
+            src_block, src = self._locate(last)
+            dst_block, dst = self._locate(row)
+            dst_block.rows[dst] = src_block.rows[src]
+            dst_block.codes_view()[dst] = src_block.codes_view()[src]
+            self._norms[row], self._errors[row] = self._norms[last], self._errors[last]
+            self._ids[row] = moved
+            self._row_of[moved] = row
+        self._ids.pop()
+        block, offset = self._locate(last)
+        block.index.remove_ids(_faiss().IDSelectorRange(offset, offset + 1))
+        block.n = offset
+        if block.n == 0:
+            self._blocks.pop()
+        return moved
+
+    def clear(self) -> None:
+        self.__init__(self.dimensions)
+
+    # -- search ---------------------------------------------------------------------------------------------------
+
+    def _exact(self, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+        """float64 cosine similarities of ``rows`` with the unit ``query``."""
+        if rows.size == 0:
+            return np.zeros(0)
+        vectors = np.stack([self._locate(int(r))[0].rows[int(r) % BLOCK_ROWS] for r in rows]).astype(np.float64)
+        norms = self._norms[rows]
+        # einsum, not BLAS: no BLAS threads on the scan path (the caller's thread does all the work)
+        return np.einsum("ij,j->i", vectors, query) / np.where(norms > 0, norms, np.inf)
+
+    def _screen(self, number: int, screen: np.ndarray, factor: float, depth: int, approx: dict[int, float]) -> float:
+        """Screen block ``number`` for its ``depth`` best rows into ``approx``; returns the lowest screened score
+        returned, or -inf when the block returned all its rows."""
+        block = self._blocks[number]
+        scores, rows = block.index.search(screen, min(depth, block.n))  # exact integers h . c
+        kept = rows[0] >= 0
+        approx.update(zip((number * BLOCK_ROWS + rows[0][kept]).tolist(), (scores[0][kept] / factor).tolist()))
+        return float(scores[0][kept][-1]) / factor if depth < block.n else -math.inf
+
+    def search(self, query, limit: int) -> list[tuple[str, float]]:
+        """The ``limit`` ids of highest cosine similarity, best first (see the module docstring)."""
+        n = len(self._ids)
+        q = np.asarray(query, dtype=np.float64).reshape(-1)
+        if n == 0 or limit <= 0 or q.shape[0] != self.dimensions:
+            return []
+        norm = float(np.linalg.norm(q))
+        if norm == 0:
+            return []
+        unit = q / norm
+        q = unit * self._scale / LEVELS  # q'
+        top = float(np.abs(q).max())
+        if top == 0:
+            return []
+        factor = LEVELS / top  # t
+        codes = np.rint(q * factor)  # h, in [-127, 127]
+        residual = q - codes / factor  # r
+        margin = (float(np.linalg.norm(residual)) * self._code_bound
+                  + float(np.linalg.norm(q)) * self._error_bound + FLOAT_SLACK)
+        screen = codes.astype(np.float32)[None, :]
+        k = min(limit, n)
+        depth = min(n, max(self._depth, k)) // len(self._blocks) + CANDIDATES_PER_BLOCK
+        approx: dict[int, float] = {}  # row -> screened score (h . c) / t
+        weakest: list[float] = []  # per block: the lowest screened score returned, -inf when all rows came back
+        for number in range(len(self._blocks)):
+            weakest.append(self._screen(number, screen, factor, depth, approx))
+        ranked = sorted(approx, key=approx.__getitem__, reverse=True)
+        exact = dict(zip(ranked[:k], self._exact(np.array(ranked[:k], dtype=np.int64), unit).tolist()))
+        cut = min(exact.values()) - margin  # rows screened below it cannot reach the top k
+        for number, low in enumerate(weakest):
+            while low >= cut:  # rows this block did not return might still be above the cut: screen deeper
+                depth *= 4
+                low = self._screen(number, screen, factor, depth, approx)
+        rest = [row for row, value in approx.items() if value >= cut and row not in exact]
+        exact.update(zip(rest, self._exact(np.array(rest, dtype=np.int64), unit).tolist()))
+        # next time screen about twice as deep as this query needed at once (slowly forgetting deeper needs)
+        self._depth = max(2 * k, 2 * (len(rest) + k), int(0.9 * self._depth))
+        best = sorted(exact.items(), key=lambda item: (-item[1], item[0]))[:k]
+        return [(self._ids[row], score) for row, score in best]
