@@ -1,10 +1,21 @@
-"""ProcedureFileStore: ReMe's ``local`` file store whose vectors live in a ``VectorMatrix``.
+"""ProcedureFileStore (file_store backend ``procedure_local``): ReMe's ``local`` file store for the plugin's views.
 
-ReMe's local vector search stacks float16 vectors in a Python loop (~0.5 s per 10k records at 1,024 dimensions).
-This subclass keeps every chunk's float16 vector in a ``VectorMatrix`` (vectors.py: exact cosine top-k screened by an
-int8 scan); a chunk's ``embedding`` is a view of its stored row, never a second copy. Searches run in a worker thread
-(``scan_executor``), never on the event loop; a readers-writer lock keeps mutations (on the event loop) out of a
-running scan. Chunks, BM25, graph and persistence stay ReMe's.
+What it changes, and why (records, chunks, graph nodes and BM25 scoring stay ReMe's):
+
+* **Vectors** live in a ``VectorMatrix`` (vectors.py: exact cosine top-k screened by an int8 scan); a chunk's
+  ``embedding`` is a view of its stored row, never a second copy. ReMe's local search stacks float16 vectors in a
+  Python loop (~0.5 s per 10k records at 1,024 dimensions).
+* **Searches** (vector and keyword) run in a worker thread (``scan_executor``), never on the event loop; readers-writer
+  locks keep mutations (on the event loop) out of a running search.
+* **Persistence is incremental** (viewstate.py): a snapshot of records, vectors and the BM25 index plus an append-only
+  log of later upserts and deletes. ``dump`` (and closing) appends the changes since the last one, and writes a new
+  snapshot only when the log has grown past a share of the view, after a clear, or after BM25 compaction. The keyword
+  index (``procedure_bm25``) and graph (``procedure_graph``) keep no files of their own; this store restores them. A
+  state that cannot be read exactly is discarded: the view starts empty and the component re-indexes it from the
+  experience files. The vector space the vectors came from is recorded; after a change of embedding model they are
+  dropped, so the component re-embeds.
+* **Vectors are reused**: ``reusable_vector`` offers a record's current vector (or, after ``clear``, the one it had)
+  for the same text in the same vector space, so re-indexing unchanged texts needs no provider call.
 
 The plugin pre-embeds every record it upserts and re-indexes missing vectors itself, so ReMe's background embedding
 backfill is disabled for these stores: a backfill would change chunk vectors behind the matrix.
@@ -13,15 +24,23 @@ backfill is disabled for these stores: a backfill would change chunk vectors beh
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 
+import numpy as np
 from reme.components.file_store.local_file_store import LocalFileStore
 from reme.schema import FileChunk, FileNode
 
+from .graph import ProcedureFileGraph
+from .keyword import ProcedureBM25Index
+from .locks import ReadWriteLock
 from .vectors import VectorMatrix
+from .viewstate import ViewState, ViewStateError
+
+SNAPSHOT_MIN_ENTRIES = 500  # a new snapshot once the log holds more entries than this and than ...
+SNAPSHOT_SHARE = 0.02  # ... this share of the view's records (bounds the replay at start to a few percent)
+COMPACT_SHARE = 0.25  # BM25 compaction (with a new snapshot) once this share of its slots is lazily deleted
 
 _executor: ThreadPoolExecutor | None = None
 
@@ -42,52 +61,20 @@ def scan_executor() -> ThreadPoolExecutor:
     return _executor
 
 
-class ReadWriteLock:
-    """Many concurrent readers or one writer; a waiting writer holds back new readers (no writer starvation)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._readers = 0
-        self._writing = False
-        self._writers_waiting = 0
-
-    @contextmanager
-    def read(self):
-        with self._cond:
-            while self._writing or self._writers_waiting:
-                self._cond.wait()
-            self._readers += 1
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._readers -= 1
-                if not self._readers:
-                    self._cond.notify_all()
-
-    @contextmanager
-    def write(self):
-        with self._cond:
-            self._writers_waiting += 1
-            while self._writing or self._readers:
-                self._cond.wait()
-            self._writers_waiting -= 1
-            self._writing = True
-        try:
-            yield
-        finally:
-            with self._cond:
-                self._writing = False
-                self._cond.notify_all()
-
-
 class ProcedureFileStore(LocalFileStore):
-    """A ``local`` file store whose vector search runs on a ``VectorMatrix`` (see the module docstring)."""
+    """ReMe's ``local`` file store with a vector matrix, off-loop searches and incremental persistence (see above)."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.vectors: VectorMatrix | None = None
         self.vectors_lock = ReadWriteLock()
+        self.state = ViewState(self.component_metadata_path / f"{self.name}_{self.store_version}.view")
+        self.vector_space = ""  # the embedding vector space of the vectors held
+        self._pending: list[dict] = []  # log entries of changes not yet written
+        self._snapshot_due = False
+        self._reusable: dict[str, tuple[str, np.ndarray]] = {}  # chunk id -> (text, vector) of cleared records
+
+    # -- vectors ---------------------------------------------------------------------------------------------------
 
     def _matrix(self) -> VectorMatrix:
         if self.vectors is None:
@@ -101,8 +88,9 @@ class ProcedureFileStore(LocalFileStore):
             self._matrix().set_many((c.id, c.embedding) for c in keep)
             for chunk in keep:
                 chunk.embedding = self.vectors.view(chunk.id)
+            kept = {id(c) for c in keep}
             for chunk in chunks:
-                if chunk not in keep:
+                if id(chunk) not in kept:
                     self._untrack(chunk.id)
 
     def _untrack(self, chunk_id: str) -> None:
@@ -111,16 +99,26 @@ class ProcedureFileStore(LocalFileStore):
         if moved is not None and moved in self.file_chunks:
             self.file_chunks[moved].embedding = self.vectors.view(moved)
 
-    async def load(self) -> None:
-        await super().load()
-        with self.vectors_lock.write():
-            self.vectors = None
-        self._track(list(self.file_chunks.values()))
+    def _current_space(self) -> str:
+        return str(getattr(self.embedding_store, "vector_space_id", "") or "") if self.embedding_store else ""
+
+    def reusable_vector(self, chunk_id: str, text: str):
+        """The vector this store holds (or held before ``clear``) for record ``chunk_id`` with exactly ``text``, in
+        the current vector space; None when there is none."""
+        if not self.embedding_store or self.vector_space != self._current_space():
+            return None
+        chunk = self.file_chunks.get(chunk_id)
+        if chunk is not None and chunk.text == text and self._embedding_dim_matches(chunk.embedding):
+            return chunk.embedding
+        held = self._reusable.get(chunk_id)
+        return held[1] if held is not None and held[0] == text else None
 
     def _start_embedding_backfill(self, *, skip_health_check: bool = False) -> None:
         """Disabled: the plugin embeds before upserting and re-indexes records without vectors itself."""
 
-    async def upsert(self, files: list[tuple[FileNode, list[FileChunk]]]) -> None:
+    # -- mutations (each logged for the next dump) -------------------------------------------------------------
+
+    async def _apply_upsert(self, files: list[tuple[FileNode, list[FileChunk]]]) -> None:
         old = {n.path: list(n.chunk_ids) for n in await self.get_nodes([node.path for node, _ in files])} if files else {}
         await super().upsert(files)
         with self.vectors_lock.write():
@@ -130,6 +128,27 @@ class ProcedureFileStore(LocalFileStore):
                         self._untrack(cid)
         self._track([self.file_chunks.get(chunk.id, chunk) for _, chunks in files for chunk in chunks])
 
+    async def upsert(self, files: list[tuple[FileNode, list[FileChunk]]]) -> None:
+        if not files:
+            return
+        await self._apply_upsert(files)
+        self.vector_space = self._current_space()
+        self._log(lambda: {"op": "upsert", "files": [self._record(node.path) for node, _ in files]})
+
+    async def delete(self, path: str | list[str]) -> None:
+        paths = [path] if isinstance(path, str) else list(path)
+        await super().delete(paths)
+        if paths:
+            self._log(lambda: {"op": "delete", "paths": paths})
+
+    def _log(self, entry) -> None:
+        """Keep the log entry ``entry()`` of a change for the next dump, unless that dump writes a snapshot anyway
+        (after a clear, before the first snapshot, or once the log would outgrow its share): then nothing is kept."""
+        if not self._snapshot_needed():
+            self._pending.append(entry())
+        if self._snapshot_needed():
+            self._snapshot_due, self._pending = True, []
+
     async def _delete_nodes(self, nodes: list[FileNode]) -> None:
         await super()._delete_nodes(nodes)
         with self.vectors_lock.write():
@@ -138,10 +157,154 @@ class ProcedureFileStore(LocalFileStore):
                     self._untrack(cid)
 
     async def clear(self) -> None:
+        """Empty the view; its vectors stay available to ``reusable_vector`` until the next ``dump``."""
+        self._reusable = {cid: (c.text, np.array(c.embedding)) for cid, c in self.file_chunks.items()
+                          if self._embedding_dim_matches(c.embedding)}
         await super().clear()
         with self.vectors_lock.write():
             if self.vectors is not None:
                 self.vectors.clear()
+        self._pending, self._snapshot_due = [], True
+
+    async def optimize_index(self) -> None:
+        """Compact BM25 once a quarter of its slots are lazily deleted (then the next dump writes a snapshot)."""
+        if self.keyword_index is not None and self.keyword_index.deleted_fraction >= COMPACT_SHARE:
+            await self.keyword_index.optimize_index()
+            self._snapshot_due = True
+
+    async def reindex(self, scope: str) -> dict:
+        result = await super().reindex(scope)
+        self._snapshot_due = True
+        return result
+
+    # -- persistence ------------------------------------------------------------------------------------------------
+
+    def _record(self, path: str, inline: bool = True) -> dict:
+        """A file's node and chunks as persisted (JSON): each chunk's vector as base64 float16 when ``inline``, else
+        whether it has one (the snapshot keeps vectors in its own array); None/False: no vector."""
+        node = self.file_graph.node_map[path]
+        chunks = []
+        for cid in node.chunk_ids:
+            chunk = self.file_chunks[cid]
+            dumped = chunk.model_dump(mode="json", exclude={"embedding", "scores"})
+            has_vector = self._embedding_dim_matches(chunk.embedding)
+            if inline and has_vector:
+                dumped["vector"] = base64.b64encode(np.asarray(chunk.embedding, dtype="<f2").tobytes()).decode()
+            else:
+                dumped["vector"] = has_vector if not inline else None
+            chunks.append(dumped)
+        return {"node": node.model_dump(mode="json"), "chunks": chunks}
+
+    def _files_of(self, records: list[dict], vectors: np.ndarray | None) -> list[tuple[FileNode, list[FileChunk]]]:
+        """Records (vectors inline, or as rows of ``vectors`` in record order) as upsert arguments; a chunk's
+        ``embedding`` is a view of its vector (no copy: ``_track`` copies it into the matrix)."""
+        files, row = [], 0
+        for record in records:
+            chunks = []
+            for dumped in record["chunks"]:
+                dumped = dict(dumped)
+                encoded = dumped.pop("vector", None)
+                chunk = FileChunk.model_construct(**dumped)  # our own output: no validation needed
+                if vectors is not None:
+                    chunk.embedding = vectors[row] if encoded else None
+                    row += 1
+                else:
+                    chunk.embedding = (np.frombuffer(base64.b64decode(encoded), dtype="<f2") if encoded else None)
+                chunks.append(chunk)
+            files.append((FileNode.model_validate(record["node"]), chunks))
+        return files
+
+    def _check_backends(self) -> None:
+        if not isinstance(self.keyword_index, ProcedureBM25Index) or not isinstance(self.file_graph,
+                                                                                   ProcedureFileGraph):
+            raise TypeError(
+                f"file_store.{self.name} (backend procedure_local) needs keyword_index backend procedure_bm25 and "
+                f"file_graph backend procedure_graph (it persists them); got {type(self.keyword_index).__name__} and "
+                f"{type(self.file_graph).__name__}.",
+            )
+
+    async def load(self) -> None:
+        """Restore the view from its snapshot and log; an unreadable state is discarded (the view starts empty)."""
+        self._check_backends()
+        self.file_chunks.clear()
+        await self.file_graph.clear()
+        await self.keyword_index.clear()
+        with self.vectors_lock.write():
+            self.vectors = None
+        try:
+            state = await asyncio.to_thread(self.state.read)
+        except ViewStateError as exc:
+            self.logger.warning(f"{self.name}: discarding the persisted view ({exc}); it is rebuilt from the files")
+            await asyncio.to_thread(self.state.remove)
+            state = None
+        self._pending, self._snapshot_due, self._reusable = [], state is None, {}
+        if state is None:
+            return
+        manifest, records, vectors, bm25_file, entries = state
+        self.vector_space = self._current_space()
+        if manifest.get("vector_space") != self.vector_space:  # another embedding model made these vectors
+            self.logger.warning(f"{self.name}: vectors of another embedding vector space dropped; re-embedding")
+            vectors = np.zeros((0, vectors.shape[1]), dtype=np.float16)
+            for record in records:
+                for chunk in record["chunks"]:
+                    chunk["vector"] = None
+            self._snapshot_due = True
+        files = self._files_of(records, vectors)
+        try:
+            await asyncio.to_thread(self.keyword_index.restore, bm25_file)
+            keyword_ready = True
+        except Exception as exc:  # another tokenizer configuration, or an unreadable file: rebuild from the texts
+            self.logger.warning(f"{self.name}: rebuilding BM25 from the records ({type(exc).__name__}: {exc})")
+            keyword_ready, self._snapshot_due = False, True
+        nodes = [node for node, _ in files]
+        for node, chunks in files:
+            node.chunk_ids = [c.id for c in chunks]
+            for chunk in chunks:
+                self.file_chunks[chunk.id] = chunk
+        await self.file_graph.upsert_nodes(nodes)
+        self._track([chunk for _, chunks in files for chunk in chunks])
+        if not keyword_ready:
+            docs = {c.id: c.text for _, chunks in files for c in chunks if c.text}
+            await self.keyword_index.add_docs(docs)
+        for entry in entries:  # the log, in order, through the same code paths as the original changes
+            if entry["op"] == "upsert":
+                await self._apply_upsert(self._files_of(entry["files"], None))
+            else:
+                await super().delete(entry["paths"])
+
+    def _snapshot_needed(self) -> bool:
+        logged = self.state.log_entries + len(self._pending)
+        return (self._snapshot_due or self.state.generation == 0
+                or logged > max(SNAPSHOT_MIN_ENTRIES, SNAPSHOT_SHARE * len(self.file_graph.node_map)))
+
+    @LocalFileStore.serialized
+    async def dump(self) -> None:
+        """Persist the changes since the last dump: appended to the log, or a new snapshot (see the module
+        docstring). The snapshot's content is taken at once, on the event loop, so it is one consistent state;
+        changes made while it is written are logged by the next dump."""
+        await self.optimize_index()
+        logged = len(self._pending)
+        if self._snapshot_needed():
+            paths = list(self.file_graph.node_map)
+            records = [self._record(path, inline=False) for path in paths]
+            chunks = [self.file_chunks[cid] for path in paths for cid in self.file_graph.node_map[path].chunk_ids]
+            vectors = np.zeros((len(chunks), self.embedding_dimensions or 1), dtype=np.float16)
+            for row, chunk in enumerate(chunks):
+                if self._embedding_dim_matches(chunk.embedding):
+                    vectors[row] = chunk.embedding
+            arrays = self.keyword_index.snapshot()
+            meta = {"vector_space": self.vector_space}
+            await asyncio.to_thread(self.state.write_snapshot, records, vectors,
+                                    lambda handle: ProcedureBM25Index.write(handle, arrays), meta)
+            for legacy in (self.chunks_path, self.file_graph.legacy_file, self.keyword_index.index_file):
+                legacy.unlink(missing_ok=True)  # the files of ReMe's own persistence (earlier plugin versions)
+            self._pending, self._snapshot_due = self._pending[logged:], False
+        elif self._pending:
+            await asyncio.to_thread(self.state.append, self._pending[:logged])
+            self._pending = self._pending[logged:]
+        self._reusable = {}
+
+    # -- searches ---------------------------------------------------------------------------------------------------
 
     def nearest_paths(self, query_embedding, limit: int) -> list[tuple[str, float]]:
         """Top ``limit`` records as ``(path, cosine)`` for an already computed query vector (blocking: a scan)."""
@@ -152,10 +315,23 @@ class ProcedureFileStore(LocalFileStore):
             chunks = [(self.file_chunks.get(cid), score) for cid, score in hits]
         return [(chunk.path, score) for chunk, score in chunks if chunk is not None]
 
+    def keyword_paths(self, query: str, limit: int) -> list[tuple[str, float]]:
+        """Top ``limit`` records as ``(path, BM25 score)`` (blocking; ReMe's BM25 scores and order)."""
+        if not self.keyword_index or limit <= 0 or not query.strip():
+            return []
+        hits = self.keyword_index.search(query.strip(), limit)
+        chunks = [(self.file_chunks.get(cid), score) for cid, score in hits.items()]
+        return [(chunk.path, score) for chunk, score in chunks if chunk is not None]
+
     async def anearest_paths(self, query_embedding, limit: int) -> list[tuple[str, float]]:
         """``nearest_paths`` in a scan thread, off the event loop."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(scan_executor(), self.nearest_paths, query_embedding, limit)
+
+    async def akeyword_paths(self, query: str, limit: int) -> list[tuple[str, float]]:
+        """``keyword_paths`` in a scan thread, off the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(scan_executor(), self.keyword_paths, query, limit)
 
     def nearest(self, query_embedding, limit: int) -> list[FileChunk]:
         """Top ``limit`` chunks by cosine to an already computed query vector, scores as ReMe's vector_search."""
