@@ -307,15 +307,15 @@ def stock_components() -> dict:
     return out
 
 
-def build_application(ws: Path, tokenizer: Path, n: int, model, stock: bool):
-    """An Application with the plugin (shipped plugin.yaml), 1,024-d vectors from ``model`` and an embedding cache
-    sized for ``n`` experiences; optionally the two stock ``local`` stores for the comparison."""
+def build_application(ws: Path, tokenizer: Path, cache_size: int | None, model, stock: bool):
+    """An Application with the plugin (shipped plugin.yaml), 1,024-d vectors from ``model``, the shipped embedding
+    cache size unless ``cache_size`` is given; optionally the two stock ``local`` stores for the comparison."""
     from reme.application import Application
 
     components = {
         "procedure_memory": {"default": {"tokenizer_source": str(tokenizer), "pending_retry_seconds": 0}},
         "as_embedding": {"procedure": {"dimensions": DIMENSIONS}},
-        "embedding_store": {"procedure": {"max_cache_size": max(50_000, 3 * n + 10_000)}},
+        **({"embedding_store": {"procedure": {"max_cache_size": cache_size}}} if cache_size else {}),
         **(stock_components() if stock else {}),
     }
     app = Application(
@@ -381,7 +381,8 @@ class Site:
         self.source = ""
 
     def build_app(self):
-        return build_application(self.ws, self.bench.tokenizer, self.bench.n, self.bench.model, self.with_stock)
+        return build_application(self.ws, self.bench.tokenizer, self.bench.args.cache_size, self.bench.model,
+                                 self.with_stock)
 
     async def start(self) -> float:
         self.app = self.build_app()
@@ -619,6 +620,7 @@ class Bench:
             "n": self.n, "queries": a.queries, "stock_queries": min(a.stock_queries, a.queries), "creates": a.creates,
             "journal_creates": a.journal_creates, "warmup": a.warmup, "dimensions": DIMENSIONS,
             "limit": SEARCH_LIMIT, "candidates": STOCK_CANDIDATES, "vector_weight": VECTOR_WEIGHT, "seed": a.seed,
+            "cache_size": a.cache_size or "shipped", "small_n": a.small_n,
             "workdir": str(self.root),
         }
         r["info"]["loadavg_start"] = os.getloadavg()
@@ -671,8 +673,8 @@ class Bench:
         r["lifecycle"] = {}
         for site, n in ((self.small, a.small_n), (self.big, self.n)):
             log(f"lifecycle of {site.name} in a fresh process ...")
-            r["lifecycle"][site.name] = run_lifecycle_child(site.ws, self.tokenizer, n, a.seed, a.lifecycle_creates,
-                                                            a.warmup)
+            r["lifecycle"][site.name] = run_lifecycle_child(site.ws, self.tokenizer, n, a.cache_size, a.seed,
+                                                            a.lifecycle_creates, a.warmup)
         r["info"]["restart_seconds"] = r["lifecycle"][self.big.name]["start_seconds"]
         r["info"]["loadavg_end"] = os.getloadavg()
         r["info"]["provider"] = {"calls": self.model.calls, "texts": self.model.texts, "seconds": self.model.seconds,
@@ -690,7 +692,8 @@ def component_key(component) -> str:
     return f"{getattr(ctype, 'value', ctype)}:{component.name}"
 
 
-async def lifecycle(ws: Path, tokenizer: Path, n: int, seed: int, creates: int, warmup: int) -> dict:
+async def lifecycle(ws: Path, tokenizer: Path, n: int, cache_size: int | None, seed: int, creates: int,
+                    warmup: int) -> dict:
     """Start the workspace's Application (timed per component), measure RSS, make ``creates`` timed creates through
     the job tool path (after ``warmup`` untimed ones; their texts embedded beforehand), then close it (timed)."""
     from reme.components.base_component import BaseComponent
@@ -711,7 +714,7 @@ async def lifecycle(ws: Path, tokenizer: Path, n: int, seed: int, creates: int, 
 
     BaseComponent.start, BaseComponent.close = start, close
     model = HashedProjectionEmbedding(DIMENSIONS, seed=seed)
-    app = build_application(ws, tokenizer, n, model, stock=False)
+    app = build_application(ws, tokenizer, cache_size, model, stock=False)
     gc.collect()
     before = rss_mib()
     start_seconds, _ = await timed(app.start)
@@ -744,13 +747,14 @@ async def lifecycle(ws: Path, tokenizer: Path, n: int, seed: int, creates: int, 
     }
 
 
-def run_lifecycle_child(ws: Path, tokenizer: Path, n: int, seed: int, creates: int, warmup: int) -> dict:
+def run_lifecycle_child(ws: Path, tokenizer: Path, n: int, cache_size: int | None, seed: int, creates: int,
+                        warmup: int) -> dict:
     """``lifecycle`` in a fresh Python process (same interpreter and environment), so its RSS and timings carry
     nothing of this process."""
     import subprocess
 
-    config = json.dumps({"ws": str(ws), "tokenizer": str(tokenizer), "n": n, "seed": seed, "creates": creates,
-                         "warmup": warmup})
+    config = json.dumps({"ws": str(ws), "tokenizer": str(tokenizer), "n": n, "cache_size": cache_size, "seed": seed,
+                         "creates": creates, "warmup": warmup})
     proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--lifecycle-child", config],
                           capture_output=True, text=True, check=False)
     if proc.returncode != 0:
@@ -888,6 +892,8 @@ def parse_args(argv=None):
     p.add_argument("--lifecycle-creates", type=int, default=50,
                    help="timed creates between start and close in the fresh-process lifecycle runs (50)")
     p.add_argument("--lifecycle-child", help=argparse.SUPPRESS)
+    p.add_argument("--cache-size", type=int, default=None,
+                   help="embedding_store.procedure.max_cache_size (default: the shipped plugin.yaml value)")
     p.add_argument("--journal-creates", type=int, default=10,
                    help="timed creates at N with an N-record operation journal (10; 0 skips)")
     p.add_argument("--warmup", type=int, default=3, help="untimed creates before each timed create series (3)")
@@ -910,7 +916,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.lifecycle_child:
         c = json.loads(args.lifecycle_child)
-        out = asyncio.run(lifecycle(Path(c["ws"]), Path(c["tokenizer"]), c["n"], c["seed"], c["creates"], c["warmup"]))
+        out = asyncio.run(lifecycle(Path(c["ws"]), Path(c["tokenizer"]), c["n"], c["cache_size"], c["seed"],
+                                    c["creates"], c["warmup"]))
         print(json.dumps(out))
         return 0
     bench = Bench(args)

@@ -16,19 +16,25 @@ with the exact norms of ``c`` and of its rounding error ``e = 127 u / s - c``. A
 arithmetic, below 2**24) and ``|r . c| + |q' . e| <= |r| max|c| + |q'| max|e|`` (Cauchy-Schwarz): the bound. faiss
 scans each block's codes for its best ``h . c``; the candidates are rescored exactly; a block whose weakest returned
 candidate could still beat the k-th exact score (its approximate score plus the bound) is screened again, deeper,
-until its weakest candidate cannot, so no row that belongs in the top k is ever missed. The scan reads 1
-byte per dimension instead of 4; ``ProcedureFileStore`` runs it in a worker thread, never on the event loop.
+until its weakest candidate cannot, so no row that belongs in the top k is ever missed. A row whose codes clip
+badly (a vector unlike those the scale was measured on) is left out of the bound and always rescored exactly; the
+scale is re-measured when such rows pass 2%. The scan reads 1
+byte per dimension instead of 4; ``ProcedureFileStore`` runs it in a worker thread, never on the event loop, and the
+blocks are screened on all cores at once (one faiss thread each).
 """
 
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 BLOCK_ROWS = 16_384
 ENCODE_ROWS = 4096  # rows encoded at a time (bounds the float64 temporaries)
+OUTLIER_ERROR = 1.15  # rows whose rounding error exceeds this many typical ones (clipped) are rescored exactly
 CANDIDATES_PER_BLOCK = 16  # screened per block beyond its share of the adaptive depth
 LEVELS = 127  # int8 codes in [-127, 127]
 FLOAT_SLACK = 1e-9  # on top of the proven bound: float64 rounding of the scores and of the bound itself
@@ -38,6 +44,18 @@ def _faiss():
     import faiss  # a dependency of reme-ai[core]; imported lazily
 
     return faiss
+
+
+SCREEN_THREADS = os.cpu_count() or 1
+_pool: ThreadPoolExecutor | None = None
+
+
+def _screen_pool() -> ThreadPoolExecutor:
+    """Threads that screen blocks beside the searching thread (their OpenMP setting is made per call)."""
+    global _pool
+    if _pool is None:
+        _pool = ThreadPoolExecutor(max_workers=max(1, SCREEN_THREADS - 1), thread_name_prefix="procedure-screen")
+    return _pool
 
 
 class _Block:
@@ -67,11 +85,12 @@ class VectorMatrix:
         self._ids: list[str] = []
         self._row_of: dict[str, int] = {}
         self._norms = np.zeros(0, dtype=np.float64)  # per row; 0 for a zero vector
-        self._errors = np.zeros(0, dtype=np.float64)  # per row: |127 u / s - c|
+        self._outliers: set[str] = set()  # ids beyond the limits: outside the bounds, always rescored
+        self._error_limit = self._code_limit = math.inf
         self._scale = np.ones(dimensions, dtype=np.float64)  # s, per dimension
         self._scale_rows = 0  # rows the scale was measured on
-        self._error_bound = 0.0  # >= every live row's |e| (never lowered before a re-encode)
-        self._code_bound = 0.0  # >= every live row's |c|
+        self._error_bound = 0.0  # >= every live row's |e|, outliers aside (never lowered before a re-encode)
+        self._code_bound = 0.0  # >= every live row's |c|, outliers aside
         self._depth = 0  # rows to screen per query (adapts to how many lie within the bound of the k-th score)
 
     def __len__(self) -> int:
@@ -100,23 +119,37 @@ class VectorMatrix:
         norms = np.sqrt(np.einsum("ij,ij->i", x, x))
         return norms, x / np.where(norms > 0, norms, 1.0)[:, None]
 
-    def _encode(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Norms, int8 codes and exact rounding-error norms of float16 ``vectors`` (rows); updates the bounds."""
-        norms = np.empty(len(vectors))
-        errors = np.empty(len(vectors))
+    def _encode(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Norms, int8 codes, and the exact norms of the codes and of their rounding errors, of float16 rows."""
+        norms, errors, code_norms = np.empty(len(vectors)), np.empty(len(vectors)), np.empty(len(vectors))
         codes = np.empty(vectors.shape, dtype=np.int8)
         for start in range(0, len(vectors), ENCODE_ROWS):  # bounded temporaries
             stop = start + ENCODE_ROWS
-            norms[start:stop], units = self._units(vectors[start:stop])
-            scaled = units * (LEVELS / self._scale)
+            norms[start:stop], scaled = self._units(vectors[start:stop])
+            scaled *= LEVELS / self._scale
             rounded = np.minimum(np.maximum(np.rint(scaled), -LEVELS), LEVELS)
+            codes[start:stop] = rounded
+            code_norms[start:stop] = np.sqrt(np.einsum("ij,ij->i", rounded, rounded))
             scaled -= rounded
             errors[start:stop] = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
-            code_norm = float(np.sqrt(np.einsum("ij,ij->i", rounded, rounded)).max())
-            self._code_bound = max(self._code_bound, code_norm)
-            codes[start:stop] = rounded
-        self._error_bound = max(self._error_bound, float(errors.max()))
-        return norms, codes, errors
+        return norms, codes, code_norms, errors
+
+    def _set_limits(self, code_norms: np.ndarray, errors: np.ndarray) -> None:
+        """Outlier limits measured on freshly encoded rows: a little above nearly all of them."""
+        typical = math.sqrt(self.dimensions / 12)  # the norm of a uniform rounding error, in code units
+        self._error_limit = max(OUTLIER_ERROR * typical, float(np.quantile(errors, 0.995)) * 1.02)
+        self._code_limit = float(np.quantile(code_norms, 0.995)) * 1.02
+
+    def _bound(self, items: list[str], code_norms: np.ndarray, errors: np.ndarray) -> None:
+        """Fold rows into the bounds; a row whose codes are much longer or clip more than nearly all (above the
+        limits) is kept out of them and always rescored exactly instead."""
+        for item, code_norm, error in zip(items, code_norms.tolist(), errors.tolist()):
+            if error > self._error_limit or code_norm > self._code_limit:
+                self._outliers.add(item)
+            else:
+                self._outliers.discard(item)
+                self._error_bound = max(self._error_bound, error)
+                self._code_bound = max(self._code_bound, code_norm)
 
     def _rescale(self, sample: np.ndarray) -> None:
         """Measure the per-dimension scale on ``sample`` (float16 rows, at least one)."""
@@ -133,17 +166,19 @@ class VectorMatrix:
 
     def _maybe_reencode(self) -> None:
         """Re-measure the scale and re-encode every row when the first scale was measured on few rows (the set has
-        doubled since) or rows arrived that it clips badly: the bound stays tight, the cost amortised."""
+        doubled since) or more than 2% of the rows are outliers: the bounds stay tight, the cost amortised."""
         n = len(self._ids)
         grown = self._scale_rows < 4096 and n >= 2 * self._scale_rows
-        reference = math.sqrt(self.dimensions / 12)  # the rounding error's typical norm, in code units
-        if not (grown or self._error_bound > 3 * reference) or n == 0:
+        if n == 0 or not (grown or len(self._outliers) > max(32, n // 50)):
             return
         vectors = np.concatenate([b.rows[: b.n] for b in self._blocks])
         self._rescale(vectors)
         self._error_bound = self._code_bound = 0.0
-        norms, codes, errors = self._encode(vectors)
-        self._norms[:n], self._errors[:n] = norms, errors
+        self._outliers = set()
+        norms, codes, code_norms, errors = self._encode(vectors)
+        self._norms[:n] = norms
+        self._set_limits(code_norms, errors)
+        self._bound(self._ids, code_norms, errors)
         for number, block in enumerate(self._blocks):
             block.index.reset()
             if block.n:
@@ -158,9 +193,13 @@ class VectorMatrix:
         vectors = np.stack([np.asarray(v, dtype=np.float16).reshape(-1) for _, v in items])
         if vectors.shape[1] != self.dimensions:
             raise ValueError(f"vector of {vectors.shape[1]} dimensions, expected {self.dimensions}")
-        if self._scale_rows == 0:
+        first = self._scale_rows == 0
+        if first:
             self._rescale(vectors)
-        norms, codes, errors = self._encode(vectors)
+        norms, codes, code_norms, errors = self._encode(vectors)
+        if first:
+            self._set_limits(code_norms, errors)
+        self._bound([item for item, _ in items], code_norms, errors)
         fresh: list[int] = []
         for position, (item, _) in enumerate(items):
             row = self._row_of.get(item)
@@ -178,8 +217,7 @@ class VectorMatrix:
         if n > self._norms.shape[0]:
             grow = max(n, int(self._norms.shape[0] * 1.25) + 64)
             self._norms = np.concatenate([self._norms, np.zeros(grow - self._norms.shape[0])])
-            self._errors = np.concatenate([self._errors, np.zeros(grow - self._errors.shape[0])])
-        self._norms[rows], self._errors[rows] = norms, errors
+        self._norms[rows] = norms
         appended = set(fresh)
         replaced = [p for p in range(len(items)) if p not in appended]
         if replaced:
@@ -201,6 +239,7 @@ class VectorMatrix:
         row = self._row_of.pop(item, None)
         if row is None:
             return None
+        self._outliers.discard(item)
         last = len(self._ids) - 1
         moved = None
         if row != last:
@@ -209,7 +248,7 @@ class VectorMatrix:
             dst_block, dst = self._locate(row)
             dst_block.rows[dst] = src_block.rows[src]
             dst_block.codes_view()[dst] = src_block.codes_view()[src]
-            self._norms[row], self._errors[row] = self._norms[last], self._errors[last]
+            self._norms[row] = self._norms[last]
             self._ids[row] = moved
             self._row_of[moved] = row
         self._ids.pop()
@@ -229,10 +268,14 @@ class VectorMatrix:
         """float64 cosine similarities of ``rows`` with the unit ``query``."""
         if rows.size == 0:
             return np.zeros(0)
-        vectors = np.stack([self._locate(int(r))[0].rows[int(r) % BLOCK_ROWS] for r in rows]).astype(np.float64)
+        vectors = np.empty((rows.size, self.dimensions), dtype=np.float16)
+        blocks = rows // BLOCK_ROWS
+        for number in np.unique(blocks).tolist():  # one gather per block
+            chosen = blocks == number
+            vectors[chosen] = self._blocks[number].rows[rows[chosen] % BLOCK_ROWS]
         norms = self._norms[rows]
         # einsum, not BLAS: no BLAS threads on the scan path (the caller's thread does all the work)
-        return np.einsum("ij,j->i", vectors, query) / np.where(norms > 0, norms, np.inf)
+        return np.einsum("ij,j->i", vectors.astype(np.float64), query) / np.where(norms > 0, norms, np.inf)
 
     def _screen(self, number: int, screen: np.ndarray, factor: float, depth: int, approx: dict[int, float]) -> float:
         """Screen block ``number`` for its ``depth`` best rows into ``approx``; returns the lowest screened score
@@ -242,6 +285,18 @@ class VectorMatrix:
         kept = rows[0] >= 0
         approx.update(zip((number * BLOCK_ROWS + rows[0][kept]).tolist(), (scores[0][kept] / factor).tolist()))
         return float(scores[0][kept][-1]) / factor if depth < block.n else -math.inf
+
+    def _screen_blocks(self, numbers: list[int], screen: np.ndarray, factor: float,
+                       depth: int) -> tuple[dict[int, float], dict[int, float]]:
+        """``_screen`` of several blocks: (screened scores by row, weakest score by block)."""
+        faiss = _faiss()
+        threads = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(1)  # this thread only (an OpenMP setting per thread): one core per block screen
+        try:
+            approx: dict[int, float] = {}
+            return approx, {number: self._screen(number, screen, factor, depth, approx) for number in numbers}
+        finally:
+            faiss.omp_set_num_threads(threads)
 
     def search(self, query, limit: int) -> list[tuple[str, float]]:
         """The ``limit`` ids of highest cosine similarity, best first (see the module docstring)."""
@@ -263,15 +318,26 @@ class VectorMatrix:
         margin = (float(np.linalg.norm(residual)) * self._code_bound
                   + float(np.linalg.norm(q)) * self._error_bound + FLOAT_SLACK)
         screen = codes.astype(np.float32)[None, :]
-        k = min(limit, n)
+        return self._search(unit, screen, factor, margin, min(limit, n))
+
+    def _search(self, unit: np.ndarray, screen: np.ndarray, factor: float, margin: float,
+                k: int) -> list[tuple[str, float]]:
+        n = len(self._ids)
         depth = min(n, max(self._depth, k)) // len(self._blocks) + CANDIDATES_PER_BLOCK
-        approx: dict[int, float] = {}  # row -> screened score (h . c) / t
-        weakest: list[float] = []  # per block: the lowest screened score returned, -inf when all rows came back
-        for number in range(len(self._blocks)):
-            weakest.append(self._screen(number, screen, factor, depth, approx))
-        ranked = sorted(approx, key=approx.__getitem__, reverse=True)
-        exact = dict(zip(ranked[:k], self._exact(np.array(ranked[:k], dtype=np.int64), unit).tolist()))
-        cut = min(exact.values()) - margin  # rows screened below it cannot reach the top k
+        # the blocks are screened on all cores at once (faiss releases the GIL): this thread takes one share
+        shares = [list(range(i, len(self._blocks), SCREEN_THREADS)) for i in range(SCREEN_THREADS)]
+        others = [_screen_pool().submit(self._screen_blocks, share, screen, factor, depth) for share in shares[1:]
+                  if share]
+        approx, by_block = self._screen_blocks(shares[0], screen, factor, depth)  # row -> screened score (h . c) / t
+        for future in others:
+            more, weakest = future.result()
+            approx.update(more)
+            by_block.update(weakest)
+        weakest = [by_block[number] for number in range(len(self._blocks))]  # lowest returned; -inf: all rows
+        ranked = sorted(approx, key=approx.__getitem__, reverse=True)[:k]
+        ranked += [row for row in (self._row_of[item] for item in self._outliers) if row not in ranked]
+        exact = dict(zip(ranked, self._exact(np.array(ranked, dtype=np.int64), unit).tolist()))
+        cut = sorted(exact.values(), reverse=True)[min(k, len(exact)) - 1] - margin
         for number, low in enumerate(weakest):
             while low >= cut:  # rows this block did not return might still be above the cut: screen deeper
                 depth *= 4
