@@ -109,3 +109,23 @@ def test_vector_matrix_rejects_wrong_dimensions_and_zero_query():
     matrix.set("a", [1, 0, 0, 0])
     assert matrix.search([0, 0, 0, 0], 5) == []
     assert matrix.search([1, 0, 0, 0], 5) == [("a", pytest.approx(1.0))]
+
+
+def test_vector_matrix_export_restores_the_same_index_and_rejects_mismatched_arrays():
+    rng = np.random.default_rng(5)
+    matrix = VectorMatrix(16)
+    matrix.set_many((f"id{i}", rng.normal(size=16)) for i in range(300))
+    for i in range(0, 300, 7):
+        matrix.remove(f"id{i}")
+    arrays = matrix.export()
+    restored = VectorMatrix.restore(16, arrays)
+    assert restored.ids() == matrix.ids()
+    assert all(np.array_equal(restored.view(i), matrix.view(i)) for i in matrix.ids())
+    for _ in range(5):
+        query = rng.normal(size=16)
+        assert restored.search(query, 20) == matrix.search(query, 20)
+    restored.set("new", rng.normal(size=16))  # restored blocks keep working
+    assert "new" in restored and restored.search(np.asarray(restored.view("new"), dtype=float), 1)[0][0] == "new"
+    broken = dict(arrays, codes=arrays["codes"][:-1])
+    with pytest.raises(ValueError):
+        VectorMatrix.restore(16, broken)

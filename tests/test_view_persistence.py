@@ -175,7 +175,7 @@ async def test_a_damaged_view_state_is_detected_and_rebuilt_from_the_files(make_
         await create_some(app, 3, prefix="late")  # these live in the log only
         expected = view_content(app)
     for d in view_dirs(ws):
-        target = {"records": "*.records.jsonl.zst", "vectors": "*.vectors.npy", "bm25": "*.bm25.npz",
+        target = {"records": "*.records.jsonl.zst", "vectors": "*.vectors.npz", "bm25": "*.bm25.npz",
                   "manifest": "MANIFEST.json"}.get(damage)
         if target:
             path = next(d.glob(target))

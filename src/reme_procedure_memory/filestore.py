@@ -195,21 +195,19 @@ class ProcedureFileStore(LocalFileStore):
             chunks.append(dumped)
         return {"node": node.model_dump(mode="json"), "chunks": chunks}
 
-    def _files_of(self, records: list[dict], vectors: np.ndarray | None) -> list[tuple[FileNode, list[FileChunk]]]:
-        """Records (vectors inline, or as rows of ``vectors`` in record order) as upsert arguments; a chunk's
-        ``embedding`` is a view of its vector (no copy: ``_track`` copies it into the matrix)."""
-        files, row = [], 0
+    @staticmethod
+    def _files_of(records: list[dict]) -> list[tuple[FileNode, list[FileChunk]]]:
+        """Records as upsert arguments; inline vectors (log entries) become the chunks' embeddings (views of the
+        decoded bytes: ``_track`` copies them into the matrix), snapshot records get theirs from the matrix."""
+        files = []
         for record in records:
             chunks = []
             for dumped in record["chunks"]:
                 dumped = dict(dumped)
                 encoded = dumped.pop("vector", None)
-                chunk = FileChunk.model_construct(**dumped)  # our own output: no validation needed
-                if vectors is not None:
-                    chunk.embedding = vectors[row] if encoded else None
-                    row += 1
-                else:
-                    chunk.embedding = (np.frombuffer(base64.b64decode(encoded), dtype="<f2") if encoded else None)
+                chunk = FileChunk.model_validate(dumped)
+                if isinstance(encoded, str):
+                    chunk.embedding = np.frombuffer(base64.b64decode(encoded), dtype="<f2")
                 chunks.append(chunk)
             files.append((FileNode.model_validate(record["node"]), chunks))
         return files
@@ -223,52 +221,63 @@ class ProcedureFileStore(LocalFileStore):
                 f"{type(self.file_graph).__name__}.",
             )
 
-    async def load(self) -> None:
-        """Restore the view from its snapshot and log; an unreadable state is discarded (the view starts empty)."""
-        self._check_backends()
+    async def _reset(self) -> None:
         self.file_chunks.clear()
         await self.file_graph.clear()
         await self.keyword_index.clear()
         with self.vectors_lock.write():
             self.vectors = None
+
+    async def load(self) -> None:
+        """Restore the view from its snapshot and log; a state that does not load exactly is discarded (the view
+        starts empty and the component re-indexes the files)."""
+        self._check_backends()
+        await self._reset()
+        self._pending, self._reusable = [], {}
         try:
             state = await asyncio.to_thread(self.state.read)
-        except ViewStateError as exc:
+            if state is not None:
+                await self._restore(*state)
+        except (ViewStateError, ValueError, KeyError) as exc:
             self.logger.warning(f"{self.name}: discarding the persisted view ({exc}); it is rebuilt from the files")
+            await self._reset()
             await asyncio.to_thread(self.state.remove)
             state = None
-        self._pending, self._snapshot_due, self._reusable = [], state is None, {}
-        if state is None:
-            return
-        manifest, records, vectors, bm25_file, entries = state
+        self._snapshot_due = self._snapshot_due or state is None
+
+    async def _restore(self, manifest: dict, records: list[dict], vectors: dict, bm25_file, entries: list[dict]):
+        self._snapshot_due = False
         self.vector_space = self._current_space()
+        files = self._files_of(records)
+        matrix = None
         if manifest.get("vector_space") != self.vector_space:  # another embedding model made these vectors
             self.logger.warning(f"{self.name}: vectors of another embedding vector space dropped; re-embedding")
-            vectors = np.zeros((0, vectors.shape[1]), dtype=np.float16)
-            for record in records:
-                for chunk in record["chunks"]:
-                    chunk["vector"] = None
             self._snapshot_due = True
-        files = self._files_of(records, vectors)
+        elif self.embedding_store:
+            matrix = await asyncio.to_thread(VectorMatrix.restore, self.embedding_dimensions, vectors)
+        flagged = {c["id"] for record in records for c in record["chunks"] if c.get("vector")}
+        if matrix is not None and set(matrix.ids()) != flagged:
+            raise ViewStateError("the vector index does not hold the records' vectors")
         try:
             await asyncio.to_thread(self.keyword_index.restore, bm25_file)
             keyword_ready = True
         except Exception as exc:  # another tokenizer configuration, or an unreadable file: rebuild from the texts
             self.logger.warning(f"{self.name}: rebuilding BM25 from the records ({type(exc).__name__}: {exc})")
             keyword_ready, self._snapshot_due = False, True
-        nodes = [node for node, _ in files]
         for node, chunks in files:
             node.chunk_ids = [c.id for c in chunks]
             for chunk in chunks:
+                if matrix is not None and chunk.id in flagged:
+                    chunk.embedding = matrix.view(chunk.id)
                 self.file_chunks[chunk.id] = chunk
-        await self.file_graph.upsert_nodes(nodes)
-        self._track([chunk for _, chunks in files for chunk in chunks])
+        await self.file_graph.upsert_nodes([node for node, _ in files])
+        with self.vectors_lock.write():
+            self.vectors = matrix
         if not keyword_ready:
-            docs = {c.id: c.text for _, chunks in files for c in chunks if c.text}
-            await self.keyword_index.add_docs(docs)
+            await self.keyword_index.add_docs({c.id: c.text for _, chunks in files for c in chunks if c.text})
         for entry in entries:  # the log, in order, through the same code paths as the original changes
             if entry["op"] == "upsert":
-                await self._apply_upsert(self._files_of(entry["files"], None))
+                await self._apply_upsert(self._files_of(entry["files"]))
             else:
                 await super().delete(entry["paths"])
 
@@ -287,11 +296,8 @@ class ProcedureFileStore(LocalFileStore):
         if self._snapshot_needed():
             paths = list(self.file_graph.node_map)
             records = [self._record(path, inline=False) for path in paths]
-            chunks = [self.file_chunks[cid] for path in paths for cid in self.file_graph.node_map[path].chunk_ids]
-            vectors = np.zeros((len(chunks), self.embedding_dimensions or 1), dtype=np.float16)
-            for row, chunk in enumerate(chunks):
-                if self._embedding_dim_matches(chunk.embedding):
-                    vectors[row] = chunk.embedding
+            with self.vectors_lock.read():
+                vectors = (self.vectors or VectorMatrix(self.embedding_dimensions or 1)).export()
             arrays = self.keyword_index.snapshot()
             meta = {"vector_space": self.vector_space}
             await asyncio.to_thread(self.state.write_snapshot, records, vectors,

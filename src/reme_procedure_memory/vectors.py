@@ -25,6 +25,7 @@ blocks are screened on all cores at once (one faiss thread each).
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Iterable
@@ -261,6 +262,45 @@ class VectorMatrix:
 
     def clear(self) -> None:
         self.__init__(self.dimensions)
+
+    # -- persistence -----------------------------------------------------------------------------------------------
+
+    def export(self) -> dict[str, np.ndarray]:
+        """Everything, as arrays in row order (copies), for ``restore``: a load needs no re-encoding."""
+        meta = {"ids": self._ids, "outliers": sorted(self._outliers), "scale_rows": self._scale_rows,
+                "bounds": [self._error_bound, self._code_bound], "limits": [self._error_limit, self._code_limit]}
+        empty = np.zeros((0, self.dimensions), dtype=np.float16)
+        return {
+            "meta": np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
+            "vectors": np.concatenate([b.rows[: b.n] for b in self._blocks]) if self._blocks else empty,
+            "codes": (np.concatenate([b.codes_view() for b in self._blocks]).astype(np.int16) - 128).astype(np.int8)
+            if self._blocks else empty.astype(np.int8),
+            "norms": self._norms[: len(self._ids)].copy(), "scale": self._scale.copy(),
+        }
+
+    @classmethod
+    def restore(cls, dimensions: int, arrays: dict[str, np.ndarray]) -> "VectorMatrix":
+        """The matrix ``export`` described (raises ValueError when the arrays do not fit together)."""
+        meta = json.loads(bytes(arrays["meta"]).decode("utf-8"))
+        vectors, codes, ids = arrays["vectors"], arrays["codes"], meta["ids"]
+        if vectors.shape != (len(ids), dimensions) or codes.shape != vectors.shape or vectors.dtype != np.float16 \
+                or codes.dtype != np.int8 or arrays["norms"].shape != (len(ids),) or len(set(ids)) != len(ids):
+            raise ValueError("the vector index arrays do not fit together")
+        matrix = cls(dimensions)
+        matrix._ids, matrix._row_of = list(ids), {item: row for row, item in enumerate(ids)}
+        matrix._norms, matrix._scale = arrays["norms"].astype(np.float64), arrays["scale"].astype(np.float64)
+        matrix._outliers, matrix._scale_rows = set(meta["outliers"]), int(meta["scale_rows"])
+        matrix._error_bound, matrix._code_bound = meta["bounds"]
+        matrix._error_limit, matrix._code_limit = meta["limits"]
+        for start in range(0, len(ids), BLOCK_ROWS):
+            block = _Block(dimensions)
+            block.n = min(BLOCK_ROWS, len(ids) - start)
+            block.rows[: block.n] = vectors[start:start + block.n]
+            block.index.codes.resize(block.n * dimensions)  # the codes as faiss stores them (code + 128)
+            block.codes_view()[:] = codes[start:start + block.n].astype(np.int16) + 128
+            block.index.ntotal = block.n
+            matrix._blocks.append(block)
+        return matrix
 
     # -- search ---------------------------------------------------------------------------------------------------
 

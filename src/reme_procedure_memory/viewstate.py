@@ -5,7 +5,7 @@ Layout of ``<metadata>/file_store/<store>_<version>.view/`` (``g`` is the snapsh
     MANIFEST.json             which generation is current: {"format", "generation", "records", "chunks",
                               "dimensions", "vector_space", "log_entries_at_write"}
     <g>.records.jsonl.zst     one file per line: {"node": FileNode, "chunks": [FileChunk without embedding]}
-    <g>.vectors.npy           float16 [chunks, dimensions]: the chunks' vectors in record order (zeros: none)
+    <g>.vectors.npz           the vector index (``VectorMatrix.export``: ids, float16 rows, int8 codes, bounds)
     <g>.bm25.npz              the keyword index (``ProcedureBM25Index.save``)
     <g>.log                   the changes since snapshot ``g``: entries ``[u32 length][u32 crc32][JSON]``
 
@@ -37,7 +37,7 @@ from uuid import uuid4
 import numpy as np
 import zstandard
 
-FORMAT = 1
+FORMAT = 2
 MANIFEST = "MANIFEST.json"
 _HEADER = struct.Struct("<II")  # payload length, crc32
 
@@ -67,9 +67,9 @@ class ViewState:
 
     # -- reading ----------------------------------------------------------------------------------------------------
 
-    def read(self) -> tuple[dict, list[dict], np.ndarray, Path, list[dict]] | None:
-        """``(manifest, records, vectors, bm25 file, log entries)`` of the current snapshot, or None when there is
-        none. Raises ViewStateError when the state is inconsistent."""
+    def read(self) -> tuple[dict, list[dict], dict[str, np.ndarray], Path, list[dict]] | None:
+        """``(manifest, records, vector index arrays, bm25 file, log entries)`` of the current snapshot, or None when
+        there is none. Raises ViewStateError when the state is inconsistent."""
         manifest_path = self.directory / MANIFEST
         if not manifest_path.is_file():
             self.generation, self.log_entries = 0, 0
@@ -81,13 +81,14 @@ class ViewState:
             self.generation = int(manifest["generation"])
             self._remove_other_generations()
             records = self._read_records()
-            vectors = np.load(self._path("vectors.npy"), allow_pickle=False)
+            with np.load(self._path("vectors.npz"), allow_pickle=False) as data:
+                vectors = {name: data[name] for name in data.files}
             bm25 = self._path("bm25.npz")
             chunks = sum(len(r["chunks"]) for r in records)
             if len(records) != manifest["records"] or chunks != manifest["chunks"]:
                 raise ViewStateError(f"{self.directory}: {len(records)} records, the manifest says {manifest['records']}")
-            if vectors.dtype != np.float16 or vectors.shape != (chunks, manifest["dimensions"]):
-                raise ViewStateError(f"{self.directory}: vectors {vectors.dtype} {vectors.shape} do not match")
+            if vectors["vectors"].shape[1:] != (manifest["dimensions"],):
+                raise ViewStateError(f"{self.directory}: vectors of shape {vectors['vectors'].shape} do not match")
             if not bm25.is_file():
                 raise ViewStateError(f"{bm25} is missing")
             entries = self._read_log()
@@ -159,9 +160,10 @@ class ViewState:
         finally:
             tmp.unlink(missing_ok=True)
 
-    def write_snapshot(self, records: list[dict], vectors: np.ndarray, save_bm25: Callable[[Path], None],
+    def write_snapshot(self, records: list[dict], vectors: dict[str, np.ndarray], save_bm25: Callable[[Any], None],
                        meta: dict) -> None:
-        """Make ``records`` + ``vectors`` + the BM25 index (written by ``save_bm25(path)``) the new generation."""
+        """Make ``records`` + the vector index arrays + the BM25 index (written by ``save_bm25(file)``) the new
+        generation."""
         self.directory.mkdir(parents=True, exist_ok=True)
         generation = self.generation + 1
 
@@ -172,10 +174,10 @@ class ViewState:
                     writer.write(b"\n")
 
         self._publish(self._path("records.jsonl.zst", generation), write_records)
-        self._publish(self._path("vectors.npy", generation), lambda h: np.save(h, vectors, allow_pickle=False))
+        self._publish(self._path("vectors.npz", generation), lambda h: np.savez(h, **vectors))
         self._publish(self._path("bm25.npz", generation), lambda h: save_bm25(h))
         manifest = {**meta, "format": FORMAT, "generation": generation, "records": len(records),
-                    "chunks": int(vectors.shape[0]), "dimensions": int(vectors.shape[1])}
+                    "chunks": sum(len(r["chunks"]) for r in records), "dimensions": int(vectors["vectors"].shape[1])}
         self._publish(self.directory / MANIFEST, lambda h: h.write(json.dumps(manifest, indent=1).encode()))
         _fsync_dir(self.directory)
         self.generation, self.log_entries = generation, 0
