@@ -191,6 +191,8 @@ async def test_a_damaged_view_state_is_detected_and_rebuilt_from_the_files(make_
     async with make_app(workspace=ws) as app:
         # loaded what was sound, re-indexed the rest from the JSON files (a rebuilt view may order ties otherwise)
         assert view_content(app) == expected
+        if damage in ("bm25", "log-torn", "log-garbage"):  # the records and vectors were sound: nothing re-embedded
+            assert memory_of(app).embedding_store.as_embedding.model.calls == []
 
 
 class Killed(Exception):
@@ -255,17 +257,30 @@ async def test_reindex_reuses_the_views_vectors_and_a_new_embedding_model_re_emb
         await search_all(app)
 
 
-async def test_a_workspace_of_the_previous_layout_is_rebuilt_and_its_view_files_removed(make_app, tmp_path):
+async def test_a_workspace_of_the_previous_layout_is_rebuilt_reusing_its_vectors_and_its_view_files_removed(
+        make_app, tmp_path):
+    from helpers import hashed_vector
+    from reme.components.file_store.local_file_store import LocalFileStore
+    from reme.schema import FileChunk
+    from reme.utils.jsonl_zst import write_jsonl_zst
+
     ws = tmp_path / "ws"
     write_corpus(ws)
-    legacy = {"file_store": "file_chunks_procedure_when_to_use_v1.jsonl.zst",
-              "file_graph": "procedure_when_to_use.jsonl.zst"}
-    for sub, name in legacy.items():  # what ReMe's own persistence left there
-        (ws / "metadata" / sub).mkdir(parents=True, exist_ok=True)
-        (ws / "metadata" / sub / name).write_bytes(b"stale")
+    # what ReMe's own persistence left there: the when_to_use view's chunks with their vectors, a graph file
+    chunks = [FileChunk(id=f"when_to_use:procedures/{name}", path=f"procedures/{name}", start_line=1, end_line=1,
+                        text=record["when-to-use"], embedding=hashed_vector(record["when-to-use"], 64),
+                        metadata={"view": "when_to_use", "version": "old"}) for name, record, _ in corpus()]
+    legacy = [ws / "metadata" / "file_store" / "file_chunks_procedure_when_to_use_v1.jsonl.zst",
+              ws / "metadata" / "file_graph" / "procedure_when_to_use.jsonl.zst"]
+    write_jsonl_zst(legacy[0], (LocalFileStore._serialize_chunk(c) for c in chunks))
+    legacy[1].parent.mkdir(parents=True)
+    legacy[1].write_bytes(b"stale")
     async with make_app(workspace=ws) as app:
+        embedded = {t for call in memory_of(app).embedding_store.as_embedding.model.calls for t in call}
+        assert not embedded & {r["when-to-use"] for _, r, _ in corpus()}  # reused, not embedded again
+        assert embedded >= {r["when-to-use"] + "\n\n" + r["content"] for _, r, _ in corpus()}  # no old vectors
         expected = await search_all(app)
-    assert not any((ws / "metadata" / sub / name).exists() for sub, name in legacy.items())
+    assert not any(path.exists() for path in legacy)
     async with make_app(workspace=ws) as app:
         assert await search_all(app) == expected  # the same state, loaded
 
@@ -364,3 +379,33 @@ def test_a_process_killed_while_it_writes_and_persists_leaves_views_start_up_loa
                 await restarted.close()
 
         asyncio.run(check())
+
+
+async def test_the_compact_graph_answers_like_reme_local_graph(make_app):
+    from reme.schema import FileLink, FileNode
+
+    graphs = {"file_graph": {"stock": {"backend": "local"}, "ours": {"backend": "procedure_graph"}}}
+    async with make_app(components=graphs) as app:
+        stock, ours = app.context.components["file_graph"]["stock"], app.context.components["file_graph"]["ours"]
+
+        def node(path, *targets):
+            return FileNode(path=path, st_mtime=1.5, chunk_ids=[f"c:{path}"],
+                            front_matter={"name": path, "description": f"about {path}", "tag": "x"},
+                            links=[FileLink(source_path=path, target_path=t) for t in targets])
+
+        async def same():
+            assert [n.model_dump() for n in await ours.get_nodes()] == [n.model_dump() for n in await stock.get_nodes()]
+            for path in ("a", "b", "c", "d"):
+                for scope in ("real", "virtual", "all"):
+                    assert await ours.get_outlinks(path, scope) == await stock.get_outlinks(path, scope)
+                    assert await ours.get_inlinks(path, scope) == await stock.get_inlinks(path, scope)
+
+        for graph in (stock, ours):
+            await graph.upsert_nodes([node("a", "b", "d"), node("b", "c"), node("c")])
+        await same()
+        for graph in (stock, ours):
+            await graph.upsert_nodes([node("a", "c"), node("d", "a")])
+            await graph.delete_nodes(["b"])
+        await same()
+        await ours.rebuild_links()
+        await same()

@@ -10,6 +10,7 @@ from rank_bm25 import BM25Okapi
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
 from helpers import experience_record
+from reme_procedure_memory.filestore import text_digest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -49,8 +50,9 @@ async def test_each_experience_is_one_record_per_view_with_the_spec_texts(make_a
         name, record, _ = corpus()[3]
         wtu = memory.views.stores["when_to_use"].file_chunks[f"when_to_use:procedures/{name}"]
         both = memory.views.stores["when_to_use_content"].file_chunks[f"when_to_use_content:procedures/{name}"]
-        assert wtu.text == record["when-to-use"]
-        assert both.text == record["when-to-use"] + "\n\n" + record["content"]
+        # a record keeps the digest of the text it indexed (the file holds the text itself)
+        assert wtu.metadata["text_sha256"] == text_digest(record["when-to-use"])
+        assert both.metadata["text_sha256"] == text_digest(record["when-to-use"] + "\n\n" + record["content"])
         assert wtu.embedding is not None and both.embedding is not None
         # separate BM25 indexes and graphs, one shared embedding store
         s1, s2 = memory.views.stores.values()

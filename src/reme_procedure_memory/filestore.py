@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import os
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from reme.components.file_store.local_file_store import LocalFileStore
 from reme.schema import FileChunk, FileNode
+from reme.utils.jsonl_zst import read_jsonl_zst
 
 from .graph import ProcedureFileGraph
 from .keyword import ProcedureBM25Index
@@ -41,6 +44,22 @@ from .viewstate import ViewState, ViewStateError
 SNAPSHOT_MIN_ENTRIES = 500  # a new snapshot once the log holds more entries than this and than ...
 SNAPSHOT_SHARE = 0.02  # ... this share of the view's records (bounds the replay at start to a few percent)
 COMPACT_SHARE = 0.25  # BM25 compaction (with a new snapshot) once this share of its slots is lazily deleted
+# Every chunk shares one "fields set" (pydantic's record of which fields were given: here, all of them), instead of
+# one 728-byte set each (150 MB at 100,000 experiences in two views). Pydantic only ever adds field names to it.
+_ALL_CHUNK_FIELDS = set(FileChunk.model_fields)
+
+
+def text_digest(text: str) -> str:
+    """What a record keeps of its text (the experience file holds the text itself)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _slim(chunk: FileChunk) -> FileChunk:
+    """A chunk with the shared fields set and its view name interned (the same few strings for all chunks)."""
+    object.__setattr__(chunk, "__pydantic_fields_set__", _ALL_CHUNK_FIELDS)
+    if isinstance(chunk.metadata.get("view"), str):
+        chunk.metadata["view"] = sys.intern(chunk.metadata["view"])
+    return chunk
 
 _executor: ThreadPoolExecutor | None = None
 
@@ -84,6 +103,8 @@ class ProcedureFileStore(LocalFileStore):
     def _track(self, chunks: list[FileChunk]) -> None:
         """Put the chunks' vectors in the matrix (or drop them from it) and point each chunk at its stored row."""
         with self.vectors_lock.write():
+            for chunk in chunks:
+                _slim(chunk)
             keep = [c for c in chunks if self.embedding_store and self._embedding_dim_matches(c.embedding)]
             self._matrix().set_many((c.id, c.embedding) for c in keep)
             for chunk in keep:
@@ -107,11 +128,25 @@ class ProcedureFileStore(LocalFileStore):
         the current vector space; None when there is none."""
         if not self.embedding_store or self.vector_space != self._current_space():
             return None
+        digest = text_digest(text)
         chunk = self.file_chunks.get(chunk_id)
-        if chunk is not None and chunk.text == text and self._embedding_dim_matches(chunk.embedding):
+        if chunk is not None and self._digest(chunk) == digest and self._embedding_dim_matches(chunk.embedding):
             return chunk.embedding
         held = self._reusable.get(chunk_id)
-        return held[1] if held is not None and held[0] == text else None
+        return held[1] if held is not None and held[0] == digest else None
+
+    @staticmethod
+    def _digest(chunk: FileChunk) -> str:
+        return chunk.metadata.get("text_sha256") or text_digest(chunk.text)
+
+    def _drop_texts(self, chunk_ids) -> None:
+        """Keep only a digest of each chunk's text once BM25 and the log have it: the experience file holds the text
+        (a view whose BM25 cannot be loaded is re-indexed from the files, reusing the vectors by digest)."""
+        for cid in chunk_ids:
+            chunk = self.file_chunks.get(cid)
+            if chunk is not None and chunk.text:
+                chunk.metadata["text_sha256"] = text_digest(chunk.text)
+                chunk.text = ""
 
     def _start_embedding_backfill(self, *, skip_health_check: bool = False) -> None:
         """Disabled: the plugin embeds before upserting and re-indexes records without vectors itself."""
@@ -134,6 +169,7 @@ class ProcedureFileStore(LocalFileStore):
         await self._apply_upsert(files)
         self.vector_space = self._current_space()
         self._log(lambda: {"op": "upsert", "files": [self._record(node.path) for node, _ in files]})
+        self._drop_texts(c.id for _, chunks in files for c in chunks)
 
     async def delete(self, path: str | list[str]) -> None:
         paths = [path] if isinstance(path, str) else list(path)
@@ -158,7 +194,7 @@ class ProcedureFileStore(LocalFileStore):
 
     async def clear(self) -> None:
         """Empty the view; its vectors stay available to ``reusable_vector`` until the next ``dump``."""
-        self._reusable = {cid: (c.text, np.array(c.embedding)) for cid, c in self.file_chunks.items()
+        self._reusable = {cid: (self._digest(c), np.array(c.embedding)) for cid, c in self.file_chunks.items()
                           if self._embedding_dim_matches(c.embedding)}
         await super().clear()
         with self.vectors_lock.write():
@@ -182,7 +218,7 @@ class ProcedureFileStore(LocalFileStore):
     def _record(self, path: str, inline: bool = True) -> dict:
         """A file's node and chunks as persisted (JSON): each chunk's vector as base64 float16 when ``inline``, else
         whether it has one (the snapshot keeps vectors in its own array); None/False: no vector."""
-        node = self.file_graph.node_map[path]
+        node = self.file_graph.node(path)
         chunks = []
         for cid in node.chunk_ids:
             chunk = self.file_chunks[cid]
@@ -196,21 +232,19 @@ class ProcedureFileStore(LocalFileStore):
         return {"node": node.model_dump(mode="json"), "chunks": chunks}
 
     @staticmethod
-    def _files_of(records: list[dict]) -> list[tuple[FileNode, list[FileChunk]]]:
-        """Records as upsert arguments; inline vectors (log entries) become the chunks' embeddings (views of the
-        decoded bytes: ``_track`` copies them into the matrix), snapshot records get theirs from the matrix."""
-        files = []
-        for record in records:
-            chunks = []
-            for dumped in record["chunks"]:
-                dumped = dict(dumped)
-                encoded = dumped.pop("vector", None)
-                chunk = FileChunk.model_validate(dumped)
-                if isinstance(encoded, str):
-                    chunk.embedding = np.frombuffer(base64.b64decode(encoded), dtype="<f2")
-                chunks.append(chunk)
-            files.append((FileNode.model_validate(record["node"]), chunks))
-        return files
+    def _chunk_of(dumped: dict) -> FileChunk:
+        """A persisted chunk (see ``_record``): an inline vector (log entries) becomes its embedding, a view of the
+        decoded bytes (``_track`` copies it into the matrix); snapshot chunks get theirs from the restored matrix."""
+        dumped = dict(dumped)
+        encoded = dumped.pop("vector", None)
+        chunk = _slim(FileChunk.model_validate(dumped))
+        if isinstance(encoded, str):
+            chunk.embedding = np.frombuffer(base64.b64decode(encoded), dtype="<f2")
+        return chunk
+
+    def _files_of(self, records: list[dict]) -> list[tuple[FileNode, list[FileChunk]]]:
+        """Persisted records as upsert arguments."""
+        return [(FileNode.model_validate(r["node"]), [self._chunk_of(c) for c in r["chunks"]]) for r in records]
 
     def _check_backends(self) -> None:
         if not isinstance(self.keyword_index, ProcedureBM25Index) or not isinstance(self.file_graph,
@@ -244,47 +278,73 @@ class ProcedureFileStore(LocalFileStore):
             await asyncio.to_thread(self.state.remove)
             state = None
         self._snapshot_due = self._snapshot_due or state is None
+        if state is None and self.chunks_path.exists():
+            await asyncio.to_thread(self._keep_legacy_vectors)
 
-    async def _restore(self, manifest: dict, records: list[dict], vectors: dict, bm25_file, entries: list[dict]):
+    def _keep_legacy_vectors(self) -> None:
+        """A view of an earlier plugin version (ReMe's own chunk file): its vectors stay available to
+        ``reusable_vector`` while the component re-indexes the files, so the migration embeds nothing it had."""
+        try:
+            for line in read_jsonl_zst(self.chunks_path, self.encoding):
+                if line.strip():
+                    chunk = self._deserialize_chunk(line)
+                    if self._embedding_dim_matches(chunk.embedding):
+                        self._reusable[chunk.id] = (text_digest(chunk.text), chunk.embedding)
+        except Exception as exc:  # unreadable: those files are embedded again
+            self.logger.warning(f"{self.name}: the previous version's vectors are unreadable ({exc})")
+        self.vector_space = self._current_space()
+
+    async def _restore(self, manifest: dict, records, vectors: dict, bm25_file, entries: list[dict]):
         self._snapshot_due = False
         self.vector_space = self._current_space()
-        files = self._files_of(records)
+        nodes, chunks, flagged = {}, [], set()
+
+        def read() -> None:  # one record at a time: no list of all records is ever held
+            for record in records:
+                own = [self._chunk_of(dumped) for dumped in record["chunks"]]
+                flagged.update(dumped["id"] for dumped in record["chunks"] if dumped.get("vector"))
+                nodes[record["node"]["path"]] = ProcedureFileGraph.packed(record["node"], [c.id for c in own])
+                chunks.extend(own)
+
+        await asyncio.to_thread(read)
         matrix = None
         if manifest.get("vector_space") != self.vector_space:  # another embedding model made these vectors
             self.logger.warning(f"{self.name}: vectors of another embedding vector space dropped; re-embedding")
             self._snapshot_due = True
         elif self.embedding_store:
             matrix = await asyncio.to_thread(VectorMatrix.restore, self.embedding_dimensions, vectors)
-        flagged = {c["id"] for record in records for c in record["chunks"] if c.get("vector")}
+        del vectors
         if matrix is not None and set(matrix.ids()) != flagged:
             raise ViewStateError("the vector index does not hold the records' vectors")
         try:
             await asyncio.to_thread(self.keyword_index.restore, bm25_file)
             keyword_ready = True
-        except Exception as exc:  # another tokenizer configuration, or an unreadable file: rebuild from the texts
-            self.logger.warning(f"{self.name}: rebuilding BM25 from the records ({type(exc).__name__}: {exc})")
+        except Exception as exc:  # another tokenizer configuration, or an unreadable file
+            self.logger.warning(f"{self.name}: BM25 is re-indexed from the files ({type(exc).__name__}: {exc})")
             keyword_ready, self._snapshot_due = False, True
-        for node, chunks in files:
-            node.chunk_ids = [c.id for c in chunks]
-            for chunk in chunks:
-                if matrix is not None and chunk.id in flagged:
-                    chunk.embedding = matrix.view(chunk.id)
-                self.file_chunks[chunk.id] = chunk
-        await self.file_graph.upsert_nodes([node for node, _ in files])
+        for chunk in chunks:
+            if matrix is not None and chunk.id in flagged:
+                chunk.embedding = matrix.view(chunk.id)
+            self.file_chunks[chunk.id] = chunk
+        self._drop_texts(c.id for c in chunks)  # records written before texts were dropped still carry them
+        self.file_graph.restore(nodes)
         with self.vectors_lock.write():
             self.vectors = matrix
-        if not keyword_ready:
-            await self.keyword_index.add_docs({c.id: c.text for _, chunks in files for c in chunks if c.text})
+        if not keyword_ready:  # records of unknown version: the component re-indexes them from the files (their
+            for chunk in chunks:  # vectors are reused: the digests of their texts are kept)
+                chunk.metadata["version"] = ""
         for entry in entries:  # the log, in order, through the same code paths as the original changes
             if entry["op"] == "upsert":
-                await self._apply_upsert(self._files_of(entry["files"]))
+                files = self._files_of(entry["files"])
+                await self._apply_upsert(files)
+                self._drop_texts(c.id for _, chunks in files for c in chunks)
             else:
                 await super().delete(entry["paths"])
 
     def _snapshot_needed(self) -> bool:
         logged = self.state.log_entries + len(self._pending)
         return (self._snapshot_due or self.state.generation == 0
-                or logged > max(SNAPSHOT_MIN_ENTRIES, SNAPSHOT_SHARE * len(self.file_graph.node_map)))
+                or logged > max(SNAPSHOT_MIN_ENTRIES, SNAPSHOT_SHARE * len(self.file_graph)))
 
     @LocalFileStore.serialized
     async def dump(self) -> None:
@@ -294,7 +354,7 @@ class ProcedureFileStore(LocalFileStore):
         await self.optimize_index()
         logged = len(self._pending)
         if self._snapshot_needed():
-            paths = list(self.file_graph.node_map)
+            paths = self.file_graph.paths()
             records = [self._record(path, inline=False) for path in paths]
             with self.vectors_lock.read():
                 vectors = (self.vectors or VectorMatrix(self.embedding_dimensions or 1)).export()

@@ -8,6 +8,8 @@ Contract:
   deletes, updates, compaction and a save + load);
 * adding a document appends to capacity buffers (per posting list, and for document lengths and deletion flags)
   instead of concatenating every touched posting list: the cost of an add does not grow with the corpus;
+* it keeps no per-document token arrays (ReMe keeps them only to renumber them when compacting; ``doc_meta`` derives
+  them from the postings instead): one numpy array less per document;
 * ``search`` may run in any thread: a readers-writer lock keeps ``add_docs``/``delete_docs``/``optimize_index``/
   ``clear`` (on the event loop) out of a running search;
 * persistence belongs to the ``ProcedureFileStore`` that uses it (``snapshot``/``restore`` in the store's snapshot, and
@@ -24,7 +26,7 @@ from reme.components.keyword_index.bm25_index import BM25Index
 
 from .locks import ReadWriteLock
 
-FORMAT = 1
+FORMAT = 2
 
 
 def _grow(buffer: np.ndarray | None, used: np.ndarray, needed: int) -> np.ndarray:
@@ -58,8 +60,20 @@ class ProcedureBM25Index(BM25Index):
         self._deleted_capacity[n:m] = False
         self._doc_lens, self._deleted = self._lens_capacity[:m], self._deleted_capacity[:m]
         self._doc_ids.extend(new_doc_ids)
-        self._doc_token_ids.extend(new_doc_token_ids)
         self._total_len += int(sum(new_doc_lens))
+
+    def _compact_docs(self, active_mask, old_tid_to_new) -> tuple[list[str], list]:
+        return [self._doc_ids[int(i)] for i in np.flatnonzero(active_mask)], []
+
+    @property
+    def doc_meta(self) -> dict[str, dict]:
+        """Per live document: its length and unique token ids (derived from the postings)."""
+        tokens: dict[int, set[int]] = {}
+        for tid, idxs in self._posting_doc_idxs.items():
+            for idx in idxs.tolist():
+                if not self._deleted[idx]:
+                    tokens.setdefault(idx, set()).add(int(tid))
+        return {self._doc_ids[idx]: {"len": int(self._doc_lens[idx]), "token_ids": tids} for idx, tids in tokens.items()}
 
     def _extend_postings(self, pending: dict[int, list[tuple[int, int]]]) -> None:
         empty = np.zeros(0, dtype=np.int32)
@@ -136,8 +150,6 @@ class ProcedureBM25Index(BM25Index):
                 "posting_sizes": np.array([self._posting_doc_idxs[t].size for t in tids], dtype=np.int64),
                 "posting_idxs": np.concatenate([self._posting_doc_idxs[t] for t in tids]) if tids else empty,
                 "posting_tfs": np.concatenate([self._posting_tfs[t] for t in tids]) if tids else empty,
-                "doc_token_sizes": np.array([a.size for a in self._doc_token_ids], dtype=np.int64),
-                "doc_token_ids": np.concatenate(self._doc_token_ids) if self._doc_token_ids else empty,
             }
 
     @staticmethod
@@ -156,14 +168,13 @@ class ProcedureBM25Index(BM25Index):
         ends = np.cumsum(arrays["posting_sizes"])
         idxs = np.split(arrays["posting_idxs"], ends[:-1]) if ends.size else []
         tfs = np.split(arrays["posting_tfs"], ends[:-1]) if ends.size else []
-        doc_ends = np.cumsum(arrays["doc_token_sizes"])
         with self.lock.write():
             self.vocab = {token: tid for tid, token in enumerate(meta["vocab"])}
             self._doc_ids = list(meta["doc_ids"])
             self._doc_lens, self._deleted = arrays["doc_lens"], arrays["deleted"]
             self._doc_id_to_idx = {doc_id: i for i, doc_id in enumerate(self._doc_ids) if not self._deleted[i]}
             self._total_len = int(self._doc_lens[~self._deleted].sum())
-            self._doc_token_ids = list(np.split(arrays["doc_token_ids"], doc_ends[:-1])) if doc_ends.size else []
+            self._doc_token_ids = []
             self._posting_doc_idxs = dict(zip(arrays["posting_tids"].tolist(), idxs))
             self._posting_tfs = dict(zip(arrays["posting_tids"].tolist(), tfs))
             self.k1, self.b = meta["k1"], meta["b"]

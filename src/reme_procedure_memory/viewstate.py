@@ -31,7 +31,7 @@ import shutil
 import struct
 import zlib
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from uuid import uuid4
 
 import numpy as np
@@ -67,9 +67,11 @@ class ViewState:
 
     # -- reading ----------------------------------------------------------------------------------------------------
 
-    def read(self) -> tuple[dict, list[dict], dict[str, np.ndarray], Path, list[dict]] | None:
+    def read(self) -> tuple[dict, Iterator[dict], dict[str, np.ndarray], Path, list[dict]] | None:
         """``(manifest, records, vector index arrays, bm25 file, log entries)`` of the current snapshot, or None when
-        there is none. Raises ViewStateError when the state is inconsistent."""
+        there is none. ``records`` is read while it is iterated (so no list of them is ever held); it too raises
+        ViewStateError, at the end, when their number is not the manifest's. Raises ViewStateError when the state is
+        inconsistent."""
         manifest_path = self.directory / MANIFEST
         if not manifest_path.is_file():
             self.generation, self.log_entries = 0, 0
@@ -80,13 +82,12 @@ class ViewState:
                 raise ViewStateError(f"{manifest_path}: unknown format {manifest.get('format')!r}")
             self.generation = int(manifest["generation"])
             self._remove_other_generations()
-            records = self._read_records()
+            if not self._path("records.jsonl.zst").is_file():
+                raise ViewStateError(f"{self._path('records.jsonl.zst')} is missing")
+            records = self._records(manifest)
             with np.load(self._path("vectors.npz"), allow_pickle=False) as data:
                 vectors = {name: data[name] for name in data.files}
             bm25 = self._path("bm25.npz")
-            chunks = sum(len(r["chunks"]) for r in records)
-            if len(records) != manifest["records"] or chunks != manifest["chunks"]:
-                raise ViewStateError(f"{self.directory}: {len(records)} records, the manifest says {manifest['records']}")
             if vectors["vectors"].shape[1:] != (manifest["dimensions"],):
                 raise ViewStateError(f"{self.directory}: vectors of shape {vectors['vectors'].shape} do not match")
             if not bm25.is_file():
@@ -98,10 +99,20 @@ class ViewState:
             raise ViewStateError(f"{self.directory}: {type(exc).__name__}: {exc}") from exc
         return manifest, records, vectors, bm25, entries
 
-    def _read_records(self) -> list[dict]:
-        with open(self._path("records.jsonl.zst"), "rb") as raw:
-            with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
-                return [json.loads(line) for line in io.TextIOWrapper(reader, encoding="utf-8") if line.strip()]
+    def _records(self, manifest: dict) -> Iterator[dict]:
+        records = chunks = 0
+        try:
+            with open(self._path("records.jsonl.zst"), "rb") as raw:
+                with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
+                    for line in io.TextIOWrapper(reader, encoding="utf-8"):
+                        if line.strip():
+                            record = json.loads(line)
+                            records, chunks = records + 1, chunks + len(record["chunks"])
+                            yield record
+        except Exception as exc:  # unreadable JSON or zstd
+            raise ViewStateError(f"{self.directory}: {type(exc).__name__}: {exc}") from exc
+        if records != manifest["records"] or chunks != manifest["chunks"]:
+            raise ViewStateError(f"{self.directory}: {records} records, the manifest says {manifest['records']}")
 
     def _read_log(self) -> list[dict]:
         """The log's valid entries; a torn or corrupt tail is cut off the file."""
