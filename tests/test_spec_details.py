@@ -175,7 +175,7 @@ async def test_a_failed_publish_writes_nothing_and_frees_the_name(make_app, monk
         monkeypatch.setattr(type(memory.files), "publish", disk_full)
         ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k1",
                                   description="d", when_to_use="w", content="c")
-        assert not ok and ans["error"]["code"] == "publish_failed"
+        assert not ok and ans["error"]["code"] == "disk_full"  # a full disk has its own code (issue 10, 4c)
         assert not (memory.workspace_path / "procedures/a.json").exists()
         assert memory.journal.get("req", "k1").status == "abandoned"
         monkeypatch.setattr(type(memory.files), "publish", original)

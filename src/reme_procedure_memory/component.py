@@ -1,8 +1,10 @@
 """ProcedureMemory: the component (type ``procedure_memory``) that owns the experience store, both views and runs.
 
-Lifecycle: ``_start`` validates settings, takes the workspace lock, creates the directories, recovers the operation
-journal and reconciles the experience files with both views; ``_close`` compacts the views' BM25 after writes and
-releases the lock (the view stores persist themselves when they close, after this component).
+Lifecycle: the constructor validates settings and takes the workspace lock — ReMe builds every component before it
+starts any, so a second process is refused before any store could write. ``_start`` creates the directories, removes
+temporary files a kill left behind, recovers the operation journal and reconciles the experience files with both
+views. ``_close`` compacts the views' BM25 after writes, closes the plugin's own stores (each persists itself when it
+closes) and only then releases the lock: no view file is written without it.
 
 Steps are stateless and call the public coroutines here; every coroutine returns a JSON-able answer or raises
 ProcedureError. All writes (create, update, reindex, pending retries) are serialised by one lock.
@@ -13,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -23,6 +26,7 @@ from reme.components.base_component import BaseComponent
 from reme.components.embedding_store import BaseEmbeddingStore
 from reme.components.file_store import BaseFileStore
 
+from .cli_errors import install_cli_error_hook
 from .importer import run_import
 from .paths import resolve_inside
 from .schema import (
@@ -48,13 +52,22 @@ from .store import (
     ExperienceFiles,
     Operation,
     OperationJournal,
+    StorageError,
     StoredExperience,
     WorkspaceLock,
     ensure_dir,
     recover_intent,
+    remove_temp_files,
+    storage_failure,
 )
 from .tokens import TokenCounter, TokenizerUnavailable
 from .views import VIEW_NAMES, IndexFailure, ProviderUnavailable, Views
+
+DAMAGED_RECORD_FIX = (
+    "Resume the import it belongs to (the same reme start job=procedure_auto_memory command): it stops once with "
+    "metadata_damaged, sets the file aside as <file>.damaged and continues on the next resume."
+)
+
 
 @dataclass
 class Run:
@@ -65,6 +78,19 @@ class Run:
     segment: int | None = None
     context_id: str = field(default_factory=lambda: secrets.token_hex(16))
     grant: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    # Writes of this run that failed to publish (disk full, permissions, ...) and were not corrected by a later
+    # successful write of the same path or the same content: path -> {tool, path, operation_key, code, error, target}.
+    failed_writes: dict[str, dict[str, str]] = field(default_factory=dict)
+
+    def write_failed(self, op: "Operation", code: str, error: str) -> None:
+        self.failed_writes[op.path] = {"tool": op.tool, "path": op.path, "operation_key": op.key, "code": code,
+                                       "error": error, "target": op.target_version}
+
+    def write_succeeded(self, op: "Operation") -> None:
+        """A published write corrects an earlier failure of the same path or of the same content."""
+        for path, failure in list(self.failed_writes.items()):
+            if path == op.path or failure["target"] == op.target_version:
+                del self.failed_writes[path]
 
     def injected(self) -> dict[str, Any]:
         """The injected job kwargs of this run's tool calls (hidden from the model): the write capability and the
@@ -81,6 +107,8 @@ class ProcedureMemory(BaseComponent):
         identity = ("name", "backend", "app_context")
         raw = {k: v for k, v in kwargs.items() if k not in identity}  # every other key is a setting (or an error)
         super().__init__(**{k: v for k, v in kwargs.items() if k in identity})
+        # a busy workspace or bad settings: one line on stderr from the CLI, the traceback in the log file only
+        install_cli_error_hook(self.app_context is not None and self.app_context.app_config.log_to_console)
         self.settings: ProcedureSettings = load_settings(raw, prefix=f"components.procedure_memory.{self.name}")
         self.embedding_store = self.bind(self.settings.embedding_store, BaseEmbeddingStore, optional=False)
         # One top-level attribute per view so ReMe resolves them and starts them before this component.
@@ -96,11 +124,16 @@ class ProcedureMemory(BaseComponent):
         self._import_lock: asyncio.Lock | None = None
         self._views_ready: asyncio.Event | None = None
         self._rebuilds = 0  # incremented by every reindex: a search that overlapped one searches again
-        self._lock_file: WorkspaceLock | None = None
         self._last_pending_retry = 0.0
         self._journal: OperationJournal | None = None
         self._writes = 0
         self._decoded: tuple[tuple, str] | None = None  # (path, size, mtime) and text of the last trajectory read
+        self._retry_task: asyncio.Task | None = None
+        self.damaged_metadata: dict[str, str] = {}  # damaged metadata records skipped (not set aside): path -> cause
+        # ReMe builds every component before it starts any: taking the lock here refuses a second process before any
+        # store starts (and could persist itself on the way out). Released by _close after the stores' last write.
+        self._lock_file = WorkspaceLock(self.state_dir / "workspace.lock")
+        self._lock_file.acquire()
 
     # -- paths --------------------------------------------------------------------------------------------------
 
@@ -136,14 +169,57 @@ class ProcedureMemory(BaseComponent):
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
+    def _own_stores(self) -> list[BaseComponent]:
+        """The plugin's stores in start order (embedding cache, then per view its BM25, graph and file store); each
+        persists itself when it closes. Resolved (real components) once ReMe has started this component."""
+        stores = [self.view_when_to_use, self.view_when_to_use_content]
+        parts = [s.keyword_index for s in stores] + [s.file_graph for s in stores]
+        return [c for c in [self.embedding_store, *parts, *stores] if isinstance(c, BaseComponent)]
+
+    def _temp_file_dirs(self) -> list[Path]:
+        """Directories where the plugin's atomic writer creates temporary files."""
+        operations = self.state_dir / "operations"
+        scopes = [p for p in operations.iterdir() if p.is_dir()] if operations.is_dir() else []
+        return [self.workspace_path / self.settings.procedure_dir, self.workspace_path / self.trajectory_rel_dir,
+                *(self.state_dir / d for d in ("imports", "processing")), operations, *scopes]
+
+    def _remove_temp_files(self) -> list[str]:
+        """Remove temporary files a kill or a full disk left behind: the plugin's own, and ReMe's
+        (``.<file>.<uuid hex>.tmp``) next to the files of the plugin's own stores. Returns workspace-relative paths."""
+        imports = self.imports
+        copies = frozenset(self.workspace_path / rel for rel in imports.reserved_paths())  # an imported ".x.tmp"
+        self.damaged_metadata.update(imports.damaged)
+        removed = remove_temp_files(self._temp_file_dirs(), keep=copies)
+        for path in self._own_store_files():
+            pattern = re.compile(rf"^\.{re.escape(path.name)}\.[0-9a-f]{{32}}\.tmp$")
+            removed += remove_temp_files([path.parent], pattern)
+        return [self.to_workspace_relative(p) for p in removed]
+
+    def _own_store_files(self) -> list[Path]:
+        """The files ReMe persists for the plugin's stores (chunks, BM25 index, graph)."""
+        files = []
+        for store in (self.view_when_to_use, self.view_when_to_use_content):
+            for owner, attr in ((store, "chunks_path"), (store.keyword_index, "index_file"),
+                                (store.file_graph, "_graph_file"), (store.file_graph, "graph_path")):
+                value = getattr(owner, attr, None) if owner is not None else None
+                if isinstance(value, (str, Path)):
+                    files.append(Path(value))
+        return files
+
     async def _start(self) -> None:
-        self._lock_file = WorkspaceLock(self.state_dir / "workspace.lock")
-        self._lock_file.acquire()
+        if not self._lock_file.held:  # restarted after a close
+            self._lock_file.acquire()
         try:
+            for store in self._own_stores():  # restarted after a close: _close closed them
+                if not store.is_started:
+                    await store.start()
             for directory in ("imports", "operations", "processing"):
                 ensure_dir(self.state_dir / directory)
             ensure_dir(self.workspace_path / self.settings.procedure_dir)
             ensure_dir(self.workspace_path / self.trajectory_rel_dir)
+            removed = self._remove_temp_files()
+            if removed:
+                self.logger.warning(f"procedure memory removed {len(removed)} leftover temporary files: {removed}")
             self._write_lock = asyncio.Lock()
             self._import_lock = asyncio.Lock()
             self._views_ready = asyncio.Event()  # cleared while a reindex rebuilds the views from scratch
@@ -151,10 +227,16 @@ class ProcedureMemory(BaseComponent):
             stores = {"when_to_use": self.view_when_to_use, "when_to_use_content": self.view_when_to_use_content}
             self.views = Views(
                 stores, self.embedding_store, self.settings.embedding_timeout_seconds,
-                self.settings.vector_cooldown_seconds,
+                self.settings.vector_cooldown_seconds, self.settings.search_embedding_timeout_seconds,
             )
             report = await self.reconcile()
-            self.logger.info(f"procedure memory ready: {json.dumps(report)}")
+            self._last_pending_retry = time.monotonic()  # the start just tried every pending file
+            if self.damaged_metadata:
+                self.logger.warning(
+                    "procedure memory skipped damaged metadata records (the import each belongs to stops with "
+                    f"metadata_damaged when resumed and sets it aside): {json.dumps(self.damaged_metadata)}",
+                )
+            self.logger.info(f"procedure memory ready: {json.dumps({**report, 'temp_files_removed': len(removed)})}")
         except BaseException:
             self._lock_file.release()
             raise
@@ -164,12 +246,24 @@ class ProcedureMemory(BaseComponent):
         self._journal = None
         self._decoded = None
         try:
+            if self._retry_task is not None and not self._retry_task.done():
+                self._retry_task.cancel()
+                await asyncio.gather(self._retry_task, return_exceptions=True)
             if self._writes and self.views is not None:
                 # Updates leave lazily deleted BM25 documents behind; compact them before the stores persist.
                 for store in self.views.stores.values():
                     await store.optimize_index()
         finally:
-            if self._lock_file is not None:
+            try:
+                # Close (= persist) the plugin's own stores now, under the lock; ReMe's later close of them is a
+                # no-op. Then remove ReMe's temporary files a failed persist (e.g. a full disk) left behind.
+                for store in reversed(self._own_stores()):
+                    try:
+                        await store.close()
+                    except Exception as exc:
+                        self.logger.exception(f"procedure memory: closing {store.name} failed: {exc}")
+                self._remove_temp_files()
+            finally:
                 self._lock_file.release()
 
     # -- recovery and maintenance -------------------------------------------------------------------------------
@@ -185,6 +279,7 @@ class ProcedureMemory(BaseComponent):
         for op in journal.open_records():
             if op.status == INTENT:
                 recover_intent(op, files, journal)
+        self.damaged_metadata.update(journal.damaged)
         indexed = {view: self.views.indexed(view) for view in VIEW_NAMES}
         on_disk: set[str] = set()
         stale: list[StoredExperience] = []
@@ -283,8 +378,14 @@ class ProcedureMemory(BaseComponent):
             "indexed": len(indexed),
             "invalid_files": invalid,
             "pending_indexes": failed,
+            "damaged_metadata": self.damaged_records(),
             "seconds": round(time.monotonic() - started, 3),
         }
+
+    def damaged_records(self) -> list[dict[str, str]]:
+        """Damaged metadata records that were skipped and are still in place (not yet set aside by their import)."""
+        return [{"path": self.to_workspace_relative(path), "error": cause, "fix": DAMAGED_RECORD_FIX}
+                for path, cause in sorted(self.damaged_metadata.items()) if Path(path).exists()]
 
     def _mark_invalid(self, item: BadFile) -> None:
         """An invalid file is excluded from both views and reported as pending until it is fixed."""
@@ -296,22 +397,34 @@ class ProcedureMemory(BaseComponent):
         return {"path": path, "version": entry["version"], "error": entry["error"]}
 
     async def _retry_pending(self) -> None:
-        """Re-index pending valid files, at most once per ``pending_retry_seconds``."""
-        if not self.pending or time.monotonic() - self._last_pending_retry < self.settings.pending_retry_seconds:
+        """Start a round that re-indexes pending valid files, at most once per ``pending_retry_seconds`` and one
+        round at a time. The round runs in the background under the write lock with the write timeout; the search
+        that started it waits for it at most one search-embedding timeout, later searches do not wait."""
+        if not self.pending or (self._retry_task is not None and not self._retry_task.done()):
             return
+        if time.monotonic() - self._last_pending_retry < self.settings.pending_retry_seconds:
+            return
+        self._last_pending_retry = time.monotonic()
+        self._retry_task = asyncio.create_task(self._retry_pending_round())
+        await asyncio.wait({self._retry_task}, timeout=self.settings.search_embedding_timeout_seconds)
+
+    async def _retry_pending_round(self) -> None:
         assert self._write_lock is not None
-        async with self._write_lock:
-            self._last_pending_retry = time.monotonic()
-            retry = []
-            for path in list(self.pending):
-                item = self.files.read(path)
-                if item is None:
-                    self.pending.pop(path, None)
-                elif isinstance(item, BadFile):
-                    self._mark_invalid(item)
-                else:
-                    retry.append(item)
-            await self._index_each(retry)
+        try:
+            async with self._write_lock:
+                self._last_pending_retry = time.monotonic()
+                retry = []
+                for path in list(self.pending):
+                    item = self.files.read(path)
+                    if item is None:
+                        self.pending.pop(path, None)
+                    elif isinstance(item, BadFile):
+                        self._mark_invalid(item)
+                    else:
+                        retry.append(item)
+                await self._index_each(retry)
+        except Exception as exc:  # a structural failure: the files stay pending; the next round tries again
+            self.logger.exception(f"procedure memory: retrying pending indexes failed: {exc}")
 
     # -- search and read ----------------------------------------------------------------------------------------
 
@@ -599,26 +712,38 @@ class ProcedureMemory(BaseComponent):
         return any(op.path == rel and op.status == INTENT for op in self.journal.open_records())
 
     async def _commit(self, run: Run, op: Operation) -> dict[str, Any]:
-        """Journal the intent, publish the file, then index it (caller holds the write lock)."""
-        self.journal.put(op)
+        """Journal the intent, publish the file, then index it (caller holds the write lock).
+
+        A write that cannot be made durable (a full disk, a directory that is not writable — the journal's or the
+        experience directory) answers ``disk_full``/``storage_error`` and is remembered on the run: its segment
+        cannot advance until a later write of the same path or content succeeds (see ``Run.failed_writes``).
+        """
         try:
-            self.files.publish(op.path, op.target_bytes)
-        except OSError as exc:  # e.g. a full disk: resolve the intent now so it holds no name until a restart
-            if self.files.read_bytes(op.path) != op.target_bytes:
-                self.journal.set_status(op, ABANDONED, f"publish failed: {type(exc).__name__}: {exc}")
-                raise ProcedureError(
-                    "publish_failed",
-                    f"{op.path} could not be written ({type(exc).__name__}: {exc}); nothing was published. Fix the "
-                    "cause, then write again with a new operation_key.",
-                    path=op.path,
-                ) from None
-        self.journal.set_status(op, PUBLISHED)
+            self.journal.put(op)
+            try:
+                self.files.publish(op.path, op.target_bytes)
+            except OSError as exc:
+                if self.files.read_bytes(op.path) != op.target_bytes:  # resolve the intent: it holds no name now
+                    self.journal.set_status(op, ABANDONED, f"publish failed: {storage_failure(exc)[1]}")
+                    raise
+            self.journal.set_status(op, PUBLISHED)
+        except OSError as exc:
+            code, message = storage_failure(exc, f"the write of {op.path}")
+            run.write_failed(op, code, message)
+            raise ProcedureError(
+                code,
+                f"{message} The write did not complete. Retry later with a new operation_key; if it keeps failing, "
+                "finish the segment: the import then stops, and once the cause is fixed a resume runs this segment "
+                "again.",
+                path=op.path, operation_key=op.key,
+            ) from None
         return await self._index_published(run, op)
 
     async def _index_published(self, run: Run, op: Operation) -> dict[str, Any]:
         assert self.views is not None
         stored = self.files.read(op.path)
         assert isinstance(stored, StoredExperience) and stored.version == op.target_version
+        run.write_succeeded(op)  # published: an index failure is reported (and gated) as pending instead
         try:
             await self.views.index([(stored, self._mtime(op.path))])
         except Exception as exc:

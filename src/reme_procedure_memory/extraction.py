@@ -8,8 +8,9 @@ from the checkpoint's position:
 2. open a run (secret grant, source = the copy) and let the agent work with exactly the four job tools;
 3. an interrupted, cancelled, failed or iteration-exhausted reply stops the import resumably, never advancing;
 4. a completed reply is saved in the checkpoint first, so a failed advance reuses it instead of re-running;
-5. the summary between ``<summary>`` tags must exist and fit its ceiling, else it is repaired within a bounded
-   budget; a segment whose own writes are still index-pending cannot advance;
+5. a segment whose own writes failed to publish (and were not corrected by a later write of the same path or
+   content in that attempt) cannot advance; the summary between ``<summary>`` tags must exist and fit its ceiling,
+   else it is repaired within a bounded budget; a segment whose own writes are still index-pending cannot advance;
 6. the checkpoint advances atomically: position + 1, the new summary, the reply cleared.
 """
 
@@ -36,12 +37,13 @@ SUMMARY = re.compile(r"<summary>(.*?)</summary>", re.DOTALL)
 
 
 class ExtractionStopped(Exception):
-    """The import stopped resumably; code and message say why and how to go on."""
+    """The import stopped resumably; code and message say why and how to go on (``details`` go into the answer)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, **details: Any) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.details = details
 
 
 def parse_summary(reply: str) -> str | None:
@@ -135,15 +137,22 @@ class Extraction:
         start, end = self.checkpoint["segments"][index]
         hint = self.checkpoint.get("memory_hint") or ""
         ledger = self._ledger(index)
-        entries = "\n".join(
-            f"- {op.tool} {op.path} (operation_key {op.key}, {op.status}, version {op.target_version})"
+        lines = [
+            f"- {op.tool} {op.path} (operation_key {op.key}) FAILED, not saved: {op.error}" if op.status == ABANDONED
+            else f"- {op.tool} {op.path} (operation_key {op.key}, {op.status}, version {op.target_version})"
             for op in ledger
-        )
+        ]
+        journaled = {op.key for op in ledger}
+        lines += [  # failed writes the journal could not record (e.g. its directory was not writable)
+            f"- {f['tool']} {f['path']} (operation_key {f['operation_key']}) FAILED, not saved: {f['error']}"
+            for f in self._failed_writes(index) if f["operation_key"] not in journaled
+        ]
+        entries = "\n".join(lines)
         return PROMPTS["segment_user"].format(
             path=self.record.path, format=self.format, number=index + 1, total=len(self.checkpoint["segments"]),
             start=start, end=end, hint=PROMPTS["memory_hint"].format(memory_hint=hint) if hint else "",
             summary=self.checkpoint.get("summary") or "(none yet: this is the first segment)",
-            ledger=PROMPTS["ledger"].format(entries=entries) if ledger else "",
+            ledger=PROMPTS["ledger"].format(entries=entries) if lines else "",
             segment=self.text[start:end], summary_limit=self.limits.summary,
         )
 
@@ -183,8 +192,10 @@ class Extraction:
             reply = self.checkpoint.get("saved_reply")
             if not reply or reply.get("segment") != index:
                 reply = await self._run_agent(index)
+            self._check_failed_writes(index)
             summary = await self._valid_summary(index, reply["text"])
             self._check_pending_writes(index)
+            self.checkpoint.get("failed_writes", {}).pop(str(index), None)
             self.checkpoint.update(next_segment=index + 1, summary=summary, saved_reply=None)
             self._save()
             done = self.written()
@@ -215,6 +226,9 @@ class Extraction:
             ) from exc
         finally:
             self.memory.end_run(run)
+            # this attempt's uncorrected failed writes: they gate the segment and the next attempt's ledger shows them
+            failed = [{k: v for k, v in f.items() if k != "target"} for f in run.failed_writes.values()]
+            self.checkpoint.setdefault("failed_writes", {})[str(index)] = failed
             self._save()
         reason = stop_reason(result)
         if reason:
@@ -269,6 +283,29 @@ class Extraction:
         if reason:
             raise ExtractionStopped("agent_interrupted", f"Summary repair did not finish: {reason}.")
         return agent_reply_result_text(result)
+
+    def _failed_writes(self, index: int) -> list[dict[str, str]]:
+        """Failed, uncorrected writes of the segment's last attempt (as saved in the checkpoint)."""
+        return list((self.checkpoint.get("failed_writes") or {}).get(str(index)) or [])
+
+    def _check_failed_writes(self, index: int) -> None:
+        """A segment whose last attempt has failed writes it did not correct cannot advance: nothing it meant to
+        save may be lost silently. The next attempt runs with these failures in its ledger."""
+        failed = self._failed_writes(index)
+        if not failed:
+            return
+        self.checkpoint["saved_reply"] = None  # resume lets the agent run the segment again
+        self._save()
+        number, total = index + 1, len(self.checkpoint["segments"])
+        code = "disk_full" if any(f["code"] == "disk_full" for f in failed) else "write_failed"
+        listed = "; ".join(f"{f['tool']} {f['path']}: {f['error']}" for f in failed)
+        raise ExtractionStopped(
+            code,
+            f"Segment {number}/{total}: {len(failed)} write(s) of the extraction agent failed and were not saved: "
+            f"{listed} Fix the cause, then resume with the same request_id: the agent runs segment {number} again "
+            "and sees these failed writes in its operation ledger.",
+            failed_writes=failed,
+        )
 
     def _check_pending_writes(self, index: int) -> None:
         """A segment whose own writes are still index-pending cannot advance."""

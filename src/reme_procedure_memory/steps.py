@@ -15,6 +15,7 @@ from reme.steps.base_step import BaseStep
 
 from .component import ProcedureMemory
 from .schema import ErrorCode, ProcedureError
+from .store import DamagedRecord, StorageError, storage_failure
 from .views import VIEW_NAMES
 
 DEFAULT_VIEW = "when_to_use_content"
@@ -80,6 +81,11 @@ class ProcedureStep(BaseStep):
             success = answer.get("status") not in ("incomplete", "error")
         except ProcedureError as exc:
             answer, success = exc.answer(), False
+        except (StorageError, DamagedRecord) as exc:  # a full disk, an unwritable directory, a damaged record
+            self.logger.exception(f"{self.name} failed: {exc}")
+            code, message = (storage_failure(exc) if isinstance(exc, StorageError)
+                             else ("metadata_damaged", f"{exc}. Run the same command again to continue."))
+            answer, success = {"status": "error", "error": {"code": code, "message": message}}, False
         except Exception as exc:  # still one JSON answer (agents and MCP see only the answer); logged in full
             self.logger.exception(f"{self.name} failed: {exc}")
             answer = {"status": "error", "error": {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}}
