@@ -11,7 +11,6 @@ and the chat model are local endpoints on 127.0.0.1 started by the test; the tok
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -123,7 +122,7 @@ def assert_one_line(result: subprocess.CompletedProcess, *needles: str) -> str:
     return lines[0]
 
 
-def test_e2_e3_a_busy_workspace_is_one_line_and_the_refused_process_writes_nothing(cli, word_tokenizer):
+def test_e2_e3_a_busy_workspace_is_one_line_and_the_refused_process_writes_nothing(cli):
     ws = cli["ws"]
     (ws / "procedures").mkdir(parents=True)
     (ws / "procedures/rebuild.json").write_text(json.dumps(experience_record(

@@ -52,7 +52,6 @@ from .store import (
     ExperienceFiles,
     Operation,
     OperationJournal,
-    StorageError,
     StoredExperience,
     WorkspaceLock,
     ensure_dir,
@@ -183,13 +182,12 @@ class ProcedureMemory(BaseComponent):
         return [self.workspace_path / self.settings.procedure_dir, self.workspace_path / self.trajectory_rel_dir,
                 *(self.state_dir / d for d in ("imports", "processing")), operations, *scopes]
 
-    def _remove_temp_files(self) -> list[str]:
-        """Remove temporary files a kill or a full disk left behind: the plugin's own, and ReMe's
-        (``.<file>.<uuid hex>.tmp``) next to the files of the plugin's own stores. Returns workspace-relative paths."""
-        imports = self.imports
-        copies = frozenset(self.workspace_path / rel for rel in imports.reserved_paths())  # an imported ".x.tmp"
-        self.damaged_metadata.update(imports.damaged)
-        removed = remove_temp_files(self._temp_file_dirs(), keep=copies)
+    def _remove_temp_files(self, copies: set[str]) -> list[str]:
+        """Remove temporary files a kill or a full disk left behind: the plugin's own (never one of the imported
+        ``copies``, which could be named like one), and ReMe's (``.<file>.<uuid hex>.tmp``) next to the files of the
+        plugin's own stores. Returns workspace-relative paths."""
+        keep = frozenset(self.workspace_path / rel for rel in copies)
+        removed = remove_temp_files(self._temp_file_dirs(), keep=keep)
         for path in self._own_store_files():
             pattern = re.compile(rf"^\.{re.escape(path.name)}\.[0-9a-f]{{32}}\.tmp$")
             removed += remove_temp_files([path.parent], pattern)
@@ -200,7 +198,7 @@ class ProcedureMemory(BaseComponent):
         files = []
         for store in (self.view_when_to_use, self.view_when_to_use_content):
             for owner, attr in ((store, "chunks_path"), (store.keyword_index, "index_file"),
-                                (store.file_graph, "_graph_file"), (store.file_graph, "graph_path")):
+                                (store.file_graph, "_graph_file")):
                 value = getattr(owner, attr, None) if owner is not None else None
                 if isinstance(value, (str, Path)):
                     files.append(Path(value))
@@ -217,7 +215,10 @@ class ProcedureMemory(BaseComponent):
                 ensure_dir(self.state_dir / directory)
             ensure_dir(self.workspace_path / self.settings.procedure_dir)
             ensure_dir(self.workspace_path / self.trajectory_rel_dir)
-            removed = self._remove_temp_files()
+            imports = self.imports
+            copies = imports.reserved_paths()
+            self.damaged_metadata.update(imports.damaged)
+            removed = self._remove_temp_files(copies)
             if removed:
                 self.logger.warning(f"procedure memory removed {len(removed)} leftover temporary files: {removed}")
             self._write_lock = asyncio.Lock()
@@ -262,7 +263,7 @@ class ProcedureMemory(BaseComponent):
                         await store.close()
                     except Exception as exc:
                         self.logger.exception(f"procedure memory: closing {store.name} failed: {exc}")
-                self._remove_temp_files()
+                self._remove_temp_files(self.imports.reserved_paths())
             finally:
                 self._lock_file.release()
 
