@@ -9,7 +9,7 @@ import pytest
 from rank_bm25 import BM25Okapi
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
-from helpers import experience_record
+from helpers import experience_record, place_trajectory
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -25,6 +25,7 @@ def corpus():
 
 def write_corpus(ws: Path):
     (ws / "procedures").mkdir(parents=True, exist_ok=True)
+    place_trajectory(ws)  # the experiences' source
     for name, record, _ in corpus():
         (ws / "procedures" / name).write_text(json.dumps(record, indent=2))
 
@@ -208,6 +209,7 @@ async def test_symlinked_experience_is_not_indexed(make_app, tmp_path):
     outside.write_text(json.dumps(experience_record("outside", "outside secret", "outside")))
     ws = tmp_path / "ws"
     (ws / "procedures").mkdir(parents=True)
+    place_trajectory(ws)
     (ws / "procedures" / "link.json").symlink_to(outside)
     async with make_app(workspace=ws) as app:
         ok, ans = await run_job(app, "procedure_search", query="outside secret")

@@ -52,16 +52,26 @@ def decode_trajectory(data: bytes, filename: str) -> str:
         raise MalformedTrajectory(f"{filename!r} is empty")
     body = text[1:] if text.startswith("\ufeff") else text  # a byte-order mark is checked past, and kept
     if kind == "json":
-        try:
-            json.loads(body)
-        except json.JSONDecodeError as exc:
-            raise MalformedTrajectory(f"{filename!r} is not valid JSON: {exc}") from None
+        check_json(body, f"{filename!r}")
     elif kind == "jsonl":
         # Records end at "\n" only: U+2028, U+2029 and U+0085 may stand unescaped inside JSON strings.
         for number, line in enumerate(body.split("\n"), 1):
             if line.strip():
-                try:
-                    json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise MalformedTrajectory(f"{filename!r} line {number} is not valid JSON: {exc}") from None
+                check_json(line, f"{filename!r} line {number}")
     return text
+
+
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON value (strict JSON has no NaN or Infinity; write it as a string or null)")
+
+
+def check_json(text: str, where: str) -> None:
+    """Raise MalformedTrajectory unless ``text`` is one strict JSON value (RFC 8259: no NaN/Infinity)."""
+    try:
+        json.loads(text, parse_constant=_no_constant)
+    except ValueError as exc:  # a JSONDecodeError, or a NaN/Infinity refused by _no_constant
+        raise MalformedTrajectory(f"{where} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise MalformedTrajectory(
+            f"{where} nests arrays/objects deeper than the JSON reader supports (about 1,000 levels)",
+        ) from None

@@ -18,7 +18,7 @@ import hashlib
 import secrets
 import shlex
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from reme.steps.file_io import validate_filename_component
@@ -28,8 +28,12 @@ from .extraction import Extraction, ExtractionStopped, make_progress
 from .formats import MalformedTrajectory, UnsupportedTrajectory, decode_trajectory, trajectory_format
 from .schema import ErrorCode, ProcedureError
 from .segmenter import SEGMENTER_VERSION, SegmentationError, segment
+from .paths import check_directory
 from .store import COPIED, ImportRecord, allocate_copy_name, publish_copy
 from .tokens import TokenizerUnavailable
+
+
+MAX_FILENAME_BYTES = 200  # leaves room under NAME_MAX (255) for "-N" and the atomic writer's ".<name>.<rand>.tmp"
 
 
 def copy_original(memory, source: str, filename: str, request_id: str, source_id: str) -> ImportRecord:
@@ -101,6 +105,7 @@ def copy_original(memory, source: str, filename: str, request_id: str, source_id
             "the original is required.",
             request_id=request_id,
         )
+    check_directory(memory.workspace_path, str(PurePosixPath(record.path).parent), setting="the trajectory directory")
     publish_copy(copy, data)  # first copy, or the repair of our own copy from the unchanged original
     if hashlib.sha256(copy.read_bytes()).hexdigest() != record.sha256:
         raise ProcedureError(
@@ -228,6 +233,13 @@ def import_args(args: dict[str, Any]) -> tuple[str, str, str, str, str]:
     problem = validate_filename_component(filename, kind="filename")
     if problem:
         raise ProcedureError(ErrorCode.INVALID_ARGUMENT, problem)
+    size = len(filename.encode("utf-8"))
+    if size > MAX_FILENAME_BYTES:
+        raise ProcedureError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"`filename` has {size} bytes in UTF-8; at most {MAX_FILENAME_BYTES} (file systems allow 255, and the "
+            "copy may need a -2, -3, ... suffix and a temporary name). Give a shorter filename; nothing was reserved.",
+        )
     request_id = args.get("request_id")
     if request_id is None or request_id == "":
         request_id = f"req-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"

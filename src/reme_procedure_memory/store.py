@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from .schema import Experience, InvalidExperience, parse_experience, version_of
+from .paths import check_directory, source_problem
+from .schema import Experience, InvalidExperience, check_name, parse_experience, version_of
 
 
 def fsync_dir(directory: Path) -> None:
@@ -131,10 +132,11 @@ class BadFile:
 class ExperienceFiles:
     """The experience directory: names, reads, listing and atomic publish. Paths are workspace-relative."""
 
-    def __init__(self, workspace: Path, procedure_dir: str) -> None:
+    def __init__(self, workspace: Path, procedure_dir: str, trajectory_dir: str) -> None:
         self.workspace = workspace
         self.rel_dir = procedure_dir
         self.root = workspace / procedure_dir
+        self.trajectory_dir = trajectory_dir
 
     def rel(self, name: str) -> str:
         """Workspace-relative path of experience ``name``."""
@@ -152,14 +154,28 @@ class ExperienceFiles:
             return None
 
     def read(self, rel_path: str) -> StoredExperience | BadFile | None:
-        """Parse one file: a StoredExperience, a BadFile, or None when absent."""
+        """Read and validate one file: a StoredExperience, a BadFile, or None when absent.
+
+        This is the one validation every reader shares (search, read, update, reconcile, reindex): a hand-placed
+        file follows the rules of a written one. It is a BadFile when its name is not a valid experience name,
+        its bytes are not an experience, or a source is not an existing trajectory copy; the error says what to fix.
+        """
         data = self.read_bytes(rel_path)
         if data is None:
             return None
+        problems = []
+        name_problem = check_name(rel_path.rpartition("/")[2])
+        if name_problem:
+            problems.append(f"{name_problem}; rename the file")
         try:
-            return StoredExperience(rel_path, version_of(data), parse_experience(data))
+            experience = parse_experience(data)
         except InvalidExperience as exc:
-            return BadFile(rel_path, version_of(data), str(exc))
+            problems.append(str(exc))
+        else:
+            problems += [p for s in experience.sources if (p := source_problem(self.workspace, self.trajectory_dir, s))]
+        if problems:
+            return BadFile(rel_path, version_of(data), "; ".join(problems))
+        return StoredExperience(rel_path, version_of(data), experience)
 
     def paths(self) -> list[str]:
         """Every ``*.json`` directly in the experience directory, sorted (hidden temp files excluded)."""
@@ -181,7 +197,8 @@ class ExperienceFiles:
                 yield item
 
     def publish(self, rel_path: str, data: bytes) -> None:
-        """Atomically publish experience bytes."""
+        """Atomically publish experience bytes (only while the directory is a real one inside the workspace)."""
+        check_directory(self.workspace, self.rel_dir, setting="procedure_dir")
         atomic_write(self.abs(rel_path), data)
 
 
