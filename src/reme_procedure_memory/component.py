@@ -24,6 +24,7 @@ from reme.components.embedding_store import BaseEmbeddingStore
 from reme.components.file_store import BaseFileStore
 
 from .importer import run_import
+from .guard import install_guard
 from .paths import check_directory, check_disjoint, resolve_inside
 from .schema import (
     ARG_TO_FIELD,
@@ -144,6 +145,16 @@ class ProcedureMemory(BaseComponent):
             "metadata_dir": metadata,
         })
 
+    def protected_directories(self) -> list[tuple[Path, bool, str]]:
+        """``(resolved directory, private, label)`` of what ReMe's generic file jobs may not change (see guard.py);
+        private directories they may not read either."""
+        ws, experiences, trajectories = self.workspace_path, self.settings.procedure_dir, self.trajectory_rel_dir
+        return [
+            ((ws / experiences).resolve(), False, f"the experience directory {experiences}/"),
+            ((ws / trajectories).resolve(), False, f"the trajectory directory {trajectories}/"),
+            (self.state_dir.resolve(), True, f"{self.state_dir.relative_to(ws).as_posix()}/"),
+        ]
+
     @property
     def files(self) -> ExperienceFiles:
         return ExperienceFiles(self.workspace_path, self.settings.procedure_dir, self.trajectory_rel_dir)
@@ -167,6 +178,7 @@ class ProcedureMemory(BaseComponent):
 
     async def _start(self) -> None:
         self.check_directories()  # again: a link may have appeared since the application was built
+        install_guard(self.app_context)
         self._lock_file = WorkspaceLock(self.state_dir / "workspace.lock")
         self._lock_file.acquire()
         try:
@@ -395,14 +407,15 @@ class ProcedureMemory(BaseComponent):
     def experience_path(self, raw) -> str:
         """Validate an experience path argument: ``<procedure_dir>/<valid name>.json`` inside the directory.
 
-        A file that exists under an invalid name is left to the shared file validation (``ExperienceFiles.read``),
-        so read and update answer what search reports in ``pending_indexes``.
+        An entry of the directory under an invalid name, or a symbolic link, is left to the shared file validation
+        (``ExperienceFiles.read``), so read and update answer what search reports in ``pending_indexes``.
         """
-        rel, target = resolve_inside(self.workspace_path, self.settings.procedure_dir, raw, what="experience")
+        listed = self.files.listed(raw.strip() if isinstance(raw, str) else raw)
+        if listed is not None:
+            return listed
+        rel, _ = resolve_inside(self.workspace_path, self.settings.procedure_dir, raw, what="experience")
         parent, _, name = rel.rpartition("/")
         problem = check_name(name)
-        if problem and parent == self.settings.procedure_dir and target.is_file():
-            return rel
         if parent != self.settings.procedure_dir or problem:
             raise ProcedureError(
                 ErrorCode.INVALID_ARGUMENT,

@@ -7,8 +7,9 @@ with a message that names the problem (the saved copy is kept either way).
 
 from __future__ import annotations
 
-import json
 from pathlib import PurePosixPath
+
+from .schema import loads_strict
 
 TEXT_SUFFIXES = {"", ".txt", ".text", ".log", ".md", ".markdown"}
 JSON_SUFFIXES = {".json"}
@@ -61,15 +62,11 @@ def decode_trajectory(data: bytes, filename: str) -> str:
     return text
 
 
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not a JSON value (strict JSON has no NaN or Infinity; write it as a string or null)")
-
-
 def check_json(text: str, where: str) -> None:
     """Raise MalformedTrajectory unless ``text`` is one strict JSON value (RFC 8259: no NaN/Infinity)."""
     try:
-        json.loads(text, parse_constant=_no_constant)
-    except ValueError as exc:  # a JSONDecodeError, or a NaN/Infinity refused by _no_constant
+        loads_strict(text)
+    except ValueError as exc:  # a JSONDecodeError, or NaN/Infinity refused by loads_strict
         raise MalformedTrajectory(f"{where} is not valid JSON: {exc}") from None
     except RecursionError:
         raise MalformedTrajectory(

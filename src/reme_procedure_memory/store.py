@@ -137,6 +137,7 @@ class ExperienceFiles:
         self.rel_dir = procedure_dir
         self.root = workspace / procedure_dir
         self.trajectory_dir = trajectory_dir
+        self._source_problems: dict[str, str | None] = {}  # per instance: a scan checks each source once
 
     def rel(self, name: str) -> str:
         """Workspace-relative path of experience ``name``."""
@@ -160,6 +161,16 @@ class ExperienceFiles:
         file follows the rules of a written one. It is a BadFile when its name is not a valid experience name,
         its bytes are not an experience, or a source is not an existing trajectory copy; the error says what to fix.
         """
+        check_directory(self.workspace, self.rel_dir, setting="procedure_dir")
+        return self._read(rel_path)
+
+    def _read(self, rel_path: str) -> StoredExperience | BadFile | None:
+        """``read`` in a directory already checked."""
+        path = self.abs(rel_path)
+        if path.is_symlink():  # never followed: a link would give one file two names, or lead outside
+            link = os.readlink(path).encode("utf-8", "surrogateescape")  # its version; the target is never shown
+            return BadFile(rel_path, version_of(link), "it is a symbolic link; experiences are regular files: "
+                           "replace the link with the file itself")
         data = self.read_bytes(rel_path)
         if data is None:
             return None
@@ -172,27 +183,44 @@ class ExperienceFiles:
         except InvalidExperience as exc:
             problems.append(str(exc))
         else:
-            problems += [p for s in experience.sources if (p := source_problem(self.workspace, self.trajectory_dir, s))]
+            problems += [p for s in experience.sources if (p := self._source_problem(s))]
         if problems:
             return BadFile(rel_path, version_of(data), "; ".join(problems))
         return StoredExperience(rel_path, version_of(data), experience)
 
+    def _source_problem(self, source: str) -> str | None:
+        if source not in self._source_problems:
+            self._source_problems[source] = source_problem(self.workspace, self.trajectory_dir, source)
+        return self._source_problems[source]
+
     def paths(self) -> list[str]:
-        """Every ``*.json`` directly in the experience directory, sorted (hidden temp files excluded)."""
+        """Every ``*.json`` file or symbolic link directly in the experience directory, sorted. (The atomic
+        writer's temporary files end in ``.tmp``; links are listed so that ``read`` reports them.)"""
+        check_directory(self.workspace, self.rel_dir, setting="procedure_dir")
         if not self.root.is_dir():
             return []
-        root = self.root.resolve()
-        return sorted(
-            self.rel(p.name)
-            for p in self.root.glob("*.json")
-            # a symlink leading out of the directory is not an experience of this workspace
-            if not p.name.startswith(".") and p.is_file() and p.resolve().parent == root
-        )
+        return sorted(self.rel(p.name) for p in self.root.glob("*.json") if p.is_symlink() or p.is_file())
+
+    def listed(self, raw) -> str | None:
+        """``raw`` when it names an entry ``paths()`` lists (whatever its name), else None: such a path is
+        answered by ``read``'s validation, so read and update say what search reports in pending_indexes."""
+        prefix = f"{self.rel_dir}/"
+        if not isinstance(raw, str) or not raw.startswith(prefix):
+            return None
+        name = raw[len(prefix):]
+        if not name.endswith(".json") or "/" in name or "\x00" in name:
+            return None
+        check_directory(self.workspace, self.rel_dir, setting="procedure_dir")
+        entry = self.root / name
+        try:
+            return raw if entry.is_symlink() or entry.is_file() else None
+        except OSError:  # e.g. a name too long for the file system: not an entry
+            return None
 
     def scan(self) -> Iterator[StoredExperience | BadFile]:
-        """Read every experience file."""
+        """Read and validate every experience file (the directory is checked once, by ``paths``)."""
         for rel_path in self.paths():
-            item = self.read(rel_path)
+            item = self._read(rel_path)
             if item is not None:
                 yield item
 
