@@ -368,12 +368,13 @@ class ProcedureMemory(BaseComponent):
             if rebuilds == self._rebuilds and self._views_ready.is_set():
                 break
         results = []
+        files = self.files  # one validation context for this answer's reads
         for hit in fused:
             if len(results) >= limit:
                 break
             if hit.path in self.pending:
                 continue
-            item = self.files.read(hit.path)
+            item = files.read(hit.path)
             if item is None:
                 continue
             if isinstance(item, BadFile):  # edited by hand since indexing: exclude and report, never stale

@@ -11,6 +11,7 @@ caller-given path, and the publishers run it on their destination before every w
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path, PurePosixPath
 
 from .schema import ErrorCode, ProcedureError
@@ -23,26 +24,33 @@ class ContainmentError(ProcedureError, ValueError):
         super().__init__(ErrorCode.PATH_OUTSIDE, message)
 
 
-def check_directory(workspace: Path, rel_dir: str, *, setting: str) -> Path:
+def check_directory(workspace: Path, rel_dir: str, *, setting: str, root: str | None = None) -> Path:
     """Return ``workspace/rel_dir`` resolved, after checking it and each of its parents below the workspace.
 
     ``setting`` names where the directory comes from (e.g. ``components.procedure_memory.default.procedure_dir``).
     Raises ContainmentError for an absolute or ``..`` path, a symbolic link (naming the link and its target), or a
     path element that exists but is not a directory. Missing elements are fine: the caller creates them.
+    ``root`` is the workspace's real path when the caller already has it.
     """
-    rel = PurePosixPath(rel_dir)
-    if not rel_dir or rel.is_absolute() or ".." in rel.parts or "\\" in rel_dir:
+    parts = rel_dir.split("/")
+    if not rel_dir or rel_dir.startswith("/") or ".." in parts or "\\" in rel_dir:
         raise ContainmentError(
             f"{setting} = {rel_dir!r} must be a directory relative to the workspace {workspace}, without '..'.",
         )
-    root = workspace.resolve()
-    current = workspace
-    for part in rel.parts:
-        current = current / part
-        shown = current.relative_to(workspace).as_posix()
-        if current.is_symlink():
+    root = root or os.path.realpath(workspace)  # the workspace itself may be a link; nothing below it may
+    current = root
+    for part in parts:  # plain strings and one lstat per element: reads call this on every request
+        if part in ("", "."):
+            continue
+        current = f"{current}/{part}"
+        try:
+            mode = os.lstat(current).st_mode
+        except FileNotFoundError:
+            break  # not created yet, nor anything below it
+        if stat.S_ISLNK(mode):
+            shown = os.path.relpath(current, root)
             target = os.readlink(current)
-            resolved = current.resolve()
+            resolved = Path(current).resolve()
             where = (
                 f"to {resolved.relative_to(root).as_posix()} inside the workspace"
                 if resolved.is_relative_to(root) else f"outside the workspace {root}"
@@ -53,15 +61,12 @@ def check_directory(workspace: Path, rel_dir: str, *, setting: str) -> Path:
                 f"workspace: replace the link {workspace / shown} with a directory (move the files into it), or "
                 "configure another directory. Nothing was copied or indexed.",
             )
-        if current.exists() and not current.is_dir():
+        if not stat.S_ISDIR(mode):
             raise ContainmentError(
-                f"The procedure-memory directory {rel_dir} ({setting}): {shown} exists but is not a directory. "
-                "Move that file away or configure another directory.",
+                f"The procedure-memory directory {rel_dir} ({setting}): {os.path.relpath(current, root)} exists but "
+                "is not a directory. Move that file away or configure another directory.",
             )
-    resolved = current.resolve()
-    if not resolved.is_relative_to(root):  # e.g. the workspace itself was swapped for a link while running
-        raise ContainmentError(f"The procedure-memory directory {rel_dir} ({setting}) is not inside {root}.")
-    return resolved
+    return Path(f"{root}/{rel_dir}")
 
 
 def check_disjoint(directories: dict[str, str]) -> None:
@@ -106,16 +111,25 @@ def resolve_inside(workspace: Path, base_rel: str, raw, *, what: str) -> tuple[s
     return target.relative_to(root).as_posix(), target
 
 
-def source_problem(workspace: Path, trajectory_dir: str, source: str) -> str | None:
-    """Why ``source`` is not an existing copied trajectory path ``<trajectory_dir>/<file>``, or None when it is."""
+def source_problem(workspace: Path, trajectory_dir: str, source: str, *, root: str | None = None) -> str | None:
+    """Why ``source`` is not an existing trajectory copy ``<trajectory_dir>/<file>``, or None when it is.
+
+    A copy is a regular file directly in the trajectory directory, named exactly as listed (no ``./``, no
+    subdirectory, no link); the directory itself must pass ``check_directory``.
+    """
     fix = f"`sources` may list only copied trajectories, e.g. {trajectory_dir}/run.jsonl"
+    prefix = f"{trajectory_dir}/"
+    name = source[len(prefix):] if source.startswith(prefix) else ""
+    if not name or "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
+        return f"source {source!r} is not a trajectory copy in {trajectory_dir}/; {fix}"
+    directory = check_directory(workspace, trajectory_dir, setting="the trajectory directory", root=root)
     try:
-        rel, target = resolve_inside(workspace, trajectory_dir, source, what="trajectory")
-    except ProcedureError:
-        return f"source {source!r} is not a trajectory copy under {trajectory_dir}/; {fix}"
-    if rel != source or PurePosixPath(rel).parent != PurePosixPath(trajectory_dir):
-        return f"source {source!r} is not a trajectory copy directly in {trajectory_dir}/ (links and subdirectories " \
-               f"are not copies); {fix}"
-    if not target.is_file():
+        mode = os.lstat(f"{directory}/{name}").st_mode
+    except (FileNotFoundError, NotADirectoryError):
         return f"source {source} does not exist; restore the copy or remove it from `sources`"
+    except (OSError, ValueError):  # a name the file system refuses
+        return f"source {source!r} is not a trajectory copy in {trajectory_dir}/; {fix}"
+    if not stat.S_ISREG(mode):
+        what = "a symbolic link" if stat.S_ISLNK(mode) else "not a regular file"
+        return f"source {source} is {what}, not a trajectory copy; {fix}"
     return None

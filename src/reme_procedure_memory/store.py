@@ -12,6 +12,7 @@ This is the only module that writes durable files.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
@@ -137,7 +138,9 @@ class ExperienceFiles:
         self.rel_dir = procedure_dir
         self.root = workspace / procedure_dir
         self.trajectory_dir = trajectory_dir
-        self._source_problems: dict[str, str | None] = {}  # per instance: a scan checks each source once
+        # Per instance (one search, scan or write): the workspace's real path, and each source checked once.
+        self._real_root: str | None = None
+        self._source_problems: dict[str, str | None] = {}
 
     def rel(self, name: str) -> str:
         """Workspace-relative path of experience ``name``."""
@@ -161,18 +164,34 @@ class ExperienceFiles:
         file follows the rules of a written one. It is a BadFile when its name is not a valid experience name,
         its bytes are not an experience, or a source is not an existing trajectory copy; the error says what to fix.
         """
-        check_directory(self.workspace, self.rel_dir, setting="procedure_dir")
+        self._check()
         return self._read(rel_path)
+
+    def _check(self) -> None:
+        """The experience directory is a real directory inside the workspace (``paths.check_directory``); checked
+        once per instance."""
+        if self._real_root is None:
+            root = os.path.realpath(self.workspace)
+            check_directory(self.workspace, self.rel_dir, setting="procedure_dir", root=root)
+            self._real_root = root
 
     def _read(self, rel_path: str) -> StoredExperience | BadFile | None:
         """``read`` in a directory already checked."""
-        path = self.abs(rel_path)
-        if path.is_symlink():  # never followed: a link would give one file two names, or lead outside
+        path = f"{self.workspace}/{rel_path}"
+        try:  # a link is never followed: it would give one file two names, or lead outside
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
             link = os.readlink(path).encode("utf-8", "surrogateescape")  # its version; the target is never shown
             return BadFile(rel_path, version_of(link), "it is a symbolic link; experiences are regular files: "
                            "replace the link with the file itself")
-        data = self.read_bytes(rel_path)
-        if data is None:
+        try:
+            with os.fdopen(fd, "rb") as handle:
+                data = handle.read()
+        except IsADirectoryError:
             return None
         problems = []
         name_problem = check_name(rel_path.rpartition("/")[2])
@@ -190,13 +209,15 @@ class ExperienceFiles:
 
     def _source_problem(self, source: str) -> str | None:
         if source not in self._source_problems:
-            self._source_problems[source] = source_problem(self.workspace, self.trajectory_dir, source)
+            self._check()
+            self._source_problems[source] = source_problem(self.workspace, self.trajectory_dir, source,
+                                                           root=self._real_root)
         return self._source_problems[source]
 
     def paths(self) -> list[str]:
         """Every ``*.json`` file or symbolic link directly in the experience directory, sorted. (The atomic
         writer's temporary files end in ``.tmp``; links are listed so that ``read`` reports them.)"""
-        check_directory(self.workspace, self.rel_dir, setting="procedure_dir")
+        self._check()
         if not self.root.is_dir():
             return []
         return sorted(self.rel(p.name) for p in self.root.glob("*.json") if p.is_symlink() or p.is_file())
@@ -210,7 +231,7 @@ class ExperienceFiles:
         name = raw[len(prefix):]
         if not name.endswith(".json") or "/" in name or "\x00" in name:
             return None
-        check_directory(self.workspace, self.rel_dir, setting="procedure_dir")
+        self._check()
         entry = self.root / name
         try:
             return raw if entry.is_symlink() or entry.is_file() else None
