@@ -150,6 +150,15 @@ def experience_record(description: str, when_to_use: str, content: str, sources=
     return {"description": description, "when-to-use": when_to_use, "content": content, "sources": list(sources)}
 
 
+def place_trajectory(ws: Path, name: str = "run.jsonl", data: bytes = b'{"role": "user", "content": "hi"}\n') -> str:
+    """Place a trajectory copy as an import leaves it (hand-placed experiences cite it); returns its path."""
+    path = ws / "session" / "trajectories" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.write_bytes(data)
+    return f"session/trajectories/{name}"
+
+
 # -- a scripted agent that drives the real job tools ---------------------------------------------------------------
 
 from reme.components.agent_wrapper.base_agent_wrapper import BaseAgentWrapper  # noqa: E402

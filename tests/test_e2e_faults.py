@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import EmbeddingEndpoint, experience_record, write_word_tokenizer
+from helpers import EmbeddingEndpoint, experience_record, place_trajectory, write_word_tokenizer
 from reme_procedure_memory.store import WorkspaceLock
 from test_agentscope_e2e import ChatEndpoint, say
 
@@ -125,6 +125,7 @@ def assert_one_line(result: subprocess.CompletedProcess, *needles: str) -> str:
 def test_e2_e3_a_busy_workspace_is_one_line_and_the_refused_process_writes_nothing(cli):
     ws = cli["ws"]
     (ws / "procedures").mkdir(parents=True)
+    place_trajectory(ws)
     (ws / "procedures/rebuild.json").write_text(json.dumps(experience_record(
         "Rebuild search", "when search results look stale", "rebuild the index")))
     built = run(cli, "start", "job=procedure_reindex", PLUGINS, f"workspace_dir={ws}", "log_to_file=false",

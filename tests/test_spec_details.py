@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import add_trajectory, call_tool, import_file, memory_of, run_job
-from helpers import experience_record, summary
+from helpers import experience_record, place_trajectory, summary
 from reme_procedure_memory.store import INDEXED, SUPERSEDED
 
 
@@ -196,6 +196,7 @@ async def test_searches_during_a_reindex_wait_for_complete_views(make_app, tmp_p
 
     ws = tmp_path / "ws"
     (ws / "procedures").mkdir(parents=True)
+    place_trajectory(ws)
     for i in range(30):
         (ws / f"procedures/p{i}.json").write_text(json.dumps(experience_record(
             f"d{i}", f"when the unicorn{i} service degrades", f"restart unicorn{i}")))

@@ -9,7 +9,7 @@ import pytest
 from rank_bm25 import BM25Okapi
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
-from helpers import experience_record
+from helpers import experience_record, place_trajectory
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -25,6 +25,7 @@ def corpus():
 
 def write_corpus(ws: Path):
     (ws / "procedures").mkdir(parents=True, exist_ok=True)
+    place_trajectory(ws)  # the experiences' source
     for name, record, _ in corpus():
         (ws / "procedures" / name).write_text(json.dumps(record, indent=2))
 
@@ -177,7 +178,10 @@ async def test_every_path_argument_rejects_traversal_and_symlink_escapes(make_ap
                                 "~/x.json", "procedures/sub/x.json"]
         for path in bad_experience_paths:
             ok, ans = await run_job(app, "procedure_read", path=path)
-            assert not ok and ans["error"]["code"] in ("path_outside_allowed_directory", "invalid_argument"), path
+            # a link in the experience directory is reported, never followed (invalid_experience)
+            assert not ok and ans["error"]["code"] in ("path_outside_allowed_directory", "invalid_argument",
+                                                       "invalid_experience"), path
+            assert "experience" not in ans
             assert "secret" not in json.dumps(ans["error"]) or "secret" in path
         bad_trajectory_paths = ["session/trajectories/link.log", "session/trajectories/dirlink/secret.log",
                                 "session/../../outside/secret.log", "procedures/x.json", str(outside / "secret.log"),
@@ -190,7 +194,8 @@ async def test_every_path_argument_rejects_traversal_and_symlink_escapes(make_ap
         for path in bad_experience_paths:
             ok, ans = await call_tool(app, run, "procedure_update", path=path, expected_version="v", content="x",
                                       operation_key=f"k{path}")
-            assert not ok and ans["error"]["code"] in ("path_outside_allowed_directory", "invalid_argument"), path
+            assert not ok and ans["error"]["code"] in ("path_outside_allowed_directory", "invalid_argument",
+                                                       "invalid_experience"), path
         for name in ["../../outside/evil.json", "/tmp/evil.json", "link.json"]:
             ok, ans = await call_tool(app, run, "procedure_create", filename=name, description="d", when_to_use="w",
                                       content="c", operation_key=f"c{name}")
@@ -208,6 +213,7 @@ async def test_symlinked_experience_is_not_indexed(make_app, tmp_path):
     outside.write_text(json.dumps(experience_record("outside", "outside secret", "outside")))
     ws = tmp_path / "ws"
     (ws / "procedures").mkdir(parents=True)
+    place_trajectory(ws)
     (ws / "procedures" / "link.json").symlink_to(outside)
     async with make_app(workspace=ws) as app:
         ok, ans = await run_job(app, "procedure_search", query="outside secret")

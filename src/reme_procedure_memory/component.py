@@ -28,7 +28,8 @@ from reme.components.file_store import BaseFileStore
 
 from .cli_errors import install_cli_error_hook
 from .importer import run_import
-from .paths import resolve_inside
+from .guard import install_guard
+from .paths import check_directory, check_disjoint, resolve_inside
 from .schema import (
     ARG_TO_FIELD,
     FIELD_TO_ARG,
@@ -129,6 +130,8 @@ class ProcedureMemory(BaseComponent):
         self._decoded: tuple[tuple, str] | None = None  # (path, size, mtime) and text of the last trajectory read
         self._retry_task: asyncio.Task | None = None
         self.damaged_metadata: dict[str, str] = {}  # damaged metadata records skipped (not set aside): path -> cause
+        if self.app_context is not None:  # before any component starts: nothing may be created through a link
+            self.check_directories()
         # ReMe builds every component before it starts any: taking the lock here refuses a second process before any
         # store starts (and could persist itself on the way out). Released by _close after the stores' last write.
         self._lock_file = WorkspaceLock(self.state_dir / "workspace.lock")
@@ -145,11 +148,48 @@ class ProcedureMemory(BaseComponent):
     def trajectory_rel_dir(self) -> str:
         """``<session_dir>/<trajectory_subdir>``, workspace-relative."""
         session = self.app_context.app_config.session_dir if self.app_context is not None else "session"
-        return f"{session.strip('/')}/{self.settings.trajectory_subdir}"
+        return f"{session.rstrip('/')}/{self.settings.trajectory_subdir}"
+
+    def directories(self) -> dict[str, str]:
+        """Every workspace-relative directory this component writes, keyed by the setting(s) that place it.
+
+        ReMe's own view state of the two views and the embedding cache lives in ``<metadata_dir>/<type>/``.
+        """
+        metadata = self.app_context.app_config.metadata_dir if self.app_context is not None else "metadata"
+        prefix = f"components.procedure_memory.{self.name}"
+        return {
+            f"{prefix}.procedure_dir": self.settings.procedure_dir,
+            f"session_dir + {prefix}.trajectory_subdir": self.trajectory_rel_dir,
+            "metadata_dir (the plugin's journal, imports and checkpoints)": f"{metadata}/procedure/{self.name}",
+            **{f"metadata_dir (ReMe's {kind} state of the views)": f"{metadata}/{kind}"
+               for kind in ("file_store", "file_graph", "keyword_index", "embedding_store")},
+        }
+
+    def check_directories(self) -> None:
+        """Fail unless every configured directory is a real directory inside the workspace (no symlinks, also
+        not among its parents) and experiences, copies and metadata are separate directories."""
+        for setting, rel in self.directories().items():
+            check_directory(self.workspace_path, rel, setting=setting)
+        metadata = self.app_context.app_config.metadata_dir if self.app_context is not None else "metadata"
+        check_disjoint({
+            f"components.procedure_memory.{self.name}.procedure_dir": self.settings.procedure_dir,
+            f"components.procedure_memory.{self.name}.trajectory_subdir": self.trajectory_rel_dir,
+            "metadata_dir": metadata,
+        })
+
+    def protected_directories(self) -> list[tuple[Path, bool, str]]:
+        """``(resolved directory, private, label)`` of what ReMe's generic file jobs may not change (see guard.py);
+        private directories they may not read either."""
+        ws, experiences, trajectories = self.workspace_path, self.settings.procedure_dir, self.trajectory_rel_dir
+        return [
+            ((ws / experiences).resolve(), False, f"the experience directory {experiences}/"),
+            ((ws / trajectories).resolve(), False, f"the trajectory directory {trajectories}/"),
+            (self.state_dir.resolve(), True, f"{self.state_dir.relative_to(ws).as_posix()}/"),
+        ]
 
     @property
     def files(self) -> ExperienceFiles:
-        return ExperienceFiles(self.workspace_path, self.settings.procedure_dir)
+        return ExperienceFiles(self.workspace_path, self.settings.procedure_dir, self.trajectory_rel_dir)
 
     @property
     def journal(self) -> OperationJournal:
@@ -205,6 +245,8 @@ class ProcedureMemory(BaseComponent):
         return files
 
     async def _start(self) -> None:
+        self.check_directories()  # again: a link may have appeared since the application was built
+        install_guard(self.app_context)
         if not self._lock_file.held:  # restarted after a close
             self._lock_file.acquire()
         try:
@@ -440,12 +482,13 @@ class ProcedureMemory(BaseComponent):
             if rebuilds == self._rebuilds and self._views_ready.is_set():
                 break
         results = []
+        files = self.files  # one validation context for this answer's reads
         for hit in fused:
             if len(results) >= limit:
                 break
             if hit.path in self.pending:
                 continue
-            item = self.files.read(hit.path)
+            item = files.read(hit.path)
             if item is None:
                 continue
             if isinstance(item, BadFile):  # edited by hand since indexing: exclude and report, never stale
@@ -477,7 +520,14 @@ class ProcedureMemory(BaseComponent):
         return answer
 
     def experience_path(self, raw) -> str:
-        """Validate an experience path argument: ``<procedure_dir>/<valid name>.json`` inside the directory."""
+        """Validate an experience path argument: ``<procedure_dir>/<valid name>.json`` inside the directory.
+
+        An entry of the directory under an invalid name, or a symbolic link, is left to the shared file validation
+        (``ExperienceFiles.read``), so read and update answer what search reports in ``pending_indexes``.
+        """
+        listed = self.files.listed(raw.strip() if isinstance(raw, str) else raw)
+        if listed is not None:
+            return listed
         rel, _ = resolve_inside(self.workspace_path, self.settings.procedure_dir, raw, what="experience")
         parent, _, name = rel.rpartition("/")
         problem = check_name(name)
@@ -686,18 +736,18 @@ class ProcedureMemory(BaseComponent):
             current = self.files.read(rel)
             if current is None:
                 raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}; use procedure_create.", path=rel)
+            if isinstance(current, BadFile):  # never rewritten: whoever placed it fixes it by hand
+                raise ProcedureError(
+                    ErrorCode.INVALID_EXPERIENCE,
+                    f"{rel} is not a valid experience ({current.error}); it cannot be updated by the agent.",
+                    path=rel, version=current.version,
+                )
             if current.version != expected:
                 raise ProcedureError(
                     ErrorCode.STALE_VERSION,
                     f"{rel} is at version {current.version}, not {expected}. Read it again and retry with the "
                     "current expected_version and a new operation_key.",
                     path=rel, current_version=current.version,
-                )
-            if isinstance(current, BadFile):
-                raise ProcedureError(
-                    ErrorCode.INVALID_EXPERIENCE,
-                    f"{rel} is not a valid experience ({current.error}); it cannot be updated by the agent.",
-                    path=rel,
                 )
             merged = {**current.experience.fields(), **fields}
             merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))

@@ -23,7 +23,7 @@ import json
 import secrets
 import shlex
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from reme.config import resolve_app_config
@@ -35,6 +35,7 @@ from .extraction import Extraction, ExtractionStopped, make_progress
 from .formats import MalformedTrajectory, UnsupportedTrajectory, decode_trajectory, trajectory_format
 from .schema import ErrorCode, ProcedureError
 from .segmenter import SEGMENTER_VERSION, SegmentationError, segment
+from .paths import check_directory
 from .store import (
     COPIED,
     DamagedRecord,
@@ -46,6 +47,9 @@ from .store import (
     storage_failure,
 )
 from .tokens import TokenizerUnavailable
+
+
+MAX_FILENAME_BYTES = 200  # leaves room under NAME_MAX (255) for "-N" and the atomic writer's ".<name>.<rand>.tmp"
 
 
 def copy_original(memory, source: str, filename: str, request_id: str, source_id: str) -> ImportRecord:
@@ -120,6 +124,7 @@ def copy_original(memory, source: str, filename: str, request_id: str, source_id
             "the original is required.",
             request_id=request_id,
         )
+    check_directory(memory.workspace_path, str(PurePosixPath(record.path).parent), setting="the trajectory directory")
     publish_copy(copy, data)  # first copy, or the repair of our own copy from the unchanged original
     if hashlib.sha256(copy.read_bytes()).hexdigest() != record.sha256:
         raise ProcedureError(
@@ -386,6 +391,13 @@ def import_args(args: dict[str, Any]) -> tuple[str, str, str, str, str]:
     problem = validate_filename_component(filename, kind="filename")
     if problem:
         raise ProcedureError(ErrorCode.INVALID_ARGUMENT, problem)
+    size = len(filename.encode("utf-8"))
+    if size > MAX_FILENAME_BYTES:
+        raise ProcedureError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"`filename` has {size} bytes in UTF-8; at most {MAX_FILENAME_BYTES} (file systems allow 255, and the "
+            "copy may need a -2, -3, ... suffix and a temporary name). Give a shorter filename; nothing was reserved.",
+        )
     request_id = args.get("request_id")
     if request_id is None or request_id == "":
         request_id = f"req-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"

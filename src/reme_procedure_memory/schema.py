@@ -70,14 +70,25 @@ class InvalidExperience(ValueError):
     """A file that is not a valid experience; the message says what is wrong."""
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON value (strict JSON has no NaN or Infinity; write it as a string or null)")
+
+
+def loads_strict(text: str) -> Any:
+    """``json.loads`` as RFC 8259 reads it: NaN, Infinity and -Infinity are refused (ValueError)."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
 def parse_experience(data: bytes) -> Experience:
     """Parse experience file bytes; raise InvalidExperience with a readable reason."""
     try:
-        obj = json.loads(data.decode("utf-8"))
+        obj = loads_strict(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise InvalidExperience(f"not UTF-8: {exc}") from exc
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # a JSONDecodeError, or NaN/Infinity
         raise InvalidExperience(f"invalid JSON: {exc}") from exc
+    except RecursionError:
+        raise InvalidExperience("invalid JSON: nested too deeply") from None
     if not isinstance(obj, dict):
         raise InvalidExperience("the JSON value is not an object")
     try:

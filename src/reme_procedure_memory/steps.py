@@ -56,6 +56,30 @@ def as_text(value: Any, name: str) -> str:
     return value.strip()
 
 
+def check_unicode(arguments: dict[str, Any]) -> None:
+    """Refuse any text argument (also nested in lists and objects) that is not valid Unicode.
+
+    JSON (HTTP, MCP) can carry a lone surrogate such as ``"\\ud800"`` and a command line can carry undecodable
+    bytes; such text cannot be tokenized, embedded, written as UTF-8 or used as a file name.
+    """
+    stack = [(name, value) for name, value in arguments.items() if isinstance(name, str)]
+    while stack:
+        name, value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ProcedureError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"`{name}` is not valid Unicode text: character {exc.start} is a lone surrogate "
+                    f"({value[exc.start]!r}). Send UTF-8 text; nothing was read or written.",
+                ) from None
+        elif isinstance(value, (list, tuple)):
+            stack += [(name, item) for item in value]
+        elif isinstance(value, dict):
+            stack += [(name, item) for item in value.values()]
+
+
 class ProcedureStep(BaseStep):
     """Base of the plugin's steps: component lookup and the JSON answer contract."""
 
@@ -77,6 +101,7 @@ class ProcedureStep(BaseStep):
     async def execute(self) -> None:
         assert self.context is not None
         try:
+            check_unicode(self.context.data)
             answer = await self.run()
             success = answer.get("status") not in ("incomplete", "error")
         except ProcedureError as exc:
