@@ -66,6 +66,7 @@ async def test_keyword_ranking_matches_an_independent_bm25(make_app, tmp_path, v
     components = {"procedure_memory": {"default": {"vector_weight": 0.0}}}
     async with make_app(workspace=ws, components=components) as app:
         tokenizer = app.context.components["tokenizer"]["procedure"]
+        assert type(tokenizer).__name__ == "SnowballTokenizer"  # the shipped one: stemmed tokens on both sides
         docs = corpus()
         texts = [r["when-to-use"] if view == "when_to_use" else r["when-to-use"] + "\n\n" + r["content"]
                  for _, r, _ in docs]

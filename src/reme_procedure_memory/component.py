@@ -314,8 +314,9 @@ class ProcedureMemory(BaseComponent):
     async def reconcile(self) -> dict[str, Any]:
         """Make both views agree with the experience files, after recovering journal intents.
 
-        Intents are rolled forward or dropped; files whose version (or vector) is missing from a view are indexed;
-        records of vanished or invalid files are removed; failures are listed in ``pending``.
+        Intents are rolled forward or dropped; views indexed by another BM25 tokenizer are emptied first (every file
+        is then indexed again); files whose version (or vector) is missing from a view are indexed; records of
+        vanished or invalid files are removed; failures are listed in ``pending``.
         """
         assert self.views is not None
         files, journal = self.files, self.journal
@@ -323,6 +324,10 @@ class ProcedureMemory(BaseComponent):
             if op.status == INTENT:
                 recover_intent(op, files, journal)
         self.damaged_metadata.update(journal.damaged)
+        retokenize = self.views.foreign_tokenizer()
+        if retokenize:
+            self.logger.info(f"rebuilding {retokenize} from the experience files: the BM25 tokenizer changed")
+            await self.views.clear()
         indexed = {view: self.views.indexed(view) for view in VIEW_NAMES}
         on_disk: set[str] = set()
         stale: list[StoredExperience] = []
@@ -344,9 +349,10 @@ class ProcedureMemory(BaseComponent):
                 journal.set_status(op, INDEX_PENDING, self.pending[op.path]["error"])
             else:
                 journal.set_status(op, INDEXED)
-        if stale or gone:
+        if stale or gone or retokenize:
             await self.views.dump()
-        return {"files": len(on_disk), "reindexed": len(stale), "removed": len(gone), "pending": len(self.pending)}
+        return {"files": len(on_disk), "reindexed": len(stale), "removed": len(gone), "pending": len(self.pending),
+                "tokenizer_changed": retokenize}
 
     async def _index_each(self, items: list[StoredExperience]) -> list[str]:
         """Index many experiences in bulk; isolate failures per file into ``pending``. Returns indexed paths.

@@ -2,7 +2,8 @@
 
 * ``when_to_use`` indexes the when-to-use text; ``when_to_use_content`` indexes when-to-use + "\\n\\n" + content.
 * Each experience is exactly one record (one FileNode with one FileChunk) in each view; chunk id ``<view>:<path>``,
-  ``metadata.version`` is the file version the record was built from.
+  ``metadata.version`` is the file version the record was built from, ``metadata.tokenizer`` the identity of the
+  view's BM25 tokenizer (see keyword_tokenizer.py): records of another tokenizer make the view inconsistent.
 * Each view is its own file store with its own BM25 index and file graph; both share one embedding store (cache).
 * The plugin embeds record texts itself, under a timeout, before upserting: an embedding failure never leaves a
   BM25-only record behind. Any indexing failure removes the path from both views and raises IndexFailure.
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from reme.schema import FileChunk, FileNode
 
 from .filestore import ProcedureFileStore
+from .keyword_tokenizer import tokenizer_identity
 from .store import StoredExperience
 
 VIEW_NAMES = ("when_to_use", "when_to_use_content")
@@ -119,6 +121,22 @@ class Views:
         self.vector_down_reason = ""  # set while the provider is considered down (until a call succeeds)
         self._probing = False  # one search is testing whether the provider recovered
         self._failed_calls = 0  # consecutive failed embedding calls
+        self.tokenizers = {view: self._tokenizer_identity(store) for view, store in stores.items()}
+
+    @staticmethod
+    def _tokenizer_identity(store: ProcedureFileStore) -> str:
+        index = store.keyword_index
+        if index is None:
+            return "none"
+        return tokenizer_identity(index.tokenizer, index._tokenizer_fingerprint())
+
+    def foreign_tokenizer(self) -> list[str]:
+        """Views holding records tokenized by another tokenizer than the current one (also: records made before
+        the identity was recorded). Their BM25 tokens cannot be mixed with the current ones: rebuild."""
+        return [
+            view for view in VIEW_NAMES
+            if any(c.metadata.get("tokenizer") != self.tokenizers[view] for c in self.stores[view].file_chunks.values())
+        ]
 
     # -- embeddings ---------------------------------------------------------------------------------------------
 
@@ -179,7 +197,7 @@ class Views:
             end_line=1,
             text=view_text(view, stored),
             embedding=vector,
-            metadata={"view": view, "version": stored.version},
+            metadata={"view": view, "version": stored.version, "tokenizer": self.tokenizers[view]},
         )
         node = FileNode(
             path=stored.path,
