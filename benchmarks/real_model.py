@@ -40,20 +40,15 @@ from collections import Counter
 from pathlib import Path
 
 from _machine import describe  # noqa: E402  (benchmarks/_machine.py)
+from _shared import find_shared  # noqa: E402  (benchmarks/_shared.py)
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TRAJECTORIES = ("base/multi_turn_base_13.md", "base/multi_turn_base_11.json", "base/multi_turn_base_26.log")
 EXPERIENCE_KEYS = ["content", "description", "sources", "when-to-use"]
+RERUN_ALLOWANCE = 30.0  # seconds kept for the rerun of a completed import (no model call: ~10-15 s)
+MIN_IMPORT_SECONDS = 60.0
 NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*\.json$")
 SEGMENT_OF = re.compile(r"segment (\d+) of (\d+)")
-
-
-def find_shared(explicit: Path | None) -> Path:
-    """The shared data/tools directory: ``--shared``, else ``../shared`` of the repository (or of its parent)."""
-    for candidate in ([explicit] if explicit else [REPO.parent / "shared", REPO.parent.parent / "shared"]):
-        if candidate and (candidate / "data" / "trajectories").is_dir():
-            return candidate
-    raise SystemExit("shared data not found: pass --shared /path/to/shared")
 
 
 def free_port() -> int:
@@ -291,11 +286,12 @@ def import_command(args, workspace: Path, source: Path, request_id: str) -> list
     ]
 
 
-def one_import(args, servers: Servers, env: dict, workdir: Path, source: Path, request_id: str) -> dict:
+def one_import(args, servers: Servers, env: dict, workdir: Path, source: Path, request_id: str,
+               timeout: float) -> dict:
     workspace = workdir / "ws"
     before_files = {p.name for p in (workspace / "procedures").glob("*")} if (workspace / "procedures").is_dir() else set()
     first_request, first_call = servers.requests() + 1, len(servers.calls())
-    code, out, seconds = run_cli(import_command(args, workspace, source, request_id), env, workdir, args.import_timeout)
+    code, out, seconds = run_cli(import_command(args, workspace, source, request_id), env, workdir, timeout)
     answer = last_json_line(out)
     log = servers.calls()[first_call:]
     stats = analyse(requests_of(servers.dump, first_request, servers.requests()), log)
@@ -356,9 +352,11 @@ def main() -> None:
     p.add_argument("--ctx", type=int, default=16384)
     p.add_argument("--max-iters", type=int, default=8)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--max-tokens", type=int, default=768, help="adapter cap on one reply")
+    p.add_argument("--max-tokens", type=int, default=512, help="adapter cap on one reply")
     p.add_argument("--temperature", type=float, default=0.0, help="adapter sampling temperature (0: greedy)")
-    p.add_argument("--import-timeout", type=float, default=420.0, help="seconds before an import is stopped")
+    p.add_argument("--import-timeout", type=float, default=360.0, help="seconds before an import is stopped")
+    p.add_argument("--budget", type=float, default=870.0,
+                   help="seconds for the whole run: a later import gets what is left, or is not run")
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
@@ -371,7 +369,7 @@ def main() -> None:
     print(f"plugin: {plugin_src} at {revision(plugin_src)}; load average at start {os.getloadavg()}")
     print(f"settings: segment {args.segment}, summary {args.summary}, context {args.ctx}, reserve 1024, max_iters "
           f"{args.max_iters}, adapter threads {args.threads}, max tokens/reply {args.max_tokens}, temperature "
-          f"{args.temperature}; workdir {workdir}")
+          f"{args.temperature}, import timeout {args.import_timeout:.0f} s, budget {args.budget:.0f} s; workdir {workdir}")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
            "PROCEDURE_TOKENIZER_SOURCE": str(shared / "data" / "tokenizers" / "qwen3" / "tokenizer.json")}
     if args.plugin_src:
@@ -387,9 +385,14 @@ def main() -> None:
                    LLM_BASE_URL=f"http://127.0.0.1:{servers.model_port}/v1")
         print(f"model adapter ready in {servers.model_ready_s} s")
         for n, rel in enumerate(args.trajectories, 1):
+            left = args.budget - (time.monotonic() - started) - RERUN_ALLOWANCE
+            if left < MIN_IMPORT_SECONDS:
+                print(f"\n== {Path(rel).name}: not run ({args.budget:.0f} s budget spent)")
+                results.append({"trajectory": Path(rel).name, "status": "not run (budget)"})
+                continue
             source = workdir / "in" / Path(rel).name
             source.write_bytes((shared / "data" / "trajectories" / rel).read_bytes())
-            result = one_import(args, servers, env, workdir, source, f"bench-{n:02d}")
+            result = one_import(args, servers, env, workdir, source, f"bench-{n:02d}", min(args.import_timeout, left))
             results.append(result)
             print_import(result)
     finally:

@@ -253,7 +253,7 @@ async def test_a_call_repeated_after_a_change_runs_again(make_app, tmp_path):
 
     async def searches_writes_searches(tools, prompt, kwargs):
         ok, before = await tools.call("procedure_search", query="stale search config")
-        assert before["results"] == []
+        assert before["results"] == [] and "procedure_create" in before["note"]  # the agent is told what next
         await tools.call("procedure_create", filename="stale-search.json", operation_key="k1", **FIELDS)
         ok, after = await tools.call("procedure_search", query="stale search config")
         assert "repeated_call" not in after and after["results"][0]["path"] == "procedures/stale-search.json"
@@ -304,7 +304,7 @@ async def test_service_callers_and_later_segments_never_get_remembered_answers(m
         assert ok and len(seen) > 1 and not any("repeated_call" in found for found in seen)
         for _ in range(2):
             ok, found = await run_job(app, "procedure_search", query="rollout")
-            assert ok and "repeated_call" not in found
+            assert ok and found["results"] == [] and "repeated_call" not in found and "note" not in found
 
 
 # -- the same rules through ReMe's real AgentScope agent (only the chat model is scripted) --------------------------

@@ -23,6 +23,10 @@ MAX_LIMIT = 50  # as advertised by the procedure_search schema in plugin.yaml
 MAX_QUERY_CHARS = 4096
 MAX_INT_DIGITS = 12
 DEFAULT_READ_LENGTH = 8192
+# Said to the extraction agent when its search finds nothing (small models took an empty list as "done").
+EMPTY_SEARCH_NOTE = (
+    "No experience matches yet: if the segment shows a reusable procedure for this, create it with procedure_create."
+)
 
 
 def as_int(value: Any, name: str, *, default: int, minimum: int, maximum: int | None = None) -> int:
@@ -132,7 +136,10 @@ class ProcedureSearchStep(ProcedureStep):
         if view not in VIEW_NAMES:
             raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`index` must be one of {', '.join(VIEW_NAMES)}.")
         limit = as_int(self.arg("limit"), "limit", default=DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
-        return await memory.search(query, view, limit)
+        answer = await memory.search(query, view, limit)
+        if not answer["results"] and self._agent_call()[0] is not None:  # the extraction agent's next step
+            answer["note"] = EMPTY_SEARCH_NOTE
+        return answer
 
 
 class ProcedureReadStep(ProcedureStep):
