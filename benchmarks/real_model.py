@@ -3,14 +3,15 @@
 Run from the repository root, in a venv with the plugin installed, after the one-time set-up of the shared model
 harness (``bash ../shared/tools/real-llm/setup.sh q15``, ~1.5 minutes; installs into ``~/.cache/real-llm``)::
 
-    python benchmarks/real_model.py                              # 3 imports, ~10-15 minutes on 2 shared cores
+    python benchmarks/real_model.py                              # 3 imports, at most ~15 minutes (--budget 840 s)
     python benchmarks/real_model.py --json /tmp/real.json        # also the raw figures
     python benchmarks/real_model.py --plugin-src /tmp/old/src    # measure another revision of the plugin
+    python benchmarks/real_model.py base/multi_turn_base_4.jsonl long/multi_turn_long_context_1.md   # others
 
 It starts, on 127.0.0.1, the shared OpenAI-compatible adapter (``real-llm/oai_server.mjs``) with
-Qwen2.5-Coder-1.5B-Instruct (Q4_K_M, CPU) and the hash embedding server (``tools/embed_server.py``), then imports
-real trajectories of ``../shared/data/trajectories/`` (different formats, one of them multi-segment) with the exact
-command a user runs::
+Qwen2.5-Coder-1.5B-Instruct (Q4_K_M, CPU, one thread, greedy, at most 512 tokens per reply) and the hash embedding
+server (``tools/embed_server.py``), then imports real trajectories of ``../shared/data/trajectories/`` (by default a
+``.md``, a ``.json`` and a two-segment ``.log``) with the exact command a user runs::
 
     reme start job=procedure_auto_memory plugins='["procedure-memory"]' file=... filename=... request_id=...
 
@@ -20,8 +21,9 @@ prints: outcome (status and error code), segments, model turns, tool calls by to
 summary repairs, experiences written (and whether every file is a valid experience), wall time, and the model's input
 tokens per segment (from the adapter's ``--log``: the first turn's prompt, all turns, and the tokens the adapter had to
 evaluate because its prefix cache did not cover them). A completed import is run again with the same request id:
-it must call no model. Nothing here is a test: the model is sampled, and the figures are recorded in
-``benchmarks/README.md``.
+it must call no model. The whole run stops within ``--budget`` seconds: an import gets what is left (it is stopped
+by its process group and reported as ``timeout``), and an import that would get less than a minute is not run.
+Nothing here is a test: the figures depend on the machine's load and are recorded in ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
@@ -290,11 +292,15 @@ def one_import(args, servers: Servers, env: dict, workdir: Path, source: Path, r
                timeout: float) -> dict:
     workspace = workdir / "ws"
     before_files = {p.name for p in (workspace / "procedures").glob("*")} if (workspace / "procedures").is_dir() else set()
-    first_request, first_call = servers.requests() + 1, len(servers.calls())
+    first_request = servers.requests() + 1
     code, out, seconds = run_cli(import_command(args, workspace, source, request_id), env, workdir, timeout)
     answer = last_json_line(out)
-    log = servers.calls()[first_call:]
-    stats = analyse(requests_of(servers.dump, first_request, servers.requests()), log)
+    last_request = servers.requests()
+    deadline = time.monotonic() + 15  # a stopped import's last request is still being logged (or aborted)
+    while len(servers.calls()) < last_request and time.monotonic() < deadline:
+        time.sleep(1)
+    log = servers.calls()[first_request - 1:last_request]  # line k of the log answers request k+1 (serial)
+    stats = analyse(requests_of(servers.dump, first_request, last_request), log)
     experiences = [e for e in check_experiences(workspace) if e["file"] not in before_files]
     result = {
         "trajectory": source.name, "exit": code, "seconds": seconds,
@@ -354,8 +360,9 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--max-tokens", type=int, default=512, help="adapter cap on one reply")
     p.add_argument("--temperature", type=float, default=0.0, help="adapter sampling temperature (0: greedy)")
-    p.add_argument("--import-timeout", type=float, default=360.0, help="seconds before an import is stopped")
-    p.add_argument("--budget", type=float, default=870.0,
+    p.add_argument("--import-timeout", type=float, default=None,
+                   help="seconds before an import is stopped (default: what is left of --budget)")
+    p.add_argument("--budget", type=float, default=840.0,
                    help="seconds for the whole run: a later import gets what is left, or is not run")
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None)
@@ -369,7 +376,7 @@ def main() -> None:
     print(f"plugin: {plugin_src} at {revision(plugin_src)}; load average at start {os.getloadavg()}")
     print(f"settings: segment {args.segment}, summary {args.summary}, context {args.ctx}, reserve 1024, max_iters "
           f"{args.max_iters}, adapter threads {args.threads}, max tokens/reply {args.max_tokens}, temperature "
-          f"{args.temperature}, import timeout {args.import_timeout:.0f} s, budget {args.budget:.0f} s; workdir {workdir}")
+          f"{args.temperature}, import timeout {args.import_timeout or 'rest of budget'}, budget {args.budget:.0f} s; workdir {workdir}")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
            "PROCEDURE_TOKENIZER_SOURCE": str(shared / "data" / "tokenizers" / "qwen3" / "tokenizer.json")}
     if args.plugin_src:
@@ -392,7 +399,7 @@ def main() -> None:
                 continue
             source = workdir / "in" / Path(rel).name
             source.write_bytes((shared / "data" / "trajectories" / rel).read_bytes())
-            result = one_import(args, servers, env, workdir, source, f"bench-{n:02d}", min(args.import_timeout, left))
+            result = one_import(args, servers, env, workdir, source, f"bench-{n:02d}", min(args.import_timeout or left, left))
             results.append(result)
             print_import(result)
     finally:
