@@ -189,6 +189,24 @@ async def test_an_untagged_or_empty_summary_is_repaired(make_app, tmp_path, repl
         assert ok and memory_of(app).checkpoints.get("e1")["summary"] == "Rebuilt the docs index."
 
 
+async def test_a_too_long_summary_is_quoted_to_the_repair_without_the_segment(make_app, tmp_path):
+    original = write(tmp_path, "run.jsonl", JSONL)
+    components = {"procedure_memory": {"default": {"token_limits": {"summary": 10}}}}
+    too_long = " ".join(["rebuilt"] * 12)  # ceiling floor(10 * 1.1) = 11
+
+    async def long_summary(tools, prompt, kwargs):
+        return summary(too_long)
+
+    async def shortened(tools, prompt, kwargs):
+        assert f"<summary>{too_long}</summary>" in prompt and "12 tokens; the limit is 10" in prompt
+        assert "rebuilt 1200 documents" not in prompt  # shortening needs the summary, not the segment again
+        return summary("Rebuilt the docs index.")
+
+    async with make_app(scripts=[long_summary, shortened], components=components) as app:
+        ok, ans = await import_file(app, original, request_id="l1")
+        assert ok and memory_of(app).checkpoints.get("l1")["summary"] == "Rebuilt the docs index."
+
+
 async def test_an_unchanged_summary_is_repaired_then_stops_resumably(make_app, tmp_path):
     original = write(tmp_path, "run.jsonl", long_trajectory(20))
     components = {"procedure_memory": {"default": {"token_limits": {"segment": 120},

@@ -266,9 +266,11 @@ class Extraction:
         for attempt in range(attempts + 1):
             summary = parse_summary(reply)
             problem = summary_problem(reply, summary, previous, segment)
-            # The reply is worth quoting to the repair when it may hold the summary: without tags, or too long.
-            # A placeholder or an unchanged summary is not quoted: it would only be copied back.
+            # What the repair needs to see: the reply when it may hold the summary (no tags, or too long), the
+            # segment when the reply holds none (no tags, empty, a placeholder, unchanged). A placeholder or an
+            # unchanged summary is never quoted: it would only be copied back.
             quote = summary is None and "<summary>" not in (reply or "")
+            show_segment = True
             if problem is None:
                 try:
                     size = await self.memory.tokens.acount(summary)
@@ -276,10 +278,11 @@ class Extraction:
                     raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
                 if size <= ceiling:
                     return summary
-                problem, quote = f"the summary has {size} tokens; the limit is {self.limits.summary}.", True
+                problem = f"the summary has {size} tokens; the limit is {self.limits.summary}."
+                quote, show_segment = True, False  # shortening needs the summary, not the segment
             if attempt == attempts:
                 break
-            reply = await self._repair(index, reply if quote else "", problem, attempt + 1)
+            reply = await self._repair(index, reply if quote else "", problem, attempt + 1, show_segment)
         self.checkpoint["saved_reply"] = None  # the next resume lets the agent run this segment again
         self._save()
         raise ExtractionStopped(
@@ -288,14 +291,14 @@ class Extraction:
             f"({problem}). Resume with the same request_id to run the segment again.",
         )
 
-    async def _repair(self, index: int, reply: str, problem: str, attempt: int) -> str:
-        """One tool-less repair turn. It sees the segment's own message (the summary is about the segment), the
-        reply and the problem; its input is checked against the context budget like a segment's."""
+    async def _repair(self, index: int, reply: str, problem: str, attempt: int, show_segment: bool) -> str:
+        """One tool-less repair turn: the problem, the quoted reply (when given) and, when the summary must be
+        written from the segment, the segment's own message. Its input is checked against the context budget."""
         number, total = index + 1, len(self.checkpoint["segments"])
         quoted = PROMPTS["repair_reply"].format(number=number, total=total, reply=reply) if reply else ""
         message = PROMPTS["summary_repair"].format(
-            segment_message=self._user_message(index), number=number, total=total, problem=problem, reply=quoted,
-            summary_limit=self.limits.summary,
+            segment_message=self._user_message(index) if show_segment else "", number=number, total=total,
+            problem=problem, reply=quoted, summary_limit=self.limits.summary,
         )
         system = self._system_prompt()
         await self._check_context(system, message, tools=False)
