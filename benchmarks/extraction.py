@@ -318,7 +318,7 @@ def main() -> None:
     p.add_argument("--real-llm-dir", type=Path, default=cache)
     p.add_argument("--model", type=Path, default=None)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--max-tokens", type=int, default=768)
+    p.add_argument("--max-tokens", type=int, default=512)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--segment", type=int, default=None, help="token_limits.segment (default: the plugin's)")
     p.add_argument("--summary", type=int, default=None)
