@@ -369,3 +369,23 @@ async def test_the_rules_hold_through_the_real_agentscope_agent(make_app, tmp_pa
             assert json.loads(results[4])["status"] == "updated"
             data = json.loads((memory_of(app).workspace_path / created["path"]).read_text())
             assert data["when-to-use"] == "After a config change, when results look stale"
+
+
+async def test_one_system_prompt_for_every_segment_and_the_segment_first(make_app, tmp_path):
+    """What a provider's prefix cache needs: system prompt + tools identical across segments, the segment up front."""
+    from test_import import summarises
+
+    original = write(tmp_path, "run.jsonl", long_trajectory(20))
+    components = {"procedure_memory": {"default": {"token_limits": {"segment": 120}}}}
+    async with make_app(scripts=[summarises()] * 10, components=components) as app:
+        ok, ans = await import_file(app, original)
+        assert ok and ans["segments"]["total"] > 2
+        replies = app.agent.replies
+        assert len({r["kwargs"]["system_prompt"] for r in replies}) == 1
+        assert len({json.dumps(sorted(r["kwargs"]["job_tools"])) for r in replies}) == 1
+        text = original.read_text()
+        for n, reply in enumerate(replies):
+            assert reply["prompt"].startswith("<segment>\n")
+            segment = reply["prompt"][len("<segment>\n"):reply["prompt"].index("\n</segment>")]
+            assert segment and segment in text
+            assert f"segment {n + 1} of {ans['segments']['total']}" in reply["prompt"].split("</segment>")[1]
