@@ -28,7 +28,7 @@ import pytest
 
 from conftest import add_trajectory, call_tool, import_file, memory_of, run_job
 from helpers import EmbeddingEndpoint, experience_record, place_trajectory, summary
-from test_import import JSONL, long_trajectory, replies, write
+from test_import import JSONL, long_trajectory, replies, summarises, write
 from test_pending_and_restart import endpoint_components
 
 SEGMENTED = {"procedure_memory": {"default": {"token_limits": {"segment": 60}}}}
@@ -271,7 +271,7 @@ async def test_f2_an_import_record_deleted_by_hand_is_rebuilt_without_a_second_c
     await interrupted_import(make_app, ws, original, "del-1")
     for record in (ws / "metadata/procedure/default/imports").glob("*.json"):
         record.unlink()
-    async with make_app(workspace=ws, scripts=[replies()] * 10, components=SEGMENTED) as app:
+    async with make_app(workspace=ws, scripts=[summarises()] * 10, components=SEGMENTED) as app:
         ok, ans = await import_file(app, original, request_id="del-1")
         assert ok and ans["path"] == "session/trajectories/run.jsonl", ans
         assert ans["segments"]["done"] == ans["segments"]["total"]

@@ -18,7 +18,6 @@ import json
 import re
 import secrets
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,12 +29,16 @@ from .cli_errors import install_cli_error_hook
 from .importer import run_import
 from .guard import install_guard
 from .paths import check_directory, check_disjoint, resolve_inside
+from .runs import Run
 from .schema import (
     ARG_TO_FIELD,
+    FIELD_ALIAS,
     FIELD_TO_ARG,
+    NAME_EXAMPLE,
     ErrorCode,
     Experience,
     ProcedureError,
+    canonical_name,
     check_name,
     version_of,
 )
@@ -69,35 +72,6 @@ DAMAGED_RECORD_FIX = (
 )
 
 
-@dataclass
-class Run:
-    """An active extraction run: the secret grant its tools must present, its scope and its source paths."""
-
-    scope: str
-    sources: tuple[str, ...]
-    segment: int | None = None
-    context_id: str = field(default_factory=lambda: secrets.token_hex(16))
-    grant: str = field(default_factory=lambda: secrets.token_urlsafe(32))
-    # Writes of this run that failed to publish (disk full, permissions, ...) and were not corrected by a later
-    # successful write of the same path or the same content: path -> {tool, path, operation_key, code, error, target}.
-    failed_writes: dict[str, dict[str, str]] = field(default_factory=dict)
-
-    def write_failed(self, op: "Operation", code: str, error: str) -> None:
-        self.failed_writes[op.path] = {"tool": op.tool, "path": op.path, "operation_key": op.key, "code": code,
-                                       "error": error, "target": op.target_version}
-
-    def write_succeeded(self, op: "Operation") -> None:
-        """A published write corrects an earlier failure of the same path or of the same content."""
-        for path, failure in list(self.failed_writes.items()):
-            if path == op.path or failure["target"] == op.target_version:
-                del self.failed_writes[path]
-
-    def injected(self) -> dict[str, Any]:
-        """The injected job kwargs of this run's tool calls (hidden from the model): the write capability and the
-        run's original-source paths. ``tool_context_id`` (the run's id) travels beside them."""
-        return {"_procedure_grant": self.grant, "_procedure_sources": list(self.sources)}
-
-
 class ProcedureMemory(BaseComponent):
     """Experience store, two hybrid views, extraction-run grants. Configured under components.procedure_memory."""
 
@@ -127,6 +101,7 @@ class ProcedureMemory(BaseComponent):
         self._last_pending_retry = 0.0
         self._journal: OperationJournal | None = None
         self._writes = 0
+        self._generation = 0  # see ``generation``
         self._decoded: tuple[tuple, str] | None = None  # (path, size, mtime) and text of the last trajectory read
         self._retry_task: asyncio.Task | None = None
         self.damaged_metadata: dict[str, str] = {}  # damaged metadata records skipped (not set aside): path -> cause
@@ -407,6 +382,7 @@ class ProcedureMemory(BaseComponent):
     async def _rebuild(self) -> dict[str, Any]:
         """The body of ``reindex`` (caller holds the write lock and has paused searches)."""
         assert self.views is not None
+        self._generation += 1
         started = time.monotonic()
         await self.views.clear()
         self.pending.clear()
@@ -462,6 +438,7 @@ class ProcedureMemory(BaseComponent):
         try:
             async with self._write_lock:
                 self._last_pending_retry = time.monotonic()
+                self._generation += 1
                 retry = []
                 for path in list(self.pending):
                     item = self.files.read(path)
@@ -609,8 +586,8 @@ class ProcedureMemory(BaseComponent):
         """Revoke a run's grant."""
         self._runs.pop(run.context_id, None)
 
-    def run_for(self, context_id, grant, sources) -> Run:
-        """The live run of a tool call, or NO_ACTIVE_RUN (fails closed for any missing or forged value)."""
+    def live_run(self, context_id, grant, sources) -> Run | None:
+        """The live run a tool call's injected values name, or None for any missing or forged value."""
         run = self._runs.get(context_id) if isinstance(context_id, str) else None
         if (
             run is None
@@ -618,6 +595,19 @@ class ProcedureMemory(BaseComponent):
             or not secrets.compare_digest(run.grant, grant)
             or sources != list(run.sources)
         ):
+            return None
+        return run
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever files or views may have changed (writes, index retries, rebuilds): an identical tool call
+        counts as repeated only within one generation."""
+        return self._generation
+
+    def run_for(self, context_id, grant, sources) -> Run:
+        """The live run of a tool call, or NO_ACTIVE_RUN (fails closed for any missing or forged value)."""
+        run = self.live_run(context_id, grant, sources)
+        if run is None:
             raise ProcedureError(
                 ErrorCode.NO_ACTIVE_RUN,
                 "procedure_create and procedure_update are only available to the extraction agent inside an "
@@ -648,6 +638,21 @@ class ProcedureMemory(BaseComponent):
                 "operation_key.",
                 fields=too_long,
             )
+
+    @staticmethod
+    def _with_aliases(args: dict[str, Any]) -> dict[str, Any]:
+        """The write arguments with the experience file's own key ``when-to-use`` read as ``when_to_use`` (a model
+        that has just read an experience sends it); both with different texts are ambiguous and rejected."""
+        alias = args.get(FIELD_ALIAS)
+        if alias is None:
+            return args
+        value = args.get("when_to_use")
+        if value is not None and value != alias:
+            raise ProcedureError(
+                ErrorCode.INVALID_ARGUMENT,
+                "`when_to_use` and its alias `when-to-use` have different texts; give only `when_to_use`.",
+            )
+        return {**{k: v for k, v in args.items() if k != FIELD_ALIAS}, "when_to_use": alias}
 
     @staticmethod
     def _text_fields(args: dict[str, Any], *, required: bool) -> dict[str, str]:
@@ -683,18 +688,29 @@ class ProcedureMemory(BaseComponent):
                 raise ProcedureError(ErrorCode.NOT_FOUND, f"Source trajectory {source} no longer exists.")
 
     async def create(self, run: Run, args: dict[str, Any]) -> dict[str, Any]:
-        """Create a new experience (journal, publish, index both views)."""
+        """Create a new experience (journal, publish, index both views).
+
+        The filename is used in its canonical spelling (``schema.canonical_name``); when that differs from what the
+        agent wrote, the answer says so (``filename_used``). ``already_exists`` applies to the canonical name.
+        """
         key = self._operation_key(args)
+        args = self._with_aliases(args)
         raw_name = args.get("filename")
         if not isinstance(raw_name, str):
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`filename` is required, e.g. rebuild-index-after-change.json")
+            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`filename` is required, e.g. {NAME_EXAMPLE}")
         name = raw_name.strip()
         prefix = self.settings.procedure_dir + "/"
         name = name[len(prefix):] if name.startswith(prefix) else name
-        problem = check_name(name)
-        if problem:
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"Invalid `filename` {raw_name!r}: {problem}.")
-        rel = self.files.rel(name)
+        canonical = canonical_name(name)
+        if canonical is None:
+            problem = check_name(name) or "it has no canonical lowercase-hyphenated spelling"
+            raise ProcedureError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"Invalid `filename` {raw_name!r}: {problem}. Use letters a-z and digits 0-9 in words joined by "
+                f"hyphens, ending in .json, e.g. {NAME_EXAMPLE}.",
+            )
+        rel = self.files.rel(canonical)
+        args = {**args, "filename": canonical}  # the request digest (idempotent retries) sees the name used
         fields = self._text_fields(args, required=True)
         await self._check_lengths(fields)
         self._check_sources(run)
@@ -703,23 +719,26 @@ class ProcedureMemory(BaseComponent):
             scope=run.scope, key=key, tool="create", request=self._request_digest("create", args), path=rel,
             target=experience.to_bytes().decode("utf-8"), expected_version=None, segment=run.segment,
         )
+        renamed = {"filename_used": canonical, "filename_given": raw_name} if canonical != name else {}
+        note = f" (the filename {raw_name!r} is used as {canonical})" if renamed else ""
         assert self._write_lock is not None
         async with self._write_lock:
             existing = self.journal.get(run.scope, key)
             if existing is not None:
-                return await self._replay(run, existing, op)
+                return {**await self._replay(run, existing, op), **renamed}
             if self.files.read_bytes(rel) is not None or self._reserved(rel):
                 raise ProcedureError(
                     ErrorCode.ALREADY_EXISTS,
-                    f"{rel} already exists. Read it and use procedure_update with its expected_version, or choose "
-                    "another meaningful filename.",
-                    path=rel,
+                    f"{rel} already exists{note}. Read it and use procedure_update with its expected_version, or "
+                    "choose another meaningful filename.",
+                    path=rel, **renamed,
                 )
-            return await self._commit(run, op)
+            return {**await self._commit(run, op), **renamed}
 
     async def update(self, run: Run, args: dict[str, Any]) -> dict[str, Any]:
         """Revise an existing experience at its expected version; existing sources are kept."""
         key = self._operation_key(args)
+        args = self._with_aliases(args)
         rel = self.experience_path(args.get("path"))
         expected = args.get("expected_version")
         if not isinstance(expected, str) or not expected.strip():
@@ -775,6 +794,7 @@ class ProcedureMemory(BaseComponent):
         experience directory) answers ``disk_full``/``storage_error`` and is remembered on the run: its segment
         cannot advance until a later write of the same path or content succeeds (see ``Run.failed_writes``).
         """
+        self._generation += 1
         try:
             self.journal.put(op)
             try:
@@ -798,6 +818,7 @@ class ProcedureMemory(BaseComponent):
 
     async def _index_published(self, run: Run, op: Operation) -> dict[str, Any]:
         assert self.views is not None
+        self._generation += 1
         stored = self.files.read(op.path)
         assert isinstance(stored, StoredExperience) and stored.version == op.target_version
         run.write_succeeded(op)  # published: an index failure is reported (and gated) as pending instead

@@ -63,6 +63,36 @@ def parse_summary(reply: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
+# Placeholders a model may copy back instead of summarising: the first segment's sentence (the prompt shows no
+# summary block then) and the placeholder earlier versions put in that block.
+NO_SUMMARY_YET = PROMPTS["first_segment"].strip()
+PLACEHOLDERS = (NO_SUMMARY_YET, "(none yet: this is the first segment)")
+
+
+def _comparable(text: str) -> str:
+    """Text compared for sameness: case, runs of whitespace and enclosing brackets, quotes or dots ignored."""
+    return " ".join(text.casefold().split()).strip(" .()[]\"'")
+
+
+def summary_problem(reply: str, summary: str | None, previous: str, segment: str) -> str | None:
+    """Why a parsed rolling summary is not a summary (its size is checked separately), or None.
+
+    Invalid: none at all, an empty one, the prompt's own placeholder copied back, or the previous summary unchanged
+    although the segment had content (a summary must take in every segment).
+    """
+    if summary is None:
+        if "<summary>" in (reply or "") and "</summary>" in (reply or ""):
+            return "the summary between <summary> and </summary> is empty."
+        return "it has no <summary>...</summary> section."
+    if _comparable(summary) in {_comparable(p) for p in PLACEHOLDERS}:
+        return (f"the summary is the prompt's placeholder {summary.strip()!r}, not a summary; write what the "
+                "trajectory read so far shows.")
+    if previous.strip() and segment.strip() and _comparable(summary) == _comparable(previous):
+        return ("the summary is the previous summary unchanged, but this segment has content; add what this segment "
+                "shows.")
+    return None
+
+
 def stop_reason(result: dict) -> str | None:
     """Why an agent reply did not finish normally (None when it completed), for every ReMe wrapper backend."""
     last = result.get("last_message")
@@ -126,16 +156,18 @@ class Extraction:
 
     # -- prompts ------------------------------------------------------------------------------------------------
 
-    def _system_prompt(self, number: int) -> str:
+    def _system_prompt(self) -> str:
+        """The same for every segment and import with the same targets, so a provider's prefix cache covers it."""
         limits = self.limits
         return PROMPTS["system_prompt"].format(
             description=limits.description, when_to_use=limits.when_to_use, content=limits.content,
-            summary=limits.summary, segment=number,
+            summary=limits.summary,
         )
 
     def _user_message(self, index: int) -> str:
         start, end = self.checkpoint["segments"][index]
         hint = self.checkpoint.get("memory_hint") or ""
+        summary = self.checkpoint.get("summary") or ""
         ledger = self._ledger(index)
         lines = [
             f"- {op.tool} {op.path} (operation_key {op.key}) FAILED, not saved: {op.error}" if op.status == ABANDONED
@@ -151,7 +183,7 @@ class Extraction:
         return PROMPTS["segment_user"].format(
             path=self.record.path, format=self.format, number=index + 1, total=len(self.checkpoint["segments"]),
             start=start, end=end, hint=PROMPTS["memory_hint"].format(memory_hint=hint) if hint else "",
-            summary=self.checkpoint.get("summary") or "(none yet: this is the first segment)",
+            previous=PROMPTS["previous_summary"].format(summary=summary) if summary else PROMPTS["first_segment"],
             ledger=PROMPTS["ledger"].format(entries=entries) if lines else "",
             segment=self.text[start:end], summary_limit=self.limits.summary,
         )
@@ -165,10 +197,10 @@ class Extraction:
             ensure_ascii=False,
         )
 
-    async def _check_context(self, system: str, user: str) -> int:
+    async def _check_context(self, system: str, user: str, *, tools: bool = True) -> int:
         """Exact tokens of the initial input; raise ExtractionStopped before any model call when it does not fit."""
         try:
-            sizes = await self.memory.tokens.acount_many([system, user, self._tool_schemas()])
+            sizes = await self.memory.tokens.acount_many([system, user, self._tool_schemas() if tools else ""])
         except TokenizerUnavailable as exc:
             raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
         total, available = sum(sizes) + FRAMING_ALLOWANCE, self.limits.context - self.limits.reserve
@@ -206,7 +238,7 @@ class Extraction:
 
     async def _run_agent(self, index: int) -> dict:
         number, total = index + 1, len(self.checkpoint["segments"])
-        system, user = self._system_prompt(number), self._user_message(index)
+        system, user = self._system_prompt(), self._user_message(index)
         tokens = await self._check_context(system, user)
         self.progress(f"segment {number}/{total}: {tokens} input tokens, running the extraction agent")
         attempts = self.checkpoint.setdefault("attempts", {})
@@ -243,11 +275,17 @@ class Extraction:
         """The reply's summary, repaired by the agent (no tools) at most ``summary_repair_attempts`` times."""
         ceiling = self.limits.ceiling(self.limits.summary)
         attempts = self.memory.settings.extraction.summary_repair_attempts
+        start, end = self.checkpoint["segments"][index]
+        previous, segment = self.checkpoint.get("summary") or "", self.text[start:end]
         for attempt in range(attempts + 1):
             summary = parse_summary(reply)
-            if summary is None:
-                problem = "it has no <summary>...</summary> section."
-            else:
+            problem = summary_problem(reply, summary, previous, segment)
+            # What the repair needs to see: the reply when it may hold the summary (no tags, or too long), the
+            # segment when the reply holds none (no tags, empty, a placeholder, unchanged). A placeholder or an
+            # unchanged summary is never quoted: it would only be copied back.
+            quote = summary is None and "<summary>" not in (reply or "")
+            show_segment = True
+            if problem is None:
                 try:
                     size = await self.memory.tokens.acount(summary)
                 except TokenizerUnavailable as exc:
@@ -255,9 +293,10 @@ class Extraction:
                 if size <= ceiling:
                     return summary
                 problem = f"the summary has {size} tokens; the limit is {self.limits.summary}."
+                quote, show_segment = True, False  # shortening needs the summary, not the segment
             if attempt == attempts:
                 break
-            reply = await self._repair(index, reply, problem, attempt + 1)
+            reply = await self._repair(index, reply if quote else "", problem, attempt + 1, show_segment)
         self.checkpoint["saved_reply"] = None  # the next resume lets the agent run this segment again
         self._save()
         raise ExtractionStopped(
@@ -266,15 +305,21 @@ class Extraction:
             f"({problem}). Resume with the same request_id to run the segment again.",
         )
 
-    async def _repair(self, index: int, reply: str, problem: str, attempt: int) -> str:
+    async def _repair(self, index: int, reply: str, problem: str, attempt: int, show_segment: bool) -> str:
+        """One tool-less repair turn: the problem, the quoted reply (when given) and, when the summary must be
+        written from the segment, the segment's own message. Its input is checked against the context budget."""
+        number, total = index + 1, len(self.checkpoint["segments"])
+        quoted = PROMPTS["repair_reply"].format(number=number, total=total, reply=reply) if reply else ""
         message = PROMPTS["summary_repair"].format(
-            number=index + 1, total=len(self.checkpoint["segments"]), path=self.record.path, problem=problem,
-            summary=self.checkpoint.get("summary") or "(none)", reply=reply, summary_limit=self.limits.summary,
+            segment_message=self._user_message(index) if show_segment else "", number=number, total=total,
+            problem=problem, reply=quoted, summary_limit=self.limits.summary,
         )
+        system = self._system_prompt()
+        await self._check_context(system, message, tools=False)
         self.progress(f"segment {index + 1}: repairing the rolling summary (attempt {attempt})")
         kwargs = merged_reply_kwargs(self.wrapper, None, REPAIR_ITERATIONS)
         try:
-            result = await self.wrapper.reply(message, system_prompt=self._system_prompt(index + 1), **kwargs)
+            result = await self.wrapper.reply(message, system_prompt=system, **kwargs)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
