@@ -36,12 +36,19 @@ def word_tokenizer(tmp_path_factory) -> Path:
 @pytest.fixture
 def make_app(tmp_path, word_tokenizer):
     """``async with make_app(**overrides) as app``: a started Application with the plugin and a fake embedding."""
+    return app_factory(tmp_path / "ws", word_tokenizer)
+
+
+def app_factory(default_workspace: Path, word_tokenizer: Path):
+    """The factory behind ``make_app`` (also for module-scoped fixtures): ``workspace`` defaults to
+    ``default_workspace``; ``scripts`` installs a scripted extraction agent; ``embedding=False`` keeps the
+    configured model."""
     from reme.application import Application
 
     @asynccontextmanager
     async def factory(workspace: Path | None = None, embedding=None, components: dict | None = None, scripts=None,
                       **kwargs):
-        ws = workspace or tmp_path / "ws"
+        ws = workspace or default_workspace
         base_components = {
             "procedure_memory": {"default": {"tokenizer_source": str(word_tokenizer), "pending_retry_seconds": 0}},
             "as_embedding": {"procedure": {"dimensions": 64}},

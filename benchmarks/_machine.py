@@ -1,7 +1,8 @@
-"""What both benchmarks print about the machine they ran on."""
+"""What the benchmarks print about the machine they ran on and the code they measured."""
 
 import os
 import platform
+from pathlib import Path
 
 
 def describe(*versions: str) -> str:
@@ -13,3 +14,18 @@ def describe(*versions: str) -> str:
         cpu = platform.processor() or "unknown cpu"
     parts = [f"{os.cpu_count()} cores ({cpu})", f"Python {platform.python_version()}", *versions]
     return ", ".join(parts) + f", {platform.system()} {platform.release()}"
+
+
+def revision() -> str:
+    """Where the measured plugin was imported from, and its git revision (``-dirty``: uncommitted changes)."""
+    import subprocess
+
+    import reme_procedure_memory
+
+    source = Path(reme_procedure_memory.__file__).resolve().parent
+    try:
+        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=source,
+                             capture_output=True, text=True, timeout=10, check=True)
+        return f"{out.stdout.strip()} ({source})"
+    except (OSError, subprocess.SubprocessError):
+        return f"not a git checkout ({source})"

@@ -48,7 +48,7 @@ import zlib
 from datetime import datetime, timezone
 from pathlib import Path
 
-from _machine import describe  # noqa: E402  (benchmarks/_machine.py)
+from _machine import describe, revision  # noqa: E402  (benchmarks/_machine.py)
 from _shared import shared_dir  # noqa: E402
 from types import SimpleNamespace
 
@@ -856,21 +856,6 @@ def report(r: dict) -> str:
     lines.append(f"corpus: mean when-to-use {words['when_to_use_mean']:.0f} words, mean content "
                  f"{words['content_mean']:.0f} words")
     return "\n".join(lines)
-
-
-def revision() -> str:
-    """Where the measured plugin was imported from, and its git revision (``-dirty``: uncommitted changes)."""
-    import subprocess
-
-    import reme_procedure_memory
-
-    source = Path(reme_procedure_memory.__file__).resolve().parent
-    try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=source,
-                             capture_output=True, text=True, timeout=10, check=True)
-        return f"{out.stdout.strip()} ({source})"
-    except (OSError, subprocess.SubprocessError):
-        return f"not a git checkout ({source})"
 
 
 def machine() -> str:

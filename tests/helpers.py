@@ -62,13 +62,18 @@ def write_word_tokenizer(path: Path) -> Path:
 class EmbeddingEndpoint:
     """A local OpenAI-compatible ``/v1/embeddings`` server on 127.0.0.1 (started and stopped by the test).
 
-    ``failing = True`` makes it answer HTTP 500 until set back to False.
+    ``failing = True`` makes it answer HTTP 500 until set back to False; ``hanging = True`` makes every request
+    wait without answering until set back to False (or the endpoint stops). ``in_flight`` counts waiting requests.
     """
 
     def __init__(self, dimensions: int = 64) -> None:
         self.dimensions = dimensions
         self.failing = False
         self.requests = 0
+        self.in_flight = 0
+        self._hang = threading.Event()
+        self._stopped = threading.Event()
+        self._count = threading.Lock()
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -77,7 +82,17 @@ class EmbeddingEndpoint:
 
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
-                endpoint.requests += 1
+                with endpoint._count:
+                    endpoint.requests += 1
+                if endpoint._hang.is_set():
+                    with endpoint._count:
+                        endpoint.in_flight += 1
+                    while endpoint._hang.is_set() and not endpoint._stopped.wait(0.05):
+                        pass
+                    with endpoint._count:
+                        endpoint.in_flight -= 1
+                    if endpoint._stopped.is_set():
+                        return
                 if endpoint.failing:
                     payload, code = {"error": {"message": "simulated outage", "type": "server_error"}}, 500
                 else:
@@ -102,7 +117,19 @@ class EmbeddingEndpoint:
                 self.wfile.write(data)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def hanging(self) -> bool:
+        return self._hang.is_set()
+
+    @hanging.setter
+    def hanging(self, value: bool) -> None:
+        if value:
+            self._hang.set()
+        else:
+            self._hang.clear()
 
     @property
     def base_url(self) -> str:
@@ -113,6 +140,7 @@ class EmbeddingEndpoint:
         return self
 
     def __exit__(self, *exc) -> None:
+        self._stopped.set()
         self.server.shutdown()
         self.server.server_close()
 
@@ -120,6 +148,15 @@ class EmbeddingEndpoint:
 def experience_record(description: str, when_to_use: str, content: str, sources=("session/trajectories/run.jsonl",)):
     """The JSON object of an experience file."""
     return {"description": description, "when-to-use": when_to_use, "content": content, "sources": list(sources)}
+
+
+def place_trajectory(ws: Path, name: str = "run.jsonl", data: bytes = b'{"role": "user", "content": "hi"}\n') -> str:
+    """Place a trajectory copy as an import leaves it (hand-placed experiences cite it); returns its path."""
+    path = ws / "session" / "trajectories" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.write_bytes(data)
+    return f"session/trajectories/{name}"
 
 
 # -- a scripted agent that drives the real job tools ---------------------------------------------------------------

@@ -23,7 +23,7 @@ import shlex
 import time
 
 from conftest import import_file, memory_of, run_job
-from helpers import FakeEmbeddingModel, experience_record, summary
+from helpers import FakeEmbeddingModel, experience_record, place_trajectory, summary
 from test_import import JSONL, replies, write
 
 
@@ -38,6 +38,7 @@ def workspace_with_one_experience(tmp_path):
     """A workspace holding procedures/rebuild-search.json, written before the app starts."""
     ws = tmp_path / "ws"
     (ws / "procedures").mkdir(parents=True)
+    place_trajectory(ws)
     (ws / "procedures/rebuild-search.json").write_text(json.dumps(experience_record(
         "Rebuild search", "when search results look stale after a config change", "rebuild the index")))
     return ws
@@ -186,6 +187,7 @@ async def test_r5_search_does_not_pay_the_provider_timeout_once_per_pending_file
     components = {"procedure_memory": {"default": {"embedding_timeout_seconds": timeout}},
                   "embedding_store": {"procedure": {"enable_cache": False}}}
     async with make_app(workspace=ws, embedding=model, components=components) as app:
+        place_trajectory(ws)
         for i in range(8):
             (ws / f"procedures/p{i}.json").write_text(json.dumps(experience_record(
                 f"d{i}", f"when the unicorn{i} service degrades", f"restart unicorn{i}")))

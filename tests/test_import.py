@@ -2,6 +2,7 @@
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -45,6 +46,15 @@ def creates(name="rebuild-search-after-config-change.json", key="s1-1", text="Su
 def replies(text="Nothing reusable here."):
     async def script(tools, prompt, kwargs):
         return summary(text)
+
+    return script
+
+
+def summarises(text="Nothing reusable here."):
+    """A reply whose rolling summary takes in the segment it read (an unchanged summary is invalid)."""
+    async def script(tools, prompt, kwargs):
+        number = re.search(r"segment (\d+) of", prompt)[1]
+        return summary(f"{text} Read up to segment {number}.")
 
     return script
 
@@ -414,7 +424,7 @@ async def test_budgets_may_change_between_resumes_but_segmentation_may_not(make_
         ok, ans = await import_file(app, original, request_id="b1")
         assert not ok and ans["error"]["code"] == "incompatible_checkpoint" and "segment_tokens" in ans["error"]["message"]
         assert json.dumps(memory_of(app).checkpoints.get("b1"), sort_keys=True) == before  # nothing changed
-    async with make_app(workspace=ws, scripts=[replies()] * 20, components=bigger) as app:
+    async with make_app(workspace=ws, scripts=[summarises()] * 20, components=bigger) as app:
         ok, ans = await import_file(app, original, request_id="b1")
         assert ok and ans["status"] == "complete"
         assert app.agent.replies[0]["kwargs"]["react_config"]["max_iters"] == 5
@@ -469,7 +479,7 @@ async def test_progress_goes_to_the_log_and_to_a_terminal(make_app, tmp_path, mo
         def info(self, message):
             logged.append(message)
 
-    async with make_app(scripts=[creates(name="a.json")] + [replies()] * 20, components=components) as app:
+    async with make_app(scripts=[creates(name="a.json")] + [summarises()] * 20, components=components) as app:
         monkeypatch.setattr(memory_of(app), "logger", Log())
         ok, ans = await import_file(app, original)
         assert ok and ans["segments"]["total"] > 1
@@ -575,7 +585,7 @@ async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_c
         without_counts, encoded = await needed(app)
         assert any(first in t for t in encoded)  # counted whole, as before
     assert with_counts == without_counts
-    async with make_app(workspace=ws, scripts=[replies()] * 10, components=settings(262144)) as app:
+    async with make_app(workspace=ws, scripts=[summarises()] * 10, components=settings(262144)) as app:
         ok, ans = await import_file(app, original, request_id="ctx-counts")
         assert ok and ans["status"] == "complete", ans
         checkpoint = memory_of(app).checkpoints.get("ctx-counts")

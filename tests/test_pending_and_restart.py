@@ -6,7 +6,7 @@ import shutil
 import pytest
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
-from helpers import EmbeddingEndpoint, experience_record
+from helpers import EmbeddingEndpoint, experience_record, place_trajectory
 from reme_procedure_memory.store import WorkspaceBusy
 
 FIELDS = {"description": "Drain a node", "when_to_use": "Before rebooting a cluster node",
@@ -78,6 +78,7 @@ async def test_pending_file_re_enters_the_views_after_synchronisation(make_app):
 async def test_pending_after_restart_is_reported_then_indexed(make_app, tmp_path):
     ws = tmp_path / "ws"
     (ws / "procedures").mkdir(parents=True)
+    place_trajectory(ws)
     (ws / "procedures" / "drain-node.json").write_text(json.dumps(
         experience_record("Drain a node", "Before rebooting a cluster node", "Cordon, drain, reboot.")))
     with EmbeddingEndpoint(64) as endpoint:
@@ -152,6 +153,7 @@ async def test_reindex_reports_invalid_files_and_never_rewrites_files(make_app, 
 async def test_reindex_with_a_failing_provider_is_incomplete(make_app, tmp_path):
     ws = tmp_path / "ws"
     (ws / "procedures").mkdir(parents=True)
+    place_trajectory(ws)
     (ws / "procedures/a.json").write_text(json.dumps(experience_record("d", "w", "c")))
     with EmbeddingEndpoint(64) as endpoint:
         endpoint.failing = True

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import add_trajectory, call_tool, import_file, memory_of, run_job
-from helpers import experience_record, summary
+from helpers import experience_record, place_trajectory, summary
 from reme_procedure_memory.store import INDEXED, SUPERSEDED
 
 
@@ -175,7 +175,7 @@ async def test_a_failed_publish_writes_nothing_and_frees_the_name(make_app, monk
         monkeypatch.setattr(type(memory.files), "publish", disk_full)
         ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k1",
                                   description="d", when_to_use="w", content="c")
-        assert not ok and ans["error"]["code"] == "publish_failed"
+        assert not ok and ans["error"]["code"] == "disk_full"  # a full disk has its own code (issue 10, 4c)
         assert not (memory.workspace_path / "procedures/a.json").exists()
         assert memory.journal.get("req", "k1").status == "abandoned"
         monkeypatch.setattr(type(memory.files), "publish", original)
@@ -196,6 +196,7 @@ async def test_searches_during_a_reindex_wait_for_complete_views(make_app, tmp_p
 
     ws = tmp_path / "ws"
     (ws / "procedures").mkdir(parents=True)
+    place_trajectory(ws)
     for i in range(30):
         (ws / f"procedures/p{i}.json").write_text(json.dumps(experience_record(
             f"d{i}", f"when the unicorn{i} service degrades", f"restart unicorn{i}")))

@@ -9,7 +9,7 @@ import pytest
 from rank_bm25 import BM25Okapi
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
-from helpers import experience_record
+from helpers import experience_record, place_trajectory
 from reme_procedure_memory.filestore import text_digest
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -26,6 +26,7 @@ def corpus():
 
 def write_corpus(ws: Path):
     (ws / "procedures").mkdir(parents=True, exist_ok=True)
+    place_trajectory(ws)  # the experiences' source
     for name, record, _ in corpus():
         (ws / "procedures" / name).write_text(json.dumps(record, indent=2))
 
@@ -67,6 +68,7 @@ async def test_keyword_ranking_matches_an_independent_bm25(make_app, tmp_path, v
     components = {"procedure_memory": {"default": {"vector_weight": 0.0}}}
     async with make_app(workspace=ws, components=components) as app:
         tokenizer = app.context.components["tokenizer"]["procedure"]
+        assert type(tokenizer).__name__ == "SnowballTokenizer"  # the shipped one: stemmed tokens on both sides
         docs = corpus()
         texts = [r["when-to-use"] if view == "when_to_use" else r["when-to-use"] + "\n\n" + r["content"]
                  for _, r, _ in docs]
@@ -179,7 +181,10 @@ async def test_every_path_argument_rejects_traversal_and_symlink_escapes(make_ap
                                 "~/x.json", "procedures/sub/x.json"]
         for path in bad_experience_paths:
             ok, ans = await run_job(app, "procedure_read", path=path)
-            assert not ok and ans["error"]["code"] in ("path_outside_allowed_directory", "invalid_argument"), path
+            # a link in the experience directory is reported, never followed (invalid_experience)
+            assert not ok and ans["error"]["code"] in ("path_outside_allowed_directory", "invalid_argument",
+                                                       "invalid_experience"), path
+            assert "experience" not in ans
             assert "secret" not in json.dumps(ans["error"]) or "secret" in path
         bad_trajectory_paths = ["session/trajectories/link.log", "session/trajectories/dirlink/secret.log",
                                 "session/../../outside/secret.log", "procedures/x.json", str(outside / "secret.log"),
@@ -192,7 +197,8 @@ async def test_every_path_argument_rejects_traversal_and_symlink_escapes(make_ap
         for path in bad_experience_paths:
             ok, ans = await call_tool(app, run, "procedure_update", path=path, expected_version="v", content="x",
                                       operation_key=f"k{path}")
-            assert not ok and ans["error"]["code"] in ("path_outside_allowed_directory", "invalid_argument"), path
+            assert not ok and ans["error"]["code"] in ("path_outside_allowed_directory", "invalid_argument",
+                                                       "invalid_experience"), path
         for name in ["../../outside/evil.json", "/tmp/evil.json", "link.json"]:
             ok, ans = await call_tool(app, run, "procedure_create", filename=name, description="d", when_to_use="w",
                                       content="c", operation_key=f"c{name}")
@@ -210,6 +216,7 @@ async def test_symlinked_experience_is_not_indexed(make_app, tmp_path):
     outside.write_text(json.dumps(experience_record("outside", "outside secret", "outside")))
     ws = tmp_path / "ws"
     (ws / "procedures").mkdir(parents=True)
+    place_trajectory(ws)
     (ws / "procedures" / "link.json").symlink_to(outside)
     async with make_app(workspace=ws) as app:
         ok, ans = await run_job(app, "procedure_search", query="outside secret")

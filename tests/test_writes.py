@@ -46,7 +46,7 @@ async def test_create_accepts_the_directory_prefix_and_rejects_bad_names(make_ap
         run = memory_of(app).begin_run("req-1", [add_trajectory(app)])
         ok, ans = await create(app, run, name="procedures/a-b.json")
         assert ok and ans["path"] == "procedures/a-b.json"
-        for bad in ["Bad.json", "../x.json", "x/y.json", "/tmp/x.json", "x.txt", "x"]:
+        for bad in ["../x.json", "x/y.json", "/tmp/x.json", "x.txt", "x.y.json"]:  # canonical names: test_robust_loop
             ok, ans = await create(app, run, name=bad, key=f"k-{bad}")
             assert not ok and ans["error"]["code"] == "invalid_argument", bad
         assert sorted(p.name for p in (memory_of(app).workspace_path / "procedures").iterdir()) == ["a-b.json"]
@@ -145,9 +145,12 @@ async def test_identical_retry_is_idempotent_and_key_reuse_conflicts(make_app):
         memory = memory_of(app)
         run = memory.begin_run("req-1", [add_trajectory(app)])
         ok, first = await create(app, run)
-        ok, again = await create(app, run)
+        ok, again = await create(app, run)  # the same run: its earlier answer (test_robust_loop covers the nudge)
+        assert ok and again["repeated_call"] and again["version"] == first["version"]
+        resumed = memory.begin_run("req-1", run.sources)  # a later run of the same import retries it: a replay
+        ok, again = await create(app, resumed)
         assert ok and again["replayed"] and again["version"] == first["version"]
-        ok, ans = await create(app, run, name="different.json")
+        ok, ans = await create(app, resumed, name="different.json")
         assert not ok and ans["error"]["code"] == "operation_key_conflict"
         assert not (memory.workspace_path / "procedures/different.json").exists()
         # the same key in another run scope is a different operation

@@ -1,8 +1,10 @@
 """ProcedureMemory: the component (type ``procedure_memory``) that owns the experience store, both views and runs.
 
-Lifecycle: ``_start`` validates settings, takes the workspace lock, creates the directories, recovers the operation
-journal and reconciles the experience files with both views; ``_close`` compacts the views' BM25 after writes and
-releases the lock (the view stores persist themselves when they close, after this component).
+Lifecycle: the constructor validates settings and takes the workspace lock — ReMe builds every component before it
+starts any, so a second process is refused before any store could write. ``_start`` creates the directories, removes
+temporary files a kill left behind, recovers the operation journal and reconciles the experience files with both
+views. ``_close`` compacts the views' BM25 after writes, closes the plugin's own stores (each persists itself when it
+closes) and only then releases the lock: no view file is written without it.
 
 Steps are stateless and call the public coroutines here; every coroutine returns a JSON-able answer or raises
 ProcedureError. All writes (create, update, reindex, pending retries) are serialised by one lock.
@@ -13,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import re
 import secrets
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,14 +25,20 @@ from reme.components.base_component import BaseComponent
 from reme.components.embedding_store import BaseEmbeddingStore
 from reme.components.file_store import BaseFileStore
 
+from .cli_errors import install_cli_error_hook
 from .importer import run_import
-from .paths import resolve_inside
+from .guard import install_guard
+from .paths import check_directory, check_disjoint, resolve_inside
+from .runs import Run
 from .schema import (
     ARG_TO_FIELD,
+    FIELD_ALIAS,
     FIELD_TO_ARG,
+    NAME_EXAMPLE,
     ErrorCode,
     Experience,
     ProcedureError,
+    canonical_name,
     check_name,
     version_of,
 )
@@ -52,24 +60,16 @@ from .store import (
     WorkspaceLock,
     ensure_dir,
     recover_intent,
+    remove_temp_files,
+    storage_failure,
 )
 from .tokens import TokenCounter, TokenizerUnavailable
 from .views import VIEW_NAMES, IndexFailure, ProviderUnavailable, Views
 
-@dataclass
-class Run:
-    """An active extraction run: the secret grant its tools must present, its scope and its source paths."""
-
-    scope: str
-    sources: tuple[str, ...]
-    segment: int | None = None
-    context_id: str = field(default_factory=lambda: secrets.token_hex(16))
-    grant: str = field(default_factory=lambda: secrets.token_urlsafe(32))
-
-    def injected(self) -> dict[str, Any]:
-        """The injected job kwargs of this run's tool calls (hidden from the model): the write capability and the
-        run's original-source paths. ``tool_context_id`` (the run's id) travels beside them."""
-        return {"_procedure_grant": self.grant, "_procedure_sources": list(self.sources)}
+DAMAGED_RECORD_FIX = (
+    "Resume the import it belongs to (the same reme start job=procedure_auto_memory command): it stops once with "
+    "metadata_damaged, sets the file aside as <file>.damaged and continues on the next resume."
+)
 
 
 class ProcedureMemory(BaseComponent):
@@ -81,6 +81,8 @@ class ProcedureMemory(BaseComponent):
         identity = ("name", "backend", "app_context")
         raw = {k: v for k, v in kwargs.items() if k not in identity}  # every other key is a setting (or an error)
         super().__init__(**{k: v for k, v in kwargs.items() if k in identity})
+        # a busy workspace or bad settings: one line on stderr from the CLI, the traceback in the log file only
+        install_cli_error_hook(self.app_context is not None and self.app_context.app_config.log_to_console)
         self.settings: ProcedureSettings = load_settings(raw, prefix=f"components.procedure_memory.{self.name}")
         self.embedding_store = self.bind(self.settings.embedding_store, BaseEmbeddingStore, optional=False)
         # One top-level attribute per view so ReMe resolves them and starts them before this component.
@@ -96,11 +98,19 @@ class ProcedureMemory(BaseComponent):
         self._import_lock: asyncio.Lock | None = None
         self._views_ready: asyncio.Event | None = None
         self._rebuilds = 0  # incremented by every reindex: a search that overlapped one searches again
-        self._lock_file: WorkspaceLock | None = None
         self._last_pending_retry = 0.0
         self._journal: OperationJournal | None = None
         self._writes = 0
+        self._generation = 0  # see ``generation``
         self._decoded: tuple[tuple, str] | None = None  # (path, size, mtime) and text of the last trajectory read
+        self._retry_task: asyncio.Task | None = None
+        self.damaged_metadata: dict[str, str] = {}  # damaged metadata records skipped (not set aside): path -> cause
+        if self.app_context is not None:  # before any component starts: nothing may be created through a link
+            self.check_directories()
+        # ReMe builds every component before it starts any: taking the lock here refuses a second process before any
+        # store starts (and could persist itself on the way out). Released by _close after the stores' last write.
+        self._lock_file = WorkspaceLock(self.state_dir / "workspace.lock")
+        self._lock_file.acquire()
 
     # -- paths --------------------------------------------------------------------------------------------------
 
@@ -113,11 +123,48 @@ class ProcedureMemory(BaseComponent):
     def trajectory_rel_dir(self) -> str:
         """``<session_dir>/<trajectory_subdir>``, workspace-relative."""
         session = self.app_context.app_config.session_dir if self.app_context is not None else "session"
-        return f"{session.strip('/')}/{self.settings.trajectory_subdir}"
+        return f"{session.rstrip('/')}/{self.settings.trajectory_subdir}"
+
+    def directories(self) -> dict[str, str]:
+        """Every workspace-relative directory this component writes, keyed by the setting(s) that place it.
+
+        ReMe's own view state of the two views and the embedding cache lives in ``<metadata_dir>/<type>/``.
+        """
+        metadata = self.app_context.app_config.metadata_dir if self.app_context is not None else "metadata"
+        prefix = f"components.procedure_memory.{self.name}"
+        return {
+            f"{prefix}.procedure_dir": self.settings.procedure_dir,
+            f"session_dir + {prefix}.trajectory_subdir": self.trajectory_rel_dir,
+            "metadata_dir (the plugin's journal, imports and checkpoints)": f"{metadata}/procedure/{self.name}",
+            **{f"metadata_dir (ReMe's {kind} state of the views)": f"{metadata}/{kind}"
+               for kind in ("file_store", "file_graph", "keyword_index", "embedding_store")},
+        }
+
+    def check_directories(self) -> None:
+        """Fail unless every configured directory is a real directory inside the workspace (no symlinks, also
+        not among its parents) and experiences, copies and metadata are separate directories."""
+        for setting, rel in self.directories().items():
+            check_directory(self.workspace_path, rel, setting=setting)
+        metadata = self.app_context.app_config.metadata_dir if self.app_context is not None else "metadata"
+        check_disjoint({
+            f"components.procedure_memory.{self.name}.procedure_dir": self.settings.procedure_dir,
+            f"components.procedure_memory.{self.name}.trajectory_subdir": self.trajectory_rel_dir,
+            "metadata_dir": metadata,
+        })
+
+    def protected_directories(self) -> list[tuple[Path, bool, str]]:
+        """``(resolved directory, private, label)`` of what ReMe's generic file jobs may not change (see guard.py);
+        private directories they may not read either."""
+        ws, experiences, trajectories = self.workspace_path, self.settings.procedure_dir, self.trajectory_rel_dir
+        return [
+            ((ws / experiences).resolve(), False, f"the experience directory {experiences}/"),
+            ((ws / trajectories).resolve(), False, f"the trajectory directory {trajectories}/"),
+            (self.state_dir.resolve(), True, f"{self.state_dir.relative_to(ws).as_posix()}/"),
+        ]
 
     @property
     def files(self) -> ExperienceFiles:
-        return ExperienceFiles(self.workspace_path, self.settings.procedure_dir)
+        return ExperienceFiles(self.workspace_path, self.settings.procedure_dir, self.trajectory_rel_dir)
 
     @property
     def journal(self) -> OperationJournal:
@@ -136,14 +183,61 @@ class ProcedureMemory(BaseComponent):
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
+    def _own_stores(self) -> list[BaseComponent]:
+        """The plugin's stores in start order (embedding cache, then per view its BM25, graph and file store); each
+        persists itself when it closes. Resolved (real components) once ReMe has started this component."""
+        stores = [self.view_when_to_use, self.view_when_to_use_content]
+        parts = [s.keyword_index for s in stores] + [s.file_graph for s in stores]
+        return [c for c in [self.embedding_store, *parts, *stores] if isinstance(c, BaseComponent)]
+
+    def _temp_file_dirs(self) -> list[Path]:
+        """Directories where the plugin's atomic writer creates temporary files."""
+        operations = self.state_dir / "operations"
+        scopes = [p for p in operations.iterdir() if p.is_dir()] if operations.is_dir() else []
+        return [self.workspace_path / self.settings.procedure_dir, self.workspace_path / self.trajectory_rel_dir,
+                *(self.state_dir / d for d in ("imports", "processing")), operations, *scopes]
+
+    def _remove_temp_files(self, copies: set[str]) -> list[str]:
+        """Remove temporary files a kill or a full disk left behind: the plugin's own (never one of the imported
+        ``copies``, which could be named like one), and ReMe's (``.<file>.<uuid hex>.tmp``) next to the files of the
+        plugin's own stores. Returns workspace-relative paths."""
+        keep = frozenset(self.workspace_path / rel for rel in copies)
+        removed = remove_temp_files(self._temp_file_dirs(), keep=keep)
+        for path in self._own_store_files():
+            pattern = re.compile(rf"^\.{re.escape(path.name)}\.[0-9a-f]{{32}}\.tmp$")
+            removed += remove_temp_files([path.parent], pattern)
+        return [self.to_workspace_relative(p) for p in removed]
+
+    def _own_store_files(self) -> list[Path]:
+        """The files ReMe persists for the plugin's stores (chunks, BM25 index, graph)."""
+        files = []
+        for store in (self.view_when_to_use, self.view_when_to_use_content):
+            for owner, attr in ((store, "chunks_path"), (store.keyword_index, "index_file"),
+                                (store.file_graph, "_graph_file")):
+                value = getattr(owner, attr, None) if owner is not None else None
+                if isinstance(value, (str, Path)):
+                    files.append(Path(value))
+        return files
+
     async def _start(self) -> None:
-        self._lock_file = WorkspaceLock(self.state_dir / "workspace.lock")
-        self._lock_file.acquire()
+        self.check_directories()  # again: a link may have appeared since the application was built
+        install_guard(self.app_context)
+        if not self._lock_file.held:  # restarted after a close
+            self._lock_file.acquire()
         try:
+            for store in self._own_stores():  # restarted after a close: _close closed them
+                if not store.is_started:
+                    await store.start()
             for directory in ("imports", "operations", "processing"):
                 ensure_dir(self.state_dir / directory)
             ensure_dir(self.workspace_path / self.settings.procedure_dir)
             ensure_dir(self.workspace_path / self.trajectory_rel_dir)
+            imports = self.imports
+            copies = imports.reserved_paths()
+            self.damaged_metadata.update(imports.damaged)
+            removed = self._remove_temp_files(copies)
+            if removed:
+                self.logger.warning(f"procedure memory removed {len(removed)} leftover temporary files: {removed}")
             self._write_lock = asyncio.Lock()
             self._import_lock = asyncio.Lock()
             self._views_ready = asyncio.Event()  # cleared while a reindex rebuilds the views from scratch
@@ -151,10 +245,16 @@ class ProcedureMemory(BaseComponent):
             stores = {"when_to_use": self.view_when_to_use, "when_to_use_content": self.view_when_to_use_content}
             self.views = Views(
                 stores, self.embedding_store, self.settings.embedding_timeout_seconds,
-                self.settings.vector_cooldown_seconds,
+                self.settings.vector_cooldown_seconds, self.settings.search_embedding_timeout_seconds,
             )
             report = await self.reconcile()
-            self.logger.info(f"procedure memory ready: {json.dumps(report)}")
+            self._last_pending_retry = time.monotonic()  # the start just tried every pending file
+            if self.damaged_metadata:
+                self.logger.warning(
+                    "procedure memory skipped damaged metadata records (the import each belongs to stops with "
+                    f"metadata_damaged when resumed and sets it aside): {json.dumps(self.damaged_metadata)}",
+                )
+            self.logger.info(f"procedure memory ready: {json.dumps({**report, 'temp_files_removed': len(removed)})}")
         except BaseException:
             self._lock_file.release()
             raise
@@ -164,12 +264,24 @@ class ProcedureMemory(BaseComponent):
         self._journal = None
         self._decoded = None
         try:
+            if self._retry_task is not None and not self._retry_task.done():
+                self._retry_task.cancel()
+                await asyncio.gather(self._retry_task, return_exceptions=True)
             if self._writes and self.views is not None:
                 # Updates leave lazily deleted BM25 documents behind; compact them before the stores persist.
                 for store in self.views.stores.values():
                     await store.optimize_index()
         finally:
-            if self._lock_file is not None:
+            try:
+                # Close (= persist) the plugin's own stores now, under the lock; ReMe's later close of them is a
+                # no-op. Then remove ReMe's temporary files a failed persist (e.g. a full disk) left behind.
+                for store in reversed(self._own_stores()):
+                    try:
+                        await store.close()
+                    except Exception as exc:
+                        self.logger.exception(f"procedure memory: closing {store.name} failed: {exc}")
+                self._remove_temp_files(self.imports.reserved_paths())
+            finally:
                 self._lock_file.release()
 
     # -- recovery and maintenance -------------------------------------------------------------------------------
@@ -177,14 +289,20 @@ class ProcedureMemory(BaseComponent):
     async def reconcile(self) -> dict[str, Any]:
         """Make both views agree with the experience files, after recovering journal intents.
 
-        Intents are rolled forward or dropped; files whose version (or vector) is missing from a view are indexed;
-        records of vanished or invalid files are removed; failures are listed in ``pending``.
+        Intents are rolled forward or dropped; views indexed by another BM25 tokenizer are emptied first (every file
+        is then indexed again); files whose version (or vector) is missing from a view are indexed; records of
+        vanished or invalid files are removed; failures are listed in ``pending``.
         """
         assert self.views is not None
         files, journal = self.files, self.journal
         for op in journal.open_records():
             if op.status == INTENT:
                 recover_intent(op, files, journal)
+        self.damaged_metadata.update(journal.damaged)
+        retokenize = self.views.foreign_tokenizer()
+        if retokenize:
+            self.logger.info(f"rebuilding {retokenize} from the experience files: the BM25 tokenizer changed")
+            await self.views.clear()
         indexed = {view: self.views.indexed(view) for view in VIEW_NAMES}
         on_disk: set[str] = set()
         stale: list[StoredExperience] = []
@@ -206,9 +324,10 @@ class ProcedureMemory(BaseComponent):
                 journal.set_status(op, INDEX_PENDING, self.pending[op.path]["error"])
             else:
                 journal.set_status(op, INDEXED)
-        if stale or gone:
+        if stale or gone or retokenize:
             await self.views.dump()
-        return {"files": len(on_disk), "reindexed": len(stale), "removed": len(gone), "pending": len(self.pending)}
+        return {"files": len(on_disk), "reindexed": len(stale), "removed": len(gone), "pending": len(self.pending),
+                "tokenizer_changed": retokenize}
 
     async def _index_each(self, items: list[StoredExperience]) -> list[str]:
         """Index many experiences in bulk; isolate failures per file into ``pending``. Returns indexed paths.
@@ -263,6 +382,7 @@ class ProcedureMemory(BaseComponent):
     async def _rebuild(self) -> dict[str, Any]:
         """The body of ``reindex`` (caller holds the write lock and has paused searches)."""
         assert self.views is not None
+        self._generation += 1
         started = time.monotonic()
         await self.views.clear()
         self.pending.clear()
@@ -283,8 +403,14 @@ class ProcedureMemory(BaseComponent):
             "indexed": len(indexed),
             "invalid_files": invalid,
             "pending_indexes": failed,
+            "damaged_metadata": self.damaged_records(),
             "seconds": round(time.monotonic() - started, 3),
         }
+
+    def damaged_records(self) -> list[dict[str, str]]:
+        """Damaged metadata records that were skipped and are still in place (not yet set aside by their import)."""
+        return [{"path": self.to_workspace_relative(path), "error": cause, "fix": DAMAGED_RECORD_FIX}
+                for path, cause in sorted(self.damaged_metadata.items()) if Path(path).exists()]
 
     def _mark_invalid(self, item: BadFile) -> None:
         """An invalid file is excluded from both views and reported as pending until it is fixed."""
@@ -296,22 +422,35 @@ class ProcedureMemory(BaseComponent):
         return {"path": path, "version": entry["version"], "error": entry["error"]}
 
     async def _retry_pending(self) -> None:
-        """Re-index pending valid files, at most once per ``pending_retry_seconds``."""
-        if not self.pending or time.monotonic() - self._last_pending_retry < self.settings.pending_retry_seconds:
+        """Start a round that re-indexes pending valid files, at most once per ``pending_retry_seconds`` and one
+        round at a time. The round runs in the background under the write lock with the write timeout; the search
+        that started it waits for it at most one search-embedding timeout, later searches do not wait."""
+        if not self.pending or (self._retry_task is not None and not self._retry_task.done()):
             return
+        if time.monotonic() - self._last_pending_retry < self.settings.pending_retry_seconds:
+            return
+        self._last_pending_retry = time.monotonic()
+        self._retry_task = asyncio.create_task(self._retry_pending_round())
+        await asyncio.wait({self._retry_task}, timeout=self.settings.search_embedding_timeout_seconds)
+
+    async def _retry_pending_round(self) -> None:
         assert self._write_lock is not None
-        async with self._write_lock:
-            self._last_pending_retry = time.monotonic()
-            retry = []
-            for path in list(self.pending):
-                item = self.files.read(path)
-                if item is None:
-                    self.pending.pop(path, None)
-                elif isinstance(item, BadFile):
-                    self._mark_invalid(item)
-                else:
-                    retry.append(item)
-            await self._index_each(retry)
+        try:
+            async with self._write_lock:
+                self._last_pending_retry = time.monotonic()
+                self._generation += 1
+                retry = []
+                for path in list(self.pending):
+                    item = self.files.read(path)
+                    if item is None:
+                        self.pending.pop(path, None)
+                    elif isinstance(item, BadFile):
+                        self._mark_invalid(item)
+                    else:
+                        retry.append(item)
+                await self._index_each(retry)
+        except Exception as exc:  # a structural failure: the files stay pending; the next round tries again
+            self.logger.exception(f"procedure memory: retrying pending indexes failed: {exc}")
 
     # -- search and read ----------------------------------------------------------------------------------------
 
@@ -326,14 +465,15 @@ class ProcedureMemory(BaseComponent):
             if rebuilds == self._rebuilds and self._views_ready.is_set():
                 break
         results = []
+        files = self.files  # one validation context for this answer's reads
         wanted = [hit.path for hit in fused if hit.path not in self.pending][:limit]
-        read = dict(zip(wanted, await asyncio.to_thread(lambda: [self.files.read(p) for p in wanted])))  # off-loop
+        read = dict(zip(wanted, await asyncio.to_thread(lambda: [files.read(p) for p in wanted])))  # off-loop
         for hit in fused:
             if len(results) >= limit:
                 break
             if hit.path in self.pending:
                 continue
-            item = read[hit.path] if hit.path in read else self.files.read(hit.path)
+            item = read[hit.path] if hit.path in read else files.read(hit.path)
             if item is None:
                 continue
             if isinstance(item, BadFile):  # edited by hand since indexing: exclude and report, never stale
@@ -365,7 +505,14 @@ class ProcedureMemory(BaseComponent):
         return answer
 
     def experience_path(self, raw) -> str:
-        """Validate an experience path argument: ``<procedure_dir>/<valid name>.json`` inside the directory."""
+        """Validate an experience path argument: ``<procedure_dir>/<valid name>.json`` inside the directory.
+
+        An entry of the directory under an invalid name, or a symbolic link, is left to the shared file validation
+        (``ExperienceFiles.read``), so read and update answer what search reports in ``pending_indexes``.
+        """
+        listed = self.files.listed(raw.strip() if isinstance(raw, str) else raw)
+        if listed is not None:
+            return listed
         rel, _ = resolve_inside(self.workspace_path, self.settings.procedure_dir, raw, what="experience")
         parent, _, name = rel.rpartition("/")
         problem = check_name(name)
@@ -441,8 +588,8 @@ class ProcedureMemory(BaseComponent):
         """Revoke a run's grant."""
         self._runs.pop(run.context_id, None)
 
-    def run_for(self, context_id, grant, sources) -> Run:
-        """The live run of a tool call, or NO_ACTIVE_RUN (fails closed for any missing or forged value)."""
+    def live_run(self, context_id, grant, sources) -> Run | None:
+        """The live run a tool call's injected values name, or None for any missing or forged value."""
         run = self._runs.get(context_id) if isinstance(context_id, str) else None
         if (
             run is None
@@ -450,6 +597,19 @@ class ProcedureMemory(BaseComponent):
             or not secrets.compare_digest(run.grant, grant)
             or sources != list(run.sources)
         ):
+            return None
+        return run
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever files or views may have changed (writes, index retries, rebuilds): an identical tool call
+        counts as repeated only within one generation."""
+        return self._generation
+
+    def run_for(self, context_id, grant, sources) -> Run:
+        """The live run of a tool call, or NO_ACTIVE_RUN (fails closed for any missing or forged value)."""
+        run = self.live_run(context_id, grant, sources)
+        if run is None:
             raise ProcedureError(
                 ErrorCode.NO_ACTIVE_RUN,
                 "procedure_create and procedure_update are only available to the extraction agent inside an "
@@ -480,6 +640,21 @@ class ProcedureMemory(BaseComponent):
                 "operation_key.",
                 fields=too_long,
             )
+
+    @staticmethod
+    def _with_aliases(args: dict[str, Any]) -> dict[str, Any]:
+        """The write arguments with the experience file's own key ``when-to-use`` read as ``when_to_use`` (a model
+        that has just read an experience sends it); both with different texts are ambiguous and rejected."""
+        alias = args.get(FIELD_ALIAS)
+        if alias is None:
+            return args
+        value = args.get("when_to_use")
+        if value is not None and value != alias:
+            raise ProcedureError(
+                ErrorCode.INVALID_ARGUMENT,
+                "`when_to_use` and its alias `when-to-use` have different texts; give only `when_to_use`.",
+            )
+        return {**{k: v for k, v in args.items() if k != FIELD_ALIAS}, "when_to_use": alias}
 
     @staticmethod
     def _text_fields(args: dict[str, Any], *, required: bool) -> dict[str, str]:
@@ -515,18 +690,29 @@ class ProcedureMemory(BaseComponent):
                 raise ProcedureError(ErrorCode.NOT_FOUND, f"Source trajectory {source} no longer exists.")
 
     async def create(self, run: Run, args: dict[str, Any]) -> dict[str, Any]:
-        """Create a new experience (journal, publish, index both views)."""
+        """Create a new experience (journal, publish, index both views).
+
+        The filename is used in its canonical spelling (``schema.canonical_name``); when that differs from what the
+        agent wrote, the answer says so (``filename_used``). ``already_exists`` applies to the canonical name.
+        """
         key = self._operation_key(args)
+        args = self._with_aliases(args)
         raw_name = args.get("filename")
         if not isinstance(raw_name, str):
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`filename` is required, e.g. rebuild-index-after-change.json")
+            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`filename` is required, e.g. {NAME_EXAMPLE}")
         name = raw_name.strip()
         prefix = self.settings.procedure_dir + "/"
         name = name[len(prefix):] if name.startswith(prefix) else name
-        problem = check_name(name)
-        if problem:
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"Invalid `filename` {raw_name!r}: {problem}.")
-        rel = self.files.rel(name)
+        canonical = canonical_name(name)
+        if canonical is None:
+            problem = check_name(name) or "it has no canonical lowercase-hyphenated spelling"
+            raise ProcedureError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"Invalid `filename` {raw_name!r}: {problem}. Use letters a-z and digits 0-9 in words joined by "
+                f"hyphens, ending in .json, e.g. {NAME_EXAMPLE}.",
+            )
+        rel = self.files.rel(canonical)
+        args = {**args, "filename": canonical}  # the request digest (idempotent retries) sees the name used
         fields = self._text_fields(args, required=True)
         await self._check_lengths(fields)
         self._check_sources(run)
@@ -535,23 +721,26 @@ class ProcedureMemory(BaseComponent):
             scope=run.scope, key=key, tool="create", request=self._request_digest("create", args), path=rel,
             target=experience.to_bytes().decode("utf-8"), expected_version=None, segment=run.segment,
         )
+        renamed = {"filename_used": canonical, "filename_given": raw_name} if canonical != name else {}
+        note = f" (the filename {raw_name!r} is used as {canonical})" if renamed else ""
         assert self._write_lock is not None
         async with self._write_lock:
             existing = self.journal.get(run.scope, key)
             if existing is not None:
-                return await self._replay(run, existing, op)
+                return {**await self._replay(run, existing, op), **renamed}
             if self.files.read_bytes(rel) is not None or self._reserved(rel):
                 raise ProcedureError(
                     ErrorCode.ALREADY_EXISTS,
-                    f"{rel} already exists. Read it and use procedure_update with its expected_version, or choose "
-                    "another meaningful filename.",
-                    path=rel,
+                    f"{rel} already exists{note}. Read it and use procedure_update with its expected_version, or "
+                    "choose another meaningful filename.",
+                    path=rel, **renamed,
                 )
-            return await self._commit(run, op)
+            return {**await self._commit(run, op), **renamed}
 
     async def update(self, run: Run, args: dict[str, Any]) -> dict[str, Any]:
         """Revise an existing experience at its expected version; existing sources are kept."""
         key = self._operation_key(args)
+        args = self._with_aliases(args)
         rel = self.experience_path(args.get("path"))
         expected = args.get("expected_version")
         if not isinstance(expected, str) or not expected.strip():
@@ -574,18 +763,18 @@ class ProcedureMemory(BaseComponent):
             current = self.files.read(rel)
             if current is None:
                 raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}; use procedure_create.", path=rel)
+            if isinstance(current, BadFile):  # never rewritten: whoever placed it fixes it by hand
+                raise ProcedureError(
+                    ErrorCode.INVALID_EXPERIENCE,
+                    f"{rel} is not a valid experience ({current.error}); it cannot be updated by the agent.",
+                    path=rel, version=current.version,
+                )
             if current.version != expected:
                 raise ProcedureError(
                     ErrorCode.STALE_VERSION,
                     f"{rel} is at version {current.version}, not {expected}. Read it again and retry with the "
                     "current expected_version and a new operation_key.",
                     path=rel, current_version=current.version,
-                )
-            if isinstance(current, BadFile):
-                raise ProcedureError(
-                    ErrorCode.INVALID_EXPERIENCE,
-                    f"{rel} is not a valid experience ({current.error}); it cannot be updated by the agent.",
-                    path=rel,
                 )
             merged = {**current.experience.fields(), **fields}
             merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))
@@ -601,26 +790,40 @@ class ProcedureMemory(BaseComponent):
         return any(op.path == rel and op.status == INTENT for op in self.journal.open_records())
 
     async def _commit(self, run: Run, op: Operation) -> dict[str, Any]:
-        """Journal the intent, publish the file, then index it (caller holds the write lock)."""
-        self.journal.put(op)
+        """Journal the intent, publish the file, then index it (caller holds the write lock).
+
+        A write that cannot be made durable (a full disk, a directory that is not writable — the journal's or the
+        experience directory) answers ``disk_full``/``storage_error`` and is remembered on the run: its segment
+        cannot advance until a later write of the same path or content succeeds (see ``Run.failed_writes``).
+        """
+        self._generation += 1
         try:
-            self.files.publish(op.path, op.target_bytes)
-        except OSError as exc:  # e.g. a full disk: resolve the intent now so it holds no name until a restart
-            if self.files.read_bytes(op.path) != op.target_bytes:
-                self.journal.set_status(op, ABANDONED, f"publish failed: {type(exc).__name__}: {exc}")
-                raise ProcedureError(
-                    "publish_failed",
-                    f"{op.path} could not be written ({type(exc).__name__}: {exc}); nothing was published. Fix the "
-                    "cause, then write again with a new operation_key.",
-                    path=op.path,
-                ) from None
-        self.journal.set_status(op, PUBLISHED)
+            self.journal.put(op)
+            try:
+                self.files.publish(op.path, op.target_bytes)
+            except OSError as exc:
+                if self.files.read_bytes(op.path) != op.target_bytes:  # resolve the intent: it holds no name now
+                    self.journal.set_status(op, ABANDONED, f"publish failed: {storage_failure(exc)[1]}")
+                    raise
+            self.journal.set_status(op, PUBLISHED)
+        except OSError as exc:
+            code, message = storage_failure(exc, f"the write of {op.path}")
+            run.write_failed(op, code, message)
+            raise ProcedureError(
+                code,
+                f"{message} The write did not complete. Retry later with a new operation_key; if it keeps failing, "
+                "finish the segment: the import then stops, and once the cause is fixed a resume runs this segment "
+                "again.",
+                path=op.path, operation_key=op.key,
+            ) from None
         return await self._index_published(run, op)
 
     async def _index_published(self, run: Run, op: Operation) -> dict[str, Any]:
         assert self.views is not None
+        self._generation += 1
         stored = self.files.read(op.path)
         assert isinstance(stored, StoredExperience) and stored.version == op.target_version
+        run.write_succeeded(op)  # published: an index failure is reported (and gated) as pending instead
         try:
             await self.views.index([(stored, self._mtime(op.path))])
         except Exception as exc:

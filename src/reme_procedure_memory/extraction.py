@@ -8,8 +8,9 @@ from the checkpoint's position:
 2. open a run (secret grant, source = the copy) and let the agent work with exactly the four job tools;
 3. an interrupted, cancelled, failed or iteration-exhausted reply stops the import resumably, never advancing;
 4. a completed reply is saved in the checkpoint first, so a failed advance reuses it instead of re-running;
-5. the summary between ``<summary>`` tags must exist and fit its ceiling, else it is repaired within a bounded
-   budget; a segment whose own writes are still index-pending cannot advance;
+5. a segment whose own writes failed to publish (and were not corrected by a later write of the same path or
+   content in that attempt) cannot advance; the summary between ``<summary>`` tags must exist and fit its ceiling,
+   else it is repaired within a bounded budget; a segment whose own writes are still index-pending cannot advance;
 6. the checkpoint advances atomically: position + 1, the new summary, the reply cleared.
 """
 
@@ -36,12 +37,13 @@ SUMMARY = re.compile(r"<summary>(.*?)</summary>", re.DOTALL)
 
 
 class ExtractionStopped(Exception):
-    """The import stopped resumably; code and message say why and how to go on."""
+    """The import stopped resumably; code and message say why and how to go on (``details`` go into the answer)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, **details: Any) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.details = details
 
 
 def parse_summary(reply: str) -> str | None:
@@ -59,6 +61,36 @@ def parse_summary(reply: str) -> str | None:
             return span
     blocks = [block.strip() for block in SUMMARY.findall(reply) if block.strip()]
     return blocks[-1] if blocks else None
+
+
+# Placeholders a model may copy back instead of summarising: the first segment's sentence (the prompt shows no
+# summary block then) and the placeholder earlier versions put in that block.
+NO_SUMMARY_YET = PROMPTS["first_segment"].strip()
+PLACEHOLDERS = (NO_SUMMARY_YET, "(none yet: this is the first segment)")
+
+
+def _comparable(text: str) -> str:
+    """Text compared for sameness: case, runs of whitespace and enclosing brackets, quotes or dots ignored."""
+    return " ".join(text.casefold().split()).strip(" .()[]\"'")
+
+
+def summary_problem(reply: str, summary: str | None, previous: str, segment: str) -> str | None:
+    """Why a parsed rolling summary is not a summary (its size is checked separately), or None.
+
+    Invalid: none at all, an empty one, the prompt's own placeholder copied back, or the previous summary unchanged
+    although the segment had content (a summary must take in every segment).
+    """
+    if summary is None:
+        if "<summary>" in (reply or "") and "</summary>" in (reply or ""):
+            return "the summary between <summary> and </summary> is empty."
+        return "it has no <summary>...</summary> section."
+    if _comparable(summary) in {_comparable(p) for p in PLACEHOLDERS}:
+        return (f"the summary is the prompt's placeholder {summary.strip()!r}, not a summary; write what the "
+                "trajectory read so far shows.")
+    if previous.strip() and segment.strip() and _comparable(summary) == _comparable(previous):
+        return ("the summary is the previous summary unchanged, but this segment has content; add what this segment "
+                "shows.")
+    return None
 
 
 def stop_reason(result: dict) -> str | None:
@@ -124,26 +156,35 @@ class Extraction:
 
     # -- prompts ------------------------------------------------------------------------------------------------
 
-    def _system_prompt(self, number: int) -> str:
+    def _system_prompt(self) -> str:
+        """The same for every segment and import with the same targets, so a provider's prefix cache covers it."""
         limits = self.limits
         return PROMPTS["system_prompt"].format(
             description=limits.description, when_to_use=limits.when_to_use, content=limits.content,
-            summary=limits.summary, segment=number,
+            summary=limits.summary,
         )
 
     def _user_message(self, index: int) -> str:
         start, end = self.checkpoint["segments"][index]
         hint = self.checkpoint.get("memory_hint") or ""
+        summary = self.checkpoint.get("summary") or ""
         ledger = self._ledger(index)
-        entries = "\n".join(
-            f"- {op.tool} {op.path} (operation_key {op.key}, {op.status}, version {op.target_version})"
+        lines = [
+            f"- {op.tool} {op.path} (operation_key {op.key}) FAILED, not saved: {op.error}" if op.status == ABANDONED
+            else f"- {op.tool} {op.path} (operation_key {op.key}, {op.status}, version {op.target_version})"
             for op in ledger
-        )
+        ]
+        journaled = {op.key for op in ledger}
+        lines += [  # failed writes the journal could not record (e.g. its directory was not writable)
+            f"- {f['tool']} {f['path']} (operation_key {f['operation_key']}) FAILED, not saved: {f['error']}"
+            for f in self._failed_writes(index) if f["operation_key"] not in journaled
+        ]
+        entries = "\n".join(lines)
         return PROMPTS["segment_user"].format(
             path=self.record.path, format=self.format, number=index + 1, total=len(self.checkpoint["segments"]),
             start=start, end=end, hint=PROMPTS["memory_hint"].format(memory_hint=hint) if hint else "",
-            summary=self.checkpoint.get("summary") or "(none yet: this is the first segment)",
-            ledger=PROMPTS["ledger"].format(entries=entries) if ledger else "",
+            previous=PROMPTS["previous_summary"].format(summary=summary) if summary else PROMPTS["first_segment"],
+            ledger=PROMPTS["ledger"].format(entries=entries) if lines else "",
             segment=self.text[start:end], summary_limit=self.limits.summary,
         )
 
@@ -170,9 +211,10 @@ class Extraction:
                 known.append((at, at + len(part), tokens))
         return self.memory.tokens.count_around(user, known)
 
-    async def _check_context(self, system: str, user: str) -> int:
+    async def _check_context(self, system: str, user: str, *, tools: bool = True) -> int:
         """Exact tokens of the initial input; raise ExtractionStopped before any model call when it does not fit."""
-        tokens, schemas, index = self.memory.tokens, self._tool_schemas(), self.checkpoint["next_segment"]
+        tokens, index = self.memory.tokens, self.checkpoint["next_segment"]
+        schemas = self._tool_schemas() if tools else ""
         try:
             sizes = await asyncio.to_thread(
                 lambda: [tokens.count(system), self._user_tokens(user, index), tokens.count(schemas)])
@@ -199,8 +241,10 @@ class Extraction:
             reply = self.checkpoint.get("saved_reply")
             if not reply or reply.get("segment") != index:
                 reply = await self._run_agent(index)
+            self._check_failed_writes(index)
             summary, summary_tokens = await self._valid_summary(index, reply["text"])
             self._check_pending_writes(index)
+            self.checkpoint.get("failed_writes", {}).pop(str(index), None)
             self.checkpoint.update(next_segment=index + 1, summary=summary, summary_tokens=summary_tokens,
                                    saved_reply=None)
             self._save()
@@ -212,7 +256,7 @@ class Extraction:
 
     async def _run_agent(self, index: int) -> dict:
         number, total = index + 1, len(self.checkpoint["segments"])
-        system, user = self._system_prompt(number), self._user_message(index)
+        system, user = self._system_prompt(), self._user_message(index)
         tokens = await self._check_context(system, user)
         self.progress(f"segment {number}/{total}: {tokens} input tokens, running the extraction agent")
         attempts = self.checkpoint.setdefault("attempts", {})
@@ -232,6 +276,9 @@ class Extraction:
             ) from exc
         finally:
             self.memory.end_run(run)
+            # this attempt's uncorrected failed writes: they gate the segment and the next attempt's ledger shows them
+            failed = [{k: v for k, v in f.items() if k != "target"} for f in run.failed_writes.values()]
+            self.checkpoint.setdefault("failed_writes", {})[str(index)] = failed
             self._save()
         reason = stop_reason(result)
         if reason:
@@ -247,11 +294,17 @@ class Extraction:
         ``summary_repair_attempts`` times."""
         ceiling = self.limits.ceiling(self.limits.summary)
         attempts = self.memory.settings.extraction.summary_repair_attempts
+        start, end = self.checkpoint["segments"][index]
+        previous, segment = self.checkpoint.get("summary") or "", self.text[start:end]
         for attempt in range(attempts + 1):
             summary = parse_summary(reply)
-            if summary is None:
-                problem = "it has no <summary>...</summary> section."
-            else:
+            problem = summary_problem(reply, summary, previous, segment)
+            # What the repair needs to see: the reply when it may hold the summary (no tags, or too long), the
+            # segment when the reply holds none (no tags, empty, a placeholder, unchanged). A placeholder or an
+            # unchanged summary is never quoted: it would only be copied back.
+            quote = summary is None and "<summary>" not in (reply or "")
+            show_segment = True
+            if problem is None:
                 try:
                     size = await self.memory.tokens.acount(summary)
                 except TokenizerUnavailable as exc:
@@ -259,9 +312,10 @@ class Extraction:
                 if size <= ceiling:
                     return summary, size
                 problem = f"the summary has {size} tokens; the limit is {self.limits.summary}."
+                quote, show_segment = True, False  # shortening needs the summary, not the segment
             if attempt == attempts:
                 break
-            reply = await self._repair(index, reply, problem, attempt + 1)
+            reply = await self._repair(index, reply if quote else "", problem, attempt + 1, show_segment)
         self.checkpoint["saved_reply"] = None  # the next resume lets the agent run this segment again
         self._save()
         raise ExtractionStopped(
@@ -270,15 +324,21 @@ class Extraction:
             f"({problem}). Resume with the same request_id to run the segment again.",
         )
 
-    async def _repair(self, index: int, reply: str, problem: str, attempt: int) -> str:
+    async def _repair(self, index: int, reply: str, problem: str, attempt: int, show_segment: bool) -> str:
+        """One tool-less repair turn: the problem, the quoted reply (when given) and, when the summary must be
+        written from the segment, the segment's own message. Its input is checked against the context budget."""
+        number, total = index + 1, len(self.checkpoint["segments"])
+        quoted = PROMPTS["repair_reply"].format(number=number, total=total, reply=reply) if reply else ""
         message = PROMPTS["summary_repair"].format(
-            number=index + 1, total=len(self.checkpoint["segments"]), path=self.record.path, problem=problem,
-            summary=self.checkpoint.get("summary") or "(none)", reply=reply, summary_limit=self.limits.summary,
+            segment_message=self._user_message(index) if show_segment else "", number=number, total=total,
+            problem=problem, reply=quoted, summary_limit=self.limits.summary,
         )
+        system = self._system_prompt()
+        await self._check_context(system, message, tools=False)
         self.progress(f"segment {index + 1}: repairing the rolling summary (attempt {attempt})")
         kwargs = merged_reply_kwargs(self.wrapper, None, REPAIR_ITERATIONS)
         try:
-            result = await self.wrapper.reply(message, system_prompt=self._system_prompt(index + 1), **kwargs)
+            result = await self.wrapper.reply(message, system_prompt=system, **kwargs)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
@@ -287,6 +347,29 @@ class Extraction:
         if reason:
             raise ExtractionStopped("agent_interrupted", f"Summary repair did not finish: {reason}.")
         return agent_reply_result_text(result)
+
+    def _failed_writes(self, index: int) -> list[dict[str, str]]:
+        """Failed, uncorrected writes of the segment's last attempt (as saved in the checkpoint)."""
+        return list((self.checkpoint.get("failed_writes") or {}).get(str(index)) or [])
+
+    def _check_failed_writes(self, index: int) -> None:
+        """A segment whose last attempt has failed writes it did not correct cannot advance: nothing it meant to
+        save may be lost silently. The next attempt runs with these failures in its ledger."""
+        failed = self._failed_writes(index)
+        if not failed:
+            return
+        self.checkpoint["saved_reply"] = None  # resume lets the agent run the segment again
+        self._save()
+        number, total = index + 1, len(self.checkpoint["segments"])
+        code = "disk_full" if any(f["code"] == "disk_full" for f in failed) else "write_failed"
+        listed = "; ".join(f"{f['tool']} {f['path']}: {f['error']}" for f in failed)
+        raise ExtractionStopped(
+            code,
+            f"Segment {number}/{total}: {len(failed)} write(s) of the extraction agent failed and were not saved: "
+            f"{listed} Fix the cause, then resume with the same request_id: the agent runs segment {number} again "
+            "and sees these failed writes in its operation ledger.",
+            failed_writes=failed,
+        )
 
     def _check_pending_writes(self, index: int) -> None:
         """A segment whose own writes are still index-pending cannot advance."""

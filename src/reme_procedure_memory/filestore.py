@@ -92,6 +92,9 @@ class ProcedureFileStore(LocalFileStore):
         self._pending: list[dict] = []  # log entries of changes not yet written
         self._snapshot_due = False
         self._reusable: dict[str, tuple[str, np.ndarray]] = {}  # chunk id -> (text, vector) of cleared records
+        # ReMe's own view files of an earlier plugin version were found and not loaded: their records (of unknown
+        # tokenizer identity) are still in the view as far as the component knows, so it clears and rebuilds it
+        self.previous_layout = False
 
     # -- vectors ---------------------------------------------------------------------------------------------------
 
@@ -194,8 +197,9 @@ class ProcedureFileStore(LocalFileStore):
 
     async def clear(self) -> None:
         """Empty the view; its vectors stay available to ``reusable_vector`` until the next ``dump``."""
-        self._reusable = {cid: (self._digest(c), np.array(c.embedding)) for cid, c in self.file_chunks.items()
-                          if self._embedding_dim_matches(c.embedding)}
+        self._reusable.update({cid: (self._digest(c), np.array(c.embedding)) for cid, c in self.file_chunks.items()
+                               if self._embedding_dim_matches(c.embedding)})  # also the previous layout's vectors
+        self.previous_layout = False
         await super().clear()
         with self.vectors_lock.write():
             if self.vectors is not None:
@@ -267,7 +271,7 @@ class ProcedureFileStore(LocalFileStore):
         starts empty and the component re-indexes the files)."""
         self._check_backends()
         await self._reset()
-        self._pending, self._reusable = [], {}
+        self._pending, self._reusable, self.previous_layout = [], {}, False
         try:
             state = await asyncio.to_thread(self.state.read)
             if state is not None:
@@ -280,6 +284,7 @@ class ProcedureFileStore(LocalFileStore):
         self._snapshot_due = self._snapshot_due or state is None
         if state is None and self.chunks_path.exists():
             await asyncio.to_thread(self._keep_legacy_vectors)
+            self.previous_layout = True
 
     def _keep_legacy_vectors(self) -> None:
         """A view of an earlier plugin version (ReMe's own chunk file): its vectors stay available to

@@ -7,8 +7,9 @@ with a message that names the problem (the saved copy is kept either way).
 
 from __future__ import annotations
 
-import json
 from pathlib import PurePosixPath
+
+from .schema import loads_strict
 
 TEXT_SUFFIXES = {"", ".txt", ".text", ".log", ".md", ".markdown"}
 JSON_SUFFIXES = {".json"}
@@ -52,16 +53,22 @@ def decode_trajectory(data: bytes, filename: str) -> str:
         raise MalformedTrajectory(f"{filename!r} is empty")
     body = text[1:] if text.startswith("\ufeff") else text  # a byte-order mark is checked past, and kept
     if kind == "json":
-        try:
-            json.loads(body)
-        except json.JSONDecodeError as exc:
-            raise MalformedTrajectory(f"{filename!r} is not valid JSON: {exc}") from None
+        check_json(body, f"{filename!r}")
     elif kind == "jsonl":
         # Records end at "\n" only: U+2028, U+2029 and U+0085 may stand unescaped inside JSON strings.
         for number, line in enumerate(body.split("\n"), 1):
             if line.strip():
-                try:
-                    json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise MalformedTrajectory(f"{filename!r} line {number} is not valid JSON: {exc}") from None
+                check_json(line, f"{filename!r} line {number}")
     return text
+
+
+def check_json(text: str, where: str) -> None:
+    """Raise MalformedTrajectory unless ``text`` is one strict JSON value (RFC 8259: no NaN/Infinity)."""
+    try:
+        loads_strict(text)
+    except ValueError as exc:  # a JSONDecodeError, or NaN/Infinity refused by loads_strict
+        raise MalformedTrajectory(f"{where} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise MalformedTrajectory(
+            f"{where} nests arrays/objects deeper than the JSON reader supports (about 1,000 levels)",
+        ) from None

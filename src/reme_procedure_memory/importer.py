@@ -8,19 +8,26 @@ Contract of an import keyed by ``request_id``:
   holds the name and the SHA-256; files over ``max_file_bytes`` are refused before anything is copied;
 * the same request id reuses the copy (verified against its checksum) and the checkpoint; a still existing original
   with other bytes, another file/filename, or other segmentation settings fail explicitly without changing anything;
-* malformed or unsupported content answers ``incomplete`` and keeps the copy.
+* malformed or unsupported content answers ``incomplete`` and keeps the copy;
+* a lost import record (damaged and set aside, or deleted by hand) is rebuilt from the verified copy this request id
+  made (found through its checkpoint), never by copying the original a second time;
+* every resumable failure answers the exact command that resumes it, with the workspace and every setting override
+  of this process (``resume_command``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import secrets
 import shlex
 import time
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
+from reme.config import resolve_app_config
+from reme.plugin import resolve_plugin_runtime
 from reme.steps.file_io import validate_filename_component
 
 from . import __version__
@@ -28,8 +35,21 @@ from .extraction import Extraction, ExtractionStopped, make_progress
 from .formats import MalformedTrajectory, UnsupportedTrajectory, decode_trajectory, trajectory_format
 from .schema import ErrorCode, ProcedureError
 from .segmenter import SEGMENTER_VERSION, SegmentationError, segment_counted
-from .store import COPIED, ImportRecord, allocate_copy_name, publish_copy
+from .paths import check_directory
+from .store import (
+    COPIED,
+    DamagedRecord,
+    ImportRecord,
+    StorageError,
+    allocate_copy_name,
+    numbered_name,
+    publish_copy,
+    storage_failure,
+)
 from .tokens import SpanCounter, TokenizerUnavailable
+
+
+MAX_FILENAME_BYTES = 200  # leaves room under NAME_MAX (255) for "-N" and the atomic writer's ".<name>.<rand>.tmp"
 
 
 def copy_original(memory, source: str, filename: str, request_id: str, source_id: str) -> ImportRecord:
@@ -64,6 +84,8 @@ def copy_original(memory, source: str, filename: str, request_id: str, source_id
                 request_id=request_id, path=record.path,
             )
     if record is None:
+        record = rebuild_lost_record(memory, request_id, source, filename, source_id, data)
+    if record is None:
         if data is None:
             raise ProcedureError(ErrorCode.NOT_FOUND, f"file={source} does not exist.")
         directory = memory.workspace_path / memory.trajectory_rel_dir
@@ -73,6 +95,7 @@ def copy_original(memory, source: str, filename: str, request_id: str, source_id
             sha256=hashlib.sha256(data).hexdigest(), size=len(data), source_id=source_id,
         )
         registry.put(record)  # the reservation keeps the name before the copy exists
+    memory.damaged_metadata.update(registry.damaged)
     copy = memory.workspace_path / record.path
     existing = hashlib.sha256(copy.read_bytes()).hexdigest() if copy.is_file() else None
     if existing == record.sha256:  # a verified copy, also one published just before a crash left it RESERVED
@@ -101,6 +124,7 @@ def copy_original(memory, source: str, filename: str, request_id: str, source_id
             "the original is required.",
             request_id=request_id,
         )
+    check_directory(memory.workspace_path, str(PurePosixPath(record.path).parent), setting="the trajectory directory")
     publish_copy(copy, data)  # first copy, or the repair of our own copy from the unchanged original
     if hashlib.sha256(copy.read_bytes()).hexdigest() != record.sha256:
         raise ProcedureError(
@@ -110,6 +134,43 @@ def copy_original(memory, source: str, filename: str, request_id: str, source_id
     record.status = COPIED
     registry.put(record)
     return record
+
+
+def rebuild_lost_record(memory, request_id: str, source: str, filename: str, source_id: str,
+                        data: bytes | None) -> ImportRecord | None:
+    """The import record of a request id that existed before (its checkpoint or a set-aside damaged record proves
+    it) but whose record is gone: rebuilt around the copy it made — the checkpoint's path, else the first
+    unreserved ``filename``, ``-2``, ... holding the same bytes — so a resume never copies the original again.
+    None when there is no such import or no such copy."""
+    registry = memory.imports
+    checkpoint = memory.checkpoints.get(request_id)
+    if checkpoint is None and not registry.was_set_aside(request_id):
+        return None
+    sha = hashlib.sha256(data).hexdigest() if data is not None else None
+    if checkpoint is not None:
+        saved = (checkpoint.get("fingerprint") or {}).get("sha256")
+        if sha is not None and saved != sha:
+            return None  # the checkpoint belongs to other bytes: the original-changed check applies later
+        sha = saved
+    if sha is None:
+        return None
+    directory, rel_dir = memory.workspace_path / memory.trajectory_rel_dir, memory.trajectory_rel_dir
+    reserved = registry.reserved_paths()
+    candidates = [checkpoint["path"]] if checkpoint is not None and checkpoint.get("path") else []
+    number = 1
+    while (directory / numbered_name(filename, number)).exists():
+        candidates.append(f"{rel_dir}/{numbered_name(filename, number)}")
+        number += 1
+    for rel in dict.fromkeys(candidates):
+        copy = memory.workspace_path / rel
+        if rel in reserved or not copy.is_file() or hashlib.sha256(copy.read_bytes()).hexdigest() != sha:
+            continue
+        record = ImportRecord(request_id=request_id, source=source, filename=filename, path=rel, sha256=sha,
+                              size=copy.stat().st_size, status=COPIED, source_id=source_id)
+        registry.put(record)
+        memory.logger.warning(f"procedure import {request_id}: rebuilt its lost import record around {rel}")
+        return record
+    return None
 
 
 def fingerprint(memory, record: ImportRecord) -> dict[str, Any]:
@@ -130,15 +191,12 @@ async def run_import(memory, wrapper, args: dict[str, Any]) -> dict[str, Any]:
     """
     source, filename, request_id, hint, source_id = import_args(args)
     answer: dict[str, Any] = {"request_id": request_id, "filename": filename}
-    resume = "reme start job=procedure_auto_memory " + " ".join(
-        shlex.quote(arg) for arg in ('plugins=["procedure-memory"]', f"file={source}", f"filename={filename}",
-                                     f"request_id={request_id}")
-    )
     extraction: Extraction | None = None
 
-    def incomplete(code: str, message: str) -> ProcedureError:
+    def incomplete(code: str, message: str, **details: Any) -> ProcedureError:
         progress = progress_of(memory, extraction) if extraction is not None else {}
-        return ProcedureError(code, message, status="incomplete", **answer, **progress, resume=resume)
+        return ProcedureError(code, message, status="incomplete", **answer, **progress, **details,
+                              resume=resume_command(memory, source, filename, request_id))
 
     try:
         record = await asyncio.to_thread(copy_original, memory, source, filename, request_id, source_id)
@@ -169,8 +227,15 @@ async def run_import(memory, wrapper, args: dict[str, Any]) -> dict[str, Any]:
             raise
         raise incomplete(exc.code, exc.message) from None
     except ExtractionStopped as exc:
-        raise incomplete(exc.code, exc.message) from None
-    except Exception as exc:  # unexpected (e.g. a disk full): still answer with the request id
+        raise incomplete(exc.code, exc.message, **exc.details) from None
+    except DamagedRecord as exc:
+        memory.logger.warning(f"procedure import {request_id}: {exc}")
+        raise incomplete("metadata_damaged", f"{exc}. {damaged_record_fix(exc)}") from None
+    except StorageError as exc:  # a full disk or an unwritable directory while copying or checkpointing
+        memory.logger.exception(f"procedure import {request_id} failed: {exc}")
+        code, message = storage_failure(exc)
+        raise incomplete(code, f"{message} Then resume with the `resume` command.") from None
+    except Exception as exc:  # unexpected: still answer with the request id
         memory.logger.exception(f"procedure import {request_id} failed: {exc}")
         raise incomplete("internal_error", f"{type(exc).__name__}: {exc}") from None
     return {"status": "complete", **answer, **progress_of(memory, extraction)}
@@ -200,7 +265,7 @@ async def load_checkpoint(memory, record: ImportRecord, text: str, hint: str) ->
     except SegmentationError as exc:
         raise ExtractionStopped("segmentation_failed", str(exc)) from None
     checkpoint = {
-        "request_id": record.request_id, "fingerprint": expected, "plugin_version": __version__,
+        "request_id": record.request_id, "path": record.path, "fingerprint": expected, "plugin_version": __version__,
         "segments": [(start, end) for start, end, _ in counted], "next_segment": 0, "summary": "", "memory_hint": hint,
         "segment_counts": [tokens for _, _, tokens in counted],  # exact; the context check reuses them
         "saved_reply": None, "status": "processing",
@@ -212,12 +277,110 @@ async def load_checkpoint(memory, record: ImportRecord, text: str, hint: str) ->
 def progress_of(memory, extraction: Extraction) -> dict[str, Any]:
     """Segments done, experiences written and writes still pending, for the answer."""
     checkpoint = extraction.checkpoint
-    paths = {op.path for op in memory.journal.records(extraction.record.request_id)}
+    segments = {"segments": {"done": checkpoint["next_segment"], "total": len(checkpoint["segments"])}}
+    try:
+        paths = {op.path for op in memory.journal.records(extraction.record.request_id)}
+        written = extraction.written()
+    except DamagedRecord:  # reported by the failure this progress accompanies; set aside by now
+        return segments
     return {
-        "segments": {"done": checkpoint["next_segment"], "total": len(checkpoint["segments"])},
-        "experiences": extraction.written(),
+        **segments,
+        "experiences": written,
         "pending_writes": [memory.pending_entry(p) for p in sorted(paths & set(memory.pending))],
     }
+
+
+def damaged_record_fix(exc: DamagedRecord) -> str:
+    """What to do after one of an import's metadata records was found damaged (and set aside)."""
+    kind = exc.path.parent.name if exc.path.parent.name in ("imports", "processing") else "operations"
+    if kind == "imports":
+        return ("Run the same command again: the import record is rebuilt from the copy this request_id saved "
+                "(no second copy is made).")
+    if kind == "processing":
+        return ("Run the same command again to process the trajectory again from segment 1 (experiences written so "
+                "far are kept, and the agent sees them); to continue where it stopped instead, repair the file and "
+                "move it back to its original name first.")
+    return ("Run the same command again to continue; this import's operation ledger lacks that one record (the "
+            "experience files are unaffected).")
+
+
+# -- the resume command ---------------------------------------------------------------------------------------------
+
+_SECRET_KEYS = {"api_key", "app_secret", "authorization", "cookie", "password", "private_key", "secret", "token",
+                "credential", "credentials"}
+_SECRET_SUFFIXES = ("_access_key", "_api_key", "_password", "_private_key", "_secret", "_token")
+_PATH_KEYS = ("metadata_dir", "session_dir")  # application settings that move the plugin's files
+
+
+def _is_secret(key: str) -> bool:
+    """ReMe's own rule for secret config keys (``app_config`` redaction), plus credential blocks."""
+    normalized = key.lower().replace("-", "_")
+    return normalized in _SECRET_KEYS or normalized.endswith(_SECRET_SUFFIXES)
+
+
+def _leaves(tree: Any, prefix: tuple[str, ...] = ()):
+    """``(path, value)`` of every non-mapping value of a nested mapping."""
+    if isinstance(tree, dict):
+        for key, value in tree.items():
+            yield from _leaves(value, (*prefix, str(key)))
+    else:
+        yield prefix, tree
+
+
+def _lookup(tree: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(tree, dict) or key not in tree:
+            return _MISSING
+        tree = tree[key]
+    return tree
+
+
+_MISSING = object()
+
+
+def _cli_value(value: Any) -> str:
+    """A value as ReMe's CLI parses it back (``key=value``: JSON scalars, lists and objects)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float, str)):
+        return str(value)
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _baseline_config(plugins: list[str]) -> dict:
+    """The configuration a bare ``reme start plugins=...`` resolves to here (default.yaml + plugin defaults)."""
+    try:
+        return resolve_plugin_runtime(resolve_app_config(log_config=False, plugins=plugins)).config
+    except ValueError:  # e.g. default.yaml references an undefined environment variable
+        return resolve_plugin_runtime({"plugins": plugins}).config
+
+
+def cli_overrides(memory) -> list[str]:
+    """``key=value`` arguments that reproduce this process's effective configuration for an import: the workspace,
+    the plugins, the application paths and every ``components...`` value that differs from what a bare command
+    resolves to (CLI overrides, ``config=`` files, environment-derived values). Secret keys are never printed (they
+    come from the environment or ``.env`` as before)."""
+    config = memory.app_context.app_config
+    effective = config.model_dump()
+    baseline = _baseline_config(list(config.plugins))
+    args = [f"workspace_dir={config.workspace_dir}", f"plugins={json.dumps(list(config.plugins))}"]
+    args += [f"{key}={effective[key]}" for key in _PATH_KEYS if effective.get(key) != baseline.get(key, _MISSING)]
+    for path, value in _leaves(effective.get("components") or {}, ("components",)):
+        if any(_is_secret(key) or "." in key or "=" in key for key in path):
+            continue
+        if value == {} or _lookup(baseline, path) == value:
+            continue
+        args.append(f"{'.'.join(path)}={_cli_value(value)}")
+    return args
+
+
+def resume_command(memory, source: str, filename: str, request_id: str) -> str:
+    """The exact, shell-quoted command that resumes this import in this workspace with these settings."""
+    words = ["reme", "start", "job=procedure_auto_memory", *cli_overrides(memory), f"file={source}",
+             f"filename={filename}", f"request_id={request_id}"]
+    return " ".join(shlex.quote(word) for word in words)
 
 
 
@@ -230,6 +393,13 @@ def import_args(args: dict[str, Any]) -> tuple[str, str, str, str, str]:
     problem = validate_filename_component(filename, kind="filename")
     if problem:
         raise ProcedureError(ErrorCode.INVALID_ARGUMENT, problem)
+    size = len(filename.encode("utf-8"))
+    if size > MAX_FILENAME_BYTES:
+        raise ProcedureError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"`filename` has {size} bytes in UTF-8; at most {MAX_FILENAME_BYTES} (file systems allow 255, and the "
+            "copy may need a -2, -3, ... suffix and a temporary name). Give a shorter filename; nothing was reserved.",
+        )
     request_id = args.get("request_id")
     if request_id is None or request_id == "":
         request_id = f"req-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"

@@ -23,6 +23,7 @@ TEXT_FIELDS = ("description", "when-to-use", "content")
 # Tool arguments use underscores (function-calling friendly); files use the spec's hyphenated key.
 ARG_TO_FIELD = {"description": "description", "when_to_use": "when-to-use", "content": "content"}
 FIELD_TO_ARG = {v: k for k, v in ARG_TO_FIELD.items()}
+FIELD_ALIAS = "when-to-use"  # accepted as ``when_to_use``: the key a model sees in the experiences it reads
 
 
 class Experience(BaseModel):
@@ -70,14 +71,25 @@ class InvalidExperience(ValueError):
     """A file that is not a valid experience; the message says what is wrong."""
 
 
+def _no_constant(name: str):
+    raise ValueError(f"{name} is not a JSON value (strict JSON has no NaN or Infinity; write it as a string or null)")
+
+
+def loads_strict(text: str) -> Any:
+    """``json.loads`` as RFC 8259 reads it: NaN, Infinity and -Infinity are refused (ValueError)."""
+    return json.loads(text, parse_constant=_no_constant)
+
+
 def parse_experience(data: bytes) -> Experience:
     """Parse experience file bytes; raise InvalidExperience with a readable reason."""
     try:
-        obj = json.loads(data.decode("utf-8"))
+        obj = loads_strict(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise InvalidExperience(f"not UTF-8: {exc}") from exc
-    except json.JSONDecodeError as exc:
+    except ValueError as exc:  # a JSONDecodeError, or NaN/Infinity
         raise InvalidExperience(f"invalid JSON: {exc}") from exc
+    except RecursionError:
+        raise InvalidExperience("invalid JSON: nested too deeply") from None
     if not isinstance(obj, dict):
         raise InvalidExperience("the JSON value is not an object")
     try:
@@ -92,13 +104,33 @@ def version_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()[:VERSION_CHARS]
 
 
+NAME_EXAMPLE = "rebuild-index-after-config-change.json"
+_SEPARATORS = re.compile(r"[ _-]+")  # spaces only: a newline or tab in a name is no spelling slip
+
+
 def check_name(name: str) -> str | None:
     """Return why ``name`` is not a valid experience filename, or None when it is."""
     if len(name) > MAX_NAME_CHARS:
         return f"filename is longer than {MAX_NAME_CHARS} characters"
     if not NAME_PATTERN.match(name):
-        return "filename must be lowercase words joined by hyphens and end in .json, e.g. rebuild-index-after-config-change.json"
+        return f"filename must be lowercase words joined by hyphens and end in .json, e.g. {NAME_EXAMPLE}"
     return None
+
+
+def canonical_name(raw: str) -> str | None:
+    """The canonical experience filename of ``raw``, or None when it has no unambiguous one.
+
+    Only spelling is changed, never words: letters are lowercased, each run of underscores, spaces or hyphens becomes
+    one hyphen (none at either end), and a missing ``.json`` is added. ``Rebuild_Index after change`` becomes
+    ``rebuild-index-after-change.json``. Any other character (a newline or tab, a dot, a slash, a non-ASCII letter), another
+    extension, or an empty name has no canonical form. The result always passes ``check_name`` or is None.
+    """
+    stem = raw.strip(" ")
+    if stem.lower().endswith(".json"):
+        stem = stem[: -len(".json")]
+    stem = _SEPARATORS.sub("-", stem.lower()).strip("-")
+    name = f"{stem}.json"
+    return name if check_name(name) is None else None
 
 
 class ErrorCode:

@@ -6,6 +6,8 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from .cli_errors import StartupError
+
 DEFAULT_TOKENIZER_SOURCE = "Qwen/Qwen3.8-27B"
 MIB = 1024 * 1024
 
@@ -66,7 +68,8 @@ class ProcedureSettings(BaseModel):
         },
     )
     vector_weight: float = Field(0.7, ge=0, le=1)
-    embedding_timeout_seconds: float = Field(30.0, gt=0)
+    embedding_timeout_seconds: float = Field(30.0, gt=0)  # writes, start, reindex, pending retries
+    search_embedding_timeout_seconds: float = Field(5.0, gt=0)  # the query vector of a search
     pending_retry_seconds: float = Field(30.0, ge=0)
     vector_cooldown_seconds: float = Field(10.0, ge=0)
     read_max_chars: int = Field(65_536, gt=0)
@@ -97,12 +100,19 @@ class ProcedureSettings(BaseModel):
         return value
 
 
+class SettingsError(StartupError, ValueError):
+    """Invalid settings; the message names each bad key and the fix."""
+
+
 def load_settings(raw: dict, *, prefix: str) -> ProcedureSettings:
-    """Validate raw config; raise ValueError whose message names each bad key under ``prefix``."""
+    """Validate raw config; raise SettingsError (a ValueError) whose message names each bad key under ``prefix``."""
     try:
         return ProcedureSettings.model_validate(raw)
     except ValidationError as exc:
         problems = "; ".join(
             f"{prefix}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
         )
-        raise ValueError(f"Invalid procedure-memory settings: {problems}") from None
+        raise SettingsError(
+            f"Invalid procedure-memory settings: {problems}. Fix the value (CLI key=value, config file or "
+            "plugin.yaml) and start again.",
+        ) from None

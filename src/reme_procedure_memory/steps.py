@@ -15,6 +15,7 @@ from reme.steps.base_step import BaseStep
 
 from .component import ProcedureMemory
 from .schema import ErrorCode, ProcedureError
+from .store import DamagedRecord, StorageError, storage_failure
 from .views import VIEW_NAMES
 
 DEFAULT_VIEW = "when_to_use_content"
@@ -23,6 +24,10 @@ MAX_LIMIT = 50  # as advertised by the procedure_search schema in plugin.yaml
 MAX_QUERY_CHARS = 4096
 MAX_INT_DIGITS = 12
 DEFAULT_READ_LENGTH = 8192
+# Said to the extraction agent when its search finds nothing (small models took an empty list as "done").
+EMPTY_SEARCH_NOTE = (
+    "No experience matches yet: if the segment shows a reusable procedure for this, create it with procedure_create."
+)
 
 
 def as_int(value: Any, name: str, *, default: int, minimum: int, maximum: int | None = None) -> int:
@@ -55,6 +60,30 @@ def as_text(value: Any, name: str) -> str:
     return value.strip()
 
 
+def check_unicode(arguments: dict[str, Any]) -> None:
+    """Refuse any text argument (also nested in lists and objects) that is not valid Unicode.
+
+    JSON (HTTP, MCP) can carry a lone surrogate such as ``"\\ud800"`` and a command line can carry undecodable
+    bytes; such text cannot be tokenized, embedded, written as UTF-8 or used as a file name.
+    """
+    stack = [(name, value) for name, value in arguments.items() if isinstance(name, str)]
+    while stack:
+        name, value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ProcedureError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"`{name}` is not valid Unicode text: character {exc.start} is a lone surrogate "
+                    f"({value[exc.start]!r}). Send UTF-8 text; nothing was read or written.",
+                ) from None
+        elif isinstance(value, (list, tuple)):
+            stack += [(name, item) for item in value]
+        elif isinstance(value, dict):
+            stack += [(name, item) for item in value.values()]
+
+
 class ProcedureStep(BaseStep):
     """Base of the plugin's steps: component lookup and the JSON answer contract."""
 
@@ -73,19 +102,49 @@ class ProcedureStep(BaseStep):
         assert self.context is not None
         return self.context.get(name)
 
+    tool: str = ""  # the job tool this step serves to extraction agents ("" for CLI-only jobs)
+
     async def execute(self) -> None:
+        """Answer one JSON object. Inside an extraction run, a call identical to one the run already got an answer
+        for, with nothing changed since, gets that answer again with a nudge instead of running again."""
         assert self.context is not None
-        try:
-            answer = await self.run()
-            success = answer.get("status") not in ("incomplete", "error")
-        except ProcedureError as exc:
-            answer, success = exc.answer(), False
-        except Exception as exc:  # still one JSON answer (agents and MCP see only the answer); logged in full
-            self.logger.exception(f"{self.name} failed: {exc}")
-            answer = {"status": "error", "error": {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}}
-            success = False
+        run, key = self._agent_call()
+        repeated = run.repeated(key, self.memory.generation) if run is not None else None
+        if repeated is not None:
+            success, answer = repeated
+        else:
+            answer, success = await self._answer()
+            if run is not None:
+                run.remember(key, self.memory.generation, success, answer)
         self.context.response.success = success
         self.context.response.answer = json.dumps(answer, ensure_ascii=False)
+
+    def _agent_call(self):
+        """(live run, call identity) when an extraction agent makes this call, else (None, "")."""
+        if not self.tool:
+            return None, ""
+        try:
+            memory = self.memory
+        except ProcedureError:
+            return None, ""
+        run = memory.live_run(self.arg("tool_context_id"), self.arg("_procedure_grant"), self.arg("_procedure_sources"))
+        return (run, run.call_key(self.tool, self.context.data)) if run is not None else (None, "")
+
+    async def _answer(self) -> tuple[dict[str, Any], bool]:
+        try:
+            check_unicode(self.context.data)
+            answer = await self.run()
+            return answer, answer.get("status") not in ("incomplete", "error")
+        except ProcedureError as exc:
+            return exc.answer(), False
+        except (StorageError, DamagedRecord) as exc:  # a full disk, an unwritable directory, a damaged record
+            self.logger.exception(f"{self.name} failed: {exc}")
+            code, message = (storage_failure(exc) if isinstance(exc, StorageError)
+                             else ("metadata_damaged", f"{exc}. Run the same command again to continue."))
+            return {"status": "error", "error": {"code": code, "message": message}}, False
+        except Exception as exc:  # still one JSON answer (agents and MCP see only the answer); logged in full
+            self.logger.exception(f"{self.name} failed: {exc}")
+            return {"status": "error", "error": {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}}, False
 
     async def run(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -93,6 +152,8 @@ class ProcedureStep(BaseStep):
 
 class ProcedureSearchStep(ProcedureStep):
     """``procedure_search query=... index=when_to_use|when_to_use_content limit=5``."""
+
+    tool = "procedure_search"
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
@@ -106,11 +167,16 @@ class ProcedureSearchStep(ProcedureStep):
         if view not in VIEW_NAMES:
             raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`index` must be one of {', '.join(VIEW_NAMES)}.")
         limit = as_int(self.arg("limit"), "limit", default=DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
-        return await memory.search(query, view, limit)
+        answer = await memory.search(query, view, limit)
+        if not answer["results"] and self._agent_call()[0] is not None:  # the extraction agent's next step
+            answer["note"] = EMPTY_SEARCH_NOTE
+        return answer
 
 
 class ProcedureReadStep(ProcedureStep):
     """``procedure_read path=procedures/x.json`` or ``kind=trajectory path=... offset=0 length=8192``."""
+
+    tool = "procedure_read"
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
@@ -140,6 +206,8 @@ class _WriteStep(ProcedureStep):
 class ProcedureCreateStep(_WriteStep):
     """``procedure_create filename description when_to_use content operation_key`` (agent tool only)."""
 
+    tool = "procedure_create"
+
     async def run(self) -> dict[str, Any]:
         run = self.run_of_call()
         return await self.memory.create(run, self.write_args())
@@ -147,6 +215,8 @@ class ProcedureCreateStep(_WriteStep):
 
 class ProcedureUpdateStep(_WriteStep):
     """``procedure_update path expected_version [fields] operation_key`` (agent tool only)."""
+
+    tool = "procedure_update"
 
     async def run(self) -> dict[str, Any]:
         run = self.run_of_call()

@@ -2,8 +2,14 @@
 
 This is the only module that writes durable files.
 
-* Files are published atomically: a temporary file in the same directory, fsync, ``os.replace``, fsync of the
-  directory. A reader sees the old bytes or the new bytes, never a mix.
+* Files are published atomically: a temporary file ``.<name>.<8 random>.tmp`` in the same directory (created with the
+  process umask, or the replaced file's mode), fsync, ``os.replace``, fsync of the directory. A reader sees the old
+  bytes or the new bytes, never a mix. A kill can leave the temporary file behind; ``remove_temp_files`` (run at
+  every start) removes them. A failed write raises ``StorageError`` (an OSError naming the destination) and leaves no
+  temporary file.
+* Metadata records (imports, checkpoints, journal records) that cannot be parsed raise ``DamagedRecord`` naming the
+  file. A reader that owns the record (the import it belongs to) sets it aside as ``<file>.damaged`` — kept, never
+  deleted — before raising; readers that only scan (start, other imports) skip it and report it.
 * The operation journal is a write-ahead log: before an experience is published, its record (scoped operation key,
   destination, target bytes, expected version) is durable under ``operations/``. After a crash the journal says
   which publishes may be incomplete; ``recover`` rolls them forward when their precondition still holds, else drops them.
@@ -12,17 +18,22 @@ This is the only module that writes durable files.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import json
 import os
-import tempfile
+import re
+import secrets
 import time
+import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from .schema import Experience, InvalidExperience, parse_experience, version_of
+from .cli_errors import StartupError
+from .paths import check_directory, source_problem
+from .schema import Experience, InvalidExperience, check_name, parse_experience, version_of
 
 
 def fsync_dir(directory: Path) -> None:
@@ -45,20 +56,65 @@ def ensure_dir(directory: Path) -> None:
         fsync_dir(new.parent)
 
 
+class StorageError(OSError):
+    """A durable write failed; ``filename`` is the destination, ``errno``/``strerror`` the cause."""
+
+    @property
+    def disk_full(self) -> bool:
+        return self.errno in DISK_FULL_ERRNOS
+
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def storage_failure(exc: OSError, what: str = "") -> tuple[str, str]:
+    """The error code and sentence of a failed durable write: ``disk_full`` (what to free) or ``storage_error``.
+
+    ``what`` names the write (e.g. "the copy of run.jsonl"); the destination comes from the exception.
+    """
+    target = exc.filename or "the workspace"
+    cause = f"{exc.strerror or type(exc).__name__} (errno {errno.errorcode.get(exc.errno, exc.errno)})"
+    subject = f"{what} ({target})" if what else str(target)
+    if exc.errno in DISK_FULL_ERRNOS:
+        return "disk_full", (
+            f"Writing {subject} failed: {cause}. Free space on the file system that holds "
+            f"{Path(str(target)).parent} (or raise the quota); nothing half-written was kept."
+        )
+    return "storage_error", (
+        f"Writing {subject} failed: {cause}. Make sure {Path(str(target)).parent} exists and is writable by this "
+        "process (permissions, a read-only mount, a failing disk); nothing half-written was kept."
+    )
+
+
 def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` atomically and durably (creates parent directories durably)."""
-    ensure_dir(path.parent)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    """Replace ``path`` with ``data`` atomically and durably (creates parent directories durably).
+
+    The new file gets the mode of the file it replaces, else the process umask's default (like ReMe's own files).
+    Raises StorageError naming ``path``; the temporary file is removed on any failure.
+    """
+    tmp: Path | None = None
     try:
+        ensure_dir(path.parent)
+        try:
+            mode = os.stat(path).st_mode & 0o7777
+        except FileNotFoundError:
+            mode = None
+        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 minus the umask
         with os.fdopen(fd, "wb") as handle:
+            if mode is not None:
+                os.fchmod(handle.fileno(), mode)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
+        tmp = None
+        fsync_dir(path.parent)
+    except OSError as exc:
+        raise StorageError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+    finally:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
 
 
 def write_json(path: Path, obj: Any) -> None:
@@ -66,28 +122,123 @@ def write_json(path: Path, obj: Any) -> None:
     atomic_write(path, (json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True) + "\n").encode("utf-8"))
 
 
+# The atomic writer's temporary files (``.run.jsonl.1a2b3c4d.tmp``; older versions used mkstemp's 8 characters).
+TEMP_FILE = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
+
+
+def remove_temp_files(directories: list[Path], pattern: re.Pattern = TEMP_FILE,
+                      keep: frozenset[Path] = frozenset()) -> list[Path]:
+    """Remove leftover temporary files matching ``pattern`` directly in ``directories`` (a kill during an atomic
+    write leaves them), except the paths in ``keep``; the caller holds the workspace lock, so no write of ours is in
+    progress. Returns the removed paths."""
+    removed = []
+    for directory in directories:
+        try:
+            entries = list(os.scandir(directory))
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        for entry in entries:
+            if pattern.match(entry.name) and entry.is_file(follow_symlinks=False) and Path(entry.path) not in keep:
+                Path(entry.path).unlink(missing_ok=True)
+                removed.append(Path(entry.path))
+    return removed
+
+
+class DamagedRecord(ValueError):
+    """A metadata record that cannot be parsed; the message names the file and what to do."""
+
+    def __init__(self, path: Path, cause: str, set_aside: Path | None = None) -> None:
+        self.path, self.cause, self.set_aside = path, cause, set_aside
+        where = f"; it was set aside as {set_aside} (kept for inspection)" if set_aside else ""
+        super().__init__(f"The metadata file {path} is damaged ({cause}){where}")
+
+
 def read_json(path: Path) -> Any | None:
-    """Read a JSON record, or None when it does not exist."""
+    """Read a JSON object record, or None when it does not exist; DamagedRecord (naming the file) when unreadable."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        raw = path.read_bytes()
     except FileNotFoundError:
         return None
+    try:
+        obj = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise DamagedRecord(path, f"{type(exc).__name__}: {exc}") from None
+    if not isinstance(obj, dict):
+        raise DamagedRecord(path, "the JSON value is not an object")
+    return obj
 
 
-class WorkspaceBusy(RuntimeError):
-    """Another process holds the workspace."""
+def load_record(path: Path, factory):
+    """``factory(**record)`` of a JSON record, or None when absent; DamagedRecord when it has the wrong shape."""
+    raw = read_json(path)
+    if raw is None:
+        return None
+    try:
+        return factory(**raw)
+    except TypeError as exc:
+        raise DamagedRecord(path, f"unexpected fields: {exc}") from None
+
+
+def set_aside(path: Path) -> Path:
+    """Rename a damaged record to ``<name>.damaged`` (``.damaged-2``, ...): kept, but no longer read."""
+    number = 1
+    while True:
+        target = path.with_name(f"{path.name}.damaged" + (f"-{number}" if number > 1 else ""))
+        if not target.exists():
+            break
+        number += 1
+    os.replace(path, target)
+    fsync_dir(path.parent)
+    return target
+
+
+def set_aside_and_raise(exc: DamagedRecord) -> None:
+    """Set the record of ``exc`` aside and raise it again with the new name."""
+    try:
+        moved = set_aside(exc.path)
+    except OSError:
+        raise exc from None
+    raise DamagedRecord(exc.path, exc.cause, moved) from None
+
+
+def load_owned_record(path: Path, factory=None):
+    """A record read by the import it belongs to: ``factory(**record)`` (or the raw object), None when absent; a
+    damaged record is set aside and raised (DamagedRecord naming both names)."""
+    try:
+        return load_record(path, factory) if factory is not None else read_json(path)
+    except DamagedRecord as exc:
+        set_aside_and_raise(exc)
+
+
+def has_set_aside(path: Path) -> bool:
+    """Whether a damaged copy of ``path`` was set aside."""
+    return any(path.parent.glob(f"{glob_escape(path.name)}.damaged*"))
+
+
+def glob_escape(name: str) -> str:
+    return re.sub(r"([*?\[])", r"[\1]", name)
+
+
+class WorkspaceBusy(StartupError, RuntimeError):
+    """Another process (or another application in this process) holds the workspace."""
 
 
 class WorkspaceLock:
-    """An exclusive, non-blocking ``flock`` on a lock file; released on close or process exit."""
+    """An exclusive, non-blocking ``flock`` on a lock file; released on ``release``, when this object is collected,
+    or at process exit. The file records the holder (``pid=... since=...``) for the refusal message."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._fd: int | None = None
+        self._finalizer = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
 
     def acquire(self) -> None:
-        """Take the lock or raise WorkspaceBusy naming the holder."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Take the lock or raise WorkspaceBusy naming the holder and the fix."""
+        ensure_dir(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -95,16 +246,19 @@ class WorkspaceLock:
             holder = os.read(fd, 200).decode("utf-8", "replace").strip() or "unknown"
             os.close(fd)
             raise WorkspaceBusy(
-                f"The procedure-memory workspace is in use by another ReMe process ({holder}); lock file {self.path}. "
-                "Stop that process (for example the `reme start` service) before running a one-shot import or rebuild.",
+                f"The procedure-memory workspace is in use by another ReMe process ({holder}; lock file "
+                f"{self.path}). Stop that process (for example the `reme start` service) and "
+                "run the command again; only one process may use a workspace.",
             ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"pid={os.getpid()} since={time.strftime('%Y-%m-%dT%H:%M:%S')}".encode())
         self._fd = fd
+        self._finalizer = weakref.finalize(self, os.close, fd)  # an owner dropped without release frees it
 
     def release(self) -> None:
         """Release the lock (idempotent)."""
         if self._fd is not None:
+            self._finalizer.detach()
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
@@ -131,10 +285,14 @@ class BadFile:
 class ExperienceFiles:
     """The experience directory: names, reads, listing and atomic publish. Paths are workspace-relative."""
 
-    def __init__(self, workspace: Path, procedure_dir: str) -> None:
+    def __init__(self, workspace: Path, procedure_dir: str, trajectory_dir: str) -> None:
         self.workspace = workspace
         self.rel_dir = procedure_dir
         self.root = workspace / procedure_dir
+        self.trajectory_dir = trajectory_dir
+        # Per instance (one search, scan or write): the workspace's real path, and each source checked once.
+        self._real_root: str | None = None
+        self._source_problems: dict[str, str | None] = {}
 
     def rel(self, name: str) -> str:
         """Workspace-relative path of experience ``name``."""
@@ -152,36 +310,96 @@ class ExperienceFiles:
             return None
 
     def read(self, rel_path: str) -> StoredExperience | BadFile | None:
-        """Parse one file: a StoredExperience, a BadFile, or None when absent."""
-        data = self.read_bytes(rel_path)
-        if data is None:
+        """Read and validate one file: a StoredExperience, a BadFile, or None when absent.
+
+        This is the one validation every reader shares (search, read, update, reconcile, reindex): a hand-placed
+        file follows the rules of a written one. It is a BadFile when its name is not a valid experience name,
+        its bytes are not an experience, or a source is not an existing trajectory copy; the error says what to fix.
+        """
+        self._check()
+        return self._read(rel_path)
+
+    def _check(self) -> None:
+        """The experience directory is a real directory inside the workspace (``paths.check_directory``); checked
+        once per instance."""
+        if self._real_root is None:
+            root = os.path.realpath(self.workspace)
+            check_directory(self.workspace, self.rel_dir, setting="procedure_dir", root=root)
+            self._real_root = root
+
+    def _read(self, rel_path: str) -> StoredExperience | BadFile | None:
+        """``read`` in a directory already checked."""
+        path = f"{self.workspace}/{rel_path}"
+        try:  # a link is never followed: it would give one file two names, or lead outside
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except (FileNotFoundError, NotADirectoryError):
             return None
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            link = os.readlink(path).encode("utf-8", "surrogateescape")  # its version; the target is never shown
+            return BadFile(rel_path, version_of(link), "it is a symbolic link; experiences are regular files: "
+                           "replace the link with the file itself")
         try:
-            return StoredExperience(rel_path, version_of(data), parse_experience(data))
+            with os.fdopen(fd, "rb") as handle:
+                data = handle.read()
+        except IsADirectoryError:
+            return None
+        problems = []
+        name_problem = check_name(rel_path.rpartition("/")[2])
+        if name_problem:
+            problems.append(f"{name_problem}; rename the file")
+        try:
+            experience = parse_experience(data)
         except InvalidExperience as exc:
-            return BadFile(rel_path, version_of(data), str(exc))
+            problems.append(str(exc))
+        else:
+            problems += [p for s in experience.sources if (p := self._source_problem(s))]
+        if problems:
+            return BadFile(rel_path, version_of(data), "; ".join(problems))
+        return StoredExperience(rel_path, version_of(data), experience)
+
+    def _source_problem(self, source: str) -> str | None:
+        if source not in self._source_problems:
+            self._check()
+            self._source_problems[source] = source_problem(self.workspace, self.trajectory_dir, source,
+                                                           root=self._real_root)
+        return self._source_problems[source]
 
     def paths(self) -> list[str]:
-        """Every ``*.json`` directly in the experience directory, sorted (hidden temp files excluded)."""
+        """Every ``*.json`` file or symbolic link directly in the experience directory, sorted. (The atomic
+        writer's temporary files end in ``.tmp``; links are listed so that ``read`` reports them.)"""
+        self._check()
         if not self.root.is_dir():
             return []
-        root = self.root.resolve()
-        return sorted(
-            self.rel(p.name)
-            for p in self.root.glob("*.json")
-            # a symlink leading out of the directory is not an experience of this workspace
-            if not p.name.startswith(".") and p.is_file() and p.resolve().parent == root
-        )
+        return sorted(self.rel(p.name) for p in self.root.glob("*.json") if p.is_symlink() or p.is_file())
+
+    def listed(self, raw) -> str | None:
+        """``raw`` when it names an entry ``paths()`` lists (whatever its name), else None: such a path is
+        answered by ``read``'s validation, so read and update say what search reports in pending_indexes."""
+        prefix = f"{self.rel_dir}/"
+        if not isinstance(raw, str) or not raw.startswith(prefix):
+            return None
+        name = raw[len(prefix):]
+        if not name.endswith(".json") or "/" in name or "\x00" in name:
+            return None
+        self._check()
+        entry = self.root / name
+        try:
+            return raw if entry.is_symlink() or entry.is_file() else None
+        except OSError:  # e.g. a name too long for the file system: not an entry
+            return None
 
     def scan(self) -> Iterator[StoredExperience | BadFile]:
-        """Read every experience file."""
+        """Read and validate every experience file (the directory is checked once, by ``paths``)."""
         for rel_path in self.paths():
-            item = self.read(rel_path)
+            item = self._read(rel_path)
             if item is not None:
                 yield item
 
     def publish(self, rel_path: str, data: bytes) -> None:
-        """Atomically publish experience bytes."""
+        """Atomically publish experience bytes (only while the directory is a real one inside the workspace)."""
+        check_directory(self.workspace, self.rel_dir, setting="procedure_dir")
         atomic_write(self.abs(rel_path), data)
 
 
@@ -234,6 +452,7 @@ class OperationJournal:
         # Records whose outcome is not final, by (scope, key): scanned once, then kept current by ``put``, so a
         # write never lists the whole journal.
         self._open: dict[tuple[str, str], Operation] | None = None
+        self.damaged: dict[str, str] = {}  # damaged records skipped by the scan: path -> cause
 
     def _scope_dir(self, scope: str) -> Path:
         return self.directory / hashlib.sha256(scope.encode("utf-8")).hexdigest()[:32]
@@ -243,14 +462,14 @@ class OperationJournal:
         return self._scope_dir(scope) / f"{digest}.json"
 
     def records(self, scope: str) -> list[Operation]:
-        """Every record of a scope, oldest first."""
-        found = [Operation(**raw) for p in self._scope_dir(scope).glob("*.json") if (raw := read_json(p))]
-        return sorted(found, key=lambda op: op.created_at)
+        """Every record of a scope (its import's ledger), oldest first. A damaged record is set aside and raised:
+        the import it belongs to stops once with ``metadata_damaged``."""
+        found = [load_owned_record(path, Operation) for path in self._scope_dir(scope).glob("*.json")]
+        return sorted((op for op in found if op is not None), key=lambda op: op.created_at)
 
     def get(self, scope: str, key: str) -> Operation | None:
-        """The record of a scoped key, or None."""
-        raw = read_json(self._path(scope, key))
-        return Operation(**raw) if raw else None
+        """The record of a scoped key, or None (a damaged record is set aside and raised)."""
+        return load_owned_record(self._path(scope, key), Operation)
 
     def put(self, op: Operation) -> None:
         """Durably write (or overwrite) a record."""
@@ -267,13 +486,17 @@ class OperationJournal:
         op.status, op.error = status, error
 
     def open_records(self) -> list[Operation]:
-        """Records whose outcome is not final (intent, published, index_pending), oldest first."""
+        """Records whose outcome is not final (intent, published, index_pending), oldest first. Damaged records are
+        skipped here (listed in ``damaged``): one import's damaged record never blocks a start or another import."""
         if self._open is None:
             self._open = {}
             for path in self.directory.glob("*/*.json"):
-                raw = read_json(path)
-                if raw and raw.get("status") in OPEN_STATES:
-                    op = Operation(**raw)
+                try:
+                    op = load_record(path, Operation)
+                except DamagedRecord as exc:
+                    self.damaged[str(path)] = exc.cause
+                    continue
+                if op is not None and op.status in OPEN_STATES:
                     self._open[(op.scope, op.key)] = op
         return sorted(self._open.values(), key=lambda op: op.created_at)
 
@@ -333,19 +556,37 @@ class ImportRegistry:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        self.damaged: dict[str, str] = {}  # damaged records skipped by ``reserved_paths``: path -> cause
+
+    def path(self, request_id: str) -> Path:
+        return _keyed(self.directory, request_id)
 
     def get(self, request_id: str) -> ImportRecord | None:
-        raw = read_json(_keyed(self.directory, request_id))
-        return ImportRecord(**raw) if raw else None
+        """The record of ``request_id``, or None; a damaged record is set aside and raised (DamagedRecord)."""
+        return load_owned_record(self.path(request_id), ImportRecord)
+
+    def was_set_aside(self, request_id: str) -> bool:
+        """Whether a damaged record of ``request_id`` was set aside (the import existed before)."""
+        return has_set_aside(self.path(request_id))
 
     def put(self, record: ImportRecord) -> None:
-        write_json(_keyed(self.directory, record.request_id), record.__dict__)
+        write_json(self.path(record.request_id), record.__dict__)
 
     def reserved_paths(self) -> set[str]:
-        """Copy paths held by any import record (published copies also exist on disk)."""
+        """Copy paths held by any import record (published copies also exist on disk). Damaged records are skipped
+        and listed in ``damaged``: they cannot block other imports (their copies still exist on disk)."""
         if not self.directory.is_dir():
             return set()
-        return {raw["path"] for p in self.directory.glob("*.json") if (raw := read_json(p))}
+        paths = set()
+        for path in self.directory.glob("*.json"):
+            try:
+                record = load_record(path, ImportRecord)
+            except DamagedRecord as exc:
+                self.damaged[str(path)] = exc.cause
+                continue
+            if record is not None:
+                paths.add(record.path)
+        return paths
 
 
 def numbered_name(filename: str, number: int) -> str:
@@ -379,8 +620,12 @@ class CheckpointStore:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
+    def path(self, request_id: str) -> Path:
+        return _keyed(self.directory, request_id)
+
     def get(self, request_id: str) -> dict | None:
-        return read_json(_keyed(self.directory, request_id))
+        """The checkpoint of ``request_id``, or None; a damaged one is set aside and raised (DamagedRecord)."""
+        return load_owned_record(self.path(request_id))
 
     def put(self, request_id: str, checkpoint: dict) -> None:
-        write_json(_keyed(self.directory, request_id), checkpoint)
+        write_json(self.path(request_id), checkpoint)

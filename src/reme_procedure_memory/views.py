@@ -2,7 +2,8 @@
 
 * ``when_to_use`` indexes the when-to-use text; ``when_to_use_content`` indexes when-to-use + "\\n\\n" + content.
 * Each experience is exactly one record (one FileNode with one FileChunk) in each view; chunk id ``<view>:<path>``,
-  ``metadata.version`` is the file version the record was built from.
+  ``metadata.version`` is the file version the record was built from, ``metadata.tokenizer`` the identity of the
+  view's BM25 tokenizer (see keyword_tokenizer.py): records of another tokenizer make the view inconsistent.
 * Each view is its own file store with its own BM25 index and file graph; both share one embedding store (cache).
 * The plugin embeds record texts itself, under a timeout, before upserting: an embedding failure never leaves a
   BM25-only record behind. Any indexing failure removes the path from both views and raises IndexFailure.
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from reme.schema import FileChunk, FileNode
 
 from .filestore import ProcedureFileStore
+from .keyword_tokenizer import tokenizer_identity
 from .store import StoredExperience
 
 VIEW_NAMES = ("when_to_use", "when_to_use_content")
@@ -100,30 +102,56 @@ class ProviderUnavailable(IndexFailure):
 
 
 class Views:
-    """Both views of one ProcedureMemory component."""
+    """Both views of one ProcedureMemory component.
 
-    def __init__(self, stores: dict[str, ProcedureFileStore], embedding_store, timeout: float, cooldown: float) -> None:
+    Embedding calls have two timeouts: ``timeout`` for writes, start, reindex and pending retries (they must index),
+    ``search_timeout`` (short) for a search's query vector. After a provider failure, searches skip the vector list
+    for ``cooldown`` seconds; after that, exactly one search at a time probes the provider while the others answer
+    from BM25 at once, so a hanging provider never stalls searches in waves. Writes always try the provider.
+    """
+
+    def __init__(self, stores: dict[str, ProcedureFileStore], embedding_store, timeout: float, cooldown: float,
+                 search_timeout: float | None = None) -> None:
         self.stores = stores
         self.embedding_store = embedding_store
         self.timeout = timeout
+        self.search_timeout = timeout if search_timeout is None else search_timeout
         self.cooldown = cooldown
-        # After a provider failure, searches skip the vector branch until this monotonic time instead of paying the
-        # provider's retry cost on every query. Writes always try the provider.
         self.vector_down_until = 0.0
-        self.vector_down_reason = ""
+        self.vector_down_reason = ""  # set while the provider is considered down (until a call succeeds)
+        self._probing = False  # one search is testing whether the provider recovered
         self._failed_calls = 0  # consecutive failed embedding calls
+        self.tokenizers = {view: self._tokenizer_identity(store) for view, store in stores.items()}
+
+    @staticmethod
+    def _tokenizer_identity(store: ProcedureFileStore) -> str:
+        index = store.keyword_index
+        if index is None:
+            return "none"
+        return tokenizer_identity(index.tokenizer, index._tokenizer_fingerprint())
+
+    def foreign_tokenizer(self) -> list[str]:
+        """Views holding records tokenized by another tokenizer than the current one (also: records made before
+        the identity was recorded, also those of an earlier plugin's view files, which the store found but did not
+        load). Their BM25 tokens cannot be mixed with the current ones: rebuild."""
+        return [
+            view for view in VIEW_NAMES
+            if self.stores[view].previous_layout or any(c.metadata.get("tokenizer") != self.tokenizers[view] for c in self.stores[view].file_chunks.values())
+        ]
 
     # -- embeddings ---------------------------------------------------------------------------------------------
 
-    async def embed(self, texts: list[str]) -> list:
-        """Vectors of ``texts`` via the shared cache; raise IndexFailure on a provider failure or timeout."""
+    async def embed(self, texts: list[str], timeout: float | None = None) -> list:
+        """Vectors of ``texts`` via the shared cache; raise IndexFailure on a provider failure or timeout
+        (``timeout`` defaults to the write timeout)."""
         if not texts:
             return []
+        timeout = self.timeout if timeout is None else timeout
         try:
             try:
-                vectors = await asyncio.wait_for(self.embedding_store.get_embeddings(texts), self.timeout)
+                vectors = await asyncio.wait_for(self.embedding_store.get_embeddings(texts), timeout)
             except asyncio.TimeoutError:
-                raise ProviderUnavailable(f"embedding provider did not answer within {self.timeout:g} s") from None
+                raise ProviderUnavailable(f"embedding provider did not answer within {timeout:g} s") from None
             except Exception as exc:  # provider errors are reported, never swallowed
                 raise ProviderUnavailable(f"embedding provider failed: {type(exc).__name__}: {exc}") from exc
             missing = sum(1 for v in vectors if v is None)
@@ -140,17 +168,25 @@ class Views:
                 self.vector_down_until, self.vector_down_reason = time.monotonic() + self.cooldown, str(exc)
             raise
         self._failed_calls = 0
-        self.vector_down_until = 0.0
+        self.vector_down_until, self.vector_down_reason = 0.0, ""
         return vectors
 
     async def query_vector(self, query: str):
-        """The query's vector, or None with the reason when the provider is unavailable (or cooling down)."""
+        """The query's vector, or None with the reason when the provider is unavailable, cooling down, or being
+        probed by another search."""
         if time.monotonic() < self.vector_down_until:
             return None, f"{self.vector_down_reason} (vector search paused for up to {self.cooldown:g} s)"
+        if self._probing:
+            return None, f"{self.vector_down_reason} (another search is testing whether the provider recovered)"
+        probe = bool(self.vector_down_reason)  # the provider was down: this search is the one probe
+        self._probing = probe
         try:
-            return (await self.embed([query]))[0], None
+            return (await self.embed([query], self.search_timeout))[0], None
         except IndexFailure as exc:
             return None, str(exc)
+        finally:
+            if probe:
+                self._probing = False
 
     # -- writes -------------------------------------------------------------------------------------------------
 
@@ -162,7 +198,7 @@ class Views:
             end_line=1,
             text=view_text(view, stored),
             embedding=vector,
-            metadata={"view": view, "version": stored.version},
+            metadata={"view": view, "version": stored.version, "tokenizer": self.tokenizers[view]},
         )
         node = FileNode(
             path=stored.path,

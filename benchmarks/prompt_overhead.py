@@ -1,0 +1,120 @@
+"""The fixed prompt overhead of one extraction segment, in exact Qwen3 tokens.
+
+Run from the repository root (a venv with the plugin installed, ``../shared/data`` present)::
+
+    python benchmarks/prompt_overhead.py
+    python benchmarks/prompt_overhead.py --plugin-src /tmp/old/src     # another revision of the plugin
+
+It builds the plugin's real first-turn input of a segment in an in-process ``Application`` (the shipped
+``plugin.yaml``, default token limits) with the segment left empty and no earlier summary: the system prompt, the
+user message with its empty-summary slot, and the four tool schemas as function-calling requests carry them (what the
+plugin's own context check counts). It then renders that input with Qwen3's own chat template
+(``shared/data/tokenizers/qwen3/tokenizer_config.json``, with tools, plus AgentScope's runtime reminder message and
+the generation prompt) and counts everything with the real Qwen3 tokenizer. "Framing" is what the template and
+AgentScope add around the plugin's parts. The target is at most 4,000 tokens of the 262,144-token context.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+os.environ["HF_HUB_OFFLINE"] = "1"
+REPO = Path(__file__).resolve().parent.parent
+TARGET = 4000
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _shared import find_shared  # noqa: E402  (benchmarks/_shared.py)
+
+
+def reminder_text() -> str:
+    """AgentScope's runtime-state reminder, as its agent injects it before the first model call."""
+    from agentscope.agent._config import InjectionConfig  # the installed AgentScope's own template
+
+    state = "<current-time>2026-12-03T15:28:39</current-time>\n<timezone>UTC</timezone>"
+    return InjectionConfig().template.format(runtime_state=state)
+
+
+async def plugin_parts(tokenizer_file: Path) -> dict[str, str]:
+    """System prompt, empty-segment user message and tool schemas, rendered by the plugin's own code."""
+    from reme.application import Application
+
+    sys.path.insert(0, str(REPO / "tests"))
+    from helpers import FakeEmbeddingModel  # never called: the workspace is empty
+
+    from reme_procedure_memory.extraction import Extraction
+
+    with tempfile.TemporaryDirectory(prefix="prompt-overhead-") as workspace:
+        app = Application(plugins=["procedure-memory"], workspace_dir=workspace, service={"backend": "cli"},
+                          enable_logo=False, log_to_console=False, log_to_file=False,
+                          components={"procedure_memory": {"default": {"tokenizer_source": str(tokenizer_file)}}})
+        app.context.components["as_embedding"]["procedure"].model = FakeEmbeddingModel(1024)
+        await app.start()
+        try:
+            memory = app.context.components["procedure_memory"]["default"]
+            record = SimpleNamespace(path="session/trajectories/run.jsonl", request_id="overhead")
+            checkpoint = {"segments": [[0, 0]], "next_segment": 0, "summary": "", "memory_hint": ""}
+            extraction = Extraction(memory, None, record, "", "jsonl", checkpoint, None, lambda message: None)
+            try:
+                system = extraction._system_prompt()
+            except TypeError:  # revisions before the segment-independent system prompt took the segment number
+                system = extraction._system_prompt(1)
+            return {"system": system, "user": extraction._user_message(0), "tools": extraction._tool_schemas()}
+        finally:
+            await app.close()
+
+
+def render_qwen3(config: dict, system: str, user: str, tools: list[dict]) -> str:
+    """The first-turn prompt as a Qwen3 server renders it (its chat template, tools in the system turn)."""
+    import jinja2
+
+    env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
+    env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
+    messages = [{"role": "system", "content": system}, {"role": "user", "content": user},
+                {"role": "user", "content": reminder_text()}]
+    return env.from_string(config["chat_template"]).render(messages=messages, tools=tools,
+                                                           add_generation_prompt=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shared", type=Path, default=None)
+    parser.add_argument("--plugin-src", type=Path, default=None, help="measure the plugin in this src/ directory")
+    args = parser.parse_args()
+    if args.plugin_src:
+        sys.path.insert(0, str(args.plugin_src.resolve()))
+    from tokenizers import Tokenizer
+
+    qwen3 = find_shared(args.shared, "data/tokenizers/qwen3") / "data" / "tokenizers" / "qwen3"
+    tokenizer = Tokenizer.from_file(str(qwen3 / "tokenizer.json"))
+
+    def count(text: str) -> int:
+        return len(tokenizer.encode(text, add_special_tokens=False).ids)
+
+    parts = asyncio.run(plugin_parts(qwen3 / "tokenizer.json"))
+    import reme_procedure_memory
+
+    config = json.loads((qwen3 / "tokenizer_config.json").read_text(encoding="utf-8"))
+    rendered = render_qwen3(config, parts["system"], parts["user"], json.loads(parts["tools"]))
+    sizes = {name: count(text) for name, text in parts.items()}
+    reminder = count(reminder_text())
+    total = count(rendered)
+    framing = total - sizes["system"] - sizes["user"] - sizes["tools"]
+    print(f"plugin: {Path(reme_procedure_memory.__file__).parent}")
+    print(f"system prompt                         {sizes['system']:6d}")
+    print(f"tool schemas (wire-form JSON)         {sizes['tools']:6d}")
+    print(f"user message, empty segment + summary {sizes['user']:6d}")
+    print(f"framing (Qwen3 template + AgentScope reminder {reminder}) {framing:6d}")
+    print(f"total fixed overhead per segment      {total:6d}   (target <= {TARGET}: "
+          f"{'PASS' if total <= TARGET else 'FAIL'})")
+    print(f"the plugin's context check counts     {sum(sizes.values()) + 512:6d}   (its parts + 512 framing allowance)")
+
+
+if __name__ == "__main__":
+    main()

