@@ -25,7 +25,9 @@ Measured side by side in one run (see ``benchmarks/README.md`` for the recorded 
    ``keyword_search`` + ``SearchStep._rrf_merge`` per view, and the stock/plugin ratio.
 
 Targets (2-core machine): search p50 <= 25 ms per view at 10k; create p50 at 10k within 2x of create p50 at 100;
-reindex of 10k with cached embeddings <= 20 s. PASS/FAIL is printed; nothing asserts on time.
+reindex of 10k with cached embeddings <= 20 s. At 100k (issue 9, ``--n 100000 --small-n 1000``): search p50 <= 10 ms
+per view, start <= 10 s, close after the lifecycle creates <= 3 s, RSS after start <= 1.5 GiB, create CPU at 100k
+<= 1.3x create CPU at --small-n. PASS/FAIL is printed; nothing asserts on time.
 """
 
 from __future__ import annotations
@@ -69,7 +71,9 @@ VECTOR_WEIGHT = 0.7
 SMALL_N = 100  # default size of the small workspace (--small-n)
 LIFECYCLE_FIRST_INDEX = 10_000_000  # experience numbers of the lifecycle creates (never collide with the corpus)
 
-TARGET_SEARCH_MS = 25.0
+TARGET_SEARCH_MS = 25.0  # search p50 per view at 10k
+TARGET_SEARCH_MS_100K = 10.0  # issue 9: search p50 per view at 100k
+TARGET_START_S = 10.0  # issue 9: start (load views + reconcile) at 100k
 TARGET_CREATE_RATIO = 2.0
 TARGET_REINDEX_S = 20.0
 TARGET_CREATE_CPU_RATIO = 1.3  # create CPU at N over create CPU at --small-n (issue 9: 100k over 1k)
@@ -775,16 +779,17 @@ def report(r: dict) -> str:
     row = "| {:<64} | {:>10} | {:>10} | {:<26} |".format
     lines.append(row("measurement", "p50", "p95", "target"))
     lines.append("|" + "-" * 66 + "|" + "-" * 12 + "|" + "-" * 12 + "|" + "-" * 28 + "|")
+    search_target = TARGET_SEARCH_MS_100K if n >= 100_000 else TARGET_SEARCH_MS
     for view in VIEWS:
         s, st = r["search"][view], r["stock"].get(view)
-        ok = s["component"]["p50_ms"] <= TARGET_SEARCH_MS
+        ok = s["component"]["p50_ms"] <= search_target
         lines.append(row(f"search {view} @ {n}: ProcedureMemory.search",
                          f"{s['component']['p50_ms']:.2f} ms", f"{s['component']['p95_ms']:.2f} ms",
-                         f"<= {TARGET_SEARCH_MS:g} ms  {verdict(ok)}"))
+                         f"<= {search_target:g} ms  {verdict(ok)}"))
         lines.append(row("  p99 of the row above", f"{s['component']['p99_ms']:.2f} ms", "", ""))
         lines.append(row(f"search {view} @ {n}: run_job procedure_search",
                          f"{s['run_job']['p50_ms']:.2f} ms", f"{s['run_job']['p95_ms']:.2f} ms",
-                         f"<= {TARGET_SEARCH_MS:g} ms  {verdict(s['run_job']['p50_ms'] <= TARGET_SEARCH_MS)}"))
+                         f"<= {search_target:g} ms  {verdict(s['run_job']['p50_ms'] <= search_target)}"))
         lines.append(row("  plugin fusion only (Views.search, no file reads)",
                          f"{s['fusion_only']['p50_ms']:.2f} ms", f"{s['fusion_only']['p95_ms']:.2f} ms", ""))
         lines.append(row("  plugin vector part (matrix top-50)",
@@ -831,7 +836,9 @@ def report(r: dict) -> str:
     for name, lc in r.get("lifecycle", {}).items():
         k = lc["experiences"]
         lines.append(row(f"{name} ({k}) in a fresh process: start (load views + reconcile)",
-                         f"{lc['start_seconds']:.2f} s", "", ""))
+                         f"{lc['start_seconds']:.2f} s", "",
+                         f"<= {TARGET_START_S:g} s at 100k  {verdict(lc['start_seconds'] <= TARGET_START_S)}"
+                         if k >= 100_000 else ""))
         lines.append(row(f"  view load (file stores, BM25, graphs, embedding cache) / reconcile",
                          f"{lc['view_load_seconds']:.2f} s", f"{lc['reconcile_seconds']:.2f} s", ""))
         lines.append(row("  RSS after start (MiB)", f"{lc['rss_after_start_mib']:.0f}", "",

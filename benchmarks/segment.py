@@ -302,7 +302,7 @@ def time_context_checks(text: str, segmented, counter, summary: str) -> tuple[fl
     prompts."""
     from reme_procedure_memory.extraction import PROMPTS
 
-    system = PROMPTS["system_prompt"].format(description=128, when_to_use=512, content=2048, summary=8192, segment=2)
+    system = PROMPTS["system_prompt"].format(description=128, when_to_use=512, content=2048, summary=8192)
     schemas = json.dumps([{"type": "function", "function": {"name": f"tool_{i}", "description": "x" * 300,
                                                             "parameters": {"type": "object"}}} for i in range(4)])
     counted = {"trajectory": 0, "other": 0}
@@ -320,8 +320,8 @@ def time_context_checks(text: str, segmented, counter, summary: str) -> tuple[fl
         for number, (start, end, tokens) in enumerate(segmented, 1):
             user = PROMPTS["segment_user"].format(
                 path="session/trajectories/run.jsonl", format="jsonl", number=number, total=len(segmented),
-                start=start, end=end, hint="", summary=summary, ledger="", segment=text[start:end],
-                summary_limit=8192)
+                start=start, end=end, hint="", previous=PROMPTS["previous_summary"].format(summary=summary),
+                ledger="", segment=text[start:end], summary_limit=8192)
             at, summary_at = user.find(text[start:end]), user.find(summary)
             before = counted["other"]
             known = [(at, at + end - start, tokens), (summary_at, summary_at + len(summary), summary_tokens)]
