@@ -150,6 +150,15 @@ def experience_record(description: str, when_to_use: str, content: str, sources=
     return {"description": description, "when-to-use": when_to_use, "content": content, "sources": list(sources)}
 
 
+def place_unicorn_experiences(ws: Path, count: int) -> None:
+    """Hand-place ``count`` valid experiences ``procedures/p<i>.json`` (distinct words each) citing ``run.jsonl``."""
+    place_trajectory(ws)
+    (ws / "procedures").mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        (ws / f"procedures/p{i}.json").write_text(json.dumps(experience_record(
+            f"d{i}", f"when the unicorn{i} service degrades", f"restart unicorn{i}")))
+
+
 def place_trajectory(ws: Path, name: str = "run.jsonl", data: bytes = b'{"role": "user", "content": "hi"}\n') -> str:
     """Place a trajectory copy as an import leaves it (hand-placed experiences cite it); returns its path."""
     path = ws / "session" / "trajectories" / name

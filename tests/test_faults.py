@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from conftest import add_trajectory, call_tool, import_file, memory_of, run_job
-from helpers import EmbeddingEndpoint, experience_record, place_trajectory, summary
+from helpers import EmbeddingEndpoint, experience_record, place_trajectory, place_unicorn_experiences, summary
 from test_import import JSONL, long_trajectory, replies, summarises, write
 from test_pending_and_restart import endpoint_components
 
@@ -362,11 +362,7 @@ async def test_f4_searches_answer_within_the_search_timeout_while_a_pending_retr
 
 async def test_f4_one_probe_at_a_time_while_the_provider_hangs_and_writes_keep_their_timeout(make_app, tmp_path):
     ws = tmp_path / "ws"
-    (ws / "procedures").mkdir(parents=True)
-    place_trajectory(ws)
-    for i in range(3):
-        (ws / f"procedures/p{i}.json").write_text(json.dumps(experience_record(
-            f"d{i}", f"when the unicorn{i} service degrades", f"restart unicorn{i}")))
+    place_unicorn_experiences(ws, 3)
     with EmbeddingEndpoint(64) as endpoint:
         endpoint.hanging = True
         components = hanging_components(endpoint, embedding_timeout_seconds=1, search_embedding_timeout_seconds=0.2,

@@ -23,7 +23,7 @@ import shlex
 import time
 
 from conftest import import_file, memory_of, run_job
-from helpers import FakeEmbeddingModel, experience_record, place_trajectory, summary
+from helpers import FakeEmbeddingModel, experience_record, place_trajectory, place_unicorn_experiences, summary
 from test_import import JSONL, replies, write
 
 
@@ -187,10 +187,7 @@ async def test_r5_search_does_not_pay_the_provider_timeout_once_per_pending_file
     components = {"procedure_memory": {"default": {"embedding_timeout_seconds": timeout}},
                   "embedding_store": {"procedure": {"enable_cache": False}}}
     async with make_app(workspace=ws, embedding=model, components=components) as app:
-        place_trajectory(ws)
-        for i in range(8):
-            (ws / f"procedures/p{i}.json").write_text(json.dumps(experience_record(
-                f"d{i}", f"when the unicorn{i} service degrades", f"restart unicorn{i}")))
+        place_unicorn_experiences(ws, 8)
         model.hang = True
         memory = memory_of(app)
         await memory.reconcile()  # as at a start during an outage: 8 files pending

@@ -587,13 +587,17 @@ def test_one_shot_reindex_reports_every_hand_placed_file_and_rewrites_none(one_s
 # -- agent tool calls and hand-placed files (in process, a scripted agent inside a real import) ---------------------
 
 AGENT_TEXT_OK = lambda v: valid_text(v, numbers=False)  # noqa: E731 - the file fields take strings only
+# The hostile filenames that have a canonical spelling (issue 6: case, spaces/underscores, a missing `.json` and the
+# `procedures/` prefix are spelling slips the agent loop absorbs); every other hostile filename is refused.
+CANONICAL_FILENAMES = {"bad-name": "hp-upper.json", "directory": "procedures.json", "number-text": "1e999.json"}
 AGENT_KEY_OK = lambda v: valid_text(v, numbers=True) and len(str(v)) <= 200  # noqa: E731
 
 
 def agent_cases() -> list[Case]:
     cases = []
     for label, value in VALUES:
-        for argument, accepts in (("filename", lambda v: False), ("description", AGENT_TEXT_OK),
+        for argument, accepts in (("filename", lambda v, label=label: label in CANONICAL_FILENAMES),
+                                  ("description", AGENT_TEXT_OK),
                                   ("when_to_use", AGENT_TEXT_OK), ("content", AGENT_TEXT_OK),
                                   ("operation_key", AGENT_KEY_OK)):
             cases.append(Case(f"create-{argument}-{label}", "procedure_create", {argument: value}, accepts(value)))
@@ -632,7 +636,8 @@ def agent_results(tmp_path_factory):
             if case.job == "procedure_create":
                 args = {"filename": f"hostile-{i}.json", "description": "d", "when_to_use": "w", "content": "c",
                         "operation_key": f"k-{i}", **{k: concrete(v, ws) for k, v in case.args.items()}}
-                destination = str(ws / "procedures" / f"hostile-{i}.json")
+                name = CANONICAL_FILENAMES.get(case.name.removeprefix("create-filename-"), f"hostile-{i}.json")
+                destination = str(ws / "procedures" / name)
             else:
                 ok, current = await tools.call("procedure_read", path=target["path"])
                 args = {"path": target["path"], "expected_version": current["version"], "content": f"c{i}",

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from conftest import add_trajectory, call_tool, import_file, memory_of, run_job
-from helpers import experience_record, place_trajectory, summary
+from helpers import experience_record, place_unicorn_experiences, summary
 from reme_procedure_memory.store import INDEXED, SUPERSEDED
 
 
@@ -195,11 +195,7 @@ async def test_searches_during_a_reindex_wait_for_complete_views(make_app, tmp_p
             return await super().__call__(inputs, **kwargs)
 
     ws = tmp_path / "ws"
-    (ws / "procedures").mkdir(parents=True)
-    place_trajectory(ws)
-    for i in range(30):
-        (ws / f"procedures/p{i}.json").write_text(json.dumps(experience_record(
-            f"d{i}", f"when the unicorn{i} service degrades", f"restart unicorn{i}")))
+    place_unicorn_experiences(ws, 30)
     components = {"embedding_store": {"procedure": {"enable_cache": False, "max_batch_size": 4}}}
     async with make_app(workspace=ws, embedding=SlowModel(64), components=components) as app:
         reindex = asyncio.create_task(app.run_job("procedure_reindex"))
