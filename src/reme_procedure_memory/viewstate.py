@@ -37,6 +37,8 @@ from uuid import uuid4
 import numpy as np
 import zstandard
 
+from .store import fsync_dir
+
 FORMAT = 2
 MANIFEST = "MANIFEST.json"
 _HEADER = struct.Struct("<II")  # payload length, crc32
@@ -44,14 +46,6 @@ _HEADER = struct.Struct("<II")  # payload length, crc32
 
 class ViewStateError(RuntimeError):
     """The persisted view state is missing a part or inconsistent: discard it and rebuild the view."""
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ViewState:
@@ -190,7 +184,7 @@ class ViewState:
         manifest = {**meta, "format": FORMAT, "generation": generation, "records": len(records),
                     "chunks": sum(len(r["chunks"]) for r in records), "dimensions": int(vectors["vectors"].shape[1])}
         self._publish(self.directory / MANIFEST, lambda h: h.write(json.dumps(manifest, indent=1).encode()))
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         self.generation, self.log_entries = generation, 0
         self._remove_other_generations()
 
