@@ -40,12 +40,13 @@ def make_app(tmp_path, word_tokenizer):
 def app_factory(default_workspace: Path, word_tokenizer: Path):
     """The factory behind ``make_app`` (also for module-scoped fixtures): ``workspace`` defaults to
     ``default_workspace``; ``scripts`` installs a scripted extraction agent; ``embedding=False`` keeps the
-    configured model."""
+    configured model; ``service`` replaces the in-process cli service (e.g. ``{"backend": "cli", "job": ...}`` as
+    ``reme start job=...`` builds it)."""
     from reme.application import Application
 
     @asynccontextmanager
     async def factory(workspace: Path | None = None, embedding=None, components: dict | None = None, scripts=None,
-                      **kwargs):
+                      service: dict | None = None, **kwargs):
         ws = workspace or default_workspace
         base_components = {
             "procedure_memory": {"default": {"tokenizer_source": str(word_tokenizer), "pending_retry_seconds": 0}},
@@ -54,7 +55,7 @@ def app_factory(default_workspace: Path, word_tokenizer: Path):
         app = Application(
             plugins=["procedure-memory"],
             workspace_dir=str(ws),
-            service={"backend": "cli"},
+            service=service or {"backend": "cli"},
             enable_logo=False,
             log_to_console=False,
             log_to_file=False,
