@@ -44,9 +44,8 @@ def app_factory(default_workspace: Path, word_tokenizer: Path):
     ``reme start job=...`` builds it)."""
     from reme.application import Application
 
-    @asynccontextmanager
-    async def factory(workspace: Path | None = None, embedding=None, components: dict | None = None, scripts=None,
-                      service: dict | None = None, **kwargs):
+    def build(workspace: Path | None = None, embedding=None, components: dict | None = None, scripts=None,
+              service: dict | None = None, **kwargs):
         ws = workspace or default_workspace
         base_components = {
             "procedure_memory": {"default": {"tokenizer_source": str(word_tokenizer), "pending_retry_seconds": 0}},
@@ -68,12 +67,18 @@ def app_factory(default_workspace: Path, word_tokenizer: Path):
         if scripts is not None:  # the extraction agent: a scripted wrapper that calls the real job tools
             app.agent = ScriptedAgent(scripts, name="default", app_context=app.context)
             app.context.components.setdefault("agent_wrapper", {})["default"] = app.agent
+        return app
+
+    @asynccontextmanager
+    async def factory(*args, **kwargs):
+        app = build(*args, **kwargs)
         await app.start()
         try:
             yield app
         finally:
             await app.close()
 
+    factory.build = build  # an unstarted Application (a test that must not close it, e.g. to simulate a kill)
     return factory
 
 

@@ -3,7 +3,7 @@
 Lifecycle: the constructor validates settings and takes the workspace lock — ReMe builds every component before it
 starts any, so a second process is refused before any store could write. ``_start`` creates the directories, removes
 temporary files a kill left behind, recovers the operation journal and reconciles the experience files with both
-views. ``_close`` compacts the views' BM25 after writes, closes the plugin's own stores (each persists itself when it
+views (recovery.py; a process started to run the reindex job leaves the indexing to that job). ``_close`` compacts the views' BM25 after writes, closes the plugin's own stores (each persists itself when it
 closes) and only then releases the lock: no view file is written without it.
 
 Steps are stateless and call the public coroutines here; every coroutine returns a JSON-able answer or raises
