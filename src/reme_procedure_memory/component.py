@@ -319,7 +319,7 @@ class ProcedureMemory(BaseComponent):
         views = self.views
         assert views is not None
         await self.recovery.ensure_reconciled()
-        await self.recovery.retry_pending()
+        await self.recovery.retries.maybe_start()
         fused, vector_error = await self.recovery.without_rebuild(
             lambda: views.search(view, query, limit, self.settings.vector_weight),
         )

@@ -50,8 +50,7 @@ class Recovery:
         self.deferred = False  # start-up indexing left to the process's reindex job (single pass)
         self._views_ready: asyncio.Event | None = None
         self._rebuilds = 0  # incremented by every reindex: a search that overlapped one searches again
-        self._last_pending_retry = 0.0
-        self._retry_task: asyncio.Task | None = None
+        self.retries = PendingRetries(self)
 
     # -- start and stop -----------------------------------------------------------------------------------------
 
@@ -66,15 +65,12 @@ class Recovery:
             report = {"files": None, "indexing": "deferred to the procedure_reindex job of this process"}
         else:
             report = await self.reconcile()
-        self._last_pending_retry = time.monotonic()  # the start just tried every pending file
+        self.retries.last = time.monotonic()  # the start just tried every pending file
         return report
 
     async def stop(self) -> None:
         """Cancel a pending-retry round still running."""
-        if self._retry_task is not None and not self._retry_task.done():
-            self._retry_task.cancel()
-            await asyncio.gather(self._retry_task, return_exceptions=True)
-        self._retry_task = None
+        await self.retries.stop()
 
     async def ensure_reconciled(self) -> None:
         """Reconcile now if start-up deferred it and no reindex has run since (under the write lock)."""
@@ -249,24 +245,40 @@ class Recovery:
         return [{"path": memory.to_workspace_relative(path), "error": cause, "fix": DAMAGED_RECORD_FIX}
                 for path, cause in sorted(memory.damaged_metadata.items()) if Path(path).exists()]
 
-    async def retry_pending(self) -> None:
-        """Start a round that re-indexes pending valid files, at most once per ``pending_retry_seconds`` and one
-        round at a time. The round runs in the background under the write lock with the write timeout; the search
-        that started it waits for it at most one search-embedding timeout, later searches do not wait."""
-        memory = self.memory
-        if not memory.pending or (self._retry_task is not None and not self._retry_task.done()):
-            return
-        if time.monotonic() - self._last_pending_retry < memory.settings.pending_retry_seconds:
-            return
-        self._last_pending_retry = time.monotonic()
-        self._retry_task = asyncio.create_task(self._retry_pending_round())
-        await asyncio.wait({self._retry_task}, timeout=memory.settings.search_embedding_timeout_seconds)
 
-    async def _retry_pending_round(self) -> None:
-        memory = self.memory
+class PendingRetries:
+    """Background rounds that re-index pending valid files (searches start them; see ``maybe_start``)."""
+
+    def __init__(self, recovery: Recovery) -> None:
+        self.recovery = recovery
+        self.last = 0.0  # when the last round (or the start) tried every pending file
+        self._task: asyncio.Task | None = None
+
+    async def maybe_start(self) -> None:
+        """Start a round at most once per ``pending_retry_seconds`` and one round at a time. The round runs in the
+        background under the write lock with the write timeout; the search that started it waits for it at most one
+        search-embedding timeout, later searches do not wait."""
+        memory = self.recovery.memory
+        if not memory.pending or (self._task is not None and not self._task.done()):
+            return
+        if time.monotonic() - self.last < memory.settings.pending_retry_seconds:
+            return
+        self.last = time.monotonic()
+        self._task = asyncio.create_task(self._round())
+        await asyncio.wait({self._task}, timeout=memory.settings.search_embedding_timeout_seconds)
+
+    async def stop(self) -> None:
+        """Cancel a round still running."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._task = None
+
+    async def _round(self) -> None:
+        recovery, memory = self.recovery, self.recovery.memory
         try:
             async with memory.write_lock:
-                self._last_pending_retry = time.monotonic()
+                self.last = time.monotonic()
                 memory.mark_changed()
                 retry = []
                 for path in list(memory.pending):
@@ -274,9 +286,9 @@ class Recovery:
                     if item is None:
                         memory.pending.pop(path, None)
                     elif isinstance(item, BadFile):
-                        self.mark_invalid(item)
+                        recovery.mark_invalid(item)
                     else:
                         retry.append(item)
-                await self.index_many(retry)
+                await recovery.index_many(retry)
         except Exception as exc:  # a structural failure: the files stay pending; the next round tries again
             memory.logger.exception(f"procedure memory: retrying pending indexes failed: {exc}")
