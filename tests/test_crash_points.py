@@ -35,7 +35,8 @@ class Killed(BaseException):
 
 
 def target(fields: dict, source: str) -> bytes:
-    return Experience.model_validate({**{ARG_TO_FIELD[k]: v for k, v in fields.items()}, "sources": [source]}).to_bytes()
+    named = {ARG_TO_FIELD[arg]: value for arg, value in fields.items()}
+    return Experience.model_validate({**named, "sources": [source]}).to_bytes()
 
 
 async def write_both(app, run, created_version: str) -> tuple[dict, dict]:
@@ -58,7 +59,8 @@ async def check_nothing_lost_or_duplicated(app, source: str) -> None:
     assert memory.journal.get("req-1", "op-2").status == INDEXED
     assert memory.journal.get("req-1", "op-1").status in (INDEXED, SUPERSEDED)
     assert memory.journal.open_records() == []
-    ok, found = await run_job(app, "procedure_search", query="verify a known query tell the team", index="when_to_use_content")
+    ok, found = await run_job(app, "procedure_search", query="verify a known query tell the team",
+                              index="when_to_use_content")
     assert ok and [r["path"] for r in found["results"]] == [PATH] and found["index_complete"]
 
 

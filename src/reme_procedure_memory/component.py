@@ -3,8 +3,9 @@
 Lifecycle: the constructor validates settings and takes the workspace lock — ReMe builds every component before it
 starts any, so a second process is refused before any store could write. ``_start`` creates the directories, removes
 temporary files a kill left behind, recovers the operation journal and reconciles the experience files with both
-views (recovery.py; a process started to run the reindex job leaves the indexing to that job). ``_close`` compacts the views' BM25 after writes, closes the plugin's own stores (each persists itself when it
-closes) and only then releases the lock: no view file is written without it.
+views (recovery.py; a process started to run the reindex job leaves the indexing to that job). ``_close`` compacts
+the views' BM25 after writes, closes the plugin's own stores (each persists itself when it closes) and only then
+releases the lock: no view file is written without it.
 
 Steps are stateless and call the public coroutines here; every coroutine returns a JSON-able answer or raises
 ProcedureError. All writes (create, update, reindex, pending retries) are serialised by one lock.
@@ -64,6 +65,7 @@ from .store import (
 )
 from .tokens import TokenCounter, TokenizerUnavailable
 from .views import IndexFailure, Views
+
 
 class ProcedureMemory(BaseComponent):
     """Experience store, two hybrid views, extraction-run grants. Configured under components.procedure_memory."""
@@ -280,7 +282,8 @@ class ProcedureMemory(BaseComponent):
         service = config.service
         job = config.jobs.get(getattr(service, "job", None) or "") if service.backend == "cli" else None
         return job is not None and any(
-            step.backend == "procedure_reindex_step" and (getattr(step, "procedure_memory", None) or "default") == self.name
+            step.backend == "procedure_reindex_step"
+            and (getattr(step, "procedure_memory", None) or "default") == self.name
             for step in job.steps
         )
 
