@@ -42,12 +42,12 @@ def make_app(tmp_path, word_tokenizer):
 def app_factory(default_workspace: Path, word_tokenizer: Path):
     """The factory behind ``make_app`` (also for module-scoped fixtures): ``workspace`` defaults to
     ``default_workspace``; ``scripts`` installs a scripted extraction agent; ``embedding=False`` keeps the
-    configured model."""
+    configured model; ``service`` replaces the in-process cli service (e.g. ``{"backend": "cli", "job": ...}`` as
+    ``reme start job=...`` builds it)."""
     from reme.application import Application
 
-    @asynccontextmanager
-    async def factory(workspace: Path | None = None, embedding=None, components: dict | None = None, scripts=None,
-                      **kwargs):
+    def build(workspace: Path | None = None, embedding=None, components: dict | None = None, scripts=None,
+              service: dict | None = None, **kwargs):
         ws = workspace or default_workspace
         base_components = {
             "procedure_memory": {"default": {"tokenizer_source": str(word_tokenizer), "pending_retry_seconds": 0}},
@@ -56,7 +56,7 @@ def app_factory(default_workspace: Path, word_tokenizer: Path):
         app = Application(
             plugins=["procedure-memory"],
             workspace_dir=str(ws),
-            service={"backend": "cli"},
+            service=service or {"backend": "cli"},
             enable_logo=False,
             log_to_console=False,
             log_to_file=False,
@@ -69,12 +69,18 @@ def app_factory(default_workspace: Path, word_tokenizer: Path):
         if scripts is not None:  # the extraction agent: a scripted wrapper that calls the real job tools
             app.agent = ScriptedAgent(scripts, name="default", app_context=app.context)
             app.context.components.setdefault("agent_wrapper", {})["default"] = app.agent
+        return app
+
+    @asynccontextmanager
+    async def factory(*args, **kwargs):
+        app = build(*args, **kwargs)
         await app.start()
         try:
             yield app
         finally:
             await app.close()
 
+    factory.build = build  # an unstarted Application (a test that must not close it, e.g. to simulate a kill)
     return factory
 
 

@@ -3,8 +3,9 @@
 Lifecycle: the constructor validates settings and takes the workspace lock — ReMe builds every component before it
 starts any, so a second process is refused before any store could write. ``_start`` creates the directories, removes
 temporary files a kill left behind, recovers the operation journal and reconciles the experience files with both
-views. ``_close`` compacts the views' BM25 after writes, closes the plugin's own stores (each persists itself when it
-closes) and only then releases the lock: no view file is written without it.
+views (recovery.py; a process started to run the reindex job leaves the indexing to that job). ``_close`` compacts
+the views' BM25 after writes, closes the plugin's own stores (each persists itself when it closes) and only then
+releases the lock: no view file is written without it.
 
 Steps are stateless and call the public coroutines here; every coroutine returns a JSON-able answer or raises
 ProcedureError. All writes (create, update, reindex, pending retries) are serialised by one lock.
@@ -17,7 +18,6 @@ import hashlib
 import json
 import re
 import secrets
-import time
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ from .cli_errors import install_cli_error_hook
 from .importer import run_import
 from .guard import install_guard
 from .paths import check_directory, check_disjoint, resolve_inside
+from .recovery import Recovery
 from .runs import Run
 from .schema import (
     ARG_TO_FIELD,
@@ -40,7 +41,6 @@ from .schema import (
     ProcedureError,
     canonical_name,
     check_name,
-    version_of,
 )
 from .settings import ProcedureSettings, load_settings
 from .store import (
@@ -64,12 +64,7 @@ from .store import (
     storage_failure,
 )
 from .tokens import TokenCounter, TokenizerUnavailable
-from .views import VIEW_NAMES, IndexFailure, ProviderUnavailable, Views
-
-DAMAGED_RECORD_FIX = (
-    "Resume the import it belongs to (the same reme start job=procedure_auto_memory command): it stops once with "
-    "metadata_damaged, sets the file aside as <file>.damaged and continues on the next resume."
-)
+from .views import IndexFailure, Views
 
 
 class ProcedureMemory(BaseComponent):
@@ -96,14 +91,11 @@ class ProcedureMemory(BaseComponent):
         self._runs: dict[str, Run] = {}
         self._write_lock: asyncio.Lock | None = None
         self._import_lock: asyncio.Lock | None = None
-        self._views_ready: asyncio.Event | None = None
-        self._rebuilds = 0  # incremented by every reindex: a search that overlapped one searches again
-        self._last_pending_retry = 0.0
+        self.recovery = Recovery(self)
         self._journal: OperationJournal | None = None
         self._writes = 0
         self._generation = 0  # see ``generation``
         self._decoded: tuple[tuple, str] | None = None  # (path, size, mtime) and text of the last trajectory read
-        self._retry_task: asyncio.Task | None = None
         self.damaged_metadata: dict[str, str] = {}  # damaged metadata records skipped (not set aside): path -> cause
         if self.app_context is not None:  # before any component starts: nothing may be created through a link
             self.check_directories()
@@ -240,15 +232,12 @@ class ProcedureMemory(BaseComponent):
                 self.logger.warning(f"procedure memory removed {len(removed)} leftover temporary files: {removed}")
             self._write_lock = asyncio.Lock()
             self._import_lock = asyncio.Lock()
-            self._views_ready = asyncio.Event()  # cleared while a reindex rebuilds the views from scratch
-            self._views_ready.set()
             stores = {"when_to_use": self.view_when_to_use, "when_to_use_content": self.view_when_to_use_content}
             self.views = Views(
                 stores, self.embedding_store, self.settings.embedding_timeout_seconds,
                 self.settings.vector_cooldown_seconds, self.settings.search_embedding_timeout_seconds,
             )
-            report = await self.reconcile()
-            self._last_pending_retry = time.monotonic()  # the start just tried every pending file
+            report = await self.recovery.start(defer=self._one_shot_reindex())
             if self.damaged_metadata:
                 self.logger.warning(
                     "procedure memory skipped damaged metadata records (the import each belongs to stops with "
@@ -264,9 +253,7 @@ class ProcedureMemory(BaseComponent):
         self._journal = None
         self._decoded = None
         try:
-            if self._retry_task is not None and not self._retry_task.done():
-                self._retry_task.cancel()
-                await asyncio.gather(self._retry_task, return_exceptions=True)
+            await self.recovery.stop()
             if self._writes and self.views is not None:
                 # Updates leave lazily deleted BM25 documents behind; compact them before the stores persist.
                 for store in self.views.stores.values():
@@ -284,82 +271,29 @@ class ProcedureMemory(BaseComponent):
             finally:
                 self._lock_file.release()
 
-    # -- recovery and maintenance -------------------------------------------------------------------------------
+    # -- recovery and maintenance (recovery.py) ----------------------------------------------------------------
+
+    def _one_shot_reindex(self) -> bool:
+        """Whether this process is ``reme start job=...`` of a job that rebuilds this component's views: its
+        start-up then leaves the indexing to that job (one pass instead of two, see recovery.py)."""
+        if self.app_context is None:
+            return False
+        config = self.app_context.app_config
+        service = config.service
+        job = config.jobs.get(getattr(service, "job", None) or "") if service.backend == "cli" else None
+        return job is not None and any(
+            step.backend == "procedure_reindex_step"
+            and (getattr(step, "procedure_memory", None) or "default") == self.name
+            for step in job.steps
+        )
 
     async def reconcile(self) -> dict[str, Any]:
-        """Make both views agree with the experience files, after recovering journal intents.
+        """Make both views agree with the experience files (see ``Recovery.reconcile``)."""
+        return await self.recovery.reconcile()
 
-        Intents are rolled forward or dropped; views indexed by another BM25 tokenizer are emptied first (every file
-        is then indexed again); files whose version (or vector) is missing from a view are indexed; records of
-        vanished or invalid files are removed; failures are listed in ``pending``.
-        """
-        assert self.views is not None
-        files, journal = self.files, self.journal
-        for op in journal.open_records():
-            if op.status == INTENT:
-                recover_intent(op, files, journal)
-        self.damaged_metadata.update(journal.damaged)
-        retokenize = self.views.foreign_tokenizer()
-        if retokenize:
-            self.logger.info(f"rebuilding {retokenize} from the experience files: the BM25 tokenizer changed")
-            await self.views.clear()
-        indexed = {view: self.views.indexed(view) for view in VIEW_NAMES}
-        on_disk: set[str] = set()
-        stale: list[StoredExperience] = []
-        self.pending.clear()
-        for item in files.scan():
-            on_disk.add(item.path)
-            if isinstance(item, BadFile):
-                self._mark_invalid(item)
-            elif any(indexed[v].get(item.path) != (item.version, True) for v in VIEW_NAMES):
-                stale.append(item)
-        gone = sorted({p for v in VIEW_NAMES for p in indexed[v]} - (on_disk - set(self.pending)))
-        await self.views.remove(gone)
-        await self._index_each(stale)
-        for op in journal.open_records():
-            current = files.read_bytes(op.path)
-            if current is None or version_of(current) != op.target_version:
-                journal.set_status(op, SUPERSEDED, "the file no longer holds this write's content")
-            elif op.path in self.pending:
-                journal.set_status(op, INDEX_PENDING, self.pending[op.path]["error"])
-            else:
-                journal.set_status(op, INDEXED)
-        if stale or gone or retokenize:
-            await self.views.dump()
-        return {"files": len(on_disk), "reindexed": len(stale), "removed": len(gone), "pending": len(self.pending),
-                "tokenizer_changed": retokenize}
-
-    async def _index_each(self, items: list[StoredExperience]) -> list[str]:
-        """Index many experiences in bulk; isolate failures per file into ``pending``. Returns indexed paths.
-
-        When the provider is unavailable (one call timed out, raised or returned nothing), the remaining files are
-        marked pending at once: one outage costs one provider timeout per round, not one per file.
-        """
-        assert self.views is not None
-        done: list[str] = []
-        batch_size = 200
-        for start in range(0, len(items), batch_size):
-            batch = items[start:start + batch_size]
-            try:
-                await self.views.index([(s, self._mtime(s.path)) for s in batch])
-                done.extend(s.path for s in batch)
-                for s in batch:
-                    self.pending.pop(s.path, None)
-                continue
-            except ProviderUnavailable as exc:
-                for stored in items[start:]:
-                    self.pending[stored.path] = {"version": stored.version, "error": str(exc)}
-                return done
-            except IndexFailure:
-                pass
-            for stored in batch:
-                try:
-                    await self.views.index([(stored, self._mtime(stored.path))])
-                    done.append(stored.path)
-                    self.pending.pop(stored.path, None)
-                except IndexFailure as exc:
-                    self.pending[stored.path] = {"version": stored.version, "error": str(exc)}
-        return done
+    async def reindex(self) -> dict[str, Any]:
+        """Rebuild both views from the experience JSON files; never touches experience or trajectory files."""
+        return await self.recovery.reindex()
 
     def _mtime(self, rel_path: str) -> float:
         try:
@@ -367,103 +301,31 @@ class ProcedureMemory(BaseComponent):
         except FileNotFoundError:
             return 0.0
 
-    async def reindex(self) -> dict[str, Any]:
-        """Rebuild both views from the experience JSON files; never touches experience or trajectory files."""
-        assert self.views is not None and self._write_lock is not None
-        async with self._write_lock:
-            assert self._views_ready is not None
-            self._views_ready.clear()  # searches wait instead of answering from half-built views
-            self._rebuilds += 1
-            try:
-                return await self._rebuild()
-            finally:
-                self._views_ready.set()
-
-    async def _rebuild(self) -> dict[str, Any]:
-        """The body of ``reindex`` (caller holds the write lock and has paused searches)."""
-        assert self.views is not None
+    def mark_changed(self) -> None:
+        """Files or views may have changed: advance ``generation``."""
         self._generation += 1
-        started = time.monotonic()
-        await self.views.clear()
-        self.pending.clear()
-        valid: list[StoredExperience] = []
-        invalid: list[dict[str, str]] = []
-        for item in self.files.scan():
-            if isinstance(item, BadFile):
-                invalid.append({"path": item.path, "version": item.version, "error": item.error})
-                self._mark_invalid(item)
-            else:
-                valid.append(item)
-        indexed = await self._index_each(valid)
-        await self.views.dump()
-        invalid_paths = {i["path"] for i in invalid}
-        failed = [self.pending_entry(p) for p in sorted(self.pending) if p not in invalid_paths]
-        return {
-            "status": "complete" if not failed else "incomplete",
-            "indexed": len(indexed),
-            "invalid_files": invalid,
-            "pending_indexes": failed,
-            "damaged_metadata": self.damaged_records(),
-            "seconds": round(time.monotonic() - started, 3),
-        }
 
-    def damaged_records(self) -> list[dict[str, str]]:
-        """Damaged metadata records that were skipped and are still in place (not yet set aside by their import)."""
-        return [{"path": self.to_workspace_relative(path), "error": cause, "fix": DAMAGED_RECORD_FIX}
-                for path, cause in sorted(self.damaged_metadata.items()) if Path(path).exists()]
-
-    def _mark_invalid(self, item: BadFile) -> None:
-        """An invalid file is excluded from both views and reported as pending until it is fixed."""
-        self.pending[item.path] = {"version": item.version, "error": f"invalid experience: {item.error}"}
+    @property
+    def write_lock(self) -> asyncio.Lock:
+        """Serialises every write: create, update, reindex, pending retries."""
+        assert self._write_lock is not None
+        return self._write_lock
 
     def pending_entry(self, path: str) -> dict[str, str]:
         """A pending file as reported in answers: path, version, error."""
-        entry = self.pending[path]
-        return {"path": path, "version": entry["version"], "error": entry["error"]}
-
-    async def _retry_pending(self) -> None:
-        """Start a round that re-indexes pending valid files, at most once per ``pending_retry_seconds`` and one
-        round at a time. The round runs in the background under the write lock with the write timeout; the search
-        that started it waits for it at most one search-embedding timeout, later searches do not wait."""
-        if not self.pending or (self._retry_task is not None and not self._retry_task.done()):
-            return
-        if time.monotonic() - self._last_pending_retry < self.settings.pending_retry_seconds:
-            return
-        self._last_pending_retry = time.monotonic()
-        self._retry_task = asyncio.create_task(self._retry_pending_round())
-        await asyncio.wait({self._retry_task}, timeout=self.settings.search_embedding_timeout_seconds)
-
-    async def _retry_pending_round(self) -> None:
-        assert self._write_lock is not None
-        try:
-            async with self._write_lock:
-                self._last_pending_retry = time.monotonic()
-                self._generation += 1
-                retry = []
-                for path in list(self.pending):
-                    item = self.files.read(path)
-                    if item is None:
-                        self.pending.pop(path, None)
-                    elif isinstance(item, BadFile):
-                        self._mark_invalid(item)
-                    else:
-                        retry.append(item)
-                await self._index_each(retry)
-        except Exception as exc:  # a structural failure: the files stay pending; the next round tries again
-            self.logger.exception(f"procedure memory: retrying pending indexes failed: {exc}")
+        return self.recovery.pending_entry(path)
 
     # -- search and read ----------------------------------------------------------------------------------------
 
     async def search(self, query: str, view: str, limit: int) -> dict[str, Any]:
         """Hybrid search of one view; full current experiences with path, version and scores."""
-        assert self.views is not None and self._views_ready is not None
-        await self._retry_pending()
-        while True:
-            await self._views_ready.wait()
-            rebuilds = self._rebuilds
-            fused, vector_error = await self.views.search(view, query, limit, self.settings.vector_weight)
-            if rebuilds == self._rebuilds and self._views_ready.is_set():
-                break
+        views = self.views
+        assert views is not None
+        await self.recovery.ensure_reconciled()
+        await self.recovery.retries.maybe_start()
+        fused, vector_error = await self.recovery.without_rebuild(
+            lambda: views.search(view, query, limit, self.settings.vector_weight),
+        )
         results = []
         files = self.files  # one validation context for this answer's reads
         wanted = [hit.path for hit in fused if hit.path not in self.pending][:limit]
@@ -477,7 +339,7 @@ class ProcedureMemory(BaseComponent):
             if item is None:
                 continue
             if isinstance(item, BadFile):  # edited by hand since indexing: exclude and report, never stale
-                self._mark_invalid(item)
+                self.recovery.mark_invalid(item)
                 continue
             results.append({
                 "path": item.path,
@@ -883,5 +745,6 @@ class ProcedureMemory(BaseComponent):
     async def import_trajectory(self, wrapper, args: dict[str, Any]) -> dict[str, Any]:
         """Copy one local trajectory and extract from it (see importer.py); one import at a time per process."""
         assert self._import_lock is not None
+        await self.recovery.ensure_reconciled()
         async with self._import_lock:
             return await run_import(self, wrapper, args)

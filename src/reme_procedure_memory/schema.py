@@ -75,9 +75,12 @@ def _no_constant(name: str):
     raise ValueError(f"{name} is not a JSON value (strict JSON has no NaN or Infinity; write it as a string or null)")
 
 
+_STRICT_DECODER = json.JSONDecoder(parse_constant=_no_constant)  # built once: json.loads builds one per call
+
+
 def loads_strict(text: str) -> Any:
     """``json.loads`` as RFC 8259 reads it: NaN, Infinity and -Infinity are refused (ValueError)."""
-    return json.loads(text, parse_constant=_no_constant)
+    return _STRICT_DECODER.decode(text)
 
 
 def parse_experience(data: bytes) -> Experience:

@@ -86,10 +86,12 @@ def storage_failure(exc: OSError, what: str = "") -> tuple[str, str]:
     )
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically and durably (creates parent directories durably).
 
     The new file gets the mode of the file it replaces, else the process umask's default (like ReMe's own files).
+    ``sync_dir=False`` skips the directory fsync after the rename: only for replacing a record whose old content is
+    an acceptable state after a power loss (the data itself is always fsynced first, so either version is complete).
     Raises StorageError naming ``path``; the temporary file is removed on any failure.
     """
     tmp: Path | None = None
@@ -109,7 +111,8 @@ def atomic_write(path: Path, data: bytes) -> None:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
         tmp = None
-        fsync_dir(path.parent)
+        if sync_dir:
+            fsync_dir(path.parent)
     except OSError as exc:
         raise StorageError(exc.errno, exc.strerror or str(exc), str(path)) from exc
     finally:
@@ -117,9 +120,10 @@ def atomic_write(path: Path, data: bytes) -> None:
             tmp.unlink(missing_ok=True)
 
 
-def write_json(path: Path, obj: Any) -> None:
-    """Atomically write a JSON record."""
-    atomic_write(path, (json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True) + "\n").encode("utf-8"))
+def write_json(path: Path, obj: Any, *, sync_dir: bool = True) -> None:
+    """Atomically write a JSON record (``sync_dir``: see ``atomic_write``)."""
+    atomic_write(path, (json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True) + "\n").encode("utf-8"),
+                 sync_dir=sync_dir)
 
 
 # The atomic writer's temporary files (``.run.jsonl.1a2b3c4d.tmp``; older versions used mkstemp's 8 characters).
@@ -370,9 +374,12 @@ class ExperienceFiles:
         """Every ``*.json`` file or symbolic link directly in the experience directory, sorted. (The atomic
         writer's temporary files end in ``.tmp``; links are listed so that ``read`` reports them.)"""
         self._check()
-        if not self.root.is_dir():
+        try:  # one directory read; the entry types come with it (no stat, no resolve per file)
+            with os.scandir(self.root) as entries:
+                return sorted(self.rel(e.name) for e in entries
+                              if e.name.endswith(".json") and (e.is_symlink() or e.is_file()))
+        except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(self.rel(p.name) for p in self.root.glob("*.json") if p.is_symlink() or p.is_file())
 
     def listed(self, raw) -> str | None:
         """``raw`` when it names an entry ``paths()`` lists (whatever its name), else None: such a path is
@@ -471,9 +478,9 @@ class OperationJournal:
         """The record of a scoped key, or None (a damaged record is set aside and raised)."""
         return load_owned_record(self._path(scope, key), Operation)
 
-    def put(self, op: Operation) -> None:
-        """Durably write (or overwrite) a record."""
-        write_json(self._path(op.scope, op.key), op.__dict__)
+    def put(self, op: Operation, *, sync_dir: bool = True) -> None:
+        """Durably write (or overwrite) a record (``sync_dir``: see ``set_status``)."""
+        write_json(self._path(op.scope, op.key), op.__dict__, sync_dir=sync_dir)
         if self._open is not None:
             if op.status in OPEN_STATES:
                 self._open[(op.scope, op.key)] = op
@@ -481,8 +488,14 @@ class OperationJournal:
                 self._open.pop((op.scope, op.key), None)
 
     def set_status(self, op: Operation, status: str, error: str = "") -> None:
-        """Durably move a record to a new status (``op`` changes only once the record is on disk)."""
-        self.put(replace(op, status=status, error=error))
+        """Durably move a record to a new status (``op`` changes only once the record is on disk).
+
+        ``indexed`` after ``published``/``index_pending`` is written without the directory fsync: a power loss that
+        undoes its rename leaves the earlier record (complete, fsynced), which every start settles from the file
+        and the views (``recovery.Recovery.settle_journal``), never rolls forward. See docs/decisions.md.
+        """
+        settled = status == INDEXED and op.status in (PUBLISHED, INDEX_PENDING)
+        self.put(replace(op, status=status, error=error), sync_dir=not settled)
         op.status, op.error = status, error
 
     def open_records(self) -> list[Operation]:
