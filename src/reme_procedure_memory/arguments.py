@@ -123,7 +123,9 @@ class JobArguments(BaseModel):
     the advertised ``additionalProperties: false`` where the caller validates the schema (AgentScope)."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=False, json_schema_extra={"additionalProperties": False})
-    # Optional arguments where any false value (0, [], false) also means "use the default", as it always did.
+    # Optional arguments where "" (the CLI's ``limit=``) means "use the default"; where any false value (0, [],
+    # false) does, as it always did for ``kind``. Elsewhere "" is refused like any other blank text.
+    EMPTY_IS_DEFAULT: ClassVar[frozenset[str]] = frozenset()
     FALSY_IS_DEFAULT: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
@@ -135,7 +137,8 @@ class JobArguments(BaseModel):
             key = info.alias or name
             if info.is_required():
                 data.setdefault(key, None)  # absent: the field's own check answers, in field order
-            elif key in data and (data[key] == "" or (name in cls.FALSY_IS_DEFAULT and not data[key])):
+            elif key in data and ((name in cls.EMPTY_IS_DEFAULT and data[key] == "")
+                                  or (name in cls.FALSY_IS_DEFAULT and not data[key])):
                 del data[key]
         return data
 
@@ -146,6 +149,8 @@ class JobArguments(BaseModel):
 
 
 class SearchArguments(JobArguments):
+    EMPTY_IS_DEFAULT = frozenset({"index", "limit"})
+
     query: Query = Field(description="What you want to do, or the situation you are in.")
     index: Literal["when_to_use", "when_to_use_content"] = Field(
         "when_to_use_content",
@@ -157,6 +162,7 @@ class SearchArguments(JobArguments):
 class ReadArguments(JobArguments):
     """Offset and length concern trajectories only: for an experience they are not read (nor checked)."""
 
+    EMPTY_IS_DEFAULT = frozenset({"offset", "length"})
     FALSY_IS_DEFAULT = frozenset({"kind"})
 
     kind: Literal["experience", "trajectory"] = Field("experience", description="experience (default) or trajectory.")
