@@ -16,6 +16,8 @@ raise their own ``ProcedureError`` in field order.
 
 from __future__ import annotations
 
+import secrets
+import time
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
@@ -23,6 +25,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
+from reme.steps.file_io import validate_filename_component
 
 from .schema import FIELD_ALIAS, NAME_EXAMPLE, ErrorCode, ProcedureError
 
@@ -30,6 +33,8 @@ MAX_QUERY_CHARS = 4096
 MAX_LIMIT = 50
 MAX_INT_DIGITS = 12
 MAX_OPERATION_KEY_CHARS = 200
+MAX_REQUEST_ID_CHARS = 128
+MAX_FILENAME_BYTES = 200  # leaves room under NAME_MAX (255) for "-N" and the atomic writer's ".<name>.<rand>.tmp"
 
 
 def _refuse(message: str) -> PydanticCustomError:
@@ -96,6 +101,53 @@ def _experience_path(value: Any, info: ValidationInfo) -> Any:
     """Checked by the context's ``path`` (it knows ``procedure_dir``); without one, passed on as given."""
     check = (info.context or {}).get("path")
     return check(value) if check is not None else value
+
+
+def _import_file(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _refuse("`file` is required: the path of the local trajectory.")
+    return value
+
+
+def _import_filename(value: Any) -> str:
+    """The name the copy keeps: one file name component that fits the file system with a suffix."""
+    if not isinstance(value, str) or not value:
+        raise _refuse("`filename` is required, e.g. filename=run.jsonl.")
+    problem = validate_filename_component(value, kind="filename")
+    if problem:
+        raise _refuse(problem)
+    size = len(value.encode("utf-8"))
+    if size > MAX_FILENAME_BYTES:
+        raise _refuse(
+            f"`filename` has {size} bytes in UTF-8; at most {MAX_FILENAME_BYTES} (file systems allow 255, and the "
+            "copy may need a -2, -3, ... suffix and a temporary name). Give a shorter filename; nothing was reserved.",
+        )
+    return value
+
+
+def _request_id(value: Any) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or len(value) > MAX_REQUEST_ID_CHARS or not value.strip():
+        raise _refuse(f"`request_id` must be a string of 1-{MAX_REQUEST_ID_CHARS} characters.")
+    return value
+
+
+def new_request_id() -> str:
+    """The request id of an import that was given none."""
+    return f"req-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
+
+
+def _hint(value: Any) -> str:
+    if not isinstance(value, str):
+        raise _refuse("`memory_hint` and `source_id` must be strings.")
+    return value
+
+
+def _source_id(value: Any) -> str:
+    if not isinstance(value, (str, int)):
+        raise _refuse("`memory_hint` and `source_id` must be strings.")
+    return str(value)
 
 
 class _Conflict:
@@ -214,11 +266,33 @@ class UpdateArguments(_WriteArguments):
     content: FieldText = None
 
 
+class AutoMemoryArguments(JobArguments):
+    """``reme start job=procedure_auto_memory file=... filename=...``: a one-shot CLI job, not an agent tool."""
+
+    model_config = ConfigDict(json_schema_extra=None)  # advertised without additionalProperties: CLI only
+    EMPTY_IS_DEFAULT = frozenset({"request_id"})
+    FALSY_IS_DEFAULT = frozenset({"memory_hint", "source_id"})
+
+    file: Annotated[str, BeforeValidator(_import_file)]
+    filename: Annotated[str, BeforeValidator(_import_filename)]
+    request_id: Annotated[str, BeforeValidator(_request_id)] = Field(default_factory=new_request_id)
+    memory_hint: Annotated[str, BeforeValidator(_hint)] = ""
+    source_id: Annotated[str, BeforeValidator(_source_id)] = ""
+
+
+class ReindexArguments(JobArguments):
+    """``procedure_reindex`` takes no argument (and ignores any)."""
+
+    model_config = ConfigDict(json_schema_extra=None)
+
+
 MODELS: dict[str, type[JobArguments]] = {
     "procedure_search": SearchArguments,
     "procedure_read": ReadArguments,
     "procedure_create": CreateArguments,
     "procedure_update": UpdateArguments,
+    "procedure_auto_memory": AutoMemoryArguments,
+    "procedure_reindex": ReindexArguments,
 }
 
 
