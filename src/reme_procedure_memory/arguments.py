@@ -28,6 +28,7 @@ from pydantic_core import PydanticCustomError
 from reme.steps.file_io import validate_filename_component
 
 from .schema import FIELD_ALIAS, NAME_EXAMPLE, ErrorCode, ProcedureError
+from .views import VIEW_NAMES
 
 MAX_QUERY_CHARS = 4096
 MAX_LIMIT = 50
@@ -174,7 +175,7 @@ class JobArguments(BaseModel):
     """Base of the job models: unknown keys (injected grants, ``tool_context_id``) are ignored here and refused by
     the advertised ``additionalProperties: false`` where the caller validates the schema (AgentScope)."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=False, json_schema_extra={"additionalProperties": False})
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"additionalProperties": False})
     # Optional arguments where "" (the CLI's ``limit=``) means "use the default"; where any false value (0, [],
     # false) does, as it always did for ``kind``. Elsewhere "" is refused like any other blank text.
     EMPTY_IS_DEFAULT: ClassVar[frozenset[str]] = frozenset()
@@ -204,7 +205,7 @@ class SearchArguments(JobArguments):
     EMPTY_IS_DEFAULT = frozenset({"index", "limit"})
 
     query: Query = Field(description="What you want to do, or the situation you are in.")
-    index: Literal["when_to_use", "when_to_use_content"] = Field(
+    index: Literal[VIEW_NAMES] = Field(
         "when_to_use_content",
         description="when_to_use: when-to-use only; when_to_use_content (default): when-to-use and content.",
     )

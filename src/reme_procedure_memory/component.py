@@ -7,7 +7,9 @@ views. ``_close`` compacts the views' BM25 after writes, closes the plugin's own
 closes) and only then releases the lock: no view file is written without it.
 
 Steps are stateless and call the public coroutines here; every coroutine returns a JSON-able answer or raises
-ProcedureError. All writes (create, update, reindex, pending retries) are serialised by one lock.
+ProcedureError. All writes (create, update, reindex, pending retries) are serialised by one lock. Job arguments are
+validated through their models in arguments.py; extraction runs and their grants live in runs.py, the write path
+(create, update: journal -> publish -> index, replay) in writes.py.
 """
 
 from __future__ import annotations
