@@ -1,17 +1,14 @@
 """Job arguments, declared once: one pydantic model per job, the source of both validation and the advertised schema.
 
-ReMe validates no job arguments (HTTP, MCP and the CLI pass anything through; the CLI sends ``007`` as a string and
-``5`` as an int), so every job validates its own through its model here. ``parameters(model)`` is the JSON schema a
-job advertises in ``plugin.yaml`` (what the agent, MCP clients and AgentScope's ``jsonschema`` check see); a test
-asserts that each job's ``parameters`` equal it, so a bound, an enum or a description cannot change in one place
-only. The schema is kept as plain as ReMe's tool adapters expect: no ``title``, no ``default`` (defaults are applied
-here and stated in the descriptions), no ``anyOf`` for optional fields.
+ReMe validates no job arguments (HTTP, MCP and the CLI pass anything through; the CLI sends ``007`` as a string), so
+every job validates its own through its model. ``parameters(model)`` is the schema the job advertises in plugin.yaml
+(what agents, MCP clients and AgentScope's ``jsonschema`` check see); a test keeps the two equal. It stays as plain as
+ReMe's tool adapters expect: no ``title``, no ``default`` (applied here, stated in the descriptions), no ``anyOf``.
 
-``validate(model, arguments)`` answers the validated model or raises ``ProcedureError(invalid_argument, <one
-sentence>)`` for the first invalid argument in the model's field order (the order the checks always had). Absent,
-``None`` and (for optional arguments) ``""`` mean "use the default". Checks that depend on the configuration (an
-experience path inside ``procedure_dir``, an experience filename) are passed in through the validation context and
-raise their own ``ProcedureError`` in field order.
+``validate(model, arguments)`` answers the model, or ``ProcedureError(invalid_argument, <sentence>)`` for the first
+invalid argument in field order (the order the checks always had). Absent or ``None`` means "the default". Checks
+that need the configuration (experience path, experience filename) come through the validation context and raise
+their own ``ProcedureError`` in field order.
 """
 
 from __future__ import annotations
@@ -139,14 +136,9 @@ def new_request_id() -> str:
     return f"req-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
 
 
-def _hint(value: Any) -> str:
-    if not isinstance(value, str):
-        raise _refuse("`memory_hint` and `source_id` must be strings.")
-    return value
-
-
-def _source_id(value: Any) -> str:
-    if not isinstance(value, (str, int)):
+def _import_text(value: Any, info: ValidationInfo) -> str:
+    """``memory_hint``: text; ``source_id``: text or a number (the CLI's ``source_id=42``)."""
+    if not isinstance(value, (str, int) if info.field_name == "source_id" else str):
         raise _refuse("`memory_hint` and `source_id` must be strings.")
     return str(value)
 
@@ -277,8 +269,8 @@ class AutoMemoryArguments(JobArguments):
     file: Annotated[str, BeforeValidator(_import_file)]
     filename: Annotated[str, BeforeValidator(_import_filename)]
     request_id: Annotated[str, BeforeValidator(_request_id)] = Field(default_factory=new_request_id)
-    memory_hint: Annotated[str, BeforeValidator(_hint)] = ""
-    source_id: Annotated[str, BeforeValidator(_source_id)] = ""
+    memory_hint: Annotated[str, BeforeValidator(_import_text)] = ""
+    source_id: Annotated[str, BeforeValidator(_import_text)] = ""
 
 
 class ReindexArguments(JobArguments):
@@ -319,9 +311,7 @@ def _sentence(model: type[JobArguments], error: dict[str, Any]) -> str:
     if kind == "literal_error":
         choices = model.model_json_schema()["properties"][name]["enum"]
         return f"`{name}` must be one of {', '.join(choices)}."
-    if kind == "missing":
-        return f"`{name}` is required."
-    return f"`{name}`: {error['msg']}."
+    return f"`{name}`: {error['msg']}."  # not reached by the models' own types
 
 
 def parameters(model: type[JobArguments]) -> dict[str, Any]:

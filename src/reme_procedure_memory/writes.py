@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .arguments import CreateArguments, UpdateArguments, validate
@@ -47,7 +48,8 @@ from .store import (
     recover_intent,
     storage_failure,
 )
-from .tokens import TokenizerUnavailable
+from .settings import TokenLimits
+from .tokens import TokenCounter, TokenizerUnavailable
 from .views import IndexFailure
 
 if TYPE_CHECKING:
@@ -60,63 +62,65 @@ def request_digest(tool: str, args: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps([tool, payload], sort_keys=True).encode()).hexdigest()
 
 
+def bare_name(raw: str, procedure_dir: str) -> str:
+    """The filename as given, stripped and without a leading ``<procedure_dir>/``."""
+    name, prefix = raw.strip(), procedure_dir + "/"
+    return name[len(prefix):] if name.startswith(prefix) else name
+
+
+def canonical_filename(raw: str, procedure_dir: str) -> str:
+    """The canonical spelling of an experience filename (``schema.canonical_name``), or invalid_argument."""
+    name = bare_name(raw, procedure_dir)
+    canonical = canonical_name(name)
+    if canonical is None:
+        problem = check_name(name) or "it has no canonical lowercase-hyphenated spelling"
+        raise ProcedureError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"Invalid `filename` {raw!r}: {problem}. Use letters a-z and digits 0-9 in words joined by "
+            f"hyphens, ending in .json, e.g. {NAME_EXAMPLE}.",
+        )
+    return canonical
+
+
+def experience_fields(args: CreateArguments | UpdateArguments) -> dict[str, str]:
+    """The experience fields given, keyed as in the file."""
+    return {field: getattr(args, arg) for arg, field in ARG_TO_FIELD.items() if getattr(args, arg) is not None}
+
+
+async def check_lengths(tokens: TokenCounter, limits: TokenLimits, fields: dict[str, str]) -> None:
+    """Count fields exactly; over an acceptance ceiling, ask for a shorter field (targets only are shown)."""
+    names = list(fields)
+    try:
+        counts = await tokens.acount_many([fields[n] for n in names])
+    except TokenizerUnavailable as exc:
+        raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+    too_long = []
+    for name, count in zip(names, counts):
+        target = limits.field_target(name)
+        if count > limits.ceiling(target):
+            too_long.append({"field": FIELD_TO_ARG[name], "tokens": count, "limit": target})
+    if too_long:
+        parts = ", ".join(f"`{t['field']}` has {t['tokens']} tokens (limit {t['limit']})" for t in too_long)
+        raise ProcedureError(
+            ErrorCode.FIELD_TOO_LONG,
+            f"Nothing was written: {parts}. Shorten the field(s) to the limit and call again with a new "
+            "operation_key.",
+            fields=too_long,
+        )
+
+
+def check_sources(workspace: Path, run: Run) -> None:
+    """The run's source trajectories must still exist when it writes."""
+    for source in run.sources:
+        if not (workspace / source).is_file():
+            raise ProcedureError(ErrorCode.NOT_FOUND, f"Source trajectory {source} no longer exists.")
+
+
 class WritePath:
     """Create and update experiences for a live run (see the module docstring)."""
 
     def __init__(self, memory: "ProcedureMemory") -> None:
         self.memory = memory
-
-    # -- validation ---------------------------------------------------------------------------------------------
-
-    def _bare_name(self, raw: str) -> str:
-        """The filename as given, stripped and without a leading ``<procedure_dir>/``."""
-        name, prefix = raw.strip(), self.memory.settings.procedure_dir + "/"
-        return name[len(prefix):] if name.startswith(prefix) else name
-
-    def canonical_filename(self, raw: str) -> str:
-        """The canonical spelling of an experience filename (``schema.canonical_name``), or invalid_argument."""
-        name = self._bare_name(raw)
-        canonical = canonical_name(name)
-        if canonical is None:
-            problem = check_name(name) or "it has no canonical lowercase-hyphenated spelling"
-            raise ProcedureError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"Invalid `filename` {raw!r}: {problem}. Use letters a-z and digits 0-9 in words joined by "
-                f"hyphens, ending in .json, e.g. {NAME_EXAMPLE}.",
-            )
-        return canonical
-
-    async def _check_lengths(self, fields: dict[str, str]) -> None:
-        """Count fields exactly; over an acceptance ceiling, ask for a shorter field (targets only are shown)."""
-        limits = self.memory.settings.token_limits
-        names = list(fields)
-        try:
-            counts = await self.memory.tokens.acount_many([fields[n] for n in names])
-        except TokenizerUnavailable as exc:
-            raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
-        too_long = []
-        for name, count in zip(names, counts):
-            target = limits.field_target(name)
-            if count > limits.ceiling(target):
-                too_long.append({"field": FIELD_TO_ARG[name], "tokens": count, "limit": target})
-        if too_long:
-            parts = ", ".join(f"`{t['field']}` has {t['tokens']} tokens (limit {t['limit']})" for t in too_long)
-            raise ProcedureError(
-                ErrorCode.FIELD_TOO_LONG,
-                f"Nothing was written: {parts}. Shorten the field(s) to the limit and call again with a new "
-                "operation_key.",
-                fields=too_long,
-            )
-
-    def _check_sources(self, run: Run) -> None:
-        for source in run.sources:
-            if not (self.memory.workspace_path / source).is_file():
-                raise ProcedureError(ErrorCode.NOT_FOUND, f"Source trajectory {source} no longer exists.")
-
-    @staticmethod
-    def _fields(args: CreateArguments | UpdateArguments) -> dict[str, str]:
-        """The experience fields given, keyed as in the file."""
-        return {field: getattr(args, arg) for arg, field in ARG_TO_FIELD.items() if getattr(args, arg) is not None}
 
     # -- create and update --------------------------------------------------------------------------------------
 
@@ -126,13 +130,13 @@ class WritePath:
         The filename is used in its canonical spelling (``schema.canonical_name``); when that differs from what the
         agent wrote, the answer says so (``filename_used``). ``already_exists`` applies to the canonical name.
         """
-        memory = self.memory
-        args = validate(CreateArguments, raw, filename=self.canonical_filename)
+        memory, directory = self.memory, self.memory.settings.procedure_dir
+        args = validate(CreateArguments, raw, filename=lambda name: canonical_filename(name, directory))
         raw_name, canonical = raw["filename"], args.filename
         rel = memory.files.rel(canonical)
-        fields = self._fields(args)
-        await self._check_lengths(fields)
-        self._check_sources(run)
+        fields = experience_fields(args)
+        await check_lengths(memory.tokens, memory.settings.token_limits, fields)
+        check_sources(memory.workspace_path, run)
         experience = Experience.model_validate({**fields, "sources": list(run.sources)})
         # the request digest (idempotent retries) sees the name used
         request = request_digest("create", {**raw, "when_to_use": args.when_to_use, "filename": canonical})
@@ -141,7 +145,7 @@ class WritePath:
             target=experience.to_bytes().decode("utf-8"), expected_version=None, segment=run.segment,
         )
         renamed = {"filename_used": canonical, "filename_given": raw_name}
-        renamed = renamed if canonical != self._bare_name(raw_name) else {}
+        renamed = renamed if canonical != bare_name(raw_name, directory) else {}
         note = f" (the filename {raw_name!r} is used as {canonical})" if renamed else ""
         assert memory._write_lock is not None
         async with memory._write_lock:
@@ -162,10 +166,10 @@ class WritePath:
         memory = self.memory
         args = validate(UpdateArguments, raw, path=memory.experience_path)
         rel, expected, key = args.path, args.expected_version, args.operation_key
-        fields = self._fields(args)
+        fields = experience_fields(args)
         if fields:
-            await self._check_lengths(fields)
-        self._check_sources(run)
+            await check_lengths(memory.tokens, memory.settings.token_limits, fields)
+        check_sources(memory.workspace_path, run)
         request = request_digest("update", {**raw, "when_to_use": args.when_to_use})
         assert memory._write_lock is not None
         async with memory._write_lock:
