@@ -8,16 +8,16 @@ the views' BM25 after writes, closes the plugin's own stores (each persists itse
 releases the lock: no view file is written without it.
 
 Steps are stateless and call the public coroutines here; every coroutine returns a JSON-able answer or raises
-ProcedureError. All writes (create, update, reindex, pending retries) are serialised by one lock.
+ProcedureError. All writes (create, update, reindex, pending retries) are serialised by one lock. Job arguments are
+validated through their models in arguments.py; extraction runs and their grants live in runs.py, the write path
+(create, update: journal -> publish -> index, replay) in writes.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import re
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -30,41 +30,26 @@ from .importer import run_import
 from .guard import install_guard
 from .paths import check_directory, check_disjoint, resolve_inside
 from .recovery import Recovery
-from .runs import Run
+from .runs import Run, RunGrants
 from .schema import (
-    ARG_TO_FIELD,
-    FIELD_ALIAS,
-    FIELD_TO_ARG,
-    NAME_EXAMPLE,
     ErrorCode,
-    Experience,
     ProcedureError,
-    canonical_name,
     check_name,
 )
 from .settings import ProcedureSettings, load_settings
 from .store import (
-    ABANDONED,
     CheckpointStore,
     ImportRegistry,
-    INDEX_PENDING,
-    INDEXED,
-    INTENT,
-    PUBLISHED,
-    SUPERSEDED,
     BadFile,
     ExperienceFiles,
-    Operation,
     OperationJournal,
-    StoredExperience,
     WorkspaceLock,
     ensure_dir,
-    recover_intent,
     remove_temp_files,
-    storage_failure,
 )
 from .tokens import TokenCounter, TokenizerUnavailable
-from .views import IndexFailure, Views
+from .views import Views
+from .writes import WritePath
 
 
 class ProcedureMemory(BaseComponent):
@@ -88,7 +73,8 @@ class ProcedureMemory(BaseComponent):
         self.tokens = TokenCounter(self.settings.tokenizer_source)
         self.views: Views | None = None
         self.pending: dict[str, dict[str, str]] = {}
-        self._runs: dict[str, Run] = {}
+        self.grants = RunGrants(self)  # live extraction runs (runs.py)
+        self.write_path = WritePath(self)  # journal -> publish -> index (writes.py)
         self._write_lock: asyncio.Lock | None = None
         self._import_lock: asyncio.Lock | None = None
         self.recovery = Recovery(self)
@@ -249,7 +235,7 @@ class ProcedureMemory(BaseComponent):
             raise
 
     async def _close(self) -> None:
-        self._runs.clear()
+        self.grants.clear()
         self._journal = None
         self._decoded = None
         try:
@@ -431,36 +417,23 @@ class ProcedureMemory(BaseComponent):
             self._decoded = (key, text)
         return self._decoded[1]
 
-    # -- extraction runs ----------------------------------------------------------------------------------------
+    # -- extraction runs (runs.py) and writes (writes.py) ------------------------------------------------------
 
     def begin_run(self, scope: str, sources: list[str], segment: int | None = None) -> Run:
-        """Open an extraction run whose tools may create/update experiences citing ``sources``; its writes are
-        journaled under ``scope`` (the request id) and ``segment``."""
-        checked = []
-        for source in dict.fromkeys(sources):
-            rel, target = resolve_inside(self.workspace_path, self.trajectory_rel_dir, source, what="trajectory")
-            if not target.is_file():
-                raise ProcedureError(ErrorCode.NOT_FOUND, f"Source trajectory {rel} does not exist.")
-            checked.append(rel)
-        run = Run(scope=scope, sources=tuple(checked), segment=segment)
-        self._runs[run.context_id] = run
-        return run
+        """Open an extraction run whose tools may write citing ``sources`` (see ``RunGrants.begin_run``)."""
+        return self.grants.begin_run(scope, sources, segment)
 
     def end_run(self, run: Run) -> None:
         """Revoke a run's grant."""
-        self._runs.pop(run.context_id, None)
+        self.grants.end_run(run)
 
     def live_run(self, context_id, grant, sources) -> Run | None:
         """The live run a tool call's injected values name, or None for any missing or forged value."""
-        run = self._runs.get(context_id) if isinstance(context_id, str) else None
-        if (
-            run is None
-            or not isinstance(grant, str)
-            or not secrets.compare_digest(run.grant, grant)
-            or sources != list(run.sources)
-        ):
-            return None
-        return run
+        return self.grants.live_run(context_id, grant, sources)
+
+    def run_for(self, context_id, grant, sources) -> Run:
+        """The live run of a tool call, or NO_ACTIVE_RUN (fails closed for any missing or forged value)."""
+        return self.grants.run_for(context_id, grant, sources)
 
     @property
     def generation(self) -> int:
@@ -468,277 +441,13 @@ class ProcedureMemory(BaseComponent):
         counts as repeated only within one generation."""
         return self._generation
 
-    def run_for(self, context_id, grant, sources) -> Run:
-        """The live run of a tool call, or NO_ACTIVE_RUN (fails closed for any missing or forged value)."""
-        run = self.live_run(context_id, grant, sources)
-        if run is None:
-            raise ProcedureError(
-                ErrorCode.NO_ACTIVE_RUN,
-                "procedure_create and procedure_update are only available to the extraction agent inside an "
-                "active procedure_auto_memory run.",
-            )
-        return run
-
-    # -- writes -------------------------------------------------------------------------------------------------
-
-    async def _check_lengths(self, fields: dict[str, str]) -> None:
-        """Count fields exactly; over an acceptance ceiling, ask for a shorter field (targets only are shown)."""
-        limits = self.settings.token_limits
-        names = list(fields)
-        try:
-            counts = await self.tokens.acount_many([fields[n] for n in names])
-        except TokenizerUnavailable as exc:
-            raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
-        too_long = []
-        for name, count in zip(names, counts):
-            target = limits.field_target(name)
-            if count > limits.ceiling(target):
-                too_long.append({"field": FIELD_TO_ARG[name], "tokens": count, "limit": target})
-        if too_long:
-            parts = ", ".join(f"`{t['field']}` has {t['tokens']} tokens (limit {t['limit']})" for t in too_long)
-            raise ProcedureError(
-                ErrorCode.FIELD_TOO_LONG,
-                f"Nothing was written: {parts}. Shorten the field(s) to the limit and call again with a new "
-                "operation_key.",
-                fields=too_long,
-            )
-
-    @staticmethod
-    def _with_aliases(args: dict[str, Any]) -> dict[str, Any]:
-        """The write arguments with the experience file's own key ``when-to-use`` read as ``when_to_use`` (a model
-        that has just read an experience sends it); both with different texts are ambiguous and rejected."""
-        alias = args.get(FIELD_ALIAS)
-        if alias is None:
-            return args
-        value = args.get("when_to_use")
-        if value is not None and value != alias:
-            raise ProcedureError(
-                ErrorCode.INVALID_ARGUMENT,
-                "`when_to_use` and its alias `when-to-use` have different texts; give only `when_to_use`.",
-            )
-        return {**{k: v for k, v in args.items() if k != FIELD_ALIAS}, "when_to_use": alias}
-
-    @staticmethod
-    def _text_fields(args: dict[str, Any], *, required: bool) -> dict[str, str]:
-        fields = {}
-        for arg, name in ARG_TO_FIELD.items():
-            value = args.get(arg)
-            if value is None:
-                if required:
-                    raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{arg}` is required.")
-                continue
-            if not isinstance(value, str) or not value.strip():
-                raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{arg}` must be a non-empty string.")
-            fields[name] = value
-        return fields
-
-    @staticmethod
-    def _operation_key(args: dict[str, Any]) -> str:
-        key = args.get("operation_key")
-        if isinstance(key, (int, float)) and not isinstance(key, bool):
-            key = str(key)
-        if not isinstance(key, str) or not key.strip() or len(key) > 200:
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`operation_key` must be a non-empty string (max 200).")
-        return key.strip()
-
-    @staticmethod
-    def _request_digest(tool: str, args: dict[str, Any]) -> str:
-        payload = {k: args.get(k) for k in ("filename", "path", "expected_version", *ARG_TO_FIELD)}
-        return hashlib.sha256(json.dumps([tool, payload], sort_keys=True).encode()).hexdigest()
-
-    def _check_sources(self, run: Run) -> None:
-        for source in run.sources:
-            if not (self.workspace_path / source).is_file():
-                raise ProcedureError(ErrorCode.NOT_FOUND, f"Source trajectory {source} no longer exists.")
-
     async def create(self, run: Run, args: dict[str, Any]) -> dict[str, Any]:
-        """Create a new experience (journal, publish, index both views).
-
-        The filename is used in its canonical spelling (``schema.canonical_name``); when that differs from what the
-        agent wrote, the answer says so (``filename_used``). ``already_exists`` applies to the canonical name.
-        """
-        key = self._operation_key(args)
-        args = self._with_aliases(args)
-        raw_name = args.get("filename")
-        if not isinstance(raw_name, str):
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`filename` is required, e.g. {NAME_EXAMPLE}")
-        name = raw_name.strip()
-        prefix = self.settings.procedure_dir + "/"
-        name = name[len(prefix):] if name.startswith(prefix) else name
-        canonical = canonical_name(name)
-        if canonical is None:
-            problem = check_name(name) or "it has no canonical lowercase-hyphenated spelling"
-            raise ProcedureError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"Invalid `filename` {raw_name!r}: {problem}. Use letters a-z and digits 0-9 in words joined by "
-                f"hyphens, ending in .json, e.g. {NAME_EXAMPLE}.",
-            )
-        rel = self.files.rel(canonical)
-        args = {**args, "filename": canonical}  # the request digest (idempotent retries) sees the name used
-        fields = self._text_fields(args, required=True)
-        await self._check_lengths(fields)
-        self._check_sources(run)
-        experience = Experience.model_validate({**fields, "sources": list(run.sources)})
-        op = Operation(
-            scope=run.scope, key=key, tool="create", request=self._request_digest("create", args), path=rel,
-            target=experience.to_bytes().decode("utf-8"), expected_version=None, segment=run.segment,
-        )
-        renamed = {"filename_used": canonical, "filename_given": raw_name} if canonical != name else {}
-        note = f" (the filename {raw_name!r} is used as {canonical})" if renamed else ""
-        assert self._write_lock is not None
-        async with self._write_lock:
-            existing = self.journal.get(run.scope, key)
-            if existing is not None:
-                return {**await self._replay(run, existing, op), **renamed}
-            if self.files.read_bytes(rel) is not None or self._reserved(rel):
-                raise ProcedureError(
-                    ErrorCode.ALREADY_EXISTS,
-                    f"{rel} already exists{note}. Read it and use procedure_update with its expected_version, or "
-                    "choose another meaningful filename.",
-                    path=rel, **renamed,
-                )
-            return {**await self._commit(run, op), **renamed}
+        """Create a new experience for a live run (see ``WritePath.create``)."""
+        return await self.write_path.create(run, args)
 
     async def update(self, run: Run, args: dict[str, Any]) -> dict[str, Any]:
-        """Revise an existing experience at its expected version; existing sources are kept."""
-        key = self._operation_key(args)
-        args = self._with_aliases(args)
-        rel = self.experience_path(args.get("path"))
-        expected = args.get("expected_version")
-        if not isinstance(expected, str) or not expected.strip():
-            raise ProcedureError(
-                ErrorCode.INVALID_ARGUMENT,
-                "`expected_version` is required: take it from procedure_search or procedure_read.",
-            )
-        expected = expected.strip()
-        fields = self._text_fields(args, required=False)
-        if fields:
-            await self._check_lengths(fields)
-        self._check_sources(run)
-        request = self._request_digest("update", args)
-        assert self._write_lock is not None
-        async with self._write_lock:
-            existing = self.journal.get(run.scope, key)
-            if existing is not None:
-                probe = Operation(run.scope, key, "update", request, rel, existing.target, expected)
-                return await self._replay(run, existing, probe)
-            current = self.files.read(rel)
-            if current is None:
-                raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}; use procedure_create.", path=rel)
-            if isinstance(current, BadFile):  # never rewritten: whoever placed it fixes it by hand
-                raise ProcedureError(
-                    ErrorCode.INVALID_EXPERIENCE,
-                    f"{rel} is not a valid experience ({current.error}); it cannot be updated by the agent.",
-                    path=rel, version=current.version,
-                )
-            if current.version != expected:
-                raise ProcedureError(
-                    ErrorCode.STALE_VERSION,
-                    f"{rel} is at version {current.version}, not {expected}. Read it again and retry with the "
-                    "current expected_version and a new operation_key.",
-                    path=rel, current_version=current.version,
-                )
-            merged = {**current.experience.fields(), **fields}
-            merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))
-            experience = Experience.model_validate(merged)
-            op = Operation(
-                scope=run.scope, key=key, tool="update", request=request, path=rel,
-                target=experience.to_bytes().decode("utf-8"), expected_version=expected, segment=run.segment,
-            )
-            return await self._commit(run, op)
-
-    def _reserved(self, rel: str) -> bool:
-        """Whether an unfinished create intent holds this name."""
-        return any(op.path == rel and op.status == INTENT for op in self.journal.open_records())
-
-    async def _commit(self, run: Run, op: Operation) -> dict[str, Any]:
-        """Journal the intent, publish the file, then index it (caller holds the write lock).
-
-        A write that cannot be made durable (a full disk, a directory that is not writable — the journal's or the
-        experience directory) answers ``disk_full``/``storage_error`` and is remembered on the run: its segment
-        cannot advance until a later write of the same path or content succeeds (see ``Run.failed_writes``).
-        """
-        self._generation += 1
-        try:
-            self.journal.put(op)
-            try:
-                self.files.publish(op.path, op.target_bytes)
-            except OSError as exc:
-                if self.files.read_bytes(op.path) != op.target_bytes:  # resolve the intent: it holds no name now
-                    self.journal.set_status(op, ABANDONED, f"publish failed: {storage_failure(exc)[1]}")
-                    raise
-            self.journal.set_status(op, PUBLISHED)
-        except OSError as exc:
-            code, message = storage_failure(exc, f"the write of {op.path}")
-            run.write_failed(op, code, message)
-            raise ProcedureError(
-                code,
-                f"{message} The write did not complete. Retry later with a new operation_key; if it keeps failing, "
-                "finish the segment: the import then stops, and once the cause is fixed a resume runs this segment "
-                "again.",
-                path=op.path, operation_key=op.key,
-            ) from None
-        return await self._index_published(run, op)
-
-    async def _index_published(self, run: Run, op: Operation) -> dict[str, Any]:
-        assert self.views is not None
-        self._generation += 1
-        stored = self.files.read(op.path)
-        assert isinstance(stored, StoredExperience) and stored.version == op.target_version
-        run.write_succeeded(op)  # published: an index failure is reported (and gated) as pending instead
-        try:
-            await self.views.index([(stored, self._mtime(op.path))])
-        except Exception as exc:
-            if not isinstance(exc, IndexFailure):  # structural: exclusion itself failed; keep the record, fail loud
-                self.pending[op.path] = {"version": stored.version, "error": f"{type(exc).__name__}: {exc}"}
-                self.journal.set_status(op, INDEX_PENDING, f"{type(exc).__name__}: {exc}")
-                raise
-            self.pending[op.path] = {"version": stored.version, "error": str(exc)}
-            self.journal.set_status(op, INDEX_PENDING, str(exc))
-            raise ProcedureError(
-                ErrorCode.INDEX_PENDING,
-                f"{op.path} was saved (version {stored.version}) but could not be indexed: {exc}. The file is "
-                "excluded from search until it is indexed. Retry this identical call for a temporary failure; "
-                "if the content itself is rejected, procedure_read it and procedure_update it with its current "
-                "expected_version and a new operation_key.",
-                status="index_pending", path=op.path, version=stored.version, operation_key=op.key,
-            ) from None
-        self.pending.pop(op.path, None)
-        self.journal.set_status(op, INDEXED)
-        self._writes += 1
-        self.journal.supersede_path(op.path, keep=op)
-        status = "created" if op.tool == "create" else "updated"
-        return {"status": status, "path": op.path, "version": stored.version, "operation_key": op.key,
-                "sources": list(stored.experience.sources)}
-
-    async def _replay(self, run: Run, existing: Operation, op: Operation) -> dict[str, Any]:
-        """An operation key seen before: an identical retry resumes it, anything else is a conflict."""
-        if not existing.same_request(op):
-            raise ProcedureError(
-                ErrorCode.OPERATION_KEY_CONFLICT,
-                f"operation_key {op.key!r} was already used for a different write; use a new operation_key.",
-            )
-        if existing.status == INTENT:
-            recover_intent(existing, self.files, self.journal)
-        if existing.status in (SUPERSEDED, ABANDONED):
-            raise ProcedureError(
-                ErrorCode.STALE_VERSION,
-                f"This write was {existing.status} ({existing.error}). Read {existing.path} again and write with a "
-                "new operation_key.",
-                path=existing.path,
-            )
-        current = self.files.read_bytes(existing.path)
-        if existing.status == INDEXED:
-            return {"status": "created" if existing.tool == "create" else "updated", "path": existing.path,
-                    "version": existing.target_version, "operation_key": existing.key, "replayed": True}
-        if current != existing.target_bytes:
-            self.journal.set_status(existing, SUPERSEDED, "the file changed after this write")
-            raise ProcedureError(
-                ErrorCode.STALE_VERSION,
-                f"{existing.path} changed after this write; read it again and write with a new operation_key.",
-                path=existing.path,
-            )
-        return await self._index_published(run, existing)
+        """Revise an experience at its expected version for a live run (see ``WritePath.update``)."""
+        return await self.write_path.update(run, args)
 
     # -- trajectory import --------------------------------------------------------------------------------------
 

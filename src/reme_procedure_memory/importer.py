@@ -20,17 +20,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import secrets
 import shlex
-import time
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from reme.config import resolve_app_config
 from reme.plugin import resolve_plugin_runtime
-from reme.steps.file_io import validate_filename_component
 
 from . import __version__
+from .arguments import AutoMemoryArguments, validate
 from .extraction import Extraction, ExtractionStopped, make_progress
 from .formats import MalformedTrajectory, UnsupportedTrajectory, decode_trajectory, trajectory_format
 from .schema import ErrorCode, ProcedureError
@@ -47,9 +45,6 @@ from .store import (
     storage_failure,
 )
 from .tokens import SpanCounter, TokenizerUnavailable
-
-
-MAX_FILENAME_BYTES = 200  # leaves room under NAME_MAX (255) for "-N" and the atomic writer's ".<name>.<rand>.tmp"
 
 
 def copy_original(memory, source: str, filename: str, request_id: str, source_id: str) -> ImportRecord:
@@ -385,30 +380,7 @@ def resume_command(memory, source: str, filename: str, request_id: str) -> str:
 
 
 def import_args(args: dict[str, Any]) -> tuple[str, str, str, str, str]:
-    file, filename = args.get("file"), args.get("filename")
-    if not isinstance(file, str) or not file.strip():
-        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`file` is required: the path of the local trajectory.")
-    if not isinstance(filename, str) or not filename:
-        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`filename` is required, e.g. filename=run.jsonl.")
-    problem = validate_filename_component(filename, kind="filename")
-    if problem:
-        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, problem)
-    size = len(filename.encode("utf-8"))
-    if size > MAX_FILENAME_BYTES:
-        raise ProcedureError(
-            ErrorCode.INVALID_ARGUMENT,
-            f"`filename` has {size} bytes in UTF-8; at most {MAX_FILENAME_BYTES} (file systems allow 255, and the "
-            "copy may need a -2, -3, ... suffix and a temporary name). Give a shorter filename; nothing was reserved.",
-        )
-    request_id = args.get("request_id")
-    if request_id is None or request_id == "":
-        request_id = f"req-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
-    if isinstance(request_id, (int, float)) and not isinstance(request_id, bool):
-        request_id = str(request_id)
-    if not isinstance(request_id, str) or len(request_id) > 128 or not request_id.strip():
-        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`request_id` must be a string of 1-128 characters.")
-    hint = args.get("memory_hint") or ""
-    source_id = args.get("source_id") or ""
-    if not isinstance(hint, str) or not isinstance(source_id, (str, int)):
-        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`memory_hint` and `source_id` must be strings.")
-    return str(Path(file).expanduser().absolute()), filename, request_id, hint, str(source_id)
+    """(absolute source path, copy filename, request id, memory hint, source id), validated by their model."""
+    valid = validate(AutoMemoryArguments, args)
+    source = str(Path(valid.file).expanduser().absolute())
+    return source, valid.filename, valid.request_id, valid.memory_hint, valid.source_id

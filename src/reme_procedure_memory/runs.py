@@ -1,6 +1,7 @@
-"""An extraction run: the secret write grant its tools present, its scope and sources, and the answers it got.
+"""Extraction runs: the secret write grant their tools present, their scope and sources, and the answers they got.
 
-A ``Run`` lives from ``ProcedureMemory.begin_run`` to ``end_run`` (one agent attempt at one segment). Besides the
+A ``Run`` lives from ``ProcedureMemory.begin_run`` to ``end_run`` (one agent attempt at one segment); ``RunGrants``
+holds the live ones and is the only way a write step finds its run (it fails closed). Besides the
 capability, it remembers the answers of its tool calls, so that a call identical to one already answered, with the
 workspace unchanged since, gets its earlier answer plus one sentence telling the agent to move on, instead of
 running again in a loop until the iteration budget is gone (nothing is journaled or written for it).
@@ -13,9 +14,11 @@ import secrets
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .schema import ErrorCode
+from .paths import resolve_inside
+from .schema import ErrorCode, ProcedureError
 
 if TYPE_CHECKING:
+    from .component import ProcedureMemory
     from .store import Operation
 
 INJECTED_KEYS = ("_procedure_grant", "_procedure_sources", "tool_context_id")
@@ -84,3 +87,57 @@ class Run:
     def remember(self, key: str, generation: int, success: bool, answer: dict[str, Any]) -> None:
         if remembered(answer, success):
             self.answers[key] = (generation, success, answer)
+
+
+class RunGrants:
+    """The live extraction runs of one component, by their tool context id."""
+
+    def __init__(self, memory: "ProcedureMemory") -> None:
+        self.memory = memory
+        self._runs: dict[str, Run] = {}
+
+    def begin_run(self, scope: str, sources: list[str], segment: int | None = None) -> Run:
+        """Open an extraction run whose tools may create/update experiences citing ``sources``; its writes are
+        journaled under ``scope`` (the request id) and ``segment``."""
+        checked = []
+        for source in dict.fromkeys(sources):
+            rel, target = resolve_inside(
+                self.memory.workspace_path, self.memory.trajectory_rel_dir, source, what="trajectory",
+            )
+            if not target.is_file():
+                raise ProcedureError(ErrorCode.NOT_FOUND, f"Source trajectory {rel} does not exist.")
+            checked.append(rel)
+        run = Run(scope=scope, sources=tuple(checked), segment=segment)
+        self._runs[run.context_id] = run
+        return run
+
+    def end_run(self, run: Run) -> None:
+        """Revoke a run's grant."""
+        self._runs.pop(run.context_id, None)
+
+    def clear(self) -> None:
+        """Revoke every grant (the component closes)."""
+        self._runs.clear()
+
+    def live_run(self, context_id, grant, sources) -> Run | None:
+        """The live run a tool call's injected values name, or None for any missing or forged value."""
+        run = self._runs.get(context_id) if isinstance(context_id, str) else None
+        if (
+            run is None
+            or not isinstance(grant, str)
+            or not secrets.compare_digest(run.grant, grant)
+            or sources != list(run.sources)
+        ):
+            return None
+        return run
+
+    def run_for(self, context_id, grant, sources) -> Run:
+        """The live run of a tool call, or NO_ACTIVE_RUN (fails closed for any missing or forged value)."""
+        run = self.live_run(context_id, grant, sources)
+        if run is None:
+            raise ProcedureError(
+                ErrorCode.NO_ACTIVE_RUN,
+                "procedure_create and procedure_update are only available to the extraction agent inside an "
+                "active procedure_auto_memory run.",
+            )
+        return run

@@ -1,6 +1,7 @@
-"""Thin ReMe steps: coerce and validate arguments, delegate to the ProcedureMemory component, answer JSON.
+"""Thin ReMe steps: validate arguments, delegate to the ProcedureMemory component, answer JSON.
 
-ReMe validates no job arguments (HTTP, MCP and CLI pass anything through), so every step checks its own. Every
+ReMe validates no job arguments (HTTP, MCP and CLI pass anything through), so every step validates its own through
+the job's model in arguments.py (create and update: in the write path, which tests also call directly). Every
 answer is a JSON object in ``Response.answer`` (agents and MCP callers see only the answer); failures also set
 ``success=False``. The component instance is chosen by step config only (``procedure_memory: <name>``), never by
 the caller.
@@ -13,51 +14,15 @@ from typing import Any
 
 from reme.steps.base_step import BaseStep
 
+from .arguments import MAX_LIMIT, ReadArguments, SearchArguments, validate  # noqa: F401 (MAX_LIMIT: re-exported)
 from .component import ProcedureMemory
 from .schema import ErrorCode, ProcedureError
 from .store import DamagedRecord, StorageError, storage_failure
-from .views import VIEW_NAMES
 
-DEFAULT_VIEW = "when_to_use_content"
-DEFAULT_LIMIT = 5
-MAX_LIMIT = 50  # as advertised by the procedure_search schema in plugin.yaml
-MAX_QUERY_CHARS = 4096
-MAX_INT_DIGITS = 12
-DEFAULT_READ_LENGTH = 8192
 # Said to the extraction agent when its search finds nothing (small models took an empty list as "done").
 EMPTY_SEARCH_NOTE = (
     "No experience matches yet: if the segment shows a reusable procedure for this, create it with procedure_create."
 )
-
-
-def as_int(value: Any, name: str, *, default: int, minimum: int, maximum: int | None = None) -> int:
-    """Coerce an int argument (ints or digit strings; not bools or floats with a fraction)."""
-    if value is None or value == "":
-        return default
-    if isinstance(value, bool):
-        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{name}` must be an integer.")
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, str):
-        digits = value.strip().removeprefix("-")
-        if not (digits.isascii() and digits.isdigit() and len(digits) <= MAX_INT_DIGITS):
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{name}` must be an integer.")
-        value = int(value.strip())
-    if not isinstance(value, int):
-        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{name}` must be an integer.")
-    if value < minimum or (maximum is not None and value > maximum):
-        bounds = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{name}` must be {bounds} (got {value}).")
-    return value
-
-
-def as_text(value: Any, name: str) -> str:
-    """Coerce a required text argument (numbers from the CLI become strings)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        value = str(value)
-    if not isinstance(value, str) or not value.strip():
-        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`{name}` must be a non-empty string.")
-    return value.strip()
 
 
 def check_unicode(arguments: dict[str, Any]) -> None:
@@ -157,17 +122,8 @@ class ProcedureSearchStep(ProcedureStep):
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        query = as_text(self.arg("query"), "query")
-        if len(query) > MAX_QUERY_CHARS:
-            raise ProcedureError(
-                ErrorCode.INVALID_ARGUMENT, f"`query` has {len(query)} characters; at most {MAX_QUERY_CHARS}.",
-            )
-        view = self.arg("index")
-        view = DEFAULT_VIEW if view in (None, "") else view
-        if view not in VIEW_NAMES:
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`index` must be one of {', '.join(VIEW_NAMES)}.")
-        limit = as_int(self.arg("limit"), "limit", default=DEFAULT_LIMIT, minimum=1, maximum=MAX_LIMIT)
-        answer = await memory.search(query, view, limit)
+        args = validate(SearchArguments, self.context.data)
+        answer = await memory.search(args.query, args.index, args.limit)
         if not answer["results"] and self._agent_call()[0] is not None:  # the extraction agent's next step
             answer["note"] = EMPTY_SEARCH_NOTE
         return answer
@@ -180,14 +136,10 @@ class ProcedureReadStep(ProcedureStep):
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        kind = self.arg("kind") or "experience"
-        if kind == "experience":
-            return memory.read_experience(self.arg("path"))
-        if kind == "trajectory":
-            offset = as_int(self.arg("offset"), "offset", default=0, minimum=0)
-            length = as_int(self.arg("length"), "length", default=DEFAULT_READ_LENGTH, minimum=1)
-            return await memory.read_trajectory(self.arg("path"), offset, length)
-        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, "`kind` must be experience or trajectory.")
+        args = validate(ReadArguments, self.context.data)
+        if args.kind == "experience":
+            return memory.read_experience(args.path)
+        return await memory.read_trajectory(args.path, args.offset, args.length)
 
 
 class _WriteStep(ProcedureStep):

@@ -1,0 +1,330 @@
+"""Job arguments, declared once: one pydantic model per job, the source of both validation and the advertised schema.
+
+ReMe validates no job arguments (HTTP, MCP and the CLI pass anything through; the CLI sends ``007`` as a string), so
+every job validates its own through its model. ``parameters(model)`` is the schema the job advertises in plugin.yaml
+(what agents, MCP clients and AgentScope's ``jsonschema`` check see); a test keeps the two equal. It stays as plain as
+ReMe's tool adapters expect: no ``title``, no ``default`` (applied here, stated in the descriptions), no ``anyOf``.
+
+``validate(model, arguments)`` answers the model, or ``ProcedureError(invalid_argument, <sentence>)`` for the first
+invalid argument in field order (the order the checks always had). Absent or ``None`` means "the default". Checks
+that need the configuration (experience path, experience filename) come through the validation context and raise
+their own ``ProcedureError`` in field order.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from typing import Annotated, Any, ClassVar, Literal
+
+from pydantic import (
+    BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, WithJsonSchema, model_validator,
+)
+from pydantic.json_schema import SkipJsonSchema
+from pydantic_core import PydanticCustomError
+from reme.steps.file_io import validate_filename_component
+
+from .schema import FIELD_ALIAS, NAME_EXAMPLE, ErrorCode, ProcedureError
+from .views import VIEW_NAMES
+
+MAX_QUERY_CHARS = 4096
+MAX_LIMIT = 50
+MAX_INT_DIGITS = 12
+MAX_OPERATION_KEY_CHARS = 200
+MAX_REQUEST_ID_CHARS = 128
+MAX_FILENAME_BYTES = 200  # leaves room under NAME_MAX (255) for "-N" and the atomic writer's ".<name>.<rand>.tmp"
+
+
+def _refuse(message: str) -> PydanticCustomError:
+    return PydanticCustomError("invalid_argument", "{message}", {"message": message})
+
+
+def _integer(value: Any, info: ValidationInfo) -> int:
+    """Ints, integral floats and short digit strings (the CLI's ``limit=05``); never bools."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, str):
+        digits = value.strip().removeprefix("-")
+        if digits.isascii() and digits.isdigit() and len(digits) <= MAX_INT_DIGITS:
+            value = int(value.strip())
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _refuse(f"`{info.field_name}` must be an integer.")
+    return value
+
+
+def _query(value: Any, info: ValidationInfo) -> str:
+    """Non-blank text, stripped; numbers (from the CLI) become text; at most MAX_QUERY_CHARS characters."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip():
+        raise _refuse(f"`{info.field_name}` must be a non-empty string.")
+    value = value.strip()
+    if len(value) > MAX_QUERY_CHARS:
+        raise _refuse(f"`{info.field_name}` has {len(value)} characters; at most {MAX_QUERY_CHARS}.")
+    return value
+
+
+def _field_text(value: Any, info: ValidationInfo) -> str:
+    """An experience field: non-blank text, kept as written."""
+    if value is None:
+        raise _refuse(f"`{info.field_name}` is required.")
+    if not isinstance(value, str) or not value.strip():
+        raise _refuse(f"`{info.field_name}` must be a non-empty string.")
+    return value
+
+
+def _operation_key(value: Any) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_OPERATION_KEY_CHARS:
+        raise _refuse(f"`operation_key` must be a non-empty string (max {MAX_OPERATION_KEY_CHARS}).")
+    return value.strip()
+
+
+def _expected_version(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _refuse("`expected_version` is required: take it from procedure_search or procedure_read.")
+    return value.strip()
+
+
+def _filename(value: Any, info: ValidationInfo) -> str:
+    """A string; its canonical spelling is checked by the context's ``filename`` (it knows ``procedure_dir``)."""
+    if not isinstance(value, str):
+        raise _refuse(f"`filename` is required, e.g. {NAME_EXAMPLE}")
+    check = (info.context or {}).get("filename")
+    return check(value) if check is not None else value
+
+
+def _experience_path(value: Any, info: ValidationInfo) -> Any:
+    """Checked by the context's ``path`` (it knows ``procedure_dir``); without one, passed on as given."""
+    check = (info.context or {}).get("path")
+    return check(value) if check is not None else value
+
+
+def _import_file(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _refuse("`file` is required: the path of the local trajectory.")
+    return value
+
+
+def _import_filename(value: Any) -> str:
+    """The name the copy keeps: one file name component that fits the file system with a suffix."""
+    if not isinstance(value, str) or not value:
+        raise _refuse("`filename` is required, e.g. filename=run.jsonl.")
+    problem = validate_filename_component(value, kind="filename")
+    if problem:
+        raise _refuse(problem)
+    size = len(value.encode("utf-8"))
+    if size > MAX_FILENAME_BYTES:
+        raise _refuse(
+            f"`filename` has {size} bytes in UTF-8; at most {MAX_FILENAME_BYTES} (file systems allow 255, and the "
+            "copy may need a -2, -3, ... suffix and a temporary name). Give a shorter filename; nothing was reserved.",
+        )
+    return value
+
+
+def _request_id(value: Any) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or len(value) > MAX_REQUEST_ID_CHARS or not value.strip():
+        raise _refuse(f"`request_id` must be a string of 1-{MAX_REQUEST_ID_CHARS} characters.")
+    return value
+
+
+def new_request_id() -> str:
+    """The request id of an import that was given none."""
+    return f"req-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
+
+
+def _import_text(value: Any, info: ValidationInfo) -> str:
+    """``memory_hint``: text; ``source_id``: text or a number (the CLI's ``source_id=42``)."""
+    if not isinstance(value, (str, int) if info.field_name == "source_id" else str):
+        raise _refuse("`memory_hint` and `source_id` must be strings.")
+    return str(value)
+
+
+class _Conflict:
+    """Stands for ``when-to-use`` when it disagrees with ``when_to_use`` (refused in field order)."""
+
+
+def _alias(value: Any) -> None:
+    raise _refuse("`when_to_use` and its alias `when-to-use` have different texts; give only `when_to_use`.")
+
+
+Integer = Annotated[int, BeforeValidator(_integer)]
+Query = Annotated[str, BeforeValidator(_query)]
+FieldText = Annotated[str, BeforeValidator(_field_text)]
+OperationKey = Annotated[str, BeforeValidator(_operation_key), Field(
+    description="New for every write; reuse it only to retry the identical write.")]
+ExpectedVersion = Annotated[str, BeforeValidator(_expected_version)]
+Filename = Annotated[str, BeforeValidator(_filename)]
+# Any value reaches the path check (which answers for non-strings too); advertised as a string.
+RawPath = Annotated[Any, BeforeValidator(_experience_path), WithJsonSchema({"type": "string"})]
+AliasConflict = Annotated[Any, BeforeValidator(_alias), WithJsonSchema({"type": "string"})]
+
+
+class JobArguments(BaseModel):
+    """Base of the job models: unknown keys (injected grants, ``tool_context_id``) are ignored here and refused by
+    the advertised ``additionalProperties: false`` where the caller validates the schema (AgentScope)."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"additionalProperties": False})
+    # Optional arguments where "" (the CLI's ``limit=``) means "use the default"; where any false value (0, [],
+    # false) does, as it always did for ``kind``. Elsewhere "" is refused like any other blank text.
+    EMPTY_IS_DEFAULT: ClassVar[frozenset[str]] = frozenset()
+    FALSY_IS_DEFAULT: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = {k: v for k, v in data.items() if v is not None}
+        for name, info in cls.model_fields.items():
+            key = info.alias or name
+            if info.is_required():
+                data.setdefault(key, None)  # absent: the field's own check answers, in field order
+            elif key in data and ((name in cls.EMPTY_IS_DEFAULT and data[key] == "")
+                                  or (name in cls.FALSY_IS_DEFAULT and not data[key])):
+                del data[key]
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _before(cls, data: Any) -> Any:
+        return cls._normalise(data)
+
+
+class SearchArguments(JobArguments):
+    EMPTY_IS_DEFAULT = frozenset({"index", "limit"})
+
+    query: Query = Field(description="What you want to do, or the situation you are in.")
+    index: Literal[VIEW_NAMES] = Field(
+        "when_to_use_content",
+        description="when_to_use: when-to-use only; when_to_use_content (default): when-to-use and content.",
+    )
+    limit: Integer = Field(5, ge=1, le=MAX_LIMIT, description="Maximum results (default 5).")
+
+
+class ReadArguments(JobArguments):
+    """Offset and length concern trajectories only: for an experience they are not read (nor checked)."""
+
+    EMPTY_IS_DEFAULT = frozenset({"offset", "length"})
+    FALSY_IS_DEFAULT = frozenset({"kind"})
+
+    kind: Literal["experience", "trajectory"] = Field("experience", description="experience (default) or trajectory.")
+    offset: Integer = Field(0, ge=0, description="Trajectory only: first character (default 0).")
+    length: Integer = Field(8192, ge=1, description="Trajectory only: characters to read (default 8192).")
+    path: RawPath = Field(description="Workspace-relative path of an experience or a copied trajectory.")
+
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        data = super()._normalise(data)
+        if isinstance(data, dict) and data.get("kind", "experience") == "experience":
+            data = {k: v for k, v in data.items() if k not in ("offset", "length")}
+        return data
+
+
+class _WriteArguments(JobArguments):
+    """``when-to-use`` (the experience file's own key, which a model that has just read one sends) is read as
+    ``when_to_use``; both with different texts are refused."""
+
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get(FIELD_ALIAS) is not None:
+            alias, value = data[FIELD_ALIAS], data.get("when_to_use")
+            data = {k: v for k, v in data.items() if k != FIELD_ALIAS}
+            if value is not None and value != alias:
+                data[FIELD_ALIAS] = _Conflict()
+            else:
+                data["when_to_use"] = alias
+        return super()._normalise(data)
+
+
+class CreateArguments(_WriteArguments):
+    operation_key: OperationKey
+    when_to_use_alias: SkipJsonSchema[AliasConflict] = Field(None, alias=FIELD_ALIAS)
+    filename: Filename = Field(
+        description=f"Meaningful lowercase-hyphenated name, e.g. {NAME_EXAMPLE}")
+    description: FieldText = Field(description="One line: what this experience is.")
+    when_to_use: FieldText = Field(description="The situation in which to apply it.")
+    content: FieldText = Field(description="What to do, step by step.")
+
+
+class UpdateArguments(_WriteArguments):
+    operation_key: OperationKey
+    when_to_use_alias: AliasConflict = Field(None, alias=FIELD_ALIAS, description="Alias of when_to_use.")
+    path: RawPath = Field(description="procedures/<name>.json")
+    expected_version: ExpectedVersion = Field(description="The version you read.")
+    description: FieldText = None
+    when_to_use: FieldText = None
+    content: FieldText = None
+
+
+class AutoMemoryArguments(JobArguments):
+    """``reme start job=procedure_auto_memory file=... filename=...``: a one-shot CLI job, not an agent tool."""
+
+    model_config = ConfigDict(json_schema_extra=None)  # advertised without additionalProperties: CLI only
+    EMPTY_IS_DEFAULT = frozenset({"request_id"})
+    FALSY_IS_DEFAULT = frozenset({"memory_hint", "source_id"})
+
+    file: Annotated[str, BeforeValidator(_import_file)]
+    filename: Annotated[str, BeforeValidator(_import_filename)]
+    request_id: Annotated[str, BeforeValidator(_request_id)] = Field(default_factory=new_request_id)
+    memory_hint: Annotated[str, BeforeValidator(_import_text)] = ""
+    source_id: Annotated[str, BeforeValidator(_import_text)] = ""
+
+
+class ReindexArguments(JobArguments):
+    """``procedure_reindex`` takes no argument (and ignores any)."""
+
+    model_config = ConfigDict(json_schema_extra=None)
+
+
+MODELS: dict[str, type[JobArguments]] = {
+    "procedure_search": SearchArguments,
+    "procedure_read": ReadArguments,
+    "procedure_create": CreateArguments,
+    "procedure_update": UpdateArguments,
+    "procedure_auto_memory": AutoMemoryArguments,
+    "procedure_reindex": ReindexArguments,
+}
+
+
+def validate(model: type[JobArguments], arguments: dict[str, Any], **context: Any) -> Any:
+    """The validated arguments, or ProcedureError(invalid_argument) naming the first invalid one."""
+    try:
+        return model.model_validate(arguments, context=context)
+    except ValidationError as exc:
+        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, _sentence(model, exc.errors()[0])) from None
+
+
+def _sentence(model: type[JobArguments], error: dict[str, Any]) -> str:
+    """One sentence for one pydantic error, naming the argument as the caller wrote it."""
+    name = str(error["loc"][0]) if error["loc"] else "arguments"
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if kind == "invalid_argument":
+        return ctx["message"]
+    if kind in ("greater_than_equal", "less_than_equal"):
+        bounds = parameters(model)["properties"][name]
+        low, high = bounds.get("minimum"), bounds.get("maximum")
+        within = f"between {low} and {high}" if high is not None else f"at least {low}"
+        return f"`{name}` must be {within} (got {error['input']})."
+    if kind == "literal_error":
+        choices = model.model_json_schema()["properties"][name]["enum"]
+        return f"`{name}` must be one of {', '.join(choices)}."
+    return f"`{name}`: {error['msg']}."  # not reached by the models' own types
+
+
+def parameters(model: type[JobArguments]) -> dict[str, Any]:
+    """The JSON schema a job advertises (``parameters`` in plugin.yaml): pydantic's, without titles and defaults (and
+    without the model's docstring: the job has its own description)."""
+    schema = _plain(model.model_json_schema(by_alias=True))
+    schema.pop("description", None)
+    return schema
+
+
+def _plain(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _plain(v) for k, v in node.items() if k not in ("title", "default")}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    return node
