@@ -15,7 +15,9 @@ sys.path.insert(0, str(Path(__file__).parent / "tests"))
 
 from helpers import FakeEmbeddingModel, ScriptedAgent, write_word_tokenizer  # noqa: E402
 
-SHARED = Path(__file__).resolve().parent.parent / "shared"
+# ../shared beside the repository, or beside its parent (git worktrees)
+SHARED = next((p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
+              Path(__file__).resolve().parent.parent / "shared")
 QWEN_TOKENIZER = SHARED / "data" / "tokenizers" / "qwen3" / "tokenizer.json"
 
 

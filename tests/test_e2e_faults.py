@@ -131,7 +131,7 @@ def test_e2_e3_a_busy_workspace_is_one_line_and_the_refused_process_writes_nothi
     built = run(cli, "start", "job=procedure_reindex", PLUGINS, f"workspace_dir={ws}", "log_to_file=false",
                 "components.as_embedding.procedure.dimensions=64")
     assert built.returncode == 0, built.stderr[-3000:]
-    assert any((ws / "metadata/file_store").glob("file_chunks_procedure_*"))
+    assert any((ws / "metadata/file_store").glob("procedure_*.view/MANIFEST.json"))  # the views were persisted
 
     holder = WorkspaceLock(ws / "metadata/procedure/default/workspace.lock")
     holder.acquire()  # this test process is "the other ReMe process"

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from reme_procedure_memory.filestore import VectorMatrix
+from reme_procedure_memory.vectors import VectorMatrix
 from reme_procedure_memory.views import rrf_fuse
 
 
@@ -51,27 +51,55 @@ def test_rrf_properties(vec_ids, kw_ids, weight):
         assert f.score == pytest.approx(expected)
 
 
-@settings(max_examples=50, deadline=None)
+def brute_force(truth: dict, rows: dict, query, limit: int) -> list[tuple[str, float]]:
+    """The exact top ``limit``: float64 cosine of the stored float16 vectors, ties by row."""
+    q = np.asarray(query, dtype=np.float64) / np.linalg.norm(query)
+    scored = []
+    for item, vec in truth.items():
+        v = np.asarray(vec, dtype=np.float16).astype(np.float64)
+        norm = np.linalg.norm(v)
+        scored.append((-(v @ q / norm if norm else 0.0), rows[item], item))
+    return [(item, -score) for score, _, item in sorted(scored)[:limit]]
+
+
+@settings(max_examples=60, deadline=None)
 @given(st.data())
-def test_vector_matrix_matches_brute_force_under_churn(data):
+def test_vector_matrix_ranks_exactly_like_brute_force_under_churn(data):
+    from reme_procedure_memory import vectors
+
+    block_rows = vectors.BLOCK_ROWS
+    vectors.BLOCK_ROWS = data.draw(st.sampled_from([4, 16, 64, 16_384]))  # many blocks too
+    try:
+        check_churn(data)
+    finally:
+        vectors.BLOCK_ROWS = block_rows
+
+
+def check_churn(data):
     rng = np.random.default_rng(data.draw(st.integers(0, 10_000)))
-    matrix, truth = VectorMatrix(8), {}
-    for _ in range(data.draw(st.integers(1, 60))):
-        item = f"id{data.draw(st.integers(0, 20))}"
-        if data.draw(st.booleans()) or item not in truth:
-            vec = rng.normal(size=8).astype(np.float32)
+    dims = data.draw(st.sampled_from([8, 48]))
+    matrix, truth = VectorMatrix(dims), {}
+    clustered = rng.normal(size=dims)  # many near-ties around one direction, and outlier dimensions
+    for _ in range(data.draw(st.integers(1, 300))):
+        item = f"id{data.draw(st.integers(0, 120))}"
+        if data.draw(st.integers(0, 3)) or item not in truth:
+            vec = rng.normal(size=dims) * (rng.random(dims) < 0.9) + data.draw(st.sampled_from([0, 3])) * clustered
+            vec[0] *= data.draw(st.sampled_from([1, 1, 20]))
             matrix.set(item, vec)
-            truth[item] = vec / np.linalg.norm(vec)
+            truth[item] = vec
         else:
             matrix.remove(item)
             truth.pop(item)
     assert len(matrix) == len(truth)
-    query = rng.normal(size=8)
-    limit = data.draw(st.integers(1, 25))
-    got = matrix.search(query, limit)
-    expected = sorted(((i, float(v @ (query / np.linalg.norm(query)))) for i, v in truth.items()), key=lambda t: -t[1])
-    assert [s for _, s in got] == pytest.approx([s for _, s in expected[:limit]], abs=1e-5)
-    assert {i for i, _ in got} <= set(truth)
+    rows = {item: matrix._row_of[item] for item in truth}
+    for _ in range(3):
+        query = rng.normal(size=dims) + data.draw(st.sampled_from([0, 3])) * clustered
+        limit = data.draw(st.integers(1, 60))
+        got = matrix.search(query, limit)
+        expected = brute_force(truth, rows, query, limit)
+        assert [i for i, _ in got] == [i for i, _ in expected]
+        assert [s for _, s in got] == pytest.approx([s for _, s in expected], abs=1e-12)
+        assert all(np.array_equal(matrix.view(i), np.asarray(truth[i], dtype=np.float16)) for i in truth)
 
 
 def test_vector_matrix_rejects_wrong_dimensions_and_zero_query():
@@ -81,3 +109,23 @@ def test_vector_matrix_rejects_wrong_dimensions_and_zero_query():
     matrix.set("a", [1, 0, 0, 0])
     assert matrix.search([0, 0, 0, 0], 5) == []
     assert matrix.search([1, 0, 0, 0], 5) == [("a", pytest.approx(1.0))]
+
+
+def test_vector_matrix_export_restores_the_same_index_and_rejects_mismatched_arrays():
+    rng = np.random.default_rng(5)
+    matrix = VectorMatrix(16)
+    matrix.set_many((f"id{i}", rng.normal(size=16)) for i in range(300))
+    for i in range(0, 300, 7):
+        matrix.remove(f"id{i}")
+    arrays = matrix.export()
+    restored = VectorMatrix.restore(16, arrays)
+    assert restored.ids() == matrix.ids()
+    assert all(np.array_equal(restored.view(i), matrix.view(i)) for i in matrix.ids())
+    for _ in range(5):
+        query = rng.normal(size=16)
+        assert restored.search(query, 20) == matrix.search(query, 20)
+    restored.set("new", rng.normal(size=16))  # restored blocks keep working
+    assert "new" in restored and restored.search(np.asarray(restored.view("new"), dtype=float), 1)[0][0] == "new"
+    broken = dict(arrays, codes=arrays["codes"][:-1])
+    with pytest.raises(ValueError):
+        VectorMatrix.restore(16, broken)

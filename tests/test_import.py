@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import import_file, memory_of, run_job
+from conftest import QWEN_TOKENIZER, import_file, memory_of, run_job
 from helpers import summary
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -545,3 +545,61 @@ async def test_a_new_memory_hint_applies_to_the_remaining_segments(make_app, tmp
         assert not ok and "first focus" in app.agent.replies[0]["prompt"]
         ok, ans = await import_file(app, original, request_id="h2", memory_hint="second focus")
         assert ok and "second focus" in app.agent.replies[1]["prompt"]
+
+
+@pytest.mark.skipif(not QWEN_TOKENIZER.is_file(), reason="the shared Qwen3 tokenizer.json is not beside the project")
+async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_checkpoints_still_resume(make_app, tmp_path):
+    import re
+
+    original = tmp_path / "run.jsonl"
+    original.write_bytes((FIXTURES / "trajectories" / "multi_turn_long_context_0.jsonl").read_bytes())
+    text = original.read_text(encoding="utf-8")
+    ws = tmp_path / "ws"
+
+    def settings(context):
+        return {"procedure_memory": {"default": {"tokenizer_source": str(QWEN_TOKENIZER),
+                                                 "token_limits": {"segment": 3000, "context": context, "reserve": 0}}}}
+
+    async def needed(app) -> tuple[int, list[str]]:
+        tokens, counted = memory_of(app).tokens, []
+        count = tokens.count
+        tokens.count = lambda t: counted.append(t) or count(t)  # record what the import encodes
+        try:
+            ok, ans = await import_file(app, original, request_id="ctx-counts")
+        finally:
+            del tokens.count
+        assert not ok and ans["error"]["code"] == "context_budget_exceeded", ans
+        return int(re.search(r"needs (\d+) tokens", ans["error"]["message"]).group(1)), counted
+
+    async with make_app(workspace=ws, scripts=[], components=settings(2000)) as app:
+        with_counts, encoded = await needed(app)
+        checkpoint = memory_of(app).checkpoints.get("ctx-counts")
+        first = text[slice(*checkpoint["segments"][0])]
+        assert checkpoint["segment_counts"] == [memory_of(app).tokens.count(text[s:e])
+                                                for s, e in checkpoint["segments"]]
+        assert len(checkpoint["segments"]) >= 2
+        assert not any(first in t for t in encoded)  # the segment itself was never encoded again
+        del checkpoint["segment_counts"]  # a checkpoint written before the counts were kept
+        memory_of(app).checkpoints.put("ctx-counts", checkpoint)
+    async with make_app(workspace=ws, scripts=[], components=settings(2000)) as app:
+        without_counts, encoded = await needed(app)
+        assert any(first in t for t in encoded)  # counted whole, as before
+    assert with_counts == without_counts
+    async with make_app(workspace=ws, scripts=[summarises()] * 10, components=settings(262144)) as app:
+        ok, ans = await import_file(app, original, request_id="ctx-counts")
+        assert ok and ans["status"] == "complete", ans
+        checkpoint = memory_of(app).checkpoints.get("ctx-counts")
+        assert checkpoint["summary_tokens"] == memory_of(app).tokens.count(checkpoint["summary"])
+        # the rolling summary's validated count is reused too: back to segment 2 with a long summary
+        summary = "\n".join(f"- step {i}: rebuilt the index of shard {i} and checked a known query" for i in range(40))
+        checkpoint.update(next_segment=1, summary=summary, status="processing",
+                          summary_tokens=memory_of(app).tokens.count(summary))
+        memory_of(app).checkpoints.put("ctx-counts", checkpoint)
+    async with make_app(workspace=ws, scripts=[], components=settings(2000)) as app:
+        with_summary_count, encoded = await needed(app)
+        assert not any(summary in t for t in encoded)
+        checkpoint = memory_of(app).checkpoints.get("ctx-counts")
+        del checkpoint["summary_tokens"]
+        memory_of(app).checkpoints.put("ctx-counts", checkpoint)
+        without_summary_count, encoded = await needed(app)
+        assert any(summary in t for t in encoded) and with_summary_count == without_summary_count

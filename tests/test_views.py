@@ -10,6 +10,7 @@ from rank_bm25 import BM25Okapi
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
 from helpers import experience_record, place_trajectory
+from reme_procedure_memory.filestore import text_digest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -50,8 +51,9 @@ async def test_each_experience_is_one_record_per_view_with_the_spec_texts(make_a
         name, record, _ = corpus()[3]
         wtu = memory.views.stores["when_to_use"].file_chunks[f"when_to_use:procedures/{name}"]
         both = memory.views.stores["when_to_use_content"].file_chunks[f"when_to_use_content:procedures/{name}"]
-        assert wtu.text == record["when-to-use"]
-        assert both.text == record["when-to-use"] + "\n\n" + record["content"]
+        # a record keeps the digest of the text it indexed (the file holds the text itself)
+        assert wtu.metadata["text_sha256"] == text_digest(record["when-to-use"])
+        assert both.metadata["text_sha256"] == text_digest(record["when-to-use"] + "\n\n" + record["content"])
         assert wtu.embedding is not None and both.embedding is not None
         # separate BM25 indexes and graphs, one shared embedding store
         s1, s2 = memory.views.stores.values()
@@ -108,6 +110,39 @@ async def test_search_fuses_with_weighted_rrf_and_returns_full_current_experienc
         # repeated searches may return the same experience again (no per-run dedup)
         ok, again = await run_job(app, "procedure_search", query=query, index="when_to_use_content", limit=5)
         assert [r["path"] for r in again["results"]] == [r["path"] for r in ans["results"]]
+
+
+async def test_search_scans_and_reads_result_files_off_the_event_loop(make_app, tmp_path, monkeypatch):
+    """The vector scan, the BM25 scoring and the reads of the result files run in worker threads (issue 9: the
+    service's event loop keeps answering other requests meanwhile)."""
+    import threading
+
+    from reme_procedure_memory.filestore import ProcedureFileStore
+    from reme_procedure_memory.store import ExperienceFiles
+
+    ws = tmp_path / "ws"
+    write_corpus(ws)
+    seen: dict[str, set[str]] = {}
+
+    def observed(cls, name):
+        real = getattr(cls, name)
+
+        def wrapper(*args, **kwargs):  # observation only: the real method runs
+            seen.setdefault(name, set()).add(threading.current_thread().name)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(cls, name, wrapper)
+
+    async with make_app(workspace=ws) as app:
+        loop_thread = threading.current_thread().name
+        for cls, name in ((ProcedureFileStore, "nearest_paths"), (ProcedureFileStore, "keyword_paths"),
+                          (ExperienceFiles, "read")):
+            observed(cls, name)
+        _, _, query = corpus()[5]
+        ok, ans = await run_job(app, "procedure_search", query=query, index="when_to_use_content", limit=5)
+        assert ok and len(ans["results"]) == 5
+        assert set(seen) == {"nearest_paths", "keyword_paths", "read"}, seen
+        assert all(loop_thread not in threads for threads in seen.values()), (loop_thread, seen)
 
 
 async def test_views_index_different_texts(make_app):

@@ -314,12 +314,14 @@ class ProcedureMemory(BaseComponent):
         )
         results = []
         files = self.files  # one validation context for this answer's reads
+        wanted = [hit.path for hit in fused if hit.path not in self.pending][:limit]
+        read = dict(zip(wanted, await asyncio.to_thread(lambda: [files.read(p) for p in wanted])))  # off-loop
         for hit in fused:
             if len(results) >= limit:
                 break
             if hit.path in self.pending:
                 continue
-            item = files.read(hit.path)
+            item = read[hit.path] if hit.path in read else files.read(hit.path)
             if item is None:
                 continue
             if isinstance(item, BadFile):  # edited by hand since indexing: exclude and report, never stale

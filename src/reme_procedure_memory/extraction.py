@@ -197,10 +197,27 @@ class Extraction:
             ensure_ascii=False,
         )
 
+    def _user_tokens(self, user: str, index: int) -> int:
+        """Exact tokens of the user message: the segment and the rolling summary inside it keep the counts recorded
+        when they were cut and validated (if the checkpoint has them), so mostly the text around them is encoded
+        (``TokenCounter.count_around``)."""
+        start, end = self.checkpoint["segments"][index]
+        counts = self.checkpoint.get("segment_counts")
+        known = []
+        for part, tokens in ((self.text[start:end], counts[index] if counts else None),
+                             (self.checkpoint.get("summary") or "", self.checkpoint.get("summary_tokens"))):
+            at = user.find(part) if part and tokens is not None else -1
+            if at >= 0 and all(at >= e or at + len(part) <= s for s, e, _ in known):
+                known.append((at, at + len(part), tokens))
+        return self.memory.tokens.count_around(user, known)
+
     async def _check_context(self, system: str, user: str, *, tools: bool = True) -> int:
         """Exact tokens of the initial input; raise ExtractionStopped before any model call when it does not fit."""
+        tokens, index = self.memory.tokens, self.checkpoint["next_segment"]
+        schemas = self._tool_schemas() if tools else ""
         try:
-            sizes = await self.memory.tokens.acount_many([system, user, self._tool_schemas() if tools else ""])
+            sizes = await asyncio.to_thread(
+                lambda: [tokens.count(system), self._user_tokens(user, index), tokens.count(schemas)])
         except TokenizerUnavailable as exc:
             raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
         total, available = sum(sizes) + FRAMING_ALLOWANCE, self.limits.context - self.limits.reserve
@@ -225,10 +242,11 @@ class Extraction:
             if not reply or reply.get("segment") != index:
                 reply = await self._run_agent(index)
             self._check_failed_writes(index)
-            summary = await self._valid_summary(index, reply["text"])
+            summary, summary_tokens = await self._valid_summary(index, reply["text"])
             self._check_pending_writes(index)
             self.checkpoint.get("failed_writes", {}).pop(str(index), None)
-            self.checkpoint.update(next_segment=index + 1, summary=summary, saved_reply=None)
+            self.checkpoint.update(next_segment=index + 1, summary=summary, summary_tokens=summary_tokens,
+                                   saved_reply=None)
             self._save()
             done = self.written()
             self.progress(
@@ -271,8 +289,9 @@ class Extraction:
         self._save()
         return reply
 
-    async def _valid_summary(self, index: int, reply: str) -> str:
-        """The reply's summary, repaired by the agent (no tools) at most ``summary_repair_attempts`` times."""
+    async def _valid_summary(self, index: int, reply: str) -> tuple[str, int]:
+        """The reply's summary and its exact token count, repaired by the agent (no tools) at most
+        ``summary_repair_attempts`` times."""
         ceiling = self.limits.ceiling(self.limits.summary)
         attempts = self.memory.settings.extraction.summary_repair_attempts
         start, end = self.checkpoint["segments"][index]
@@ -291,7 +310,7 @@ class Extraction:
                 except TokenizerUnavailable as exc:
                     raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
                 if size <= ceiling:
-                    return summary
+                    return summary, size
                 problem = f"the summary has {size} tokens; the limit is {self.limits.summary}."
                 quote, show_segment = True, False  # shortening needs the summary, not the segment
             if attempt == attempts:

@@ -1,9 +1,21 @@
-"""ProcedureFileStore: ReMe's ``local`` file store with its vectors in one contiguous matrix.
+"""ProcedureFileStore (file_store backend ``procedure_local``): ReMe's ``local`` file store for the plugin's views.
 
-ReMe's local vector search stacks float16 vectors in a Python loop (~0.5 s per 10k records at 1,024 dimensions).
-This subclass keeps every chunk's unit-normalised float32 vector in a growing matrix (row per chunk id, removed rows
-filled by the last row), so a vector search is one matrix-vector product plus ``argpartition``. Chunks, BM25,
-graph and persistence stay ReMe's.
+What it changes, and why (records, chunks, graph nodes and BM25 scoring stay ReMe's):
+
+* **Vectors** live in a ``VectorMatrix`` (vectors.py: exact cosine top-k screened by an int8 scan); a chunk's
+  ``embedding`` is a view of its stored row, never a second copy. ReMe's local search stacks float16 vectors in a
+  Python loop (~0.5 s per 10k records at 1,024 dimensions).
+* **Searches** (vector and keyword) run in a worker thread (``scan_executor``), never on the event loop; readers-writer
+  locks keep mutations (on the event loop) out of a running search.
+* **Persistence is incremental** (viewstate.py): a snapshot of records, vectors and the BM25 index plus an append-only
+  log of later upserts and deletes. ``dump`` (and closing) appends the changes since the last one, and writes a new
+  snapshot only when the log has grown past a share of the view, after a clear, or after BM25 compaction. The keyword
+  index (``procedure_bm25``) and graph (``procedure_graph``) keep no files of their own; this store restores them. A
+  state that cannot be read exactly is discarded: the view starts empty and the component re-indexes it from the
+  experience files. The vector space the vectors came from is recorded; after a change of embedding model they are
+  dropped, so the component re-embeds.
+* **Vectors are reused**: ``reusable_vector`` offers a record's current vector (or, after ``clear``, the one it had)
+  for the same text in the same vector space, so re-indexing unchanged texts needs no provider call.
 
 The plugin pre-embeds every record it upserts and re-indexes missing vectors itself, so ReMe's background embedding
 backfill is disabled for these stores: a backfill would change chunk vectors behind the matrix.
@@ -11,132 +23,393 @@ backfill is disabled for these stores: a backfill would change chunk vectors beh
 
 from __future__ import annotations
 
+import asyncio
+import base64
+import hashlib
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 from reme.components.file_store.local_file_store import LocalFileStore
 from reme.schema import FileChunk, FileNode
+from reme.utils.jsonl_zst import read_jsonl_zst
+
+from .graph import ProcedureFileGraph
+from .keyword import ProcedureBM25Index
+from .locks import ReadWriteLock
+from .vectors import VectorMatrix
+from .viewstate import ViewState, ViewStateError
+
+SNAPSHOT_MIN_ENTRIES = 500  # a new snapshot once the log holds more entries than this and than ...
+SNAPSHOT_SHARE = 0.02  # ... this share of the view's records (bounds the replay at start to a few percent)
+COMPACT_SHARE = 0.25  # BM25 compaction (with a new snapshot) once this share of its slots is lazily deleted
+# Every chunk shares one "fields set" (pydantic's record of which fields were given: here, all of them), instead of
+# one 728-byte set each (150 MB at 100,000 experiences in two views). Pydantic only ever adds field names to it.
+_ALL_CHUNK_FIELDS = set(FileChunk.model_fields)
 
 
-class VectorMatrix:
-    """Unit vectors by id in one contiguous float32 matrix; O(1) amortised set/remove, exact top-k by cosine."""
+def text_digest(text: str) -> str:
+    """What a record keeps of its text (the experience file holds the text itself)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
-    def __init__(self, dimensions: int) -> None:
-        self.dimensions = dimensions
-        self._rows = np.zeros((16, dimensions), dtype=np.float32)
-        self._ids: list[str] = []
-        self._row_of: dict[str, int] = {}
 
-    def __len__(self) -> int:
-        return len(self._ids)
+def _slim(chunk: FileChunk) -> FileChunk:
+    """A chunk with the shared fields set and its view name interned (the same few strings for all chunks)."""
+    object.__setattr__(chunk, "__pydantic_fields_set__", _ALL_CHUNK_FIELDS)
+    if isinstance(chunk.metadata.get("view"), str):
+        chunk.metadata["view"] = sys.intern(chunk.metadata["view"])
+    return chunk
 
-    def __contains__(self, item: str) -> bool:
-        return item in self._row_of
+_executor: ThreadPoolExecutor | None = None
 
-    def set(self, item: str, vector) -> None:
-        """Insert or replace the vector of ``item`` (zero vectors are stored as zeros and never score > 0)."""
-        vec = np.asarray(vector, dtype=np.float32).reshape(-1)
-        if vec.shape[0] != self.dimensions:
-            raise ValueError(f"vector of {vec.shape[0]} dimensions, expected {self.dimensions}")
-        norm = float(np.linalg.norm(vec))
-        vec = vec / norm if norm > 0 else vec
-        row = self._row_of.get(item)
-        if row is None:
-            row = len(self._ids)
-            if row == self._rows.shape[0]:
-                grown = np.zeros((row * 2, self.dimensions), dtype=np.float32)
-                grown[:row] = self._rows
-                self._rows = grown
-            self._ids.append(item)
-            self._row_of[item] = row
-        self._rows[row] = vec
 
-    def remove(self, item: str) -> None:
-        """Drop ``item`` if present."""
-        row = self._row_of.pop(item, None)
-        if row is None:
-            return
-        last = len(self._ids) - 1
-        if row != last:
-            moved = self._ids[last]
-            self._rows[row] = self._rows[last]
-            self._ids[row] = moved
-            self._row_of[moved] = row
-        self._ids.pop()
+def _one_thread() -> None:
+    """Scan threads run faiss on one OpenMP thread: concurrent searches are the parallelism."""
+    from .vectors import _faiss
 
-    def clear(self) -> None:
-        """Drop every vector."""
-        self._ids.clear()
-        self._row_of.clear()
+    _faiss().omp_set_num_threads(1)
 
-    def search(self, query, limit: int) -> list[tuple[str, float]]:
-        """The ``limit`` ids of highest cosine similarity, best first (ties by insertion row)."""
-        n = len(self._ids)
-        if n == 0 or limit <= 0:
-            return []
-        q = np.asarray(query, dtype=np.float32).reshape(-1)
-        norm = float(np.linalg.norm(q))
-        if norm == 0 or q.shape[0] != self.dimensions:
-            return []
-        scores = self._rows[:n] @ (q / norm)
-        k = min(limit, n)
-        top = np.argpartition(-scores, k - 1)[:k] if k < n else np.arange(n)
-        order = top[np.lexsort((top, -scores[top]))]
-        return [(self._ids[i], float(scores[i])) for i in order]
+
+def scan_executor() -> ThreadPoolExecutor:
+    """The process-wide pool of vector-scan threads (one per core)."""
+    global _executor
+    if _executor is None:
+        _executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="procedure-scan",
+                                       initializer=_one_thread)
+    return _executor
 
 
 class ProcedureFileStore(LocalFileStore):
-    """A ``local`` file store whose vector search runs on a contiguous matrix (see the module docstring)."""
+    """ReMe's ``local`` file store with a vector matrix, off-loop searches and incremental persistence (see above)."""
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.vectors: VectorMatrix | None = None
+        self.vectors_lock = ReadWriteLock()
+        self.state = ViewState(self.component_metadata_path / f"{self.name}_{self.store_version}.view")
+        self.vector_space = ""  # the embedding vector space of the vectors held
+        self._pending: list[dict] = []  # log entries of changes not yet written
+        self._snapshot_due = False
+        self._reusable: dict[str, tuple[str, np.ndarray]] = {}  # chunk id -> (text, vector) of cleared records
+        # ReMe's own view files of an earlier plugin version were found and not loaded: their records (of unknown
+        # tokenizer identity) are still in the view as far as the component knows, so it clears and rebuilds it
+        self.previous_layout = False
+
+    # -- vectors ---------------------------------------------------------------------------------------------------
 
     def _matrix(self) -> VectorMatrix:
         if self.vectors is None:
             self.vectors = VectorMatrix(self.embedding_dimensions)
         return self.vectors
 
-    def _track(self, chunk: FileChunk) -> None:
-        if self.embedding_store and self._embedding_dim_matches(chunk.embedding):
-            self._matrix().set(chunk.id, chunk.embedding)
-        elif self.vectors is not None:
-            self.vectors.remove(chunk.id)
+    def _track(self, chunks: list[FileChunk]) -> None:
+        """Put the chunks' vectors in the matrix (or drop them from it) and point each chunk at its stored row."""
+        with self.vectors_lock.write():
+            for chunk in chunks:
+                _slim(chunk)
+            keep = [c for c in chunks if self.embedding_store and self._embedding_dim_matches(c.embedding)]
+            self._matrix().set_many((c.id, c.embedding) for c in keep)
+            for chunk in keep:
+                chunk.embedding = self.vectors.view(chunk.id)
+            kept = {id(c) for c in keep}
+            for chunk in chunks:
+                if id(chunk) not in kept:
+                    self._untrack(chunk.id)
 
-    async def load(self) -> None:
-        await super().load()
-        self.vectors = None
-        for chunk in self.file_chunks.values():
-            self._track(chunk)
+    def _untrack(self, chunk_id: str) -> None:
+        """Drop a vector (caller holds the write lock); the row that moved into its place gets a fresh view."""
+        moved = self.vectors.remove(chunk_id) if self.vectors is not None else None
+        if moved is not None and moved in self.file_chunks:
+            self.file_chunks[moved].embedding = self.vectors.view(moved)
+
+    def _current_space(self) -> str:
+        return str(getattr(self.embedding_store, "vector_space_id", "") or "") if self.embedding_store else ""
+
+    def reusable_vector(self, chunk_id: str, text: str):
+        """The vector this store holds (or held before ``clear``) for record ``chunk_id`` with exactly ``text``, in
+        the current vector space; None when there is none."""
+        if not self.embedding_store or self.vector_space != self._current_space():
+            return None
+        digest = text_digest(text)
+        chunk = self.file_chunks.get(chunk_id)
+        if chunk is not None and self._digest(chunk) == digest and self._embedding_dim_matches(chunk.embedding):
+            return chunk.embedding
+        held = self._reusable.get(chunk_id)
+        return held[1] if held is not None and held[0] == digest else None
+
+    @staticmethod
+    def _digest(chunk: FileChunk) -> str:
+        return chunk.metadata.get("text_sha256") or text_digest(chunk.text)
+
+    def _drop_texts(self, chunk_ids) -> None:
+        """Keep only a digest of each chunk's text once BM25 and the log have it: the experience file holds the text
+        (a view whose BM25 cannot be loaded is re-indexed from the files, reusing the vectors by digest)."""
+        for cid in chunk_ids:
+            chunk = self.file_chunks.get(cid)
+            if chunk is not None and chunk.text:
+                chunk.metadata["text_sha256"] = text_digest(chunk.text)
+                chunk.text = ""
 
     def _start_embedding_backfill(self, *, skip_health_check: bool = False) -> None:
         """Disabled: the plugin embeds before upserting and re-indexes records without vectors itself."""
 
-    async def upsert(self, files: list[tuple[FileNode, list[FileChunk]]]) -> None:
+    # -- mutations (each logged for the next dump) -------------------------------------------------------------
+
+    async def _apply_upsert(self, files: list[tuple[FileNode, list[FileChunk]]]) -> None:
         old = {n.path: list(n.chunk_ids) for n in await self.get_nodes([node.path for node, _ in files])} if files else {}
         await super().upsert(files)
-        if self.vectors is not None:
+        with self.vectors_lock.write():
             for ids in old.values():
                 for cid in ids:
                     if cid not in self.file_chunks:
-                        self.vectors.remove(cid)
-        for _, chunks in files:
-            for chunk in chunks:
-                self._track(self.file_chunks.get(chunk.id, chunk))
+                        self._untrack(cid)
+        self._track([self.file_chunks.get(chunk.id, chunk) for _, chunks in files for chunk in chunks])
+
+    async def upsert(self, files: list[tuple[FileNode, list[FileChunk]]]) -> None:
+        if not files:
+            return
+        await self._apply_upsert(files)
+        self.vector_space = self._current_space()
+        self._log(lambda: {"op": "upsert", "files": [self._record(node.path) for node, _ in files]})
+        self._drop_texts(c.id for _, chunks in files for c in chunks)
+
+    async def delete(self, path: str | list[str]) -> None:
+        paths = [path] if isinstance(path, str) else list(path)
+        await super().delete(paths)
+        if paths:
+            self._log(lambda: {"op": "delete", "paths": paths})
+
+    def _log(self, entry) -> None:
+        """Keep the log entry ``entry()`` of a change for the next dump, unless that dump writes a snapshot anyway
+        (after a clear, before the first snapshot, or once the log would outgrow its share): then nothing is kept."""
+        if not self._snapshot_needed():
+            self._pending.append(entry())
+        if self._snapshot_needed():
+            self._snapshot_due, self._pending = True, []
 
     async def _delete_nodes(self, nodes: list[FileNode]) -> None:
         await super()._delete_nodes(nodes)
-        if self.vectors is not None:
+        with self.vectors_lock.write():
             for node in nodes:
                 for cid in node.chunk_ids:
-                    self.vectors.remove(cid)
+                    self._untrack(cid)
 
     async def clear(self) -> None:
+        """Empty the view; its vectors stay available to ``reusable_vector`` until the next ``dump``."""
+        self._reusable.update({cid: (self._digest(c), np.array(c.embedding)) for cid, c in self.file_chunks.items()
+                               if self._embedding_dim_matches(c.embedding)})  # also the previous layout's vectors
+        self.previous_layout = False
         await super().clear()
-        if self.vectors is not None:
-            self.vectors.clear()
+        with self.vectors_lock.write():
+            if self.vectors is not None:
+                self.vectors.clear()
+        self._pending, self._snapshot_due = [], True
+
+    async def optimize_index(self) -> None:
+        """Compact BM25 once a quarter of its slots are lazily deleted (then the next dump writes a snapshot)."""
+        if self.keyword_index is not None and self.keyword_index.deleted_fraction >= COMPACT_SHARE:
+            await self.keyword_index.optimize_index()
+            self._snapshot_due = True
+
+    async def reindex(self, scope: str) -> dict:
+        result = await super().reindex(scope)
+        self._snapshot_due = True
+        return result
+
+    # -- persistence ------------------------------------------------------------------------------------------------
+
+    def _record(self, path: str, inline: bool = True) -> dict:
+        """A file's node and chunks as persisted (JSON): each chunk's vector as base64 float16 when ``inline``, else
+        whether it has one (the snapshot keeps vectors in its own array); None/False: no vector."""
+        node = self.file_graph.node(path)
+        chunks = []
+        for cid in node.chunk_ids:
+            chunk = self.file_chunks[cid]
+            dumped = chunk.model_dump(mode="json", exclude={"embedding", "scores"})
+            has_vector = self._embedding_dim_matches(chunk.embedding)
+            if inline and has_vector:
+                dumped["vector"] = base64.b64encode(np.asarray(chunk.embedding, dtype="<f2").tobytes()).decode()
+            else:
+                dumped["vector"] = has_vector if not inline else None
+            chunks.append(dumped)
+        return {"node": node.model_dump(mode="json"), "chunks": chunks}
+
+    @staticmethod
+    def _chunk_of(dumped: dict) -> FileChunk:
+        """A persisted chunk (see ``_record``): an inline vector (log entries) becomes its embedding, a view of the
+        decoded bytes (``_track`` copies it into the matrix); snapshot chunks get theirs from the restored matrix."""
+        dumped = dict(dumped)
+        encoded = dumped.pop("vector", None)
+        chunk = _slim(FileChunk.model_validate(dumped))
+        if isinstance(encoded, str):
+            chunk.embedding = np.frombuffer(base64.b64decode(encoded), dtype="<f2")
+        return chunk
+
+    def _files_of(self, records: list[dict]) -> list[tuple[FileNode, list[FileChunk]]]:
+        """Persisted records as upsert arguments."""
+        return [(FileNode.model_validate(r["node"]), [self._chunk_of(c) for c in r["chunks"]]) for r in records]
+
+    def _check_backends(self) -> None:
+        if not isinstance(self.keyword_index, ProcedureBM25Index) or not isinstance(self.file_graph,
+                                                                                   ProcedureFileGraph):
+            raise TypeError(
+                f"file_store.{self.name} (backend procedure_local) needs keyword_index backend procedure_bm25 and "
+                f"file_graph backend procedure_graph (it persists them); got {type(self.keyword_index).__name__} and "
+                f"{type(self.file_graph).__name__}.",
+            )
+
+    async def _reset(self) -> None:
+        self.file_chunks.clear()
+        await self.file_graph.clear()
+        await self.keyword_index.clear()
+        with self.vectors_lock.write():
+            self.vectors = None
+
+    async def load(self) -> None:
+        """Restore the view from its snapshot and log; a state that does not load exactly is discarded (the view
+        starts empty and the component re-indexes the files)."""
+        self._check_backends()
+        await self._reset()
+        self._pending, self._reusable, self.previous_layout = [], {}, False
+        try:
+            state = await asyncio.to_thread(self.state.read)
+            if state is not None:
+                await self._restore(*state)
+        except (ViewStateError, ValueError, KeyError) as exc:
+            self.logger.warning(f"{self.name}: discarding the persisted view ({exc}); it is rebuilt from the files")
+            await self._reset()
+            await asyncio.to_thread(self.state.remove)
+            state = None
+        self._snapshot_due = self._snapshot_due or state is None
+        if state is None and self.chunks_path.exists():
+            await asyncio.to_thread(self._keep_legacy_vectors)
+            self.previous_layout = True
+
+    def _keep_legacy_vectors(self) -> None:
+        """A view of an earlier plugin version (ReMe's own chunk file): its vectors stay available to
+        ``reusable_vector`` while the component re-indexes the files, so the migration embeds nothing it had."""
+        try:
+            for line in read_jsonl_zst(self.chunks_path, self.encoding):
+                if line.strip():
+                    chunk = self._deserialize_chunk(line)
+                    if self._embedding_dim_matches(chunk.embedding):
+                        self._reusable[chunk.id] = (text_digest(chunk.text), chunk.embedding)
+        except Exception as exc:  # unreadable: those files are embedded again
+            self.logger.warning(f"{self.name}: the previous version's vectors are unreadable ({exc})")
+        self.vector_space = self._current_space()
+
+    async def _restore(self, manifest: dict, records, vectors: dict, bm25_file, entries: list[dict]):
+        self._snapshot_due = False
+        self.vector_space = self._current_space()
+        nodes, chunks, flagged = {}, [], set()
+
+        def read() -> None:  # one record at a time: no list of all records is ever held
+            for record in records:
+                own = [self._chunk_of(dumped) for dumped in record["chunks"]]
+                flagged.update(dumped["id"] for dumped in record["chunks"] if dumped.get("vector"))
+                nodes[record["node"]["path"]] = ProcedureFileGraph.packed(record["node"], [c.id for c in own])
+                chunks.extend(own)
+
+        await asyncio.to_thread(read)
+        matrix = None
+        if manifest.get("vector_space") != self.vector_space:  # another embedding model made these vectors
+            self.logger.warning(f"{self.name}: vectors of another embedding vector space dropped; re-embedding")
+            self._snapshot_due = True
+        elif self.embedding_store:
+            matrix = await asyncio.to_thread(VectorMatrix.restore, self.embedding_dimensions, vectors)
+        del vectors
+        if matrix is not None and set(matrix.ids()) != flagged:
+            raise ViewStateError("the vector index does not hold the records' vectors")
+        try:
+            await asyncio.to_thread(self.keyword_index.restore, bm25_file)
+            keyword_ready = True
+        except Exception as exc:  # another tokenizer configuration, or an unreadable file
+            self.logger.warning(f"{self.name}: BM25 is re-indexed from the files ({type(exc).__name__}: {exc})")
+            keyword_ready, self._snapshot_due = False, True
+        for chunk in chunks:
+            if matrix is not None and chunk.id in flagged:
+                chunk.embedding = matrix.view(chunk.id)
+            self.file_chunks[chunk.id] = chunk
+        self._drop_texts(c.id for c in chunks)  # records written before texts were dropped still carry them
+        self.file_graph.restore(nodes)
+        with self.vectors_lock.write():
+            self.vectors = matrix
+        if not keyword_ready:  # records of unknown version: the component re-indexes them from the files (their
+            for chunk in chunks:  # vectors are reused: the digests of their texts are kept)
+                chunk.metadata["version"] = ""
+        for entry in entries:  # the log, in order, through the same code paths as the original changes
+            if entry["op"] == "upsert":
+                files = self._files_of(entry["files"])
+                await self._apply_upsert(files)
+                self._drop_texts(c.id for _, chunks in files for c in chunks)
+            else:
+                await super().delete(entry["paths"])
+
+    def _snapshot_needed(self) -> bool:
+        logged = self.state.log_entries + len(self._pending)
+        return (self._snapshot_due or self.state.generation == 0
+                or logged > max(SNAPSHOT_MIN_ENTRIES, SNAPSHOT_SHARE * len(self.file_graph)))
+
+    @LocalFileStore.serialized
+    async def dump(self) -> None:
+        """Persist the changes since the last dump: appended to the log, or a new snapshot (see the module
+        docstring). The snapshot's content is taken at once, on the event loop, so it is one consistent state;
+        changes made while it is written are logged by the next dump."""
+        await self.optimize_index()
+        logged = len(self._pending)
+        if self._snapshot_needed():
+            paths = self.file_graph.paths()
+            records = [self._record(path, inline=False) for path in paths]
+            with self.vectors_lock.read():
+                vectors = (self.vectors or VectorMatrix(self.embedding_dimensions or 1)).export()
+            arrays = self.keyword_index.snapshot()
+            meta = {"vector_space": self.vector_space}
+            await asyncio.to_thread(self.state.write_snapshot, records, vectors,
+                                    lambda handle: ProcedureBM25Index.write(handle, arrays), meta)
+            for legacy in (self.chunks_path, self.file_graph.legacy_file, self.keyword_index.index_file):
+                legacy.unlink(missing_ok=True)  # the files of ReMe's own persistence (earlier plugin versions)
+            self._pending, self._snapshot_due = self._pending[logged:], False
+        elif self._pending:
+            await asyncio.to_thread(self.state.append, self._pending[:logged])
+            self._pending = self._pending[logged:]
+        self._reusable = {}
+
+    # -- searches ---------------------------------------------------------------------------------------------------
+
+    def nearest_paths(self, query_embedding, limit: int) -> list[tuple[str, float]]:
+        """Top ``limit`` records as ``(path, cosine)`` for an already computed query vector (blocking: a scan)."""
+        if not self.embedding_store or self.vectors is None:
+            return []
+        with self.vectors_lock.read():
+            hits = self.vectors.search(query_embedding, limit)
+            chunks = [(self.file_chunks.get(cid), score) for cid, score in hits]
+        return [(chunk.path, score) for chunk, score in chunks if chunk is not None]
+
+    def keyword_paths(self, query: str, limit: int) -> list[tuple[str, float]]:
+        """Top ``limit`` records as ``(path, BM25 score)`` (blocking; ReMe's BM25 scores and order)."""
+        if not self.keyword_index or limit <= 0 or not query.strip():
+            return []
+        hits = self.keyword_index.search(query.strip(), limit)
+        chunks = [(self.file_chunks.get(cid), score) for cid, score in hits.items()]
+        return [(chunk.path, score) for chunk, score in chunks if chunk is not None]
+
+    async def anearest_paths(self, query_embedding, limit: int) -> list[tuple[str, float]]:
+        """``nearest_paths`` in a scan thread, off the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(scan_executor(), self.nearest_paths, query_embedding, limit)
+
+    async def akeyword_paths(self, query: str, limit: int) -> list[tuple[str, float]]:
+        """``keyword_paths`` in a scan thread, off the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(scan_executor(), self.keyword_paths, query, limit)
 
     def nearest(self, query_embedding, limit: int) -> list[FileChunk]:
         """Top ``limit`` chunks by cosine to an already computed query vector, scores as ReMe's vector_search."""
-        hits = self._matrix().search(query_embedding, limit) if self.embedding_store else []
+        if not self.embedding_store or self.vectors is None:
+            return []
+        with self.vectors_lock.read():
+            hits = self.vectors.search(query_embedding, limit)
         out = []
         for cid, score in hits:
             chunk = self.file_chunks.get(cid)
@@ -151,4 +424,5 @@ class ProcedureFileStore(LocalFileStore):
         query_embedding = await self._get_query_embedding(query)
         if query_embedding is None:
             return []
-        return self.nearest(query_embedding, limit)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(scan_executor(), self.nearest, query_embedding, limit)

@@ -32,7 +32,7 @@ from .arguments import AutoMemoryArguments, validate
 from .extraction import Extraction, ExtractionStopped, make_progress
 from .formats import MalformedTrajectory, UnsupportedTrajectory, decode_trajectory, trajectory_format
 from .schema import ErrorCode, ProcedureError
-from .segmenter import SEGMENTER_VERSION, SegmentationError, segment
+from .segmenter import SEGMENTER_VERSION, SegmentationError, segment_counted
 from .paths import check_directory
 from .store import (
     COPIED,
@@ -44,7 +44,7 @@ from .store import (
     publish_copy,
     storage_failure,
 )
-from .tokens import TokenizerUnavailable
+from .tokens import SpanCounter, TokenizerUnavailable
 
 
 def copy_original(memory, source: str, filename: str, request_id: str, source_id: str) -> ImportRecord:
@@ -238,7 +238,7 @@ async def run_import(memory, wrapper, args: dict[str, Any]) -> dict[str, Any]:
 
 async def load_checkpoint(memory, record: ImportRecord, text: str, hint: str) -> dict[str, Any]:
     """The import's checkpoint: the saved one if its fingerprint matches, else (first run) a new one with the
-    segment boundaries fixed once. Raises ExtractionStopped (incompatible, tokenizer, segmentation) changing nothing."""
+    segment boundaries (and their exact token counts) fixed once. Raises ExtractionStopped (incompatible, tokenizer, segmentation) changing nothing."""
     saved = memory.checkpoints.get(record.request_id)
     expected = fingerprint(memory, record)
     if saved is not None:
@@ -253,14 +253,16 @@ async def load_checkpoint(memory, record: ImportRecord, text: str, hint: str) ->
             )
         return saved
     try:
-        bounds = await asyncio.to_thread(segment, text, memory.settings.token_limits.segment, memory.tokens.count)
+        spans = SpanCounter(memory.tokens, text)
+        counted = await asyncio.to_thread(segment_counted, text, memory.settings.token_limits.segment, spans.count)
     except TokenizerUnavailable as exc:
         raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
     except SegmentationError as exc:
         raise ExtractionStopped("segmentation_failed", str(exc)) from None
     checkpoint = {
         "request_id": record.request_id, "path": record.path, "fingerprint": expected, "plugin_version": __version__,
-        "segments": bounds, "next_segment": 0, "summary": "", "memory_hint": hint,
+        "segments": [(start, end) for start, end, _ in counted], "next_segment": 0, "summary": "", "memory_hint": hint,
+        "segment_counts": [tokens for _, _, tokens in counted],  # exact; the context check reuses them
         "saved_reply": None, "status": "processing",
     }
     memory.checkpoints.put(record.request_id, checkpoint)

@@ -2,14 +2,40 @@
 
 There is no estimate anywhere: a tokenizer that cannot be loaded raises TokenizerUnavailable naming the source
 and the fix. Loading and encoding are blocking; async callers run them in a thread (``acount``).
+
+Counts of concatenations are not sums in general (BPE merges across the join). They are at a *line start* (see
+``is_line_start``) for tokenizers built like Qwen's (``separates_lines``): NFC (or no) normalizer; a Split
+pre-tokenizer with a regex from ``LINE_SEPARATING_PATTERNS`` then a ByteLevel step without its own regex; BPE without
+dropout; no added token that contains a newline or strips whitespace; offsets not trimmed. Why: none of those regex
+alternatives matches a newline followed by a printable non-space ASCII character (each either excludes newlines,
+ends its match with newlines, or matches whitespace only), so a pre-token never spans a line start; the regex has
+no look-behind and its one look-ahead (``\\s+(?!\\S)``) is never reached for a whitespace run ending in a newline,
+which ``\\s*[\\r\\n]+`` takes first, so the text before and after a line start pre-tokenizes alone exactly as
+inside the whole; NFC never composes with or reorders across a newline; BPE encodes each pre-token by itself. So the
+tokens of ``a + b``, when ``b`` starts a line of ``a + b``, are the tokens of ``a`` followed by those of ``b``.
+``SpanCounter`` and ``TokenCounter.count_around`` use this to count without re-encoding; other tokenizers are always
+encoded whole.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from pathlib import Path
 from typing import Protocol
+
+# Hugging Face Split-pre-tokenizer regexes under which no pre-token spans a line start (module docstring): Qwen2,
+# Qwen2.5 and Qwen3 use this one.
+LINE_SEPARATING_PATTERNS = frozenset({
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+})
+
+
+def is_line_start(text: str, index: int) -> bool:
+    """Whether ``index`` starts a line of ``text`` with a printable ASCII character other than space (``{``, a
+    letter, a digit, ``#`` ...): the places where a line-separating tokenizer's counts add up."""
+    return 0 < index < len(text) and text[index - 1] == "\n" and "!" <= text[index] <= "~"
 
 
 class TokenizerUnavailable(RuntimeError):
@@ -17,11 +43,45 @@ class TokenizerUnavailable(RuntimeError):
 
 
 class Encoder(Protocol):
-    """What the counter needs from a tokenizer: the number of tokens, and ids and character offsets of a text."""
+    """What the counter needs from a tokenizer: the number of tokens, and ids and character offsets of a text;
+    ``separates_lines`` says whether counts add up at line starts (module docstring)."""
+
+    separates_lines: bool
 
     def count(self, text: str) -> int: ...
 
     def encode(self, text: str) -> tuple[list[int], list[tuple[int, int]]]: ...
+
+
+def _component_state(component) -> dict | None:
+    return json.loads(component.__getstate__()) if component is not None else None
+
+
+def separates_lines(tokenizer) -> bool:
+    """Whether a ``tokenizers.Tokenizer`` is built as the module docstring requires for counts to add up at line
+    starts (anything else, or anything that cannot be inspected, is False)."""
+    try:
+        normalizer = _component_state(tokenizer.normalizer)
+        pre = _component_state(tokenizer.pre_tokenizer) or {}
+        post = _component_state(tokenizer.post_processor)
+        steps = pre.get("pretokenizers") or []
+        added = tokenizer.get_added_tokens_decoder().values()
+        model_ok = type(tokenizer.model).__name__ == "BPE" and not tokenizer.model.dropout
+    except Exception:  # an unknown component: never assume
+        return False
+    if normalizer not in (None, {"type": "NFC"}) or pre.get("type") != "Sequence" or len(steps) != 2:
+        return False
+    split, byte_level = steps
+    return (
+        model_ok
+        and split.get("type") == "Split"
+        and split.get("pattern", {}).get("Regex") in LINE_SEPARATING_PATTERNS
+        and split.get("behavior") == "Isolated" and not split.get("invert")
+        and byte_level.get("type") == "ByteLevel" and not byte_level.get("use_regex")
+        and not byte_level.get("add_prefix_space")
+        and (post is None or (post.get("type") == "ByteLevel" and not post.get("trim_offsets")))
+        and all("\n" not in t.content and not t.lstrip and not t.rstrip for t in added)
+    )
 
 
 class _HFTokenizers:
@@ -31,6 +91,7 @@ class _HFTokenizers:
         tokenizer.no_truncation()
         tokenizer.no_padding()
         self._tokenizer = tokenizer
+        self.separates_lines = separates_lines(tokenizer)
 
     def count(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=False))  # no id/offset lists: the hot path
@@ -39,9 +100,15 @@ class _HFTokenizers:
         encoding = self._tokenizer.encode(text, add_special_tokens=False)
         return encoding.ids, encoding.offsets
 
+    def encoding(self, text: str):
+        """The ``tokenizers.Encoding`` (``len``, ``char_to_token``) without Python id/offset lists."""
+        return self._tokenizer.encode(text, add_special_tokens=False)
+
 
 class _Transformers:
     """A slow/fast ``transformers`` tokenizer, for directories that have no ``tokenizer.json``."""
+
+    separates_lines = False  # not inspected: always encoded whole
 
     def __init__(self, tokenizer) -> None:
         self._tokenizer = tokenizer
@@ -112,6 +179,30 @@ class TokenCounter:
         """Ids and character offsets of ``text``."""
         return self.encoder.encode(text)
 
+    def encoding(self, text: str):
+        """An encoding with ``len()`` and ``char_to_token(index)`` (line-separating tokenizers only)."""
+        return self.encoder.encoding(text)
+
+    @property
+    def separates_lines(self) -> bool:
+        """Whether counts add up at line starts (module docstring); loads the tokenizer."""
+        return bool(getattr(self.encoder, "separates_lines", False))
+
+    def count_around(self, text: str, known: list[tuple[int, int, int]]) -> int:
+        """Exact tokens of ``text`` given ``(start, end, tokens)`` spans of it whose counts are known (disjoint): for
+        a line-separating tokenizer, a span's text between its first and last inner line starts is not encoded again
+        (a span without two such cuts, and any other tokenizer, is encoded)."""
+        total, done = 0, 0  # ``done``: the text before it is counted; it is 0 or a line start
+        if self.separates_lines:
+            for start, end, tokens in sorted(known):
+                first, last = _next_line_start(text, start, end), _last_line_start(text, start, end)
+                if first < 0 or start < done:
+                    continue
+                total += self.count(text[done:first])
+                total += tokens - self.count(text[start:first]) - self.count(text[last:end])
+                done = last
+        return total + self.count(text[done:])
+
     def prefix_within(self, text: str, max_tokens: int) -> str:
         """The longest prefix of ``text`` (cut at a token boundary) whose exact count is at most ``max_tokens``."""
         ids, offsets = self.encode(text)
@@ -138,3 +229,66 @@ class TokenCounter:
     async def acount_many(self, texts: list[str]) -> list[int]:
         """Counts of several texts, off the event loop."""
         return await asyncio.to_thread(lambda: [self.count(t) for t in texts])
+
+
+def _next_line_start(text: str, start: int, end: int) -> int:
+    """The first line start strictly inside ``(start, end)``, or -1."""
+    at = text.find("\n", start, end)
+    while 0 <= at < end - 1:
+        if is_line_start(text, at + 1):
+            return at + 1
+        at = text.find("\n", at + 1, end)
+    return -1
+
+
+def _last_line_start(text: str, start: int, end: int) -> int:
+    """The last line start strictly inside ``(start, end)``, or -1."""
+    at = text.rfind("\n", start, end - 1)
+    while at >= start:
+        if is_line_start(text, at + 1):
+            return at + 1
+        at = text.rfind("\n", start, at)
+    return -1
+
+
+class SpanCounter:
+    """Exact token counts of spans ``text[start:end]`` of one text (the segmenter's counter).
+
+    With a line-separating tokenizer (module docstring), the encodings of the pieces encoded so far are kept: a span
+    that ends at a line start (or at the end) and starts at a piece start or a line start inside them is counted from
+    them (no token crosses a line start, so the token at a line start begins there), encoding only the text beyond
+    them; each character is then encoded about once. Any other span is encoded whole. ``encoded_chars`` counts the
+    characters encoded.
+    """
+
+    def __init__(self, counter: TokenCounter, text: str) -> None:
+        self.counter = counter
+        self.text = text
+        self.encoded_chars = 0
+        self._pieces: list[tuple[int, int, object]] = []  # contiguous (start, end, encoding of text[start:end])
+
+    def _cut(self, index: int) -> bool:
+        return index == len(self.text) or is_line_start(self.text, index)
+
+    @staticmethod
+    def _token_at(piece: tuple[int, int, object], index: int) -> int:
+        """Tokens of the piece before ``index`` (a piece boundary or a line start inside it)."""
+        start, end, encoding = piece
+        return len(encoding) if index >= end else 0 if index <= start else encoding.char_to_token(index - start)
+
+    def count(self, start: int, end: int) -> int:
+        """Exact number of tokens of ``text[start:end]``."""
+        if end <= start:
+            return 0
+        if not (self.counter.separates_lines and self._cut(end)):
+            self.encoded_chars += end - start
+            return self.counter.count(self.text[start:end])
+        pieces = [p for p in self._pieces if p[1] > start]
+        if not pieces or not (pieces[0][0] == start or (pieces[0][0] < start and self._cut(start))):
+            pieces = []
+        covered = pieces[-1][1] if pieces else start
+        if covered < end:  # ``covered`` is a cut (or ``start``): the new piece's tokens follow the others'
+            pieces.append((covered, end, self.counter.encoding(self.text[covered:end])))
+            self.encoded_chars += end - covered
+        self._pieces = pieces
+        return sum(self._token_at(p, end) - self._token_at(p, start) for p in pieces if p[0] < end)

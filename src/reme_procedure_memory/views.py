@@ -132,10 +132,11 @@ class Views:
 
     def foreign_tokenizer(self) -> list[str]:
         """Views holding records tokenized by another tokenizer than the current one (also: records made before
-        the identity was recorded). Their BM25 tokens cannot be mixed with the current ones: rebuild."""
+        the identity was recorded, also those of an earlier plugin's view files, which the store found but did not
+        load). Their BM25 tokens cannot be mixed with the current ones: rebuild."""
         return [
             view for view in VIEW_NAMES
-            if any(c.metadata.get("tokenizer") != self.tokenizers[view] for c in self.stores[view].file_chunks.values())
+            if self.stores[view].previous_layout or any(c.metadata.get("tokenizer") != self.tokenizers[view] for c in self.stores[view].file_chunks.values())
         ]
 
     # -- embeddings ---------------------------------------------------------------------------------------------
@@ -213,7 +214,8 @@ class Views:
             return
         texts = [view_text(view, stored) for stored, _ in items for view in VIEW_NAMES]
         try:
-            vectors = await self.embed(texts)
+            vectors = await self._vectors(texts, [chunk_id(view, stored.path) for stored, _ in items
+                                                  for view in VIEW_NAMES])
             for offset, view in enumerate(VIEW_NAMES):
                 batch = [
                     self._records(view, stored, vectors[i * len(VIEW_NAMES) + offset], mtime)
@@ -226,6 +228,15 @@ class Views:
         except Exception as exc:  # e.g. a BM25 tokenizer error: exclude the file, report the cause
             await self.remove([stored.path for stored, _ in items])
             raise IndexFailure(f"{type(exc).__name__}: {exc}") from exc
+
+    async def _vectors(self, texts: list[str], ids: list[str]) -> list:
+        """Vectors of the record texts: the one a view already holds for the same record and text, else embedded."""
+        views = [ids_view.split(":", 1)[0] for ids_view in ids]
+        vectors = [self.stores[v].reusable_vector(i, t) for v, i, t in zip(views, ids, texts)]
+        missing = [n for n, vector in enumerate(vectors) if vector is None]
+        for n, vector in zip(missing, await self.embed([texts[n] for n in missing])):
+            vectors[n] = vector
+        return vectors
 
     async def remove(self, paths: list[str]) -> None:
         """Remove paths from both views (unknown paths are ignored)."""
@@ -260,11 +271,13 @@ class Views:
         candidates = min(MAX_CANDIDATES, max(50, limit * 5))
         vector_hits: list[tuple[str, float]] = []
         vector_error = None
-        if vector_weight > 0:
-            qvec, vector_error = await self.query_vector(query)
-            if qvec is not None:
-                vector_hits = [(c.path, c.score) for c in store.nearest(qvec, candidates)]
-        keyword_hits = []
-        if vector_weight < 1:
-            keyword_hits = [(c.path, c.score) for c in await store.keyword_search(query, candidates, {})]
+        # both branches search in worker threads: BM25 runs while the query is embedded and the matrix scanned
+        keyword = asyncio.ensure_future(store.akeyword_paths(query, candidates)) if vector_weight < 1 else None
+        try:
+            if vector_weight > 0:
+                qvec, vector_error = await self.query_vector(query)
+                if qvec is not None:
+                    vector_hits = await store.anearest_paths(qvec, candidates)
+        finally:
+            keyword_hits = await keyword if keyword is not None else []
         return rrf_fuse(vector_hits, keyword_hits, vector_weight), vector_error

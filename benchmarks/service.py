@@ -1,0 +1,248 @@
+"""Service concurrency benchmark: search throughput of the real ``reme start`` service over HTTP, 1 client vs 8.
+
+Run from the repository root (a venv with the plugin installed)::
+
+    python benchmarks/service.py                 # 10,000 experiences, 3 rounds of 1 and 8 clients
+    python benchmarks/service.py --n 1000 --requests 200 --rounds 1      # smoke run
+
+What runs, all on 127.0.0.1:
+
+* a local OpenAI-compatible ``/v1/embeddings`` server in this process, answering with the search benchmark's
+  deterministic hashed-projection vectors (1,024 dimensions);
+* N experience files written directly into a fresh workspace (the search benchmark's corpus), indexed by the real
+  one-shot ``reme start job=procedure_reindex`` in a subprocess;
+* the real service, ``reme start plugins='["procedure-memory"]' service.host=127.0.0.1 service.port=<free port>``, in a
+  subprocess (stopped by its pid at the end), with ReMe's ``openai`` embedding backend pointed at the local server;
+* queries: ``--queries`` distinct search benchmark queries, each sent once before timing so the service's embedding
+  cache holds them (provider time is excluded from the timed rounds, as in ``search.py``);
+* rounds: ``--requests`` ``POST /procedure_search`` calls (``limit`` 5, alternating the two views), first from one
+  client (each call waits for the previous answer), then from 8 concurrent clients splitting the same calls; every
+  answer is checked (HTTP 200, ``status: ok``, results, vector search available). Throughput is answers per second.
+
+Target (issue 9): 8 concurrent clients get >= 1.5x one client's throughput at 10k. The ratio is the median over the
+rounds, both series measured in every round; nothing asserts on time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import search  # benchmarks/search.py: corpus, fake embedding model, machine description
+from search import DIMENSIONS, Corpus, HashedProjectionEmbedding, experience_bytes, log, machine, revision
+
+TARGET_RATIO = 1.5
+CLIENTS = 8
+REME = Path(sys.executable).parent / "reme"
+
+
+class EmbeddingServer:
+    """``POST /v1/embeddings`` (OpenAI format) with the search benchmark's model, on 127.0.0.1."""
+
+    def __init__(self, model: HashedProjectionEmbedding) -> None:
+        self.model = model
+        self.texts = 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                inputs = body.get("input")
+                inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
+                server.texts += len(inputs)
+                data = json.dumps({
+                    "object": "list", "model": body.get("model", "bench"),
+                    "data": [{"object": "embedding", "index": i, "embedding": server.model.vector(str(t)).tolist()}
+                             for i, t in enumerate(inputs)],
+                    "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                }).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> "EmbeddingServer":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def reme_env(embeddings: EmbeddingServer, tokenizer: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "LLM_", "REME_"))}
+    env.update({
+        "HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8", "EMBEDDING_BASE_URL": embeddings.base_url,
+        "EMBEDDING_API_KEY": "bench", "EMBEDDING_MODEL_NAME": "bench", "EMBEDDING_BACKEND": "openai",
+        "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
+    })
+    return env
+
+
+def reme_args(ws: Path) -> list[str]:
+    return ['plugins=["procedure-memory"]', f"workspace_dir={ws}", "log_to_file=false",
+            f"components.as_embedding.procedure.dimensions={DIMENSIONS}"]
+
+
+async def search_once(client, port: int, query: str, index: str) -> None:
+    response = await client.post(f"http://127.0.0.1:{port}/procedure_search",
+                                 json={"query": query, "index": index, "limit": 5})
+    response.raise_for_status()
+    answer = json.loads(response.json()["answer"])
+    if answer.get("status") != "ok" or not answer["results"] or "vector_search" in answer:
+        raise RuntimeError(f"unexpected answer: {str(answer)[:500]}")
+
+
+async def run_round(port: int, queries: list[str], requests: int, clients: int) -> float:
+    """Seconds for ``requests`` searches split over ``clients`` concurrent sequential clients."""
+    import httpx
+
+    calls = [(queries[i % len(queries)], ("when_to_use", "when_to_use_content")[i % 2]) for i in range(requests)]
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        async def worker(share):
+            for query, index in share:
+                await search_once(client, port, query, index)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker(calls[c::clients]) for c in range(clients)))
+        return time.perf_counter() - started
+
+
+def wait_for(proc: subprocess.Popen, port: int, log_file: Path, timeout: float = 600) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"reme start exited with {proc.returncode}:\n{log_file.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"reme start did not answer within {timeout} s")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--n", type=int, default=10_000, help="experiences (10000)")
+    p.add_argument("--queries", type=int, default=200, help="distinct queries (200)")
+    p.add_argument("--requests", type=int, default=800, help="searches per series per round (800)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of (1 client, 8 clients) (3)")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--json", help="also write the raw numbers to this file")
+    args = p.parse_args(argv)
+
+    load_start = os.getloadavg()
+    root = Path(tempfile.mkdtemp(prefix="reme-proc-service-"))
+    ws = root / "ws"
+    tokenizer = search.write_word_tokenizer(root / "tokenizer" / "tokenizer.json")
+    corpus = Corpus(seed=args.seed)
+    experiences = [corpus.experience(i) for i in range(args.n)]
+    queries = [corpus.query(experiences) for _ in range(args.queries)]
+    trajectory = ws / "session" / "trajectories" / "bench-run.jsonl"
+    trajectory.parent.mkdir(parents=True)
+    trajectory.write_text('{"role": "user", "content": "benchmark trajectory"}\n', encoding="utf-8")
+    (ws / "procedures").mkdir()
+    for exp in experiences:
+        (ws / "procedures" / exp["filename"]).write_bytes(
+            experience_bytes(exp, "session/trajectories/bench-run.jsonl"))
+    results: dict = {"n": args.n, "queries": args.queries, "requests": args.requests, "clients": CLIENTS,
+                     "rounds": []}
+    with EmbeddingServer(HashedProjectionEmbedding(DIMENSIONS, seed=args.seed)) as embeddings:
+        env = reme_env(embeddings, tokenizer)
+        log(f"{args.n} experience files; procedure_reindex ...")
+        started = time.perf_counter()
+        proc = subprocess.run([str(REME), "start", "job=procedure_reindex", *reme_args(ws)], cwd=root, env=env,
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"reindex failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+        results["reindex_process_seconds"] = time.perf_counter() - started
+        port = free_port()
+        log_file = root / "service.log"
+        with open(log_file, "wb") as out:
+            service = subprocess.Popen(
+                [str(REME), "start", *reme_args(ws), "service.host=127.0.0.1", f"service.port={port}"],
+                cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
+            )
+        try:
+            started = time.perf_counter()
+            wait_for(service, port, log_file)
+            results["service_ready_seconds"] = time.perf_counter() - started
+            log(f"service ready on port {port}; warming the query cache ...")
+            asyncio.run(run_round(port, queries, len(queries) * 2, 1))  # every query once per view
+            for number in range(args.rounds):
+                one = asyncio.run(run_round(port, queries, args.requests, 1))
+                many = asyncio.run(run_round(port, queries, args.requests, CLIENTS))
+                results["rounds"].append({"one_client_per_s": args.requests / one,
+                                          "clients_per_s": args.requests / many, "ratio": one / many})
+                log(f"round {number + 1}: 1 client {args.requests / one:.1f}/s, {CLIENTS} clients "
+                    f"{args.requests / many:.1f}/s, ratio {one / many:.2f}")
+        finally:
+            service.terminate()
+            try:
+                service.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                service.kill()
+                service.wait(timeout=10)
+    ratio = statistics.median(r["ratio"] for r in results["rounds"])
+    results.update(
+        ratio=ratio, target_ratio=TARGET_RATIO, passed=ratio >= TARGET_RATIO,
+        one_client_per_s=statistics.median(r["one_client_per_s"] for r in results["rounds"]),
+        clients_per_s=statistics.median(r["clients_per_s"] for r in results["rounds"]),
+        date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), machine=machine(), revision=revision(),
+        command=" ".join(["python", *sys.argv]), loadavg_start=load_start, loadavg_end=os.getloadavg(),
+    )
+    print(f"procedure-memory service benchmark — {results['date']} — {results['machine']}")
+    print(f"command: {results['command']}   revision {results['revision']}")
+    print("load average at start {:.2f}/{:.2f}/{:.2f}, at end {:.2f}/{:.2f}/{:.2f}".format(
+        *results["loadavg_start"], *results["loadavg_end"]))
+    print(f"{args.n} experiences, reindex process {results['reindex_process_seconds']:.1f} s, service ready in "
+          f"{results['service_ready_seconds']:.1f} s")
+    print(f"throughput over HTTP (median of {args.rounds} rounds of {args.requests} searches): 1 client "
+          f"{results['one_client_per_s']:.1f}/s, {CLIENTS} clients {results['clients_per_s']:.1f}/s -> ratio "
+          f"{ratio:.2f} (target >= {TARGET_RATIO}) {'PASS' if results['passed'] else 'FAIL'}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    import shutil
+
+    shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

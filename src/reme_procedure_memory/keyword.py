@@ -1,0 +1,182 @@
+"""ProcedureBM25Index (keyword_index backend ``procedure_bm25``): ReMe's ``bm25`` with growable arrays, thread-safe
+reads and no file of its own.
+
+Contract:
+
+* scores and rankings are ReMe's ``bm25`` exactly: the subclass reuses its tokenisation, scoring and top-k code and
+  only changes where arrays live (the tests compare it with the stock index on the same documents, also after
+  deletes, updates, compaction and a save + load);
+* adding a document appends to capacity buffers (per posting list, and for document lengths and deletion flags)
+  instead of concatenating every touched posting list: the cost of an add does not grow with the corpus;
+* it keeps no per-document token arrays (ReMe keeps them only to renumber them when compacting; ``doc_meta`` derives
+  them from the postings instead): one numpy array less per document;
+* ``search`` may run in any thread: a readers-writer lock keeps ``add_docs``/``delete_docs``/``optimize_index``/
+  ``clear`` (on the event loop) out of a running search;
+* persistence belongs to the ``ProcedureFileStore`` that uses it (``snapshot``/``restore`` in the store's snapshot, and
+  the store's log replays the adds and deletes after it): ``load``/``dump`` do nothing, so closing never rewrites it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+from reme.components.keyword_index.bm25_index import BM25Index
+
+from .locks import ReadWriteLock
+
+FORMAT = 2
+
+
+def _grow(buffer: np.ndarray | None, used: np.ndarray, needed: int) -> np.ndarray:
+    """``buffer`` if ``used`` is its prefix view and it holds ``needed`` items, else a larger copy of ``used``."""
+    if buffer is not None and used.base is buffer and buffer.size >= needed:
+        return buffer
+    grown = np.zeros(max(8, needed + needed // 4 + 8), dtype=used.dtype)
+    grown[: used.size] = used
+    return grown
+
+
+class ProcedureBM25Index(BM25Index):
+    """ReMe's BM25 with growable arrays and store-owned persistence (see the module docstring)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.lock = ReadWriteLock()
+        self._capacity: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # token id -> (doc idx, tf) buffers
+        self._lens_capacity: np.ndarray | None = None
+        self._deleted_capacity: np.ndarray | None = None
+
+    # -- growable arrays (ReMe's add_docs calls these) ---------------------------------------------------------------
+
+    def _append_doc_arrays(self, new_doc_ids, new_doc_lens, new_doc_token_ids) -> None:
+        if not new_doc_ids:
+            return
+        n, m = self._doc_lens.size, self._doc_lens.size + len(new_doc_ids)
+        self._lens_capacity = _grow(self._lens_capacity, self._doc_lens, m)
+        self._deleted_capacity = _grow(self._deleted_capacity, self._deleted, m)
+        self._lens_capacity[n:m] = new_doc_lens
+        self._deleted_capacity[n:m] = False
+        self._doc_lens, self._deleted = self._lens_capacity[:m], self._deleted_capacity[:m]
+        self._doc_ids.extend(new_doc_ids)
+        self._total_len += int(sum(new_doc_lens))
+
+    def _compact_docs(self, active_mask, old_tid_to_new) -> tuple[list[str], list]:
+        return [self._doc_ids[int(i)] for i in np.flatnonzero(active_mask)], []
+
+    @property
+    def doc_meta(self) -> dict[str, dict]:
+        """Per live document: its length and unique token ids (derived from the postings)."""
+        tokens: dict[int, set[int]] = {}
+        for tid, idxs in self._posting_doc_idxs.items():
+            for idx in idxs.tolist():
+                if not self._deleted[idx]:
+                    tokens.setdefault(idx, set()).add(int(tid))
+        return {self._doc_ids[idx]: {"len": int(self._doc_lens[idx]), "token_ids": tids} for idx, tids in tokens.items()}
+
+    def _extend_postings(self, pending: dict[int, list[tuple[int, int]]]) -> None:
+        empty = np.zeros(0, dtype=np.int32)
+        for tid, items in pending.items():
+            idxs, tfs = self._posting_doc_idxs.get(tid, empty), self._posting_tfs.get(tid, empty)
+            n, m = idxs.size, idxs.size + len(items)
+            old = self._capacity.get(tid, (None, None))
+            idx_buffer, tf_buffer = _grow(old[0], idxs, m), _grow(old[1], tfs, m)
+            idx_buffer[n:m] = [idx for idx, _ in items]
+            tf_buffer[n:m] = [tf for _, tf in items]
+            self._capacity[tid] = (idx_buffer, tf_buffer)
+            self._posting_doc_idxs[tid], self._posting_tfs[tid] = idx_buffer[:m], tf_buffer[:m]
+
+    # -- mutations under the write lock (each runs without suspending) -------------------------------------------
+
+    async def add_docs(self, docs_dict: dict[str, str]) -> None:
+        with self.lock.write():
+            await super().add_docs(docs_dict)
+
+    async def delete_docs(self, doc_ids: list[str]) -> None:
+        with self.lock.write():
+            await super().delete_docs(doc_ids)
+
+    async def optimize_index(self) -> None:
+        with self.lock.write():
+            await super().optimize_index()
+            self._capacity.clear()
+
+    async def clear(self) -> None:
+        with self.lock.write():
+            await super().clear()
+            self._capacity.clear()
+
+    @property
+    def deleted_fraction(self) -> float:
+        """Share of document slots held by lazily deleted documents (what ``optimize_index`` reclaims)."""
+        slots = self._deleted.size
+        return float(self._deleted.sum()) / slots if slots else 0.0
+
+    # -- reads ------------------------------------------------------------------------------------------------------
+
+    def search(self, query: str, limit: int) -> dict[str, float]:
+        """``retrieve`` for any thread: ``{doc_id: score}``, best first (ReMe's scoring and top-k)."""
+        with self.lock.read():
+            if self.n_docs == 0 or limit <= 0:
+                return {}
+            query_ids = self._encode_query(query)
+            if not query_ids:
+                return {}
+            scores = self._score_query(query_ids)
+            return {self._doc_ids[int(i)]: float(scores[int(i)]) for i in self._top_k(scores, limit)}
+
+    # -- persistence, driven by the store -----------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """Nothing: the ProcedureFileStore restores this index from its own snapshot."""
+
+    async def dump(self) -> None:
+        """Nothing: the ProcedureFileStore persists this index in its own snapshot and log."""
+
+    def snapshot(self) -> dict[str, np.ndarray]:
+        """The whole index as arrays (copies: consistent even if the index changes afterwards)."""
+        with self.lock.read():
+            tids = sorted(self._posting_doc_idxs)
+            empty = np.zeros(0, dtype=np.int32)
+            meta = {
+                "format": FORMAT, "tokenizer_fingerprint": self._tokenizer_fingerprint(), "k1": self.k1,
+                "b": self.b, "vocab": sorted(self.vocab, key=self.vocab.__getitem__), "doc_ids": self._doc_ids,
+            }
+            return {
+                "meta": np.frombuffer(json.dumps(meta, ensure_ascii=False).encode("utf-8"), dtype=np.uint8),
+                "doc_lens": self._doc_lens.copy(), "deleted": self._deleted.copy(),
+                "posting_tids": np.array(tids, dtype=np.int64),
+                "posting_sizes": np.array([self._posting_doc_idxs[t].size for t in tids], dtype=np.int64),
+                "posting_idxs": np.concatenate([self._posting_doc_idxs[t] for t in tids]) if tids else empty,
+                "posting_tfs": np.concatenate([self._posting_tfs[t] for t in tids]) if tids else empty,
+            }
+
+    @staticmethod
+    def write(target, arrays: dict[str, np.ndarray]) -> None:
+        """Write a ``snapshot`` to a path or binary file (``.npz``)."""
+        np.savez(target, **arrays)
+
+    def restore(self, path: Path) -> None:
+        """Replace the index with the ``snapshot`` written to ``path``; raises ValueError when it was written under
+        another tokenizer configuration or format (the caller then rebuilds)."""
+        with np.load(path) as data:
+            meta = json.loads(bytes(data["meta"]).decode("utf-8"))
+            if meta.get("format") != FORMAT or meta.get("tokenizer_fingerprint") != self._tokenizer_fingerprint():
+                raise ValueError(f"{path} was written by another format or tokenizer configuration")
+            arrays = {name: data[name] for name in data.files if name != "meta"}
+        ends = np.cumsum(arrays["posting_sizes"])
+        idxs = np.split(arrays["posting_idxs"], ends[:-1]) if ends.size else []
+        tfs = np.split(arrays["posting_tfs"], ends[:-1]) if ends.size else []
+        with self.lock.write():
+            self.vocab = {token: tid for tid, token in enumerate(meta["vocab"])}
+            self._doc_ids = list(meta["doc_ids"])
+            self._doc_lens, self._deleted = arrays["doc_lens"], arrays["deleted"]
+            self._doc_id_to_idx = {doc_id: i for i, doc_id in enumerate(self._doc_ids) if not self._deleted[i]}
+            self._total_len = int(self._doc_lens[~self._deleted].sum())
+            self._doc_token_ids = []
+            self._posting_doc_idxs = dict(zip(arrays["posting_tids"].tolist(), idxs))
+            self._posting_tfs = dict(zip(arrays["posting_tids"].tolist(), tfs))
+            self.k1, self.b = meta["k1"], meta["b"]
+            self._idf_cache, self._capacity = {}, {}
+            self._lens_capacity = self._deleted_capacity = None

@@ -1,0 +1,411 @@
+"""The plugin's BM25 backend against ReMe's stock bm25, and the views' incremental, crash-detectable persistence."""
+
+import json
+import os
+import random
+import shutil
+
+import numpy as np
+import pytest
+
+from conftest import add_trajectory, call_tool, memory_of, run_job
+from helpers import experience_record
+from test_views import corpus, write_corpus
+
+STOCK_AND_OURS = {"keyword_index": {
+    "stock": {"backend": "bm25", "tokenizer": "procedure"},
+    "ours": {"backend": "procedure_bm25", "tokenizer": "procedure"},
+    "restored": {"backend": "procedure_bm25", "tokenizer": "procedure"},
+}}
+
+
+async def same_rankings(stock, ours, queries, limit=12):
+    for query in queries:
+        expected = await stock.retrieve(query, limit)
+        assert list(ours.search(query, limit).items()) == list(expected.items()), query  # ids, order, scores
+        assert list((await ours.retrieve(query, limit)).items()) == list(expected.items())
+
+
+async def test_bm25_backend_ranks_exactly_like_reme_bm25_through_adds_deletes_updates_compaction_and_restore(
+        make_app, tmp_path):
+    texts = {f"d{i}": f"{r['when-to-use']}\n\n{r['content']}" for i, (_, r, _) in enumerate(corpus())}
+    queries = [q for _, _, q in corpus()][:20] + ["restart the failed deployment", "部署 失败", "zzz-unknown"]
+    rng = random.Random(3)
+    async with make_app(components=STOCK_AND_OURS) as app:
+        indexes = app.context.components["keyword_index"]
+        stock, ours, restored = indexes["stock"], indexes["ours"], indexes["restored"]
+        ids = list(texts)
+        for start in range(0, len(ids), 7):  # many small batches: the growable arrays grow many times
+            batch = {i: texts[i] for i in ids[start:start + 7]}
+            await stock.add_docs(batch)
+            await ours.add_docs(batch)
+        await same_rankings(stock, ours, queries)
+        gone = rng.sample(ids, 10)
+        await stock.delete_docs(gone)
+        await ours.delete_docs(gone)
+        for doc_id in rng.sample([i for i in ids if i not in gone], 10):  # updates retire and re-add a slot
+            text = texts[doc_id] + " restart rollback deployment " + doc_id
+            await stock.add_docs({doc_id: text})
+            await ours.add_docs({doc_id: text})
+        await same_rankings(stock, ours, queries)
+        assert ours.deleted_fraction > 0
+        snapshot = tmp_path / "bm25.npz"
+        ours.write(snapshot, ours.snapshot())
+        restored.restore(snapshot)
+        await same_rankings(stock, restored, queries)
+        await stock.optimize_index()
+        await ours.optimize_index()
+        assert ours.deleted_fraction == 0
+        await same_rankings(stock, ours, queries)
+        await ours.add_docs({"new": "restart the failed deployment after compaction"})
+        await stock.add_docs({"new": "restart the failed deployment after compaction"})
+        await same_rankings(stock, ours, queries)
+
+
+async def test_restore_refuses_a_snapshot_of_another_tokenizer_configuration(make_app, tmp_path):
+    async with make_app(components=STOCK_AND_OURS) as app:
+        ours = app.context.components["keyword_index"]["ours"]
+        await ours.add_docs({"a": "restart the deployment"})
+        arrays = ours.snapshot()
+        meta = json.loads(bytes(arrays["meta"]).decode())
+        meta["tokenizer_fingerprint"] = "another"
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        ours.write(tmp_path / "other.npz", arrays)
+        with pytest.raises(ValueError, match="tokenizer"):
+            app.context.components["keyword_index"]["restored"].restore(tmp_path / "other.npz")
+
+
+# -- persistence of the views ---------------------------------------------------------------------------------------
+
+
+def view_dirs(ws):
+    return sorted((ws / "metadata" / "file_store").glob("*.view"))
+
+
+async def search_all(app, views=("when_to_use", "when_to_use_content")):
+    """Every view's full ranking for a few queries: what a correct view must answer."""
+    out = {}
+    for view in views:
+        for _, _, query in corpus()[:6]:
+            ok, ans = await run_job(app, "procedure_search", query=query, index=view, limit=50)
+            assert ok and ans["index_complete"], ans
+            out[(view, query)] = [(r["path"], r["version"], round(r["score"], 12)) for r in ans["results"]]
+    return out
+
+
+def view_content(app) -> dict:
+    """What each view holds, independent of row and slot order: every record's indexed version and whether it has a
+    vector, and every record's BM25 and cosine score for a few queries (equal content = equal rankings, ties aside)."""
+    from helpers import hashed_vector
+
+    memory, out = memory_of(app), {}
+    for view, store in memory.views.stores.items():
+        out[view] = {"indexed": memory.views.indexed(view)}
+        for _, _, query in corpus()[:6]:
+            out[view][query] = (dict(store.keyword_paths(query, 500)),
+                                {p: round(s, 12) for p, s in store.nearest_paths(hashed_vector(query, 64), 500)})
+    return out
+
+
+WORDS = ("queue worker deploy rollback cache token index shard node cluster replica lease quota bucket ticket flight "
+         "price account portfolio engine door brake fuel tire message file folder").split()
+
+
+async def create_some(app, count, prefix="c"):
+    """``count`` experiences with distinct texts (random words: no two score alike)."""
+    memory = memory_of(app)
+    run = memory.begin_run("req", [add_trajectory(app)])
+    rng = random.Random(prefix)
+    for i in range(count):
+        words = rng.sample(WORDS, 9)
+        ok, ans = await call_tool(app, run, "procedure_create", filename=f"{prefix}-{i}.json", operation_key=f"{prefix}{i}",
+                                  description="d", when_to_use="when the " + " ".join(words[:5]) + " fails",
+                                  content="check the " + " then the ".join(words[3:]))
+        assert ok, ans
+
+
+async def test_close_appends_to_the_log_instead_of_rewriting_the_views(make_app, tmp_path):
+    ws = tmp_path / "ws"
+    write_corpus(ws)
+    async with make_app(workspace=ws):
+        pass  # the start-up reconcile indexed the corpus; closing wrote the first snapshot
+    snapshot = {p: (p.stat().st_mtime_ns, p.stat().st_ino) for d in view_dirs(ws) for p in d.iterdir()
+                if not p.name.endswith(".log")}
+    assert len(view_dirs(ws)) == 2 and len(snapshot) == 8  # manifest, records, vectors, bm25 per view
+    async with make_app(workspace=ws) as app:
+        await create_some(app, 5)
+        expected = await search_all(app)
+    after = {p: (p.stat().st_mtime_ns, p.stat().st_ino) for d in view_dirs(ws) for p in d.iterdir()
+             if not p.name.endswith(".log")}
+    assert after == snapshot  # no snapshot file was rewritten
+    logs = [p for d in view_dirs(ws) for p in d.glob("*.log")]
+    assert len(logs) == 2 and all(p.stat().st_size > 0 for p in logs)
+    async with make_app(workspace=ws) as app:  # restored from snapshot + log alone
+        assert await search_all(app) == expected
+        embedded = {t for call in memory_of(app).embedding_store.as_embedding.model.calls for t in call}
+        assert embedded <= {q for _, _, q in corpus()}  # queries only: no record was re-embedded
+
+
+async def test_a_snapshot_is_written_when_the_log_outgrows_its_share(make_app, tmp_path, monkeypatch):
+    from reme_procedure_memory import filestore
+
+    monkeypatch.setattr(filestore, "SNAPSHOT_MIN_ENTRIES", 3)
+    ws = tmp_path / "ws"
+    async with make_app(workspace=ws) as app:
+        await create_some(app, 2)
+    generations = {d: json.loads((d / "MANIFEST.json").read_text())["generation"] for d in view_dirs(ws)}
+    async with make_app(workspace=ws) as app:
+        await create_some(app, 6, prefix="more")
+        expected = await search_all(app)
+    for d in view_dirs(ws):
+        assert json.loads((d / "MANIFEST.json").read_text())["generation"] == generations[d] + 1
+        assert not list(d.glob("*.log"))  # the new snapshot holds everything
+        assert not [p for p in d.iterdir() if not p.name.startswith(str(generations[d] + 1)) and p.name != "MANIFEST.json"]
+    async with make_app(workspace=ws) as app:
+        assert await search_all(app) == expected
+
+
+@pytest.mark.parametrize("damage", ["records", "vectors", "bm25", "manifest", "log-torn", "log-garbage", "gone"])
+async def test_a_damaged_view_state_is_detected_and_rebuilt_from_the_files(make_app, tmp_path, damage):
+    ws = tmp_path / "ws"
+    write_corpus(ws)
+    async with make_app(workspace=ws) as app:
+        await create_some(app, 4)
+    async with make_app(workspace=ws) as app:
+        await create_some(app, 3, prefix="late")  # these live in the log only
+        expected = view_content(app)
+    for d in view_dirs(ws):
+        target = {"records": "*.records.jsonl.zst", "vectors": "*.vectors.npz", "bm25": "*.bm25.npz",
+                  "manifest": "MANIFEST.json"}.get(damage)
+        if target:
+            path = next(d.glob(target))
+            path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+        elif damage == "log-torn":
+            log = next(d.glob("*.log"))
+            log.write_bytes(log.read_bytes()[:-7])
+        elif damage == "log-garbage":
+            log = next(d.glob("*.log"))
+            log.write_bytes(log.read_bytes() + b"\x00garbage")
+        else:
+            shutil.rmtree(d)
+    async with make_app(workspace=ws) as app:
+        # loaded what was sound, re-indexed the rest from the JSON files (a rebuilt view may order ties otherwise)
+        assert view_content(app) == expected
+        if damage in ("bm25", "log-torn", "log-garbage"):  # the records and vectors were sound: nothing re-embedded
+            assert memory_of(app).embedding_store.as_embedding.model.calls == []
+
+
+class Killed(Exception):
+    """The process died here (nothing between the snapshot writer and the test catches it)."""
+
+
+async def test_a_kill_at_any_point_of_a_snapshot_leaves_a_state_start_up_handles(make_app, tmp_path, monkeypatch):
+    """Crash simulation at every durable step of writing a snapshot (each file published, the manifest, cleanup)."""
+    from reme_procedure_memory import viewstate
+
+    ws = tmp_path / "ws"
+    write_corpus(ws)
+    async with make_app(workspace=ws) as app:
+        expected = view_content(app)
+    real = viewstate.ViewState._publish
+    killed = []  # the killed applications: kept (never closed, never finalised) as a dead process would be
+    for crash_at in range(1, 5):  # records, vectors, bm25, manifest
+        calls = []
+
+        def publish(self, target, write, calls=calls, crash_at=crash_at):
+            calls.append(target)
+            if len(calls) == crash_at:
+                raise Killed(target.name)
+            return real(self, target, write)
+
+        monkeypatch.setattr(viewstate.ViewState, "_publish", publish)
+        killed.append(make_app(workspace=ws))
+        app = await killed[-1].__aenter__()
+        for store in memory_of(app).views.stores.values():
+            store._snapshot_due = True  # the next dump writes a snapshot, and dies in it
+        with pytest.raises(Killed):
+            await memory_of(app).views.dump()
+        monkeypatch.setattr(viewstate.ViewState, "_publish", real)
+        memory_of(app)._lock_file.release()  # the killed process's lock dies with it
+        async with make_app(workspace=ws) as app:
+            assert view_content(app) == expected, crash_at
+
+
+async def test_reindex_reuses_the_views_vectors_and_a_new_embedding_model_re_embeds(make_app, tmp_path):
+    from helpers import FakeEmbeddingModel
+
+    ws = tmp_path / "ws"
+    write_corpus(ws)
+    async with make_app(workspace=ws) as app:
+        model = memory_of(app).embedding_store.as_embedding.model
+        expected = await search_all(app)
+        model.calls.clear()
+        ok, ans = await run_job(app, "procedure_reindex")
+        assert ok and ans["indexed"] == len(corpus())
+        assert model.calls == []  # every text unchanged: its vector came from the view
+        assert await search_all(app) == expected
+
+    class OtherModel(FakeEmbeddingModel):
+        pass
+
+    other = OtherModel(64)
+    other.model = "another-model"
+    components = {"as_embedding": {"procedure": {"model": "another-model"}}}
+    async with make_app(workspace=ws, embedding=other, components=components) as app:
+        texts = {t for call in other.calls for t in call}
+        assert {r["when-to-use"] for _, r, _ in corpus()} <= texts  # re-embedded in the new vector space
+        await search_all(app)
+
+
+async def test_a_workspace_of_the_previous_layout_is_rebuilt_reusing_its_vectors_and_its_view_files_removed(
+        make_app, tmp_path):
+    from helpers import hashed_vector
+    from reme.components.file_store.local_file_store import LocalFileStore
+    from reme.schema import FileChunk
+    from reme.utils.jsonl_zst import write_jsonl_zst
+
+    ws = tmp_path / "ws"
+    write_corpus(ws)
+    # what ReMe's own persistence left there: the when_to_use view's chunks with their vectors, a graph file
+    chunks = [FileChunk(id=f"when_to_use:procedures/{name}", path=f"procedures/{name}", start_line=1, end_line=1,
+                        text=record["when-to-use"], embedding=hashed_vector(record["when-to-use"], 64),
+                        metadata={"view": "when_to_use", "version": "old"}) for name, record, _ in corpus()]
+    legacy = [ws / "metadata" / "file_store" / "file_chunks_procedure_when_to_use_v1.jsonl.zst",
+              ws / "metadata" / "file_graph" / "procedure_when_to_use.jsonl.zst"]
+    write_jsonl_zst(legacy[0], (LocalFileStore._serialize_chunk(c) for c in chunks))
+    legacy[1].parent.mkdir(parents=True)
+    legacy[1].write_bytes(b"stale")
+    async with make_app(workspace=ws) as app:
+        embedded = {t for call in memory_of(app).embedding_store.as_embedding.model.calls for t in call}
+        assert not embedded & {r["when-to-use"] for _, r, _ in corpus()}  # reused, not embedded again
+        assert embedded >= {r["when-to-use"] + "\n\n" + r["content"] for _, r, _ in corpus()}  # no old vectors
+        expected = await search_all(app)
+    assert not any(path.exists() for path in legacy)
+    async with make_app(workspace=ws) as app:
+        assert await search_all(app) == expected  # the same state, loaded
+
+
+WRITER = '''
+import asyncio, sys
+sys.path[:0] = [{tests!r}, {repo!r}]
+from conftest import add_trajectory, call_tool, memory_of
+from helpers import FakeEmbeddingModel
+from reme.application import Application
+from reme_procedure_memory import filestore
+
+filestore.SNAPSHOT_MIN_ENTRIES = 3  # snapshots often: the kill lands in every kind of write
+
+
+async def main():
+    app = Application(plugins=["procedure-memory"], workspace_dir={ws!r}, service={{"backend": "cli"}},
+                      enable_logo=False, log_to_console=False, log_to_file=False,
+                      components={{"procedure_memory": {{"default": {{"tokenizer_source": {tokenizer!r}}}}},
+                                   "as_embedding": {{"procedure": {{"dimensions": 64}}}}}})
+    app.context.components["as_embedding"]["procedure"].model = FakeEmbeddingModel(64)
+    await app.start()
+    memory = memory_of(app)
+    run = memory.begin_run("req", [add_trajectory(app)])
+    for i in range(10_000):
+        ok, ans = await call_tool(app, run, "procedure_create", filename=f"k{{{round}}}-{{i}}.json",
+                                  operation_key=f"k{{{round}}}-{{i}}", description="d",
+                                  when_to_use=f"when shard {{i}} of round {{{round}}} fails",
+                                  content=f"restart shard {{i}} then verify replica {{i % 7}}")
+        assert ok, ans
+        if i % 2:
+            ok, ans = await call_tool(app, run, "procedure_update", path=ans["path"], expected_version=ans["version"],
+                                      content=f"drain shard {{i}} first", operation_key=f"u{{{round}}}-{{i}}")
+        await memory.views.dump()
+        print(i, flush=True)
+
+
+asyncio.run(main())
+'''
+
+
+def test_a_process_killed_while_it_writes_and_persists_leaves_views_start_up_loads_or_rebuilds(
+        tmp_path, word_tokenizer):
+    """Real SIGKILLs at random moments of a process that creates, updates and persists views continuously."""
+    import asyncio
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from conftest import deep_merge  # noqa: F401  (the writer builds its Application like make_app)
+    from helpers import FakeEmbeddingModel
+
+    ws = tmp_path / "ws"
+    tests = str(Path(__file__).parent)
+    rng = random.Random(11)
+    for round_ in range(3):
+        script = tmp_path / f"writer{round_}.py"
+        script.write_text(WRITER.format(tests=tests, repo=str(Path(tests).parent), ws=str(ws), tokenizer=str(word_tokenizer), round=round_))
+        proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        try:
+            deadline = time.monotonic() + 120
+            written = 0
+            while written < 4 + rng.randrange(8):  # let it write a while, then kill it mid-flight
+                line = proc.stdout.readline()
+                assert line, proc.stderr.read()[-3000:]
+                written += 1
+                assert time.monotonic() < deadline
+            time.sleep(rng.random() * 0.05)
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+        async def check():
+            from reme.application import Application
+
+            def app():
+                application = Application(
+                    plugins=["procedure-memory"], workspace_dir=str(ws), service={"backend": "cli"}, enable_logo=False,
+                    log_to_console=False, log_to_file=False,
+                    components={"procedure_memory": {"default": {"tokenizer_source": str(word_tokenizer)}},
+                                "as_embedding": {"procedure": {"dimensions": 64}}})
+                application.context.components["as_embedding"]["procedure"].model = FakeEmbeddingModel(64)
+                return application
+
+            restarted = app()
+            await restarted.start()
+            try:
+                loaded = view_content(restarted)
+                ok, ans = await run_job(restarted, "procedure_reindex")
+                assert ok and ans["status"] == "complete", ans
+                assert loaded == view_content(restarted), f"round {round_}: the restarted views differ from a rebuild"
+            finally:
+                await restarted.close()
+
+        asyncio.run(check())
+
+
+async def test_the_compact_graph_answers_like_reme_local_graph(make_app):
+    from reme.schema import FileLink, FileNode
+
+    graphs = {"file_graph": {"stock": {"backend": "local"}, "ours": {"backend": "procedure_graph"}}}
+    async with make_app(components=graphs) as app:
+        stock, ours = app.context.components["file_graph"]["stock"], app.context.components["file_graph"]["ours"]
+
+        def node(path, *targets):
+            return FileNode(path=path, st_mtime=1.5, chunk_ids=[f"c:{path}"],
+                            front_matter={"name": path, "description": f"about {path}", "tag": "x"},
+                            links=[FileLink(source_path=path, target_path=t) for t in targets])
+
+        async def same():
+            assert [n.model_dump() for n in await ours.get_nodes()] == [n.model_dump() for n in await stock.get_nodes()]
+            for path in ("a", "b", "c", "d"):
+                for scope in ("real", "virtual", "all"):
+                    assert await ours.get_outlinks(path, scope) == await stock.get_outlinks(path, scope)
+                    assert await ours.get_inlinks(path, scope) == await stock.get_inlinks(path, scope)
+
+        for graph in (stock, ours):
+            await graph.upsert_nodes([node("a", "b", "d"), node("b", "c"), node("c")])
+        await same()
+        for graph in (stock, ours):
+            await graph.upsert_nodes([node("a", "c"), node("d", "a")])
+            await graph.delete_nodes(["b"])
+        await same()
+        await ours.rebuild_links()
+        await same()
