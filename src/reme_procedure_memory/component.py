@@ -9,15 +9,17 @@ releases the lock: no view file is written without it.
 
 Steps are stateless and call the public coroutines here; every coroutine returns a JSON-able answer or raises
 ProcedureError. All writes (create, update, reindex, pending retries) are serialised by one lock. Job arguments are
-validated through their models in arguments.py; extraction runs and their grants live in runs.py, the write path
-(create, update: journal -> publish -> index, replay) in writes.py.
+validated through their models in arguments.py. Where each concern lives: extraction runs and their grants in
+runs.py; the write path (create, update: journal -> publish -> index, replay) in writes.py; reconciliation, reindex
+and pending retries in recovery.py; search answers and reads in reads.py; the plugin's directories, their containment
+and leftover temporary files in layout.py; the views in views.py; durable files only in store.py; the import in
+importer.py and the per-segment agent run in extraction.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -27,27 +29,21 @@ from reme.components.file_store import BaseFileStore
 
 from .cli_errors import install_cli_error_hook
 from .importer import run_import
+from .layout import Layout
 from .guard import install_guard
-from .paths import check_directory, check_disjoint, resolve_inside
+from .reads import Reads
 from .recovery import Recovery
 from .runs import Run, RunGrants
-from .schema import (
-    ErrorCode,
-    ProcedureError,
-    check_name,
-)
 from .settings import ProcedureSettings, load_settings
 from .store import (
     CheckpointStore,
     ImportRegistry,
-    BadFile,
     ExperienceFiles,
     OperationJournal,
     WorkspaceLock,
     ensure_dir,
-    remove_temp_files,
 )
-from .tokens import TokenCounter, TokenizerUnavailable
+from .tokens import TokenCounter
 from .views import Views
 from .writes import WritePath
 
@@ -78,11 +74,12 @@ class ProcedureMemory(BaseComponent):
         self._write_lock: asyncio.Lock | None = None
         self._import_lock: asyncio.Lock | None = None
         self.recovery = Recovery(self)
+        self.reads = Reads(self)  # search answers and reads (reads.py)
         self._journal: OperationJournal | None = None
         self._writes = 0
         self._generation = 0  # see ``generation``
-        self._decoded: tuple[tuple, str] | None = None  # (path, size, mtime) and text of the last trajectory read
         self.damaged_metadata: dict[str, str] = {}  # damaged metadata records skipped (not set aside): path -> cause
+        self.layout = Layout(self)  # the directories the plugin owns (layout.py)
         if self.app_context is not None:  # before any component starts: nothing may be created through a link
             self.check_directories()
         # ReMe builds every component before it starts any: taking the lock here refuses a second process before any
@@ -103,42 +100,13 @@ class ProcedureMemory(BaseComponent):
         session = self.app_context.app_config.session_dir if self.app_context is not None else "session"
         return f"{session.rstrip('/')}/{self.settings.trajectory_subdir}"
 
-    def directories(self) -> dict[str, str]:
-        """Every workspace-relative directory this component writes, keyed by the setting(s) that place it.
-
-        ReMe's own view state of the two views and the embedding cache lives in ``<metadata_dir>/<type>/``.
-        """
-        metadata = self.app_context.app_config.metadata_dir if self.app_context is not None else "metadata"
-        prefix = f"components.procedure_memory.{self.name}"
-        return {
-            f"{prefix}.procedure_dir": self.settings.procedure_dir,
-            f"session_dir + {prefix}.trajectory_subdir": self.trajectory_rel_dir,
-            "metadata_dir (the plugin's journal, imports and checkpoints)": f"{metadata}/procedure/{self.name}",
-            **{f"metadata_dir (ReMe's {kind} state of the views)": f"{metadata}/{kind}"
-               for kind in ("file_store", "file_graph", "keyword_index", "embedding_store")},
-        }
-
     def check_directories(self) -> None:
-        """Fail unless every configured directory is a real directory inside the workspace (no symlinks, also
-        not among its parents) and experiences, copies and metadata are separate directories."""
-        for setting, rel in self.directories().items():
-            check_directory(self.workspace_path, rel, setting=setting)
-        metadata = self.app_context.app_config.metadata_dir if self.app_context is not None else "metadata"
-        check_disjoint({
-            f"components.procedure_memory.{self.name}.procedure_dir": self.settings.procedure_dir,
-            f"components.procedure_memory.{self.name}.trajectory_subdir": self.trajectory_rel_dir,
-            "metadata_dir": metadata,
-        })
+        """Fail unless every configured directory is a real directory inside the workspace (layout.py)."""
+        self.layout.check_directories()
 
     def protected_directories(self) -> list[tuple[Path, bool, str]]:
-        """``(resolved directory, private, label)`` of what ReMe's generic file jobs may not change (see guard.py);
-        private directories they may not read either."""
-        ws, experiences, trajectories = self.workspace_path, self.settings.procedure_dir, self.trajectory_rel_dir
-        return [
-            ((ws / experiences).resolve(), False, f"the experience directory {experiences}/"),
-            ((ws / trajectories).resolve(), False, f"the trajectory directory {trajectories}/"),
-            (self.state_dir.resolve(), True, f"{self.state_dir.relative_to(ws).as_posix()}/"),
-        ]
+        """What ReMe's generic file jobs may not change or read (layout.py, used by guard.py)."""
+        return self.layout.protected_directories()
 
     @property
     def files(self) -> ExperienceFiles:
@@ -168,35 +136,6 @@ class ProcedureMemory(BaseComponent):
         parts = [s.keyword_index for s in stores] + [s.file_graph for s in stores]
         return [c for c in [self.embedding_store, *parts, *stores] if isinstance(c, BaseComponent)]
 
-    def _temp_file_dirs(self) -> list[Path]:
-        """Directories where the plugin's atomic writer creates temporary files."""
-        operations = self.state_dir / "operations"
-        scopes = [p for p in operations.iterdir() if p.is_dir()] if operations.is_dir() else []
-        return [self.workspace_path / self.settings.procedure_dir, self.workspace_path / self.trajectory_rel_dir,
-                *(self.state_dir / d for d in ("imports", "processing")), operations, *scopes]
-
-    def _remove_temp_files(self, copies: set[str]) -> list[str]:
-        """Remove temporary files a kill or a full disk left behind: the plugin's own (never one of the imported
-        ``copies``, which could be named like one), and ReMe's (``.<file>.<uuid hex>.tmp``) next to the files of the
-        plugin's own stores. Returns workspace-relative paths."""
-        keep = frozenset(self.workspace_path / rel for rel in copies)
-        removed = remove_temp_files(self._temp_file_dirs(), keep=keep)
-        for path in self._own_store_files():
-            pattern = re.compile(rf"^\.{re.escape(path.name)}\.[0-9a-f]{{32}}\.tmp$")
-            removed += remove_temp_files([path.parent], pattern)
-        return [self.to_workspace_relative(p) for p in removed]
-
-    def _own_store_files(self) -> list[Path]:
-        """The files ReMe persists for the plugin's stores (chunks, BM25 index, graph)."""
-        files = []
-        for store in (self.view_when_to_use, self.view_when_to_use_content):
-            for owner, attr in ((store, "chunks_path"), (store.keyword_index, "index_file"),
-                                (store.file_graph, "_graph_file")):
-                value = getattr(owner, attr, None) if owner is not None else None
-                if isinstance(value, (str, Path)):
-                    files.append(Path(value))
-        return files
-
     async def _start(self) -> None:
         self.check_directories()  # again: a link may have appeared since the application was built
         install_guard(self.app_context)
@@ -213,7 +152,7 @@ class ProcedureMemory(BaseComponent):
             imports = self.imports
             copies = imports.reserved_paths()
             self.damaged_metadata.update(imports.damaged)
-            removed = self._remove_temp_files(copies)
+            removed = self.layout.remove_temp_files(copies)
             if removed:
                 self.logger.warning(f"procedure memory removed {len(removed)} leftover temporary files: {removed}")
             self._write_lock = asyncio.Lock()
@@ -237,7 +176,7 @@ class ProcedureMemory(BaseComponent):
     async def _close(self) -> None:
         self.grants.clear()
         self._journal = None
-        self._decoded = None
+        self.reads.forget()
         try:
             await self.recovery.stop()
             if self._writes and self.views is not None:
@@ -253,7 +192,7 @@ class ProcedureMemory(BaseComponent):
                         await store.close()
                     except Exception as exc:
                         self.logger.exception(f"procedure memory: closing {store.name} failed: {exc}")
-                self._remove_temp_files(self.imports.reserved_paths())
+                self.layout.remove_temp_files(self.imports.reserved_paths())
             finally:
                 self._lock_file.release()
 
@@ -304,118 +243,20 @@ class ProcedureMemory(BaseComponent):
     # -- search and read ----------------------------------------------------------------------------------------
 
     async def search(self, query: str, view: str, limit: int) -> dict[str, Any]:
-        """Hybrid search of one view; full current experiences with path, version and scores."""
-        views = self.views
-        assert views is not None
-        await self.recovery.ensure_reconciled()
-        await self.recovery.retries.maybe_start()
-        fused, vector_error = await self.recovery.without_rebuild(
-            lambda: views.search(view, query, limit, self.settings.vector_weight),
-        )
-        results = []
-        files = self.files  # one validation context for this answer's reads
-        wanted = [hit.path for hit in fused if hit.path not in self.pending][:limit]
-        read = dict(zip(wanted, await asyncio.to_thread(lambda: [files.read(p) for p in wanted])))  # off-loop
-        for hit in fused:
-            if len(results) >= limit:
-                break
-            if hit.path in self.pending:
-                continue
-            item = read[hit.path] if hit.path in read else files.read(hit.path)
-            if item is None:
-                continue
-            if isinstance(item, BadFile):  # edited by hand since indexing: exclude and report, never stale
-                self.recovery.mark_invalid(item)
-                continue
-            results.append({
-                "path": item.path,
-                "version": item.version,
-                "score": hit.score,
-                "scores": {
-                    "rrf": hit.score,
-                    "vector": hit.vector_score,
-                    "vector_rank": hit.vector_rank,
-                    "keyword": hit.keyword_score,
-                    "keyword_rank": hit.keyword_rank,
-                },
-                "experience": item.experience.fields(),
-            })
-        answer: dict[str, Any] = {
-            "status": "ok",
-            "index": view,
-            "query": query,
-            "results": results,
-            "index_complete": not self.pending,
-            "pending_indexes": [self.pending_entry(p) for p in sorted(self.pending)],
-        }
-        if vector_error:
-            answer["vector_search"] = {"available": False, "error": vector_error}
-        return answer
+        """Hybrid search of one view; full current experiences with path, version and scores (reads.py)."""
+        return await self.reads.search(query, view, limit)
 
     def experience_path(self, raw) -> str:
-        """Validate an experience path argument: ``<procedure_dir>/<valid name>.json`` inside the directory.
-
-        An entry of the directory under an invalid name, or a symbolic link, is left to the shared file validation
-        (``ExperienceFiles.read``), so read and update answer what search reports in ``pending_indexes``.
-        """
-        listed = self.files.listed(raw.strip() if isinstance(raw, str) else raw)
-        if listed is not None:
-            return listed
-        rel, _ = resolve_inside(self.workspace_path, self.settings.procedure_dir, raw, what="experience")
-        parent, _, name = rel.rpartition("/")
-        problem = check_name(name)
-        if parent != self.settings.procedure_dir or problem:
-            raise ProcedureError(
-                ErrorCode.INVALID_ARGUMENT,
-                f"`path` must be {self.settings.procedure_dir}/<name>.json; {problem or 'no subdirectories'}",
-            )
-        return rel
+        """Validate an experience path argument: ``<procedure_dir>/<valid name>.json`` (reads.py)."""
+        return self.reads.experience_path(raw)
 
     def read_experience(self, raw_path) -> dict[str, Any]:
-        """One experience with its current version."""
-        rel = self.experience_path(raw_path)
-        item = self.files.read(rel)
-        if item is None:
-            raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}.", path=rel)
-        if isinstance(item, BadFile):
-            raise ProcedureError(
-                ErrorCode.INVALID_EXPERIENCE, f"{rel} is not a valid experience: {item.error}",
-                path=rel, version=item.version,
-            )
-        return {"status": "ok", "kind": "experience", "path": rel, "version": item.version,
-                "experience": item.experience.fields()}
+        """One experience with its current version (reads.py)."""
+        return self.reads.experience(raw_path)
 
     async def read_trajectory(self, raw_path, offset: int, length: int) -> dict[str, Any]:
-        """An excerpt of a copied trajectory by decoded characters, capped by characters and exact tokens."""
-        rel, target = resolve_inside(self.workspace_path, self.trajectory_rel_dir, raw_path, what="trajectory")
-        if not target.is_file():
-            raise ProcedureError(ErrorCode.NOT_FOUND, f"No trajectory at {rel}.", path=rel)
-        text = await self._decoded_text(rel, target)
-        length = min(length, self.settings.read_max_chars)
-        excerpt = text[offset:offset + length]
-        try:
-            capped = await asyncio.to_thread(self.tokens.prefix_within, excerpt, self.settings.read_max_tokens)
-            tokens = await self.tokens.acount(capped)
-        except TokenizerUnavailable as exc:
-            raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
-        end = min(len(text), offset) + len(capped)
-        return {
-            "status": "ok", "kind": "trajectory", "path": rel, "offset": offset, "length": len(capped),
-            "total_chars": len(text), "tokens": tokens, "truncated_by_token_cap": len(capped) < len(excerpt),
-            "next_offset": end if end < len(text) else None, "text": capped,
-        }
-
-    async def _decoded_text(self, rel: str, target: Path) -> str:
-        """The decoded trajectory, cached for the last file read (an agent reads one trajectory many times)."""
-        stat = target.stat()
-        key = (str(target), stat.st_size, stat.st_mtime_ns)
-        if self._decoded is None or self._decoded[0] != key:
-            try:
-                text = (await asyncio.to_thread(target.read_bytes)).decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"{rel} is not UTF-8 text: {exc}", path=rel) from None
-            self._decoded = (key, text)
-        return self._decoded[1]
+        """An excerpt of a copied trajectory by decoded characters, capped by exact tokens (reads.py)."""
+        return await self.reads.trajectory(raw_path, offset, length)
 
     # -- extraction runs (runs.py) and writes (writes.py) ------------------------------------------------------
 

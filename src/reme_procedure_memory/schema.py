@@ -125,8 +125,8 @@ def canonical_name(raw: str) -> str | None:
 
     Only spelling is changed, never words: letters are lowercased, each run of underscores, spaces or hyphens becomes
     one hyphen (none at either end), and a missing ``.json`` is added. ``Rebuild_Index after change`` becomes
-    ``rebuild-index-after-change.json``. Any other character (a newline or tab, a dot, a slash, a non-ASCII letter), another
-    extension, or an empty name has no canonical form. The result always passes ``check_name`` or is None.
+    ``rebuild-index-after-change.json``. Any other character (a newline or tab, a dot, a slash, a non-ASCII letter),
+    another extension, or an empty name has no canonical form. The result always passes ``check_name`` or is None.
     """
     stem = raw.strip(" ")
     if stem.lower().endswith(".json"):

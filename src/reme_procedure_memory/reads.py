@@ -1,0 +1,156 @@
+"""Reads: the answers of the read-only jobs (``procedure_search``, ``procedure_read``).
+
+Contract: nothing here writes. A search answer holds full current experiences read from their files at answer time
+(never the indexed text), each with its path, version and fused and per-branch scores; files pending an index are
+excluded from results and listed in ``pending_indexes`` (``index_complete=false``); a vector branch that failed is
+reported as ``vector_search.available=false`` beside BM25-only results. Experience paths are validated against the
+procedure directory (containment in paths.py; the file itself by ``ExperienceFiles.read``, the one validation search,
+read and update share). Trajectory excerpts count decoded characters and are capped by characters and exact tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .paths import resolve_inside
+from .schema import ErrorCode, ProcedureError, check_name
+from .store import BadFile
+from .tokens import TokenizerUnavailable
+
+if TYPE_CHECKING:
+    from .component import ProcedureMemory
+
+
+class Reads:
+    """Search answers and reads of one ProcedureMemory; keeps the last decoded trajectory (an agent rereads it)."""
+
+    def __init__(self, memory: ProcedureMemory) -> None:
+        self.memory = memory
+        self._decoded: tuple[tuple, str] | None = None  # (path, size, mtime) and text of the last trajectory read
+
+    def forget(self) -> None:
+        """Drop the cached trajectory text (at close)."""
+        self._decoded = None
+
+    async def search(self, query: str, view: str, limit: int) -> dict[str, Any]:
+        """Hybrid search of one view; full current experiences with path, version and scores.
+
+        Hits of pending files are skipped; a hit whose file was edited by hand into an invalid one since indexing is
+        excluded and reported (``pending_indexes``), never served stale. The page's files are read in a worker thread.
+        """
+        memory = self.memory
+        views = memory.views
+        assert views is not None
+        await memory.recovery.ensure_reconciled()
+        await memory.recovery.retries.maybe_start()
+        fused, vector_error = await memory.recovery.without_rebuild(
+            lambda: views.search(view, query, limit, memory.settings.vector_weight),
+        )
+        results = []
+        files = memory.files  # one validation context for this answer's reads
+        wanted = [hit.path for hit in fused if hit.path not in memory.pending][:limit]
+        read = dict(zip(wanted, await asyncio.to_thread(lambda: [files.read(p) for p in wanted])))  # off-loop
+        for hit in fused:
+            if len(results) >= limit:
+                break
+            if hit.path in memory.pending:
+                continue
+            item = read[hit.path] if hit.path in read else files.read(hit.path)
+            if item is None:
+                continue
+            if isinstance(item, BadFile):  # edited by hand since indexing: exclude and report, never stale
+                memory.recovery.mark_invalid(item)
+                continue
+            results.append({
+                "path": item.path,
+                "version": item.version,
+                "score": hit.score,
+                "scores": {
+                    "rrf": hit.score,
+                    "vector": hit.vector_score,
+                    "vector_rank": hit.vector_rank,
+                    "keyword": hit.keyword_score,
+                    "keyword_rank": hit.keyword_rank,
+                },
+                "experience": item.experience.fields(),
+            })
+        answer: dict[str, Any] = {
+            "status": "ok",
+            "index": view,
+            "query": query,
+            "results": results,
+            "index_complete": not memory.pending,
+            "pending_indexes": [memory.pending_entry(p) for p in sorted(memory.pending)],
+        }
+        if vector_error:
+            answer["vector_search"] = {"available": False, "error": vector_error}
+        return answer
+
+    def experience_path(self, raw) -> str:
+        """Validate an experience path argument: ``<procedure_dir>/<valid name>.json`` inside the directory.
+
+        An entry of the directory under an invalid name, or a symbolic link, is left to the shared file validation
+        (``ExperienceFiles.read``), so read and update answer what search reports in ``pending_indexes``.
+        """
+        memory = self.memory
+        listed = memory.files.listed(raw.strip() if isinstance(raw, str) else raw)
+        if listed is not None:
+            return listed
+        rel, _ = resolve_inside(memory.workspace_path, memory.settings.procedure_dir, raw, what="experience")
+        parent, _, name = rel.rpartition("/")
+        problem = check_name(name)
+        if parent != memory.settings.procedure_dir or problem:
+            raise ProcedureError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"`path` must be {memory.settings.procedure_dir}/<name>.json; {problem or 'no subdirectories'}",
+            )
+        return rel
+
+    def experience(self, raw_path) -> dict[str, Any]:
+        """One experience with its current version."""
+        rel = self.experience_path(raw_path)
+        item = self.memory.files.read(rel)
+        if item is None:
+            raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}.", path=rel)
+        if isinstance(item, BadFile):
+            raise ProcedureError(
+                ErrorCode.INVALID_EXPERIENCE, f"{rel} is not a valid experience: {item.error}",
+                path=rel, version=item.version,
+            )
+        return {"status": "ok", "kind": "experience", "path": rel, "version": item.version,
+                "experience": item.experience.fields()}
+
+    async def trajectory(self, raw_path, offset: int, length: int) -> dict[str, Any]:
+        """An excerpt of a copied trajectory by decoded characters, capped by characters and exact tokens."""
+        memory = self.memory
+        rel, target = resolve_inside(memory.workspace_path, memory.trajectory_rel_dir, raw_path, what="trajectory")
+        if not target.is_file():
+            raise ProcedureError(ErrorCode.NOT_FOUND, f"No trajectory at {rel}.", path=rel)
+        text = await self._decoded_text(rel, target)
+        length = min(length, memory.settings.read_max_chars)
+        excerpt = text[offset:offset + length]
+        try:
+            capped = await asyncio.to_thread(memory.tokens.prefix_within, excerpt, memory.settings.read_max_tokens)
+            tokens = await memory.tokens.acount(capped)
+        except TokenizerUnavailable as exc:
+            raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+        end = min(len(text), offset) + len(capped)
+        return {
+            "status": "ok", "kind": "trajectory", "path": rel, "offset": offset, "length": len(capped),
+            "total_chars": len(text), "tokens": tokens, "truncated_by_token_cap": len(capped) < len(excerpt),
+            "next_offset": end if end < len(text) else None, "text": capped,
+        }
+
+    async def _decoded_text(self, rel: str, target: Path) -> str:
+        """The decoded trajectory, cached for the last file read (an agent reads one trajectory many times)."""
+        stat = target.stat()
+        key = (str(target), stat.st_size, stat.st_mtime_ns)
+        if self._decoded is None or self._decoded[0] != key:
+            try:
+                text = (await asyncio.to_thread(target.read_bytes)).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"{rel} is not UTF-8 text: {exc}", path=rel) from None
+            self._decoded = (key, text)
+        return self._decoded[1]
