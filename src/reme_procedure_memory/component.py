@@ -32,7 +32,7 @@ from .importer import run_import
 from .layout import Layout
 from .guard import install_guard
 from .reads import Reads
-from .recovery import Recovery
+from .recovery import Recovery, one_shot_reindex
 from .runs import Run, RunGrants
 from .settings import ProcedureSettings, load_settings
 from .store import (
@@ -162,7 +162,7 @@ class ProcedureMemory(BaseComponent):
                 stores, self.embedding_store, self.settings.embedding_timeout_seconds,
                 self.settings.vector_cooldown_seconds, self.settings.search_embedding_timeout_seconds,
             )
-            report = await self.recovery.start(defer=self._one_shot_reindex())
+            report = await self.recovery.start(defer=one_shot_reindex(self.app_context, self.name))
             if self.damaged_metadata:
                 self.logger.warning(
                     "procedure memory skipped damaged metadata records (the import each belongs to stops with "
@@ -197,20 +197,6 @@ class ProcedureMemory(BaseComponent):
                 self._lock_file.release()
 
     # -- recovery and maintenance (recovery.py) ----------------------------------------------------------------
-
-    def _one_shot_reindex(self) -> bool:
-        """Whether this process is ``reme start job=...`` of a job that rebuilds this component's views: its
-        start-up then leaves the indexing to that job (one pass instead of two, see recovery.py)."""
-        if self.app_context is None:
-            return False
-        config = self.app_context.app_config
-        service = config.service
-        job = config.jobs.get(getattr(service, "job", None) or "") if service.backend == "cli" else None
-        return job is not None and any(
-            step.backend == "procedure_reindex_step"
-            and (getattr(step, "procedure_memory", None) or "default") == self.name
-            for step in job.steps
-        )
 
     async def reconcile(self) -> dict[str, Any]:
         """Make both views agree with the experience files (see ``Recovery.reconcile``)."""
@@ -260,6 +246,8 @@ class ProcedureMemory(BaseComponent):
 
     # -- extraction runs (runs.py) and writes (writes.py) ------------------------------------------------------
 
+    # A tool call finds its live run through ``grants`` (``live_run``, ``run_for``: runs.py).
+
     def begin_run(self, scope: str, sources: list[str], segment: int | None = None) -> Run:
         """Open an extraction run whose tools may write citing ``sources`` (see ``RunGrants.begin_run``)."""
         return self.grants.begin_run(scope, sources, segment)
@@ -267,14 +255,6 @@ class ProcedureMemory(BaseComponent):
     def end_run(self, run: Run) -> None:
         """Revoke a run's grant."""
         self.grants.end_run(run)
-
-    def live_run(self, context_id, grant, sources) -> Run | None:
-        """The live run a tool call's injected values name, or None for any missing or forged value."""
-        return self.grants.live_run(context_id, grant, sources)
-
-    def run_for(self, context_id, grant, sources) -> Run:
-        """The live run of a tool call, or NO_ACTIVE_RUN (fails closed for any missing or forged value)."""
-        return self.grants.run_for(context_id, grant, sources)
 
     @property
     def generation(self) -> int:

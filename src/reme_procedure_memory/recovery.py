@@ -42,6 +42,20 @@ DAMAGED_RECORD_FIX = (
 )
 
 
+def one_shot_reindex(app_context, name: str) -> bool:
+    """Whether this process is ``reme start job=...`` of a job that rebuilds the views of component ``name``: its
+    start-up then leaves the indexing to that job (one pass instead of two)."""
+    if app_context is None:
+        return False
+    config = app_context.app_config
+    service = config.service
+    job = config.jobs.get(getattr(service, "job", None) or "") if service.backend == "cli" else None
+    return job is not None and any(
+        step.backend == "procedure_reindex_step" and (getattr(step, "procedure_memory", None) or "default") == name
+        for step in job.steps
+    )
+
+
 class Recovery:
     """Recovery and maintenance of one ProcedureMemory component (see the module docstring)."""
 

@@ -92,7 +92,9 @@ class ProcedureStep(BaseStep):
             memory = self.memory
         except ProcedureError:
             return None, ""
-        run = memory.live_run(self.arg("tool_context_id"), self.arg("_procedure_grant"), self.arg("_procedure_sources"))
+        run = memory.grants.live_run(
+            self.arg("tool_context_id"), self.arg("_procedure_grant"), self.arg("_procedure_sources"),
+        )
         return (run, run.call_key(self.tool, self.context.data)) if run is not None else (None, "")
 
     async def _answer(self) -> tuple[dict[str, Any], bool]:
@@ -109,7 +111,8 @@ class ProcedureStep(BaseStep):
             return {"status": "error", "error": {"code": code, "message": message}}, False
         except Exception as exc:  # still one JSON answer (agents and MCP see only the answer); logged in full
             self.logger.exception(f"{self.name} failed: {exc}")
-            return {"status": "error", "error": {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}}, False
+            error = {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}
+            return {"status": "error", "error": error}, False
 
     async def run(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -146,7 +149,7 @@ class _WriteStep(ProcedureStep):
     """Create/update: only with the live grant of an active extraction run (injected, never from the model)."""
 
     def run_of_call(self):
-        return self.memory.run_for(
+        return self.memory.grants.run_for(
             self.arg("tool_context_id"), self.arg("_procedure_grant"), self.arg("_procedure_sources"),
         )
 
