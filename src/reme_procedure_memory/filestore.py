@@ -66,9 +66,9 @@ _executor: ThreadPoolExecutor | None = None
 
 def _one_thread() -> None:
     """Scan threads run faiss on one OpenMP thread: concurrent searches are the parallelism."""
-    from .vectors import _faiss
+    from .vector_blocks import faiss_module
 
-    _faiss().omp_set_num_threads(1)
+    faiss_module().omp_set_num_threads(1)
 
 
 def scan_executor() -> ThreadPoolExecutor:
