@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 
 from .paths import check_directory
 from .schema import ErrorCode, ProcedureError
-from .store import COPIED, ImportRecord, allocate_copy_name, numbered_name, publish_copy
+from .store import COPIED, ImportRecord, publish_copy
 
 
 def copy_original(memory, source: str, filename: str, request_id: str, source_id: str) -> ImportRecord:
@@ -143,3 +143,23 @@ def rebuild_lost_record(memory, request_id: str, source: str, filename: str, sou
         memory.logger.warning(f"procedure import {request_id}: rebuilt its lost import record around {rel}")
         return record
     return None
+
+
+def numbered_name(filename: str, number: int) -> str:
+    """``run.jsonl`` -> ``run-2.jsonl`` (before the last extension); ``notes`` -> ``notes-2``."""
+    if number == 1:
+        return filename
+    stem, dot, ext = filename.rpartition(".")
+    if not dot or not stem:
+        return f"{filename}-{number}"
+    return f"{stem}-{number}.{ext}"
+
+
+def allocate_copy_name(directory: Path, filename: str, taken: set[str], rel_dir: str) -> str:
+    """The first of ``filename``, ``-2``, ``-3``, ... that neither exists in ``directory`` nor is reserved."""
+    number = 1
+    while True:
+        name = numbered_name(filename, number)
+        if not (directory / name).exists() and not (directory / name).is_symlink() and f"{rel_dir}/{name}" not in taken:
+            return name
+        number += 1
