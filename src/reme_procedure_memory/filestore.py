@@ -8,13 +8,13 @@ mutations and the persistence, its bases the vectors (viewvectors.py) and the se
   Python loop (~0.5 s per 10k records at 1,024 dimensions).
 * **Searches** (vector and keyword) run in a worker thread (``scan_executor``), never on the event loop; readers-writer
   locks keep mutations (on the event loop) out of a running search.
-* **Persistence is incremental** (viewstate.py, records as in viewrecords.py): a snapshot of records, vectors and the BM25 index plus an append-only
-  log of later upserts and deletes. ``dump`` (and closing) appends the changes since the last one, and writes a new
-  snapshot only when the log has grown past a share of the view, after a clear, or after BM25 compaction. The keyword
-  index (``procedure_bm25``) and graph (``procedure_graph``) keep no files of their own; this store restores them. A
-  state that cannot be read exactly is discarded: the view starts empty and the component re-indexes it from the
-  experience files. The vector space the vectors came from is recorded; after a change of embedding model they are
-  dropped, so the component re-embeds.
+* **Persistence is incremental** (viewstate.py, records as in viewrecords.py): a snapshot of records, vectors and the
+  BM25 index plus an append-only log of later upserts and deletes. ``dump`` (and closing) appends the changes since the
+  last one, and writes a new snapshot only when the log has grown past a share of the view, after a clear, or after BM25
+  compaction. The keyword index (``procedure_bm25``) and graph (``procedure_graph``) keep no files of their own; this
+  store restores them. A state that cannot be read exactly is discarded: the view starts empty and the component
+  re-indexes it from the experience files. The vector space the vectors came from is recorded; after a change of
+  embedding model they are dropped, so the component re-embeds.
 * **Vectors are reused**: ``reusable_vector`` offers a record's current vector (or, after ``clear``, the one it had)
   for the same text in the same vector space, so re-indexing unchanged texts needs no provider call.
 

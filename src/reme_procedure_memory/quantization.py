@@ -6,10 +6,10 @@ exact norms of ``c`` and of its rounding error ``e = 127 u / s - c``. A unit que
 ``r = q' - h / t``. Then ``q . u = (h . c) / t + r . c + q' . e``, where faiss computes ``h . c`` exactly (integer
 arithmetic, below 2**24) and ``|r . c| + |q' . e| <= |r| max|c| + |q'| max|e|`` (Cauchy-Schwarz): the ``margin``.
 
-Contract: pure functions of numpy arrays, no state. ``measure_scale`` gives ``s`` from sample rows, ``encode`` the
-norms, codes and code/error norms of rows under ``s``, ``outlier_limits`` the code/error norms above which a row is
-left out of the bound (and rescored exactly instead), ``screen_query`` the screening codes of a query with ``t``
-and the margin.
+Contract: pure functions of numpy arrays. ``measure_scale`` gives ``s`` from sample rows, ``encode`` the norms, codes
+and code/error norms of rows under ``s``, ``outlier_limits`` the code/error norms above which a row is left out of
+the bound (and rescored exactly instead), ``screen_query`` the screening codes of a query with ``t`` and the margin.
+A ``Quantizer`` holds one matrix's state for them: the scale, the limits, the bounds and the outlier ids.
 """
 
 from __future__ import annotations
@@ -79,3 +79,66 @@ def screen_query(query, scale: np.ndarray, code_bound: float,
     residual = q - codes / factor  # r
     margin = (float(np.linalg.norm(residual)) * code_bound + float(np.linalg.norm(q)) * error_bound + FLOAT_SLACK)
     return unit, codes.astype(np.float32)[None, :], factor, margin
+
+
+class Quantizer:
+    """One matrix's scale ``s``, outlier limits, error bounds and outliers (ids left out of the bounds, always
+    rescored exactly); the bounds only grow between re-encodes."""
+
+    def __init__(self, dimensions: int) -> None:
+        self.dimensions = dimensions
+        self.outliers: set[str] = set()  # ids beyond the limits: outside the bounds, always rescored
+        self.error_limit = self.code_limit = math.inf
+        self.scale = np.ones(dimensions, dtype=np.float64)  # s, per dimension
+        self.scale_rows = 0  # rows the scale was measured on
+        self.error_bound = 0.0  # >= every live row's |e|, outliers aside (never lowered before a re-encode)
+        self.code_bound = 0.0  # >= every live row's |c|, outliers aside
+
+    def measure(self, sample: np.ndarray) -> None:
+        """Measure the per-dimension scale on ``sample`` (float16 rows, at least one)."""
+        self.scale = measure_scale(sample, self.dimensions)
+        self.scale_rows = len(sample)
+
+    def encode(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``encode`` under this scale."""
+        return encode(vectors, self.scale)
+
+    def set_limits(self, code_norms: np.ndarray, errors: np.ndarray) -> None:
+        """Outlier limits measured on freshly encoded rows."""
+        self.error_limit, self.code_limit = outlier_limits(code_norms, errors, self.dimensions)
+
+    def fold(self, items: list[str], code_norms: np.ndarray, errors: np.ndarray) -> None:
+        """Fold rows into the bounds; a row whose codes are much longer or clip more than nearly all (above the
+        limits) is kept out of them and always rescored exactly instead."""
+        for item, code_norm, error in zip(items, code_norms.tolist(), errors.tolist()):
+            if error > self.error_limit or code_norm > self.code_limit:
+                self.outliers.add(item)
+            else:
+                self.outliers.discard(item)
+                self.error_bound = max(self.error_bound, error)
+                self.code_bound = max(self.code_bound, code_norm)
+
+    def reencode_due(self, rows: int) -> bool:
+        """Whether ``rows`` rows should be re-encoded under a new scale: the first scale was measured on few rows
+        (the set has doubled since) or more than 2% of the rows are outliers."""
+        grown = self.scale_rows < 4096 and rows >= 2 * self.scale_rows
+        return rows != 0 and (grown or len(self.outliers) > max(32, rows // 50))
+
+    def screen(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float] | None:
+        """``screen_query`` under this scale and these bounds."""
+        return screen_query(query, self.scale, self.code_bound, self.error_bound)
+
+    def meta(self) -> dict:
+        """The state as the matrix's exported metadata holds it (``scale`` is exported as an array)."""
+        return {"outliers": sorted(self.outliers), "scale_rows": self.scale_rows,
+                "bounds": [self.error_bound, self.code_bound], "limits": [self.error_limit, self.code_limit]}
+
+    @classmethod
+    def restore(cls, dimensions: int, meta: dict, scale: np.ndarray) -> "Quantizer":
+        """The state ``meta`` (and ``scale``) described."""
+        quantizer = cls(dimensions)
+        quantizer.scale = scale
+        quantizer.outliers, quantizer.scale_rows = set(meta["outliers"]), int(meta["scale_rows"])
+        quantizer.error_bound, quantizer.code_bound = meta["bounds"]
+        quantizer.error_limit, quantizer.code_limit = meta["limits"]
+        return quantizer

@@ -22,12 +22,11 @@ at once (one faiss thread each).
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable
 
 import numpy as np
 
-from .quantization import encode, measure_scale, outlier_limits, screen_query
+from .quantization import Quantizer
 from .vector_blocks import Block, faiss_module, screen_all
 from .vector_blocks import screen as screen_block
 
@@ -44,12 +43,7 @@ class VectorMatrix:
         self._ids: list[str] = []
         self._row_of: dict[str, int] = {}
         self._norms = np.zeros(0, dtype=np.float64)  # per row; 0 for a zero vector
-        self._outliers: set[str] = set()  # ids beyond the limits: outside the bounds, always rescored
-        self._error_limit = self._code_limit = math.inf
-        self._scale = np.ones(dimensions, dtype=np.float64)  # s, per dimension
-        self._scale_rows = 0  # rows the scale was measured on
-        self._error_bound = 0.0  # >= every live row's |e|, outliers aside (never lowered before a re-encode)
-        self._code_bound = 0.0  # >= every live row's |c|, outliers aside
+        self._quantizer = Quantizer(dimensions)
         self._depth = 0  # rows to screen per query (adapts to how many lie within the bound of the k-th score)
 
     def __len__(self) -> int:
@@ -71,21 +65,6 @@ class VectorMatrix:
     def ids(self) -> list[str]:
         return list(self._ids)
 
-    def _bound(self, items: list[str], code_norms: np.ndarray, errors: np.ndarray) -> None:
-        """Fold rows into the bounds; a row whose codes are much longer or clip more than nearly all (above the
-        limits) is kept out of them and always rescored exactly instead."""
-        for item, code_norm, error in zip(items, code_norms.tolist(), errors.tolist()):
-            if error > self._error_limit or code_norm > self._code_limit:
-                self._outliers.add(item)
-            else:
-                self._outliers.discard(item)
-                self._error_bound = max(self._error_bound, error)
-                self._code_bound = max(self._code_bound, code_norm)
-
-    def _rescale(self, sample: np.ndarray) -> None:
-        self._scale = measure_scale(sample, self.dimensions)
-        self._scale_rows = len(sample)
-
     def _write_codes(self, rows: np.ndarray, codes: np.ndarray) -> None:
         for row, code in zip(rows.tolist(), codes):
             block, offset = self._locate(row)
@@ -94,18 +73,17 @@ class VectorMatrix:
     def _maybe_reencode(self) -> None:
         """Re-measure the scale and re-encode every row when the first scale was measured on few rows (the set has
         doubled since) or more than 2% of the rows are outliers: the bounds stay tight, the cost amortised."""
-        n = len(self._ids)
-        grown = self._scale_rows < 4096 and n >= 2 * self._scale_rows
-        if n == 0 or not (grown or len(self._outliers) > max(32, n // 50)):
+        n, quantizer = len(self._ids), self._quantizer
+        if not quantizer.reencode_due(n):
             return
         vectors = np.concatenate([b.rows[: b.n] for b in self._blocks])
-        self._rescale(vectors)
-        self._error_bound = self._code_bound = 0.0
-        self._outliers = set()
-        norms, codes, code_norms, errors = encode(vectors, self._scale)
+        quantizer.measure(vectors)
+        quantizer.error_bound = quantizer.code_bound = 0.0
+        quantizer.outliers = set()
+        norms, codes, code_norms, errors = quantizer.encode(vectors)
         self._norms[:n] = norms
-        self._error_limit, self._code_limit = outlier_limits(code_norms, errors, self.dimensions)
-        self._bound(self._ids, code_norms, errors)
+        quantizer.set_limits(code_norms, errors)
+        quantizer.fold(self._ids, code_norms, errors)
         for number, block in enumerate(self._blocks):
             block.index.reset()
             if block.n:
@@ -120,13 +98,14 @@ class VectorMatrix:
         vectors = np.stack([np.asarray(v, dtype=np.float16).reshape(-1) for _, v in items])
         if vectors.shape[1] != self.dimensions:
             raise ValueError(f"vector of {vectors.shape[1]} dimensions, expected {self.dimensions}")
-        first = self._scale_rows == 0
+        quantizer = self._quantizer
+        first = quantizer.scale_rows == 0
         if first:
-            self._rescale(vectors)
-        norms, codes, code_norms, errors = encode(vectors, self._scale)
+            quantizer.measure(vectors)
+        norms, codes, code_norms, errors = quantizer.encode(vectors)
         if first:
-            self._error_limit, self._code_limit = outlier_limits(code_norms, errors, self.dimensions)
-        self._bound([item for item, _ in items], code_norms, errors)
+            quantizer.set_limits(code_norms, errors)
+        quantizer.fold([item for item, _ in items], code_norms, errors)
         fresh: list[int] = []
         for position, (item, _) in enumerate(items):
             row = self._row_of.get(item)
@@ -166,7 +145,7 @@ class VectorMatrix:
         row = self._row_of.pop(item, None)
         if row is None:
             return None
-        self._outliers.discard(item)
+        self._quantizer.outliers.discard(item)
         last = len(self._ids) - 1
         moved = None
         if row != last:
@@ -193,15 +172,14 @@ class VectorMatrix:
 
     def export(self) -> dict[str, np.ndarray]:
         """Everything, as arrays in row order (copies), for ``restore``: a load needs no re-encoding."""
-        meta = {"ids": self._ids, "outliers": sorted(self._outliers), "scale_rows": self._scale_rows,
-                "bounds": [self._error_bound, self._code_bound], "limits": [self._error_limit, self._code_limit]}
+        meta = {"ids": self._ids, **self._quantizer.meta()}
         empty = np.zeros((0, self.dimensions), dtype=np.float16)
         return {
             "meta": np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
             "vectors": np.concatenate([b.rows[: b.n] for b in self._blocks]) if self._blocks else empty,
             "codes": (np.concatenate([b.codes_view() for b in self._blocks]).astype(np.int16) - 128).astype(np.int8)
             if self._blocks else empty.astype(np.int8),
-            "norms": self._norms[: len(self._ids)].copy(), "scale": self._scale.copy(),
+            "norms": self._norms[: len(self._ids)].copy(), "scale": self._quantizer.scale.copy(),
         }
 
     @classmethod
@@ -214,12 +192,10 @@ class VectorMatrix:
             raise ValueError("the vector index arrays do not fit together")
         matrix = cls(dimensions)
         matrix._ids, matrix._row_of = list(ids), {item: row for row, item in enumerate(ids)}
-        matrix._norms, matrix._scale = arrays["norms"].astype(np.float64), arrays["scale"].astype(np.float64)
-        matrix._outliers, matrix._scale_rows = set(meta["outliers"]), int(meta["scale_rows"])
-        matrix._error_bound, matrix._code_bound = meta["bounds"]
-        matrix._error_limit, matrix._code_limit = meta["limits"]
-        matrix._blocks = [Block.restore(vectors[start:start + BLOCK_ROWS], codes[start:start + BLOCK_ROWS], BLOCK_ROWS)
-                          for start in range(0, len(ids), BLOCK_ROWS)]
+        matrix._norms = arrays["norms"].astype(np.float64)
+        matrix._quantizer = Quantizer.restore(dimensions, meta, arrays["scale"].astype(np.float64))
+        matrix._blocks = [Block.restore(vectors[start:start + BLOCK_ROWS], codes[start:start + BLOCK_ROWS],
+                                        BLOCK_ROWS) for start in range(0, len(ids), BLOCK_ROWS)]
         return matrix
 
     # -- search ---------------------------------------------------------------------------------------------------
@@ -243,7 +219,7 @@ class VectorMatrix:
         q = np.asarray(query, dtype=np.float64).reshape(-1)
         if n == 0 or limit <= 0 or q.shape[0] != self.dimensions:
             return []
-        screened = screen_query(q, self._scale, self._code_bound, self._error_bound)
+        screened = self._quantizer.screen(q)
         if screened is None:
             return []
         unit, screen, factor, margin = screened
@@ -255,7 +231,7 @@ class VectorMatrix:
         depth = min(n, max(self._depth, k)) // len(self._blocks) + CANDIDATES_PER_BLOCK
         approx, weakest = screen_all(self._blocks, screen, factor, depth)
         ranked = sorted(approx, key=approx.__getitem__, reverse=True)[:k]
-        ranked += [row for row in (self._row_of[item] for item in self._outliers) if row not in ranked]
+        ranked += [row for row in (self._row_of[item] for item in self._quantizer.outliers) if row not in ranked]
         exact = dict(zip(ranked, self._exact(np.array(ranked, dtype=np.int64), unit).tolist()))
         cut = sorted(exact.values(), reverse=True)[min(k, len(exact)) - 1] - margin
         for number, low in enumerate(weakest):
