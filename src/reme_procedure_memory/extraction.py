@@ -13,8 +13,8 @@ from the checkpoint's position:
    else it is repaired within a bounded budget; a segment whose own writes are still index-pending cannot advance;
 6. the checkpoint advances atomically: position + 1, the new summary, the reply cleared.
 
-What the agent is shown and the budget arithmetic are in ``prompt.py``, the summary rules in ``summary.py``, agent
-call kwargs and stop reasons in ``agent_call.py``; this module holds the loop, its gates and the checkpoint.
+Here: the loop, its gates, the checkpoint. What the agent is shown and the budget check: ``prompt.py``; the summary
+rules: ``summary.py``; agent call kwargs and stop reasons: ``agent_call.py``.
 """
 
 from __future__ import annotations
