@@ -133,7 +133,7 @@ async def search_all(app, queries: list[str]) -> dict[str, dict[str, list[str]]]
 
 def scan(memory) -> tuple[dict[str, tuple[str, ...]], list[str]]:
     """Valid experiences (path -> sources) and invalid experience files of a workspace."""
-    from reme_procedure_memory.store import BadFile
+    from reme_procedure_memory.experiences import BadFile
 
     valid, invalid = {}, []
     for item in memory.files.scan():

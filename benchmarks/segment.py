@@ -300,7 +300,7 @@ def time_context_checks(text: str, segmented, counter, summary: str) -> tuple[fl
     """(c) minus (b): the context check of every segment as ``Extraction._check_context`` does it (system prompt,
     user message around the segment and the rolling summary with their recorded counts, tool schemas), on the shipped
     prompts."""
-    from reme_procedure_memory.extraction import PROMPTS
+    from reme_procedure_memory.prompt import PROMPTS
 
     system = PROMPTS["system_prompt"].format(description=128, when_to_use=512, content=2048, summary=8192)
     schemas = json.dumps([{"type": "function", "function": {"name": f"tool_{i}", "description": "x" * 300,

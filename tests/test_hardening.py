@@ -247,14 +247,14 @@ async def test_r7_multi_megabyte_query_is_rejected_not_echoed(make_app):
 
 
 async def test_r8_copy_failure_answers_with_the_generated_request_id(make_app, tmp_path, monkeypatch):
-    from reme_procedure_memory import importer
+    from reme_procedure_memory import copies
 
     original = write(tmp_path, "run.jsonl", JSONL)
 
     def disk_full(target, data):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(importer, "publish_copy", disk_full)
+    monkeypatch.setattr(copies, "publish_copy", disk_full)
     async with make_app(scripts=[]) as app:
         ok, ans = await import_file(app, original)  # no request_id: one is generated and the name is reserved
         assert not ok

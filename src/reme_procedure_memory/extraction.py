@@ -12,28 +12,25 @@ from the checkpoint's position:
    content in that attempt) cannot advance; the summary between ``<summary>`` tags must exist and fit its ceiling,
    else it is repaired within a bounded budget; a segment whose own writes are still index-pending cannot advance;
 6. the checkpoint advances atomically: position + 1, the new summary, the reply cleared.
+
+Here: the loop, its gates, the checkpoint. What the agent is shown and the budget check: ``prompt.py``; the summary
+rules: ``summary.py``; agent call kwargs and stop reasons: ``agent_call.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import re
 import sys
-import uuid
-from pathlib import Path
 from typing import Any, Callable
 
-import yaml
 from reme.steps.evolve._evolve import agent_reply_result_text
 
+from . import prompt
+from .agent_call import merged_reply_kwargs, stop_reason
 from .schema import ErrorCode, ProcedureError
 from .store import ABANDONED, INDEX_PENDING, INTENT, PUBLISHED, CheckpointStore
+from .summary import parse_summary, summary_problem
 from .tokens import TokenizerUnavailable
-
-TOOLS = ("procedure_search", "procedure_read", "procedure_create", "procedure_update")
-PROMPTS = yaml.safe_load((Path(__file__).with_name("prompts.yaml")).read_text(encoding="utf-8"))
-SUMMARY = re.compile(r"<summary>(.*?)</summary>", re.DOTALL)
 
 
 class ExtractionStopped(Exception):
@@ -46,88 +43,7 @@ class ExtractionStopped(Exception):
         self.details = details
 
 
-def parse_summary(reply: str) -> str | None:
-    """The reply's rolling summary, stripped, or None.
-
-    The summary runs from the last ``<summary>`` to the last ``</summary>`` after it, so a summary that quotes a
-    closing tag stays whole; when that span is empty (e.g. the reply mentions an empty tag pair at the end), the
-    last non-empty ``<summary>...</summary>`` block counts.
-    """
-    reply = reply or ""
-    start, end = reply.rfind("<summary>"), reply.rfind("</summary>")
-    if start >= 0 and end > start:
-        span = reply[start + len("<summary>"):end].strip()
-        if span:
-            return span
-    blocks = [block.strip() for block in SUMMARY.findall(reply) if block.strip()]
-    return blocks[-1] if blocks else None
-
-
-# Placeholders a model may copy back instead of summarising: the first segment's sentence (the prompt shows no
-# summary block then) and the placeholder earlier versions put in that block.
-NO_SUMMARY_YET = PROMPTS["first_segment"].strip()
-PLACEHOLDERS = (NO_SUMMARY_YET, "(none yet: this is the first segment)")
-
-
-def _comparable(text: str) -> str:
-    """Text compared for sameness: case, runs of whitespace and enclosing brackets, quotes or dots ignored."""
-    return " ".join(text.casefold().split()).strip(" .()[]\"'")
-
-
-def summary_problem(reply: str, summary: str | None, previous: str, segment: str) -> str | None:
-    """Why a parsed rolling summary is not a summary (its size is checked separately), or None.
-
-    Invalid: none at all, an empty one, the prompt's own placeholder copied back, or the previous summary unchanged
-    although the segment had content (a summary must take in every segment).
-    """
-    if summary is None:
-        if "<summary>" in (reply or "") and "</summary>" in (reply or ""):
-            return "the summary between <summary> and </summary> is empty."
-        return "it has no <summary>...</summary> section."
-    if _comparable(summary) in {_comparable(p) for p in PLACEHOLDERS}:
-        return (f"the summary is the prompt's placeholder {summary.strip()!r}, not a summary; write what the "
-                "trajectory read so far shows.")
-    if previous.strip() and segment.strip() and _comparable(summary) == _comparable(previous):
-        return ("the summary is the previous summary unchanged, but this segment has content; add what this segment "
-                "shows.")
-    return None
-
-
-def stop_reason(result: dict) -> str | None:
-    """Why an agent reply did not finish normally (None when it completed), for every ReMe wrapper backend."""
-    last = result.get("last_message")
-    if isinstance(last, dict):
-        finished = str(last.get("finished_reason") or "")
-        if finished and finished != "completed":
-            return f"the agent stopped with finished_reason={finished}"
-        if last.get("is_error"):
-            return f"the agent reported an error ({last.get('subtype') or 'unknown'})"
-    turn = result.get("turn")
-    if isinstance(turn, dict) and turn.get("status") not in (None, "completed"):
-        return f"the agent turn ended with status={turn.get('status')}"
-    return None
-
-
-# Tokens an agent SDK adds around what the plugin counts: role markers of the chat template and AgentScope's runtime
-# reminder message (measured ~130 tokens with AgentScope 2.0.10); the budget check counts this allowance on top.
-FRAMING_ALLOWANCE = 512
 REPAIR_ITERATIONS = 2  # a summary repair needs no tools: one answer, plus the SDK's forced final turn
-
-
-def merged_reply_kwargs(wrapper, run, max_iters: int) -> dict[str, Any]:
-    """Reply kwargs of every agent call: no built-in tools, budgets merged into the wrapper's (not replacing them),
-    cancellation raised, a fresh session id (never reused: some SDKs refuse a used id). With a run: exactly the four
-    job tools and the run's injected grant; without one (summary repairs): no tools at all."""
-    react = {**(wrapper.kwargs.get("react_config") or {}), "max_iters": max_iters,
-             "interruption_raise_cancelled_error": True}
-    kwargs: dict[str, Any] = {"builtin_tools": [], "react_config": react, "session_id": str(uuid.uuid4())}
-    if run is None:
-        kwargs["job_tools"] = []
-    else:
-        kwargs.update(job_tools=list(TOOLS), injected_job_kwargs=run.injected(), tool_context_id=run.context_id)
-    if getattr(wrapper, "backend", "") == "claude_code":
-        kwargs.update(tools=[], max_turns=max_iters)  # no built-in Claude Code tools; its own budget knob
-    return kwargs
 
 
 class Extraction:
@@ -157,59 +73,28 @@ class Extraction:
     # -- prompts ------------------------------------------------------------------------------------------------
 
     def _system_prompt(self) -> str:
-        """The same for every segment and import with the same targets, so a provider's prefix cache covers it."""
-        limits = self.limits
-        return PROMPTS["system_prompt"].format(
-            description=limits.description, when_to_use=limits.when_to_use, content=limits.content,
-            summary=limits.summary,
-        )
+        return prompt.system_prompt(self.limits)
 
     def _user_message(self, index: int) -> str:
         start, end = self.checkpoint["segments"][index]
-        hint = self.checkpoint.get("memory_hint") or ""
-        summary = self.checkpoint.get("summary") or ""
-        ledger = self._ledger(index)
-        lines = [
-            f"- {op.tool} {op.path} (operation_key {op.key}) FAILED, not saved: {op.error}" if op.status == ABANDONED
-            else f"- {op.tool} {op.path} (operation_key {op.key}, {op.status}, version {op.target_version})"
-            for op in ledger
-        ]
-        journaled = {op.key for op in ledger}
-        lines += [  # failed writes the journal could not record (e.g. its directory was not writable)
-            f"- {f['tool']} {f['path']} (operation_key {f['operation_key']}) FAILED, not saved: {f['error']}"
-            for f in self._failed_writes(index) if f["operation_key"] not in journaled
-        ]
-        entries = "\n".join(lines)
-        return PROMPTS["segment_user"].format(
-            path=self.record.path, format=self.format, number=index + 1, total=len(self.checkpoint["segments"]),
-            start=start, end=end, hint=PROMPTS["memory_hint"].format(memory_hint=hint) if hint else "",
-            previous=PROMPTS["previous_summary"].format(summary=summary) if summary else PROMPTS["first_segment"],
-            ledger=PROMPTS["ledger"].format(entries=entries) if lines else "",
-            segment=self.text[start:end], summary_limit=self.limits.summary,
+        return prompt.user_message(
+            path=self.record.path, fmt=self.format, number=index + 1, total=len(self.checkpoint["segments"]),
+            start=start, end=end, segment=self.text[start:end], hint=self.checkpoint.get("memory_hint") or "",
+            summary=self.checkpoint.get("summary") or "", summary_limit=self.limits.summary,
+            lines=prompt.ledger_lines(self._ledger(index), self._failed_writes(index)),
         )
 
     def _tool_schemas(self) -> str:
-        """The four tool schemas as function-calling requests carry them."""
-        jobs = self.memory.app_context.jobs
-        return json.dumps(
-            [{"type": "function", "function": {"name": name, "description": jobs[name].description,
-                                               "parameters": jobs[name].parameters}} for name in TOOLS],
-            ensure_ascii=False,
-        )
+        return prompt.tool_schemas(self.memory.app_context.jobs)
 
     def _user_tokens(self, user: str, index: int) -> int:
-        """Exact tokens of the user message: the segment and the rolling summary inside it keep the counts recorded
-        when they were cut and validated (if the checkpoint has them), so mostly the text around them is encoded
-        (``TokenCounter.count_around``)."""
+        """The segment and the rolling summary inside the message keep the counts recorded when they were cut and
+        validated (if the checkpoint has them)."""
         start, end = self.checkpoint["segments"][index]
         counts = self.checkpoint.get("segment_counts")
-        known = []
-        for part, tokens in ((self.text[start:end], counts[index] if counts else None),
-                             (self.checkpoint.get("summary") or "", self.checkpoint.get("summary_tokens"))):
-            at = user.find(part) if part and tokens is not None else -1
-            if at >= 0 and all(at >= e or at + len(part) <= s for s, e, _ in known):
-                known.append((at, at + len(part), tokens))
-        return self.memory.tokens.count_around(user, known)
+        return prompt.user_tokens(self.memory.tokens, user, (
+            (self.text[start:end], counts[index] if counts else None),
+            (self.checkpoint.get("summary") or "", self.checkpoint.get("summary_tokens"))))
 
     async def _check_context(self, system: str, user: str, *, tools: bool = True) -> int:
         """Exact tokens of the initial input; raise ExtractionStopped before any model call when it does not fit."""
@@ -220,15 +105,9 @@ class Extraction:
                 lambda: [tokens.count(system), self._user_tokens(user, index), tokens.count(schemas)])
         except TokenizerUnavailable as exc:
             raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
-        total, available = sum(sizes) + FRAMING_ALLOWANCE, self.limits.context - self.limits.reserve
-        if total > available:
-            raise ExtractionStopped(
-                "context_budget_exceeded",
-                f"The initial input of this segment needs {total} tokens (system {sizes[0]}, input {sizes[1]}, tool "
-                f"schemas {sizes[2]}, message framing {FRAMING_ALLOWANCE}) but only {available} fit (token_limits.context {self.limits.context} minus "
-                f"reserve {self.limits.reserve}). Configure a model with a larger context and raise "
-                "components.procedure_memory.default.token_limits.context, then resume with the same request_id.",
-            )
+        total, problem = prompt.budget_problem(sizes, self.limits)
+        if problem:
+            raise ExtractionStopped("context_budget_exceeded", problem)
         return total
 
     # -- the loop -----------------------------------------------------------------------------------------------
@@ -328,10 +207,9 @@ class Extraction:
         """One tool-less repair turn: the problem, the quoted reply (when given) and, when the summary must be
         written from the segment, the segment's own message. Its input is checked against the context budget."""
         number, total = index + 1, len(self.checkpoint["segments"])
-        quoted = PROMPTS["repair_reply"].format(number=number, total=total, reply=reply) if reply else ""
-        message = PROMPTS["summary_repair"].format(
+        message = prompt.repair_message(
             segment_message=self._user_message(index) if show_segment else "", number=number, total=total,
-            problem=problem, reply=quoted, summary_limit=self.limits.summary,
+            problem=problem, reply=reply, summary_limit=self.limits.summary,
         )
         system = self._system_prompt()
         await self._check_context(system, message, tools=False)
@@ -360,16 +238,7 @@ class Extraction:
             return
         self.checkpoint["saved_reply"] = None  # resume lets the agent run the segment again
         self._save()
-        number, total = index + 1, len(self.checkpoint["segments"])
-        code = "disk_full" if any(f["code"] == "disk_full" for f in failed) else "write_failed"
-        listed = "; ".join(f"{f['tool']} {f['path']}: {f['error']}" for f in failed)
-        raise ExtractionStopped(
-            code,
-            f"Segment {number}/{total}: {len(failed)} write(s) of the extraction agent failed and were not saved: "
-            f"{listed} Fix the cause, then resume with the same request_id: the agent runs segment {number} again "
-            "and sees these failed writes in its operation ledger.",
-            failed_writes=failed,
-        )
+        raise failed_writes_stopped(failed, index + 1, len(self.checkpoint["segments"]))
 
     def _check_pending_writes(self, index: int) -> None:
         """A segment whose own writes are still index-pending cannot advance."""
@@ -386,15 +255,33 @@ class Extraction:
 
     def written(self) -> dict[str, list[str]]:
         """Experiences created and updated by this import (its journaled, published writes), each path once."""
-        created, updated = {}, {}
-        for op in self.memory.journal.records(self.record.request_id):
-            if op.status in (INTENT, ABANDONED):
-                continue
-            if op.tool == "create":
-                created[op.path] = True
-            elif op.path not in created:
-                updated[op.path] = True
-        return {"created": list(created), "updated": list(updated)}
+        return written_paths(self.memory.journal.records(self.record.request_id))
+
+
+def written_paths(ops) -> dict[str, list[str]]:
+    """Paths created and updated by journaled operations (oldest first) that were published, each path once."""
+    created, updated = {}, {}
+    for op in ops:
+        if op.status in (INTENT, ABANDONED):
+            continue
+        if op.tool == "create":
+            created[op.path] = True
+        elif op.path not in created:
+            updated[op.path] = True
+    return {"created": list(created), "updated": list(updated)}
+
+
+def failed_writes_stopped(failed: list[dict[str, str]], number: int, total: int) -> ExtractionStopped:
+    """The stop of segment ``number`` of ``total`` whose last attempt left these failed writes uncorrected."""
+    code = "disk_full" if any(f["code"] == "disk_full" for f in failed) else "write_failed"
+    listed = "; ".join(f"{f['tool']} {f['path']}: {f['error']}" for f in failed)
+    return ExtractionStopped(
+        code,
+        f"Segment {number}/{total}: {len(failed)} write(s) of the extraction agent failed and were not saved: "
+        f"{listed} Fix the cause, then resume with the same request_id: the agent runs segment {number} again "
+        "and sees these failed writes in its operation ledger.",
+        failed_writes=failed,
+    )
 
 
 def make_progress(logger) -> Callable[[str], None]:

@@ -1,19 +1,20 @@
 """ProcedureFileStore (file_store backend ``procedure_local``): ReMe's ``local`` file store for the plugin's views.
 
-What it changes, and why (records, chunks, graph nodes and BM25 scoring stay ReMe's):
+What it changes, and why (records, chunks, graph nodes and BM25 scoring stay ReMe's); this module holds the
+mutations and the persistence, its bases the vectors (viewvectors.py) and the searches (viewsearch.py):
 
 * **Vectors** live in a ``VectorMatrix`` (vectors.py: exact cosine top-k screened by an int8 scan); a chunk's
   ``embedding`` is a view of its stored row, never a second copy. ReMe's local search stacks float16 vectors in a
   Python loop (~0.5 s per 10k records at 1,024 dimensions).
 * **Searches** (vector and keyword) run in a worker thread (``scan_executor``), never on the event loop; readers-writer
   locks keep mutations (on the event loop) out of a running search.
-* **Persistence is incremental** (viewstate.py): a snapshot of records, vectors and the BM25 index plus an append-only
-  log of later upserts and deletes. ``dump`` (and closing) appends the changes since the last one, and writes a new
-  snapshot only when the log has grown past a share of the view, after a clear, or after BM25 compaction. The keyword
-  index (``procedure_bm25``) and graph (``procedure_graph``) keep no files of their own; this store restores them. A
-  state that cannot be read exactly is discarded: the view starts empty and the component re-indexes it from the
-  experience files. The vector space the vectors came from is recorded; after a change of embedding model they are
-  dropped, so the component re-embeds.
+* **Persistence is incremental** (viewstate.py, records as in viewrecords.py): a snapshot of records, vectors and the
+  BM25 index plus an append-only log of later upserts and deletes. ``dump`` (and closing) appends the changes since the
+  last one, and writes a new snapshot only when the log has grown past a share of the view, after a clear, or after BM25
+  compaction. The keyword index (``procedure_bm25``) and graph (``procedure_graph``) keep no files of their own; this
+  store restores them. A state that cannot be read exactly is discarded: the view starts empty and the component
+  re-indexes it from the experience files. The vector space the vectors came from is recorded; after a change of
+  embedding model they are dropped, so the component re-embeds.
 * **Vectors are reused**: ``reusable_vector`` offers a record's current vector (or, after ``clear``, the one it had)
   for the same text in the same vector space, so re-indexing unchanged texts needs no provider call.
 
@@ -24,63 +25,24 @@ backfill is disabled for these stores: a backfill would change chunk vectors beh
 from __future__ import annotations
 
 import asyncio
-import base64
-import hashlib
-import os
-import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 from reme.components.file_store.local_file_store import LocalFileStore
 from reme.schema import FileChunk, FileNode
-from reme.utils.jsonl_zst import read_jsonl_zst
 
 from .graph import ProcedureFileGraph
 from .keyword import ProcedureBM25Index
 from .locks import ReadWriteLock
 from .vectors import VectorMatrix
+from .viewrecords import chunk_of, files_of, persisted_record, text_digest
+from .viewsearch import ViewSearches
+from .viewvectors import ViewVectors
 from .viewstate import ViewState, ViewStateError
 
 SNAPSHOT_MIN_ENTRIES = 500  # a new snapshot once the log holds more entries than this and than ...
 SNAPSHOT_SHARE = 0.02  # ... this share of the view's records (bounds the replay at start to a few percent)
 COMPACT_SHARE = 0.25  # BM25 compaction (with a new snapshot) once this share of its slots is lazily deleted
-# Every chunk shares one "fields set" (pydantic's record of which fields were given: here, all of them), instead of
-# one 728-byte set each (150 MB at 100,000 experiences in two views). Pydantic only ever adds field names to it.
-_ALL_CHUNK_FIELDS = set(FileChunk.model_fields)
-
-
-def text_digest(text: str) -> str:
-    """What a record keeps of its text (the experience file holds the text itself)."""
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _slim(chunk: FileChunk) -> FileChunk:
-    """A chunk with the shared fields set and its view name interned (the same few strings for all chunks)."""
-    object.__setattr__(chunk, "__pydantic_fields_set__", _ALL_CHUNK_FIELDS)
-    if isinstance(chunk.metadata.get("view"), str):
-        chunk.metadata["view"] = sys.intern(chunk.metadata["view"])
-    return chunk
-
-_executor: ThreadPoolExecutor | None = None
-
-
-def _one_thread() -> None:
-    """Scan threads run faiss on one OpenMP thread: concurrent searches are the parallelism."""
-    from .vectors import _faiss
-
-    _faiss().omp_set_num_threads(1)
-
-
-def scan_executor() -> ThreadPoolExecutor:
-    """The process-wide pool of vector-scan threads (one per core)."""
-    global _executor
-    if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="procedure-scan",
-                                       initializer=_one_thread)
-    return _executor
-
-
-class ProcedureFileStore(LocalFileStore):
+class ProcedureFileStore(ViewVectors, ViewSearches, LocalFileStore):
     """ReMe's ``local`` file store with a vector matrix, off-loop searches and incremental persistence (see above)."""
 
     def __init__(self, **kwargs) -> None:
@@ -95,52 +57,6 @@ class ProcedureFileStore(LocalFileStore):
         # ReMe's own view files of an earlier plugin version were found and not loaded: their records (of unknown
         # tokenizer identity) are still in the view as far as the component knows, so it clears and rebuilds it
         self.previous_layout = False
-
-    # -- vectors ---------------------------------------------------------------------------------------------------
-
-    def _matrix(self) -> VectorMatrix:
-        if self.vectors is None:
-            self.vectors = VectorMatrix(self.embedding_dimensions)
-        return self.vectors
-
-    def _track(self, chunks: list[FileChunk]) -> None:
-        """Put the chunks' vectors in the matrix (or drop them from it) and point each chunk at its stored row."""
-        with self.vectors_lock.write():
-            for chunk in chunks:
-                _slim(chunk)
-            keep = [c for c in chunks if self.embedding_store and self._embedding_dim_matches(c.embedding)]
-            self._matrix().set_many((c.id, c.embedding) for c in keep)
-            for chunk in keep:
-                chunk.embedding = self.vectors.view(chunk.id)
-            kept = {id(c) for c in keep}
-            for chunk in chunks:
-                if id(chunk) not in kept:
-                    self._untrack(chunk.id)
-
-    def _untrack(self, chunk_id: str) -> None:
-        """Drop a vector (caller holds the write lock); the row that moved into its place gets a fresh view."""
-        moved = self.vectors.remove(chunk_id) if self.vectors is not None else None
-        if moved is not None and moved in self.file_chunks:
-            self.file_chunks[moved].embedding = self.vectors.view(moved)
-
-    def _current_space(self) -> str:
-        return str(getattr(self.embedding_store, "vector_space_id", "") or "") if self.embedding_store else ""
-
-    def reusable_vector(self, chunk_id: str, text: str):
-        """The vector this store holds (or held before ``clear``) for record ``chunk_id`` with exactly ``text``, in
-        the current vector space; None when there is none."""
-        if not self.embedding_store or self.vector_space != self._current_space():
-            return None
-        digest = text_digest(text)
-        chunk = self.file_chunks.get(chunk_id)
-        if chunk is not None and self._digest(chunk) == digest and self._embedding_dim_matches(chunk.embedding):
-            return chunk.embedding
-        held = self._reusable.get(chunk_id)
-        return held[1] if held is not None and held[0] == digest else None
-
-    @staticmethod
-    def _digest(chunk: FileChunk) -> str:
-        return chunk.metadata.get("text_sha256") or text_digest(chunk.text)
 
     def _drop_texts(self, chunk_ids) -> None:
         """Keep only a digest of each chunk's text once BM25 and the log have it: the experience file holds the text
@@ -220,35 +136,9 @@ class ProcedureFileStore(LocalFileStore):
     # -- persistence ------------------------------------------------------------------------------------------------
 
     def _record(self, path: str, inline: bool = True) -> dict:
-        """A file's node and chunks as persisted (JSON): each chunk's vector as base64 float16 when ``inline``, else
-        whether it has one (the snapshot keeps vectors in its own array); None/False: no vector."""
         node = self.file_graph.node(path)
-        chunks = []
-        for cid in node.chunk_ids:
-            chunk = self.file_chunks[cid]
-            dumped = chunk.model_dump(mode="json", exclude={"embedding", "scores"})
-            has_vector = self._embedding_dim_matches(chunk.embedding)
-            if inline and has_vector:
-                dumped["vector"] = base64.b64encode(np.asarray(chunk.embedding, dtype="<f2").tobytes()).decode()
-            else:
-                dumped["vector"] = has_vector if not inline else None
-            chunks.append(dumped)
-        return {"node": node.model_dump(mode="json"), "chunks": chunks}
-
-    @staticmethod
-    def _chunk_of(dumped: dict) -> FileChunk:
-        """A persisted chunk (see ``_record``): an inline vector (log entries) becomes its embedding, a view of the
-        decoded bytes (``_track`` copies it into the matrix); snapshot chunks get theirs from the restored matrix."""
-        dumped = dict(dumped)
-        encoded = dumped.pop("vector", None)
-        chunk = _slim(FileChunk.model_validate(dumped))
-        if isinstance(encoded, str):
-            chunk.embedding = np.frombuffer(base64.b64decode(encoded), dtype="<f2")
-        return chunk
-
-    def _files_of(self, records: list[dict]) -> list[tuple[FileNode, list[FileChunk]]]:
-        """Persisted records as upsert arguments."""
-        return [(FileNode.model_validate(r["node"]), [self._chunk_of(c) for c in r["chunks"]]) for r in records]
+        return persisted_record(node, [self.file_chunks[cid] for cid in node.chunk_ids], self._embedding_dim_matches,
+                                inline)
 
     def _check_backends(self) -> None:
         if not isinstance(self.keyword_index, ProcedureBM25Index) or not isinstance(self.file_graph,
@@ -286,19 +176,6 @@ class ProcedureFileStore(LocalFileStore):
             await asyncio.to_thread(self._keep_legacy_vectors)
             self.previous_layout = True
 
-    def _keep_legacy_vectors(self) -> None:
-        """A view of an earlier plugin version (ReMe's own chunk file): its vectors stay available to
-        ``reusable_vector`` while the component re-indexes the files, so the migration embeds nothing it had."""
-        try:
-            for line in read_jsonl_zst(self.chunks_path, self.encoding):
-                if line.strip():
-                    chunk = self._deserialize_chunk(line)
-                    if self._embedding_dim_matches(chunk.embedding):
-                        self._reusable[chunk.id] = (text_digest(chunk.text), chunk.embedding)
-        except Exception as exc:  # unreadable: those files are embedded again
-            self.logger.warning(f"{self.name}: the previous version's vectors are unreadable ({exc})")
-        self.vector_space = self._current_space()
-
     async def _restore(self, manifest: dict, records, vectors: dict, bm25_file, entries: list[dict]):
         self._snapshot_due = False
         self.vector_space = self._current_space()
@@ -306,7 +183,7 @@ class ProcedureFileStore(LocalFileStore):
 
         def read() -> None:  # one record at a time: no list of all records is ever held
             for record in records:
-                own = [self._chunk_of(dumped) for dumped in record["chunks"]]
+                own = [chunk_of(dumped) for dumped in record["chunks"]]
                 flagged.update(dumped["id"] for dumped in record["chunks"] if dumped.get("vector"))
                 nodes[record["node"]["path"]] = ProcedureFileGraph.packed(record["node"], [c.id for c in own])
                 chunks.extend(own)
@@ -340,7 +217,7 @@ class ProcedureFileStore(LocalFileStore):
                 chunk.metadata["version"] = ""
         for entry in entries:  # the log, in order, through the same code paths as the original changes
             if entry["op"] == "upsert":
-                files = self._files_of(entry["files"])
+                files = files_of(entry["files"])
                 await self._apply_upsert(files)
                 self._drop_texts(c.id for _, chunks in files for c in chunks)
             else:
@@ -374,55 +251,3 @@ class ProcedureFileStore(LocalFileStore):
             await asyncio.to_thread(self.state.append, self._pending[:logged])
             self._pending = self._pending[logged:]
         self._reusable = {}
-
-    # -- searches ---------------------------------------------------------------------------------------------------
-
-    def nearest_paths(self, query_embedding, limit: int) -> list[tuple[str, float]]:
-        """Top ``limit`` records as ``(path, cosine)`` for an already computed query vector (blocking: a scan)."""
-        if not self.embedding_store or self.vectors is None:
-            return []
-        with self.vectors_lock.read():
-            hits = self.vectors.search(query_embedding, limit)
-            chunks = [(self.file_chunks.get(cid), score) for cid, score in hits]
-        return [(chunk.path, score) for chunk, score in chunks if chunk is not None]
-
-    def keyword_paths(self, query: str, limit: int) -> list[tuple[str, float]]:
-        """Top ``limit`` records as ``(path, BM25 score)`` (blocking; ReMe's BM25 scores and order)."""
-        if not self.keyword_index or limit <= 0 or not query.strip():
-            return []
-        hits = self.keyword_index.search(query.strip(), limit)
-        chunks = [(self.file_chunks.get(cid), score) for cid, score in hits.items()]
-        return [(chunk.path, score) for chunk, score in chunks if chunk is not None]
-
-    async def anearest_paths(self, query_embedding, limit: int) -> list[tuple[str, float]]:
-        """``nearest_paths`` in a scan thread, off the event loop."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(scan_executor(), self.nearest_paths, query_embedding, limit)
-
-    async def akeyword_paths(self, query: str, limit: int) -> list[tuple[str, float]]:
-        """``keyword_paths`` in a scan thread, off the event loop."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(scan_executor(), self.keyword_paths, query, limit)
-
-    def nearest(self, query_embedding, limit: int) -> list[FileChunk]:
-        """Top ``limit`` chunks by cosine to an already computed query vector, scores as ReMe's vector_search."""
-        if not self.embedding_store or self.vectors is None:
-            return []
-        with self.vectors_lock.read():
-            hits = self.vectors.search(query_embedding, limit)
-        out = []
-        for cid, score in hits:
-            chunk = self.file_chunks.get(cid)
-            if chunk is not None:
-                out.append(chunk.model_copy(update={"scores": {"vector": score, "score": score}}))
-        return out
-
-    async def vector_search(self, query: str, limit: int, search_filter: dict) -> list[FileChunk]:
-        """ReMe's contract on the matrix; filters fall back to the stock scan."""
-        if search_filter or limit <= 0:
-            return await super().vector_search(query, limit, search_filter)
-        query_embedding = await self._get_query_embedding(query)
-        if query_embedding is None:
-            return []
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(scan_executor(), self.nearest, query_embedding, limit)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .paths import resolve_inside
 from .schema import ErrorCode, ProcedureError, check_name
-from .store import BadFile
+from .experiences import BadFile
 from .tokens import TokenizerUnavailable
 
 if TYPE_CHECKING:

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from .schema import version_of
-from .store import INDEX_PENDING, INDEXED, INTENT, SUPERSEDED, BadFile, StoredExperience, recover_intent
+from .experiences import BadFile, StoredExperience
+from .store import INDEX_PENDING, INDEXED, INTENT, SUPERSEDED, recover_intent
 from .views import VIEW_NAMES, IndexFailure, ProviderUnavailable
 
 if TYPE_CHECKING:

@@ -9,72 +9,29 @@ Contract of ``VectorMatrix``:
   in float64 from the stored float16 values; ties are ordered by row. The result equals a brute-force float64 scan of
   all rows (the tests check it), except among scores equal within about 1e-12.
 
-How: every row is also kept as int8 codes of its unit vector scaled per dimension (``c = round(127 u / s)``, clipped),
-with the exact norms of ``c`` and of its rounding error ``e = 127 u / s - c``. A unit query ``q`` becomes
-``q' = q * s / 127`` (so ``q . u = q' . (c + e)``) and int8 codes ``h = round(t q')`` with the residual
-``r = q' - h / t``. Then ``q . u = (h . c) / t + r . c + q' . e``, where faiss computes ``h . c`` exactly (integer
-arithmetic, below 2**24) and ``|r . c| + |q' . e| <= |r| max|c| + |q'| max|e|`` (Cauchy-Schwarz): the bound. faiss
-scans each block's codes for its best ``h . c``; the candidates are rescored exactly; a block whose weakest returned
-candidate could still beat the k-th exact score (its approximate score plus the bound) is screened again, deeper,
-until its weakest candidate cannot, so no row that belongs in the top k is ever missed. A row whose codes clip
-badly (a vector unlike those the scale was measured on) is left out of the bound and always rescored exactly; the
-scale is re-measured when such rows pass 2%. The scan reads 1
-byte per dimension instead of 4; ``ProcedureFileStore`` runs it in a worker thread, never on the event loop, and the
-blocks are screened on all cores at once (one faiss thread each).
+How: every row is also kept as int8 codes (``quantization.py`` states the codes and the proven bound of their
+error). faiss scans each block's codes for its best approximate scores; the candidates are rescored exactly; a block
+whose weakest returned candidate could still beat the k-th exact score (its approximate score plus the bound) is
+screened again, deeper, until its weakest candidate cannot, so no row that belongs in the top k is ever missed. A row
+whose codes clip badly (a vector unlike those the scale was measured on) is left out of the bound and always
+rescored exactly; the scale is re-measured when such rows pass 2%. The scan reads 1 byte per dimension instead of 4;
+``ProcedureFileStore`` runs it in a worker thread, never on the event loop, and the blocks are screened on all cores
+at once (one faiss thread each).
 """
 
 from __future__ import annotations
 
 import json
-import math
-import os
 from collections.abc import Iterable
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from .quantization import Quantizer
+from .vector_blocks import Block, faiss_module, screen_all
+from .vector_blocks import screen as screen_block
+
 BLOCK_ROWS = 16_384
-ENCODE_ROWS = 4096  # rows encoded at a time (bounds the float64 temporaries)
-OUTLIER_ERROR = 1.15  # rows whose rounding error exceeds this many typical ones (clipped) are rescored exactly
 CANDIDATES_PER_BLOCK = 16  # screened per block beyond its share of the adaptive depth
-LEVELS = 127  # int8 codes in [-127, 127]
-FLOAT_SLACK = 1e-9  # on top of the proven bound: float64 rounding of the scores and of the bound itself
-
-
-def _faiss():
-    import faiss  # a dependency of reme-ai[core]; imported lazily
-
-    return faiss
-
-
-SCREEN_THREADS = os.cpu_count() or 1
-_pool: ThreadPoolExecutor | None = None
-
-
-def _screen_pool() -> ThreadPoolExecutor:
-    """Threads that screen blocks beside the searching thread (their OpenMP setting is made per call)."""
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=max(1, SCREEN_THREADS - 1), thread_name_prefix="procedure-screen")
-    return _pool
-
-
-class _Block:
-    """``BLOCK_ROWS`` float16 rows and the faiss index of their int8 codes (rows ``[0, n)`` used)."""
-
-    def __init__(self, dimensions: int) -> None:
-        faiss = _faiss()
-        self.rows = np.empty((BLOCK_ROWS, dimensions), dtype=np.float16)  # untouched pages cost no memory
-        self.index = faiss.IndexScalarQuantizer(
-            dimensions, faiss.ScalarQuantizer.QT_8bit_direct_signed, faiss.METRIC_INNER_PRODUCT,
-        )
-        self.n = 0
-
-    def codes_view(self) -> np.ndarray:
-        """The block's codes as a writable uint8 view of faiss's own buffer (code + 128)."""
-        faiss = _faiss()
-        d = self.rows.shape[1]
-        return faiss.rev_swig_ptr(self.index.codes.data(), self.n * d).reshape(self.n, d)
 
 
 class VectorMatrix:
@@ -82,16 +39,11 @@ class VectorMatrix:
 
     def __init__(self, dimensions: int) -> None:
         self.dimensions = dimensions
-        self._blocks: list[_Block] = []
+        self._blocks: list[Block] = []
         self._ids: list[str] = []
         self._row_of: dict[str, int] = {}
         self._norms = np.zeros(0, dtype=np.float64)  # per row; 0 for a zero vector
-        self._outliers: set[str] = set()  # ids beyond the limits: outside the bounds, always rescored
-        self._error_limit = self._code_limit = math.inf
-        self._scale = np.ones(dimensions, dtype=np.float64)  # s, per dimension
-        self._scale_rows = 0  # rows the scale was measured on
-        self._error_bound = 0.0  # >= every live row's |e|, outliers aside (never lowered before a re-encode)
-        self._code_bound = 0.0  # >= every live row's |c|, outliers aside
+        self._quantizer = Quantizer(dimensions)
         self._depth = 0  # rows to screen per query (adapts to how many lie within the bound of the k-th score)
 
     def __len__(self) -> int:
@@ -102,7 +54,7 @@ class VectorMatrix:
 
     # -- rows -----------------------------------------------------------------------------------------------------
 
-    def _locate(self, row: int) -> tuple[_Block, int]:
+    def _locate(self, row: int) -> tuple[Block, int]:
         return self._blocks[row // BLOCK_ROWS], row % BLOCK_ROWS
 
     def view(self, item: str) -> np.ndarray:
@@ -113,53 +65,6 @@ class VectorMatrix:
     def ids(self) -> list[str]:
         return list(self._ids)
 
-    @staticmethod
-    def _units(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """float64 norms and unit vectors of float16 rows (zero rows stay zero)."""
-        x = vectors.astype(np.float64)
-        norms = np.sqrt(np.einsum("ij,ij->i", x, x))
-        return norms, x / np.where(norms > 0, norms, 1.0)[:, None]
-
-    def _encode(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """Norms, int8 codes, and the exact norms of the codes and of their rounding errors, of float16 rows."""
-        norms, errors, code_norms = np.empty(len(vectors)), np.empty(len(vectors)), np.empty(len(vectors))
-        codes = np.empty(vectors.shape, dtype=np.int8)
-        for start in range(0, len(vectors), ENCODE_ROWS):  # bounded temporaries
-            stop = start + ENCODE_ROWS
-            norms[start:stop], scaled = self._units(vectors[start:stop])
-            scaled *= LEVELS / self._scale
-            rounded = np.minimum(np.maximum(np.rint(scaled), -LEVELS), LEVELS)
-            codes[start:stop] = rounded
-            code_norms[start:stop] = np.sqrt(np.einsum("ij,ij->i", rounded, rounded))
-            scaled -= rounded
-            errors[start:stop] = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
-        return norms, codes, code_norms, errors
-
-    def _set_limits(self, code_norms: np.ndarray, errors: np.ndarray) -> None:
-        """Outlier limits measured on freshly encoded rows: a little above nearly all of them."""
-        typical = math.sqrt(self.dimensions / 12)  # the norm of a uniform rounding error, in code units
-        self._error_limit = max(OUTLIER_ERROR * typical, float(np.quantile(errors, 0.995)) * 1.02)
-        self._code_limit = float(np.quantile(code_norms, 0.995)) * 1.02
-
-    def _bound(self, items: list[str], code_norms: np.ndarray, errors: np.ndarray) -> None:
-        """Fold rows into the bounds; a row whose codes are much longer or clip more than nearly all (above the
-        limits) is kept out of them and always rescored exactly instead."""
-        for item, code_norm, error in zip(items, code_norms.tolist(), errors.tolist()):
-            if error > self._error_limit or code_norm > self._code_limit:
-                self._outliers.add(item)
-            else:
-                self._outliers.discard(item)
-                self._error_bound = max(self._error_bound, error)
-                self._code_bound = max(self._code_bound, code_norm)
-
-    def _rescale(self, sample: np.ndarray) -> None:
-        """Measure the per-dimension scale on ``sample`` (float16 rows, at least one)."""
-        top = np.zeros(self.dimensions)
-        for start in range(0, len(sample), ENCODE_ROWS):
-            top = np.maximum(top, np.abs(self._units(sample[start:start + ENCODE_ROWS])[1]).max(axis=0))
-        self._scale = np.maximum(top * 1.05, 1e-6)
-        self._scale_rows = len(sample)
-
     def _write_codes(self, rows: np.ndarray, codes: np.ndarray) -> None:
         for row, code in zip(rows.tolist(), codes):
             block, offset = self._locate(row)
@@ -168,18 +73,17 @@ class VectorMatrix:
     def _maybe_reencode(self) -> None:
         """Re-measure the scale and re-encode every row when the first scale was measured on few rows (the set has
         doubled since) or more than 2% of the rows are outliers: the bounds stay tight, the cost amortised."""
-        n = len(self._ids)
-        grown = self._scale_rows < 4096 and n >= 2 * self._scale_rows
-        if n == 0 or not (grown or len(self._outliers) > max(32, n // 50)):
+        n, quantizer = len(self._ids), self._quantizer
+        if not quantizer.reencode_due(n):
             return
         vectors = np.concatenate([b.rows[: b.n] for b in self._blocks])
-        self._rescale(vectors)
-        self._error_bound = self._code_bound = 0.0
-        self._outliers = set()
-        norms, codes, code_norms, errors = self._encode(vectors)
+        quantizer.measure(vectors)
+        quantizer.error_bound = quantizer.code_bound = 0.0
+        quantizer.outliers = set()
+        norms, codes, code_norms, errors = quantizer.encode(vectors)
         self._norms[:n] = norms
-        self._set_limits(code_norms, errors)
-        self._bound(self._ids, code_norms, errors)
+        quantizer.set_limits(code_norms, errors)
+        quantizer.fold(self._ids, code_norms, errors)
         for number, block in enumerate(self._blocks):
             block.index.reset()
             if block.n:
@@ -194,20 +98,21 @@ class VectorMatrix:
         vectors = np.stack([np.asarray(v, dtype=np.float16).reshape(-1) for _, v in items])
         if vectors.shape[1] != self.dimensions:
             raise ValueError(f"vector of {vectors.shape[1]} dimensions, expected {self.dimensions}")
-        first = self._scale_rows == 0
+        quantizer = self._quantizer
+        first = quantizer.scale_rows == 0
         if first:
-            self._rescale(vectors)
-        norms, codes, code_norms, errors = self._encode(vectors)
+            quantizer.measure(vectors)
+        norms, codes, code_norms, errors = quantizer.encode(vectors)
         if first:
-            self._set_limits(code_norms, errors)
-        self._bound([item for item, _ in items], code_norms, errors)
+            quantizer.set_limits(code_norms, errors)
+        quantizer.fold([item for item, _ in items], code_norms, errors)
         fresh: list[int] = []
         for position, (item, _) in enumerate(items):
             row = self._row_of.get(item)
             if row is None:
                 row = len(self._ids)
                 if row // BLOCK_ROWS == len(self._blocks):
-                    self._blocks.append(_Block(self.dimensions))
+                    self._blocks.append(Block(self.dimensions, BLOCK_ROWS))
                 self._ids.append(item)
                 self._row_of[item] = row
                 fresh.append(position)
@@ -240,7 +145,7 @@ class VectorMatrix:
         row = self._row_of.pop(item, None)
         if row is None:
             return None
-        self._outliers.discard(item)
+        self._quantizer.outliers.discard(item)
         last = len(self._ids) - 1
         moved = None
         if row != last:
@@ -254,7 +159,7 @@ class VectorMatrix:
             self._row_of[moved] = row
         self._ids.pop()
         block, offset = self._locate(last)
-        block.index.remove_ids(_faiss().IDSelectorRange(offset, offset + 1))
+        block.index.remove_ids(faiss_module().IDSelectorRange(offset, offset + 1))
         block.n = offset
         if block.n == 0:
             self._blocks.pop()
@@ -267,15 +172,14 @@ class VectorMatrix:
 
     def export(self) -> dict[str, np.ndarray]:
         """Everything, as arrays in row order (copies), for ``restore``: a load needs no re-encoding."""
-        meta = {"ids": self._ids, "outliers": sorted(self._outliers), "scale_rows": self._scale_rows,
-                "bounds": [self._error_bound, self._code_bound], "limits": [self._error_limit, self._code_limit]}
+        meta = {"ids": self._ids, **self._quantizer.meta()}
         empty = np.zeros((0, self.dimensions), dtype=np.float16)
         return {
             "meta": np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
             "vectors": np.concatenate([b.rows[: b.n] for b in self._blocks]) if self._blocks else empty,
             "codes": (np.concatenate([b.codes_view() for b in self._blocks]).astype(np.int16) - 128).astype(np.int8)
             if self._blocks else empty.astype(np.int8),
-            "norms": self._norms[: len(self._ids)].copy(), "scale": self._scale.copy(),
+            "norms": self._norms[: len(self._ids)].copy(), "scale": self._quantizer.scale.copy(),
         }
 
     @classmethod
@@ -288,18 +192,10 @@ class VectorMatrix:
             raise ValueError("the vector index arrays do not fit together")
         matrix = cls(dimensions)
         matrix._ids, matrix._row_of = list(ids), {item: row for row, item in enumerate(ids)}
-        matrix._norms, matrix._scale = arrays["norms"].astype(np.float64), arrays["scale"].astype(np.float64)
-        matrix._outliers, matrix._scale_rows = set(meta["outliers"]), int(meta["scale_rows"])
-        matrix._error_bound, matrix._code_bound = meta["bounds"]
-        matrix._error_limit, matrix._code_limit = meta["limits"]
-        for start in range(0, len(ids), BLOCK_ROWS):
-            block = _Block(dimensions)
-            block.n = min(BLOCK_ROWS, len(ids) - start)
-            block.rows[: block.n] = vectors[start:start + block.n]
-            block.index.codes.resize(block.n * dimensions)  # the codes as faiss stores them (code + 128)
-            block.codes_view()[:] = codes[start:start + block.n].astype(np.int16) + 128
-            block.index.ntotal = block.n
-            matrix._blocks.append(block)
+        matrix._norms = arrays["norms"].astype(np.float64)
+        matrix._quantizer = Quantizer.restore(dimensions, meta, arrays["scale"].astype(np.float64))
+        matrix._blocks = [Block.restore(vectors[start:start + BLOCK_ROWS], codes[start:start + BLOCK_ROWS],
+                                        BLOCK_ROWS) for start in range(0, len(ids), BLOCK_ROWS)]
         return matrix
 
     # -- search ---------------------------------------------------------------------------------------------------
@@ -317,71 +213,31 @@ class VectorMatrix:
         # einsum, not BLAS: no BLAS threads on the scan path (the caller's thread does all the work)
         return np.einsum("ij,j->i", vectors.astype(np.float64), query) / np.where(norms > 0, norms, np.inf)
 
-    def _screen(self, number: int, screen: np.ndarray, factor: float, depth: int, approx: dict[int, float]) -> float:
-        """Screen block ``number`` for its ``depth`` best rows into ``approx``; returns the lowest screened score
-        returned, or -inf when the block returned all its rows."""
-        block = self._blocks[number]
-        scores, rows = block.index.search(screen, min(depth, block.n))  # exact integers h . c
-        kept = rows[0] >= 0
-        approx.update(zip((number * BLOCK_ROWS + rows[0][kept]).tolist(), (scores[0][kept] / factor).tolist()))
-        return float(scores[0][kept][-1]) / factor if depth < block.n else -math.inf
-
-    def _screen_blocks(self, numbers: list[int], screen: np.ndarray, factor: float,
-                       depth: int) -> tuple[dict[int, float], dict[int, float]]:
-        """``_screen`` of several blocks: (screened scores by row, weakest score by block)."""
-        faiss = _faiss()
-        threads = faiss.omp_get_max_threads()
-        faiss.omp_set_num_threads(1)  # this thread only (an OpenMP setting per thread): one core per block screen
-        try:
-            approx: dict[int, float] = {}
-            return approx, {number: self._screen(number, screen, factor, depth, approx) for number in numbers}
-        finally:
-            faiss.omp_set_num_threads(threads)
-
     def search(self, query, limit: int) -> list[tuple[str, float]]:
         """The ``limit`` ids of highest cosine similarity, best first (see the module docstring)."""
         n = len(self._ids)
         q = np.asarray(query, dtype=np.float64).reshape(-1)
         if n == 0 or limit <= 0 or q.shape[0] != self.dimensions:
             return []
-        norm = float(np.linalg.norm(q))
-        if norm == 0:
+        screened = self._quantizer.screen(q)
+        if screened is None:
             return []
-        unit = q / norm
-        q = unit * self._scale / LEVELS  # q'
-        top = float(np.abs(q).max())
-        if top == 0:
-            return []
-        factor = LEVELS / top  # t
-        codes = np.rint(q * factor)  # h, in [-127, 127]
-        residual = q - codes / factor  # r
-        margin = (float(np.linalg.norm(residual)) * self._code_bound
-                  + float(np.linalg.norm(q)) * self._error_bound + FLOAT_SLACK)
-        screen = codes.astype(np.float32)[None, :]
+        unit, screen, factor, margin = screened
         return self._search(unit, screen, factor, margin, min(limit, n))
 
     def _search(self, unit: np.ndarray, screen: np.ndarray, factor: float, margin: float,
                 k: int) -> list[tuple[str, float]]:
         n = len(self._ids)
         depth = min(n, max(self._depth, k)) // len(self._blocks) + CANDIDATES_PER_BLOCK
-        # the blocks are screened on all cores at once (faiss releases the GIL): this thread takes one share
-        shares = [list(range(i, len(self._blocks), SCREEN_THREADS)) for i in range(SCREEN_THREADS)]
-        others = [_screen_pool().submit(self._screen_blocks, share, screen, factor, depth) for share in shares[1:]
-                  if share]
-        approx, by_block = self._screen_blocks(shares[0], screen, factor, depth)  # row -> screened score (h . c) / t
-        for future in others:
-            more, weakest = future.result()
-            approx.update(more)
-            by_block.update(weakest)
-        weakest = [by_block[number] for number in range(len(self._blocks))]  # lowest returned; -inf: all rows
+        approx, weakest = screen_all(self._blocks, screen, factor, depth)
         ranked = sorted(approx, key=approx.__getitem__, reverse=True)[:k]
-        ranked += [row for row in (self._row_of[item] for item in self._outliers) if row not in ranked]
+        ranked += [row for row in (self._row_of[item] for item in self._quantizer.outliers) if row not in ranked]
         exact = dict(zip(ranked, self._exact(np.array(ranked, dtype=np.int64), unit).tolist()))
         cut = sorted(exact.values(), reverse=True)[min(k, len(exact)) - 1] - margin
         for number, low in enumerate(weakest):
             while low >= cut:  # rows this block did not return might still be above the cut: screen deeper
                 depth *= 4
-                low = self._screen(number, screen, factor, depth, approx)
+                low = screen_block(self._blocks, number, screen, factor, depth, approx)
         rest = [row for row, value in approx.items() if value >= cut and row not in exact]
         exact.update(zip(rest, self._exact(np.array(rest, dtype=np.int64), unit).tolist()))
         # next time screen about twice as deep as this query needed at once (slowly forgetting deeper needs)

@@ -20,7 +20,7 @@ from reme.schema import FileChunk, FileNode
 
 from .filestore import ProcedureFileStore
 from .keyword_tokenizer import tokenizer_identity
-from .store import StoredExperience
+from .experiences import StoredExperience
 
 VIEW_NAMES = ("when_to_use", "when_to_use_content")
 RRF_K = 60

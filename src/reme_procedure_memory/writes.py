@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .arguments import CreateArguments, UpdateArguments, validate
+from .experiences import BadFile, StoredExperience
 from .runs import Run
 from .schema import (
     ARG_TO_FIELD,
@@ -42,9 +43,7 @@ from .store import (
     INTENT,
     PUBLISHED,
     SUPERSEDED,
-    BadFile,
     Operation,
-    StoredExperience,
     recover_intent,
     storage_failure,
 )
