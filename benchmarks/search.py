@@ -839,7 +839,7 @@ def report(r: dict) -> str:
                          f"{lc['start_seconds']:.2f} s", "",
                          f"<= {TARGET_START_S:g} s at 100k  {verdict(lc['start_seconds'] <= TARGET_START_S)}"
                          if k >= 100_000 else ""))
-        lines.append(row(f"  view load (file stores, BM25, graphs, embedding cache) / reconcile",
+        lines.append(row("  view load (file stores, BM25, graphs, embedding cache) / reconcile",
                          f"{lc['view_load_seconds']:.2f} s", f"{lc['reconcile_seconds']:.2f} s", ""))
         lines.append(row("  RSS after start (MiB)", f"{lc['rss_after_start_mib']:.0f}", "",
                          f"<= {TARGET_RSS_MIB:g} MiB at 100k  {verdict(lc['rss_after_start_mib'] <= TARGET_RSS_MIB)}"

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
-from helpers import experience_record
 from test_views import corpus, write_corpus
 
 STOCK_AND_OURS = {"keyword_index": {

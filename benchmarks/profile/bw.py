@@ -1,4 +1,4 @@
-import numpy as np, faiss, time, statistics
+import numpy as np, faiss, time
 from concurrent.futures import ThreadPoolExecutor
 X = np.load("/tmp/profile-work/X.npy").astype(np.float32); Q = np.load("/tmp/profile-work/Q.npy").astype(np.float32)
 N, D = X.shape; X /= np.linalg.norm(X, axis=1, keepdims=True)

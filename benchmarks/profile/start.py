@@ -3,7 +3,7 @@ import sys, time, asyncio, json, threading, gc, os
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__import__("os").path.abspath(__file__)), ".."))
 from pathlib import Path
 import search as B
-from reme_procedure_memory import store as S, filestore as F, viewstate as VS, vectors as V, recovery as R, views as VW, keyword as K, graph as G, schema as SC
+from reme_procedure_memory import store as S, filestore as F, viewstate as VS, vectors as V, recovery as R, views as VW, keyword as K, graph as G
 T = {}; L = threading.Lock()
 def acc(k, dt):
     with L: T[k] = T.get(k, 0.0) + dt

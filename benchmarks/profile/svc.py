@@ -1,5 +1,5 @@
 """Service profile: the service.py setup, then per-thread CPU of the service per request (1 vs 8 clients)."""
-import sys, os, time, asyncio, json, subprocess, tempfile, statistics
+import sys, os, time, asyncio, json, subprocess, tempfile
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__import__("os").path.abspath(__file__)), ".."))
 from pathlib import Path
 import service as SV, search
@@ -45,7 +45,7 @@ def main():
             asyncio.run(SV.run_round(port, queries, 400, 1))
             for rnd in range(int(os.environ.get("ROUNDS", 2))):
                 for clients in (1, 8):
-                    c0, s0, w0 = threads_cpu(svc.pid), self_cpu(), time.perf_counter()
+                    c0, s0 = threads_cpu(svc.pid), self_cpu()
                     el = asyncio.run(SV.run_round(port, queries, requests, clients))
                     c1, s1 = threads_cpu(svc.pid), self_cpu()
                     per = {}

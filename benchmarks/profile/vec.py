@@ -1,10 +1,8 @@
 # Investigation scripts of the issue-9 profile (FINDINGS.md): run from the repository root with its venv; data in /tmp/profile-work/.
 """Vector search micro-profile at 100k x 1024 (investigation; no repo files changed)."""
-import sys, time, math, os, statistics, random
+import sys, time, os
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__import__("os").path.abspath(__file__)), "..", "..", "src")); sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__import__("os").path.abspath(__file__)), ".."))
 import numpy as np
-import faiss
-from reme_procedure_memory import vectors as V
 import search as B  # benchmarks/search.py
 
 N = int(os.environ.get("N", 100_000)); D = 1024

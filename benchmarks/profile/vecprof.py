@@ -1,6 +1,6 @@
-import sys, time, math, os, statistics
+import sys, time, os, statistics
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__import__("os").path.abspath(__file__)), "..", "..", "src"))
-import numpy as np, faiss
+import numpy as np
 from reme_procedure_memory import vectors as V
 X = np.load("/tmp/profile-work/X.npy"); Q = np.load("/tmp/profile-work/Q.npy")
 N, D = X.shape

@@ -27,7 +27,7 @@ from reme.steps.evolve._evolve import agent_reply_result_text
 
 from . import prompt
 from .agent_call import merged_reply_kwargs, stop_reason
-from .schema import ErrorCode, ProcedureError
+from .schema import ErrorCode
 from .store import ABANDONED, INDEX_PENDING, INTENT, PUBLISHED, CheckpointStore
 from .summary import parse_summary, summary_problem
 from .tokens import TokenizerUnavailable
@@ -294,8 +294,3 @@ def make_progress(logger) -> Callable[[str], None]:
             print(f"[procedure-memory] {message}", file=sys.stderr, flush=True)
 
     return report
-
-
-def raise_as_procedure_error(exc: ExtractionStopped) -> ProcedureError:
-    """An ExtractionStopped as the job's failure."""
-    return ProcedureError(exc.code, exc.message, status="incomplete")
