@@ -187,21 +187,26 @@ async def test_a_failed_publish_writes_nothing_and_frees_the_name(make_app, monk
 async def test_searches_during_a_reindex_wait_for_complete_views(make_app, tmp_path):
     import asyncio
 
-    from helpers import FakeEmbeddingModel
-
-    class SlowModel(FakeEmbeddingModel):
-        async def __call__(self, inputs, **kwargs):
-            await asyncio.sleep(0.01)  # a real provider yields to the event loop
-            return await super().__call__(inputs, **kwargs)
-
     ws = tmp_path / "ws"
     place_unicorn_experiences(ws, 30)
-    components = {"embedding_store": {"procedure": {"enable_cache": False, "max_batch_size": 4}}}
-    async with make_app(workspace=ws, embedding=SlowModel(64), components=components) as app:
+    async with make_app(workspace=ws) as app:
+        views = memory_of(app).views
+        original, entered, gate = views.index, asyncio.Event(), asyncio.Event()
+
+        async def held_index(items):  # the rebuild has cleared the views and is re-indexing: hold it there
+            entered.set()
+            await gate.wait()
+            return await original(items)
+
+        views.index = held_index
         reindex = asyncio.create_task(app.run_job("procedure_reindex"))
-        await asyncio.sleep(0.02)  # the reindex has cleared the views and is re-embedding
-        assert not reindex.done()
-        ok, ans = await run_job(app, "procedure_search", query="unicorn7 service degrades", index="when_to_use")
-        assert reindex.done()  # the search waited for the rebuild instead of answering from half-built views
+        await asyncio.wait_for(entered.wait(), 10)
+        search = asyncio.create_task(run_job(app, "procedure_search", query="unicorn7 service degrades",
+                                             index="when_to_use"))
+        await asyncio.sleep(0.2)
+        assert not search.done()  # it waits for the rebuild instead of answering from half-built views
+        gate.set()
+        ok, ans = await search
+        assert reindex.done()
         assert ok and ans["results"][0]["path"] == "procedures/p7.json" and ans["index_complete"] is True
         assert (await reindex).success
