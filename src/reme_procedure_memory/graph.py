@@ -43,11 +43,10 @@ class ProcedureFileGraph(LocalFileGraph):
         return len(self._nodes)
 
     @staticmethod
-    def packed(node: dict, chunk_ids: list[str]) -> tuple:
-        """A persisted node (``FileNode.model_dump(mode="json")``) in this graph's form, holding ``chunk_ids`` (the
-        chunks' own id strings, shared rather than copied)."""
-        links = tuple(FileLink.model_validate(link) for link in node.get("links") or ())
-        return node["st_mtime"], tuple(chunk_ids), tuple((node.get("front_matter") or {}).items()), links
+    def packed(st_mtime: float, chunk_ids: tuple[str, ...], front_matter: dict, links: tuple[FileLink, ...]) -> tuple:
+        """A node in this graph's form, from its persisted fields (``chunk_ids``: the chunks' own id strings,
+        shared rather than copied)."""
+        return st_mtime, chunk_ids, tuple(front_matter.items()), links
 
     def restore(self, nodes: dict[str, tuple]) -> None:
         """Replace the graph with ``packed`` nodes by path."""
