@@ -239,7 +239,7 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
                 vectors = (self.vectors or VectorMatrix(self.embedding_dimensions or 1)).export()
             arrays = self.keyword_index.snapshot()
             meta = {"vector_space": self.vector_space}
-            await asyncio.to_thread(self.state.write_snapshot, records.columns, vectors, arrays, meta)
+            await asyncio.to_thread(self.state.write_snapshot, records.encoded(), vectors, arrays, meta)
             for legacy in (self.chunks_path, self.file_graph.legacy_file, self.keyword_index.index_file):
                 legacy.unlink(missing_ok=True)  # the files of ReMe's own persistence (earlier plugin versions)
             self._pending, self._snapshot_due = self._pending[logged:], False

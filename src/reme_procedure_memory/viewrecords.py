@@ -15,9 +15,11 @@ and its id is ``sys.intern``-ed, so the store, its graph, BM25 and the vector ma
 from __future__ import annotations
 
 import base64
+import gc
 import hashlib
 import sys
-from typing import Callable, Iterable
+from contextlib import contextmanager
+from typing import Callable, Iterable, Iterator
 
 import numpy as np
 from reme.schema import FileChunk, FileLink, FileNode
@@ -30,6 +32,24 @@ _ALL_CHUNK_FIELDS = set(FileChunk.model_fields)
 _SHARED_METADATA = ("view", "tokenizer")  # the same few strings in every record of a view
 _NODE_COLUMNS = ("path", "st_mtime", "links", "front_matter", "chunks")
 _CHUNK_COLUMNS = ("id", "text", "chunk_path", "start_line", "end_line", "metadata", "vector")
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Automatic cyclic garbage collection off while a snapshot's objects are parsed and built, and those objects
+    (and the rest of the process's at that moment) moved out of the collector's reach afterwards (``gc.freeze``).
+    They are about a million containers per view, alive as long as the view: without this, the full collections their
+    allocation triggers, and every later one, would traverse all of them (about half the load time, and again after
+    it). They form no reference cycles, so refcounting still frees them when the view drops them. Collection is
+    process-wide: switched back on if it was on."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.freeze()
+        if enabled:
+            gc.enable()
 
 
 def text_digest(text: str) -> str:
@@ -83,14 +103,54 @@ def files_of(records: list[dict]) -> list[tuple[FileNode, list[FileChunk]]]:
     return [(FileNode.model_validate(r["node"]), [chunk_of(c) for c in r["chunks"]]) for r in records]
 
 
+def _encode_metadata(rows: list[dict]) -> dict:
+    """Chunk metadata dicts as columns when they all have the same keys in the same order (``{"keys", "columns"}``,
+    a column of few distinct strings as ``{"distinct", "index"}``), else as they are (``{"rows"}``)."""
+    keys = list(rows[0]) if rows else []
+    if any(len(row) != len(keys) or list(row) != keys for row in rows):
+        return {"rows": rows}
+    columns = {}
+    for key in keys:
+        values = [row[key] for row in rows]
+        distinct = list(dict.fromkeys(values)) if all(isinstance(v, str) for v in values) else None
+        if distinct is not None and len(distinct) <= max(1, len(values) // 8):
+            number = {value: i for i, value in enumerate(distinct)}
+            columns[key] = {"distinct": distinct, "index": [number[v] for v in values]}
+        else:
+            columns[key] = values
+    return {"keys": keys, "columns": columns}
+
+
+def _decode_metadata(encoded: dict, count: int) -> list[dict]:
+    """``_encode_metadata``'s rows back (``count`` of them); repeated strings are one object each."""
+    if "rows" in encoded:
+        for row in encoded["rows"]:
+            _share_metadata(row)
+        return encoded["rows"]
+    keys, columns = encoded["keys"], []
+    for key in keys:
+        column = encoded["columns"][key]
+        if isinstance(column, dict):
+            distinct = [sys.intern(v) for v in column["distinct"]]
+            column = [distinct[i] for i in column["index"]]
+        columns.append(column)
+    if any(len(column) != count for column in columns):
+        raise ValueError("the metadata columns do not fit together")
+    return [dict(zip(keys, row)) for row in zip(*columns)] if keys else [{} for _ in range(count)]
+
+
 class RecordColumns:
-    """Persisted records (``persisted_record(..., inline=False)``), added one at a time, as a snapshot's columns:
-    per file ``path``, ``st_mtime``, ``links``, ``front_matter``, ``chunks`` (its number of chunks); per chunk, in
-    file order, ``id``, ``text``, ``chunk_path`` (None: the file's path), ``start_line``, ``end_line``, ``metadata``,
-    ``vector`` (whether it has one)."""
+    """Persisted records (``persisted_record(..., inline=False)``), added one at a time, as a snapshot's columns
+    (``encoded()``): per file ``path``, ``st_mtime``, ``links``, ``front_matter``, ``chunks`` (its number of chunks);
+    per chunk, in file order, ``id``, ``text``, ``chunk_path`` (None: the file's path), ``start_line``, ``end_line``,
+    ``metadata`` (by key, see ``_encode_metadata``), ``vector`` (whether it has one)."""
 
     def __init__(self) -> None:
         self.columns: dict[str, list] = {name: [] for name in (*_NODE_COLUMNS, *_CHUNK_COLUMNS)}
+
+    def encoded(self) -> dict:
+        """The columns as written (JSON-ready)."""
+        return {**self.columns, "metadata": _encode_metadata(self.columns["metadata"])}
 
     def add(self, record: dict) -> None:
         columns, node = self.columns, record["node"]
@@ -122,7 +182,13 @@ class RecordColumns:
 def restore_columns(columns: dict[str, list]) -> tuple[dict[str, tuple], list[FileChunk], set[str]]:
     """``(packed graph nodes by path, chunks, ids of the chunks that have a vector)`` from a snapshot's columns
     (see ``RecordColumns``); raises ValueError when the columns do not fit together."""
+    with gc_paused():
+        return _restore_columns(columns)
+
+
+def _restore_columns(columns: dict[str, list]) -> tuple[dict[str, tuple], list[FileChunk], set[str]]:
     files, n = len(columns["path"]), len(columns["id"])
+    columns = {**columns, "metadata": _decode_metadata(columns["metadata"], n)}
     if any(len(columns[name]) != files for name in _NODE_COLUMNS) or \
             any(len(columns[name]) != n for name in _CHUNK_COLUMNS) or sum(columns["chunks"]) != n:
         raise ValueError("the record columns do not fit together")
@@ -136,7 +202,6 @@ def restore_columns(columns: dict[str, list]) -> tuple[dict[str, tuple], list[Fi
     chunks = []
     for cid, text, path, start, end, metadata in zip(ids, columns["text"], chunk_paths, columns["start_line"],
                                                      columns["end_line"], columns["metadata"]):
-        _share_metadata(metadata)
         chunk = new(FileChunk)  # FileChunk.model_construct without its per-field Python loop
         set_attr(chunk, "__dict__", {"id": cid, "text": text, "embedding": None, "metadata": metadata, "path": path,
                                      "start_line": start, "end_line": end, "scores": {}})

@@ -259,8 +259,8 @@ class Views:
     def indexed(self, view: str) -> dict[str, tuple[str, bool]]:
         """``path -> (indexed version, has a vector)`` of every record in ``view``."""
         store = self.stores[view]
-        has_vector = store.has_vector
-        return {chunk.path: (str(chunk.metadata.get("version", "")), has_vector(chunk.id))
+        held = store.vector_ids()
+        return {chunk.path: (str(chunk.metadata.get("version", "")), chunk.id in held)
                 for chunk in store.file_chunks.values()}
 
     async def search(self, view: str, query: str, limit: int, vector_weight: float) -> tuple[list[Fused], str | None]:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import io
 import json
+import mmap
 import os
 import shutil
 import struct
@@ -44,7 +45,7 @@ from uuid import uuid4
 import numpy as np
 import zstandard
 
-from .viewrecords import RecordColumns
+from .viewrecords import RecordColumns, gc_paused
 from .store import fsync_dir
 
 FORMAT = 3
@@ -53,6 +54,7 @@ MANIFEST = "MANIFEST.json"
 RECORDS = "records.json.zst"
 _HEADER = struct.Struct("<II")  # payload length, crc32
 _CRC_CHUNK = 1 << 24  # bytes checksummed per call (zlib releases the GIL for each)
+_MAX_NPY_HEADER = 1 << 17  # the magic, header length and header of a .npy file fit in this
 
 
 class ViewStateError(RuntimeError):
@@ -65,17 +67,35 @@ def _read_part(path: Path, size: int, crc: int) -> bytearray:
     with open(path, "rb") as handle:
         if handle.readinto(data) != size or handle.read(1):
             raise ViewStateError(f"{path} is not {size} bytes long")
-    view, check = memoryview(data), 0
-    for offset in range(0, size, _CRC_CHUNK):
-        check = zlib.crc32(view[offset:offset + _CRC_CHUNK], check)
-    if check != crc:
+    if _crc(memoryview(data)) != crc:
         raise ViewStateError(f"{path} is damaged (CRC-32 mismatch)")
     return data
 
 
-def _array_of(data: bytearray) -> np.ndarray:
-    """The array of ``.npy`` bytes, sharing their buffer (writable, no copy)."""
-    stream = io.BytesIO(data)
+def _mapped_part(path: Path, size: int, crc: int) -> mmap.mmap:
+    """``path`` mapped read-only (its pages stay the page cache's: no copy), after checking its size and CRC-32."""
+    with open(path, "rb") as handle:
+        if os.fstat(handle.fileno()).st_size != size:
+            raise ViewStateError(f"{path} is not {size} bytes long")
+        if size == 0:
+            raise ViewStateError(f"{path} is empty")
+        mapped = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+    if _crc(memoryview(mapped)) != crc:
+        mapped.close()
+        raise ViewStateError(f"{path} is damaged (CRC-32 mismatch)")
+    return mapped
+
+
+def _crc(view: memoryview) -> int:
+    check = 0
+    for offset in range(0, view.nbytes, _CRC_CHUNK):
+        check = zlib.crc32(view[offset:offset + _CRC_CHUNK], check)
+    return check
+
+
+def _array_of(data) -> np.ndarray:
+    """The array of ``.npy`` bytes (a bytearray: writable; a read-only map: read-only), sharing their buffer."""
+    stream = io.BytesIO(memoryview(data)[:_MAX_NPY_HEADER])
     version = np.lib.format.read_magic(stream)
     if version not in ((1, 0), (2, 0)):  # what ``write_array`` writes for plain arrays
         raise ViewStateError(f"an array part of .npy version {version}")
@@ -115,10 +135,11 @@ class ViewState:
                 raise ViewStateError(f"{manifest_path}: unknown format {manifest.get('format')!r}")
             self.generation = int(manifest["generation"])
             self._remove_other_generations()
-            if manifest["format"] == FORMAT:
-                columns, vectors, bm25 = self._read_parts(manifest)
-            else:
-                columns, vectors, bm25 = self._read_legacy(manifest)
+            with gc_paused():
+                if manifest["format"] == FORMAT:
+                    columns, vectors, bm25 = self._read_parts(manifest)
+                else:
+                    columns, vectors, bm25 = self._read_legacy(manifest)
             if len(columns["path"]) != manifest["records"] or len(columns["id"]) != manifest["chunks"]:
                 raise ViewStateError(f"{self.directory}: {len(columns['path'])} records, the manifest says "
                                      f"{manifest['records']}")
@@ -154,8 +175,11 @@ class ViewState:
         return columns, vectors, bm25
 
     def _array_part(self, name: str, part: dict) -> np.ndarray:
+        """A checked array part: the vector index's read-only from the page cache (``VectorMatrix.restore`` copies
+        them into its blocks), BM25's in a writable buffer of their own (the index keeps and grows them)."""
+        read = _mapped_part if name.startswith("vectors.") else _read_part
         try:
-            return _array_of(_read_part(self._path(name), part["bytes"], part["crc32"]))
+            return _array_of(read(self._path(name), part["bytes"], part["crc32"]))
         except ViewStateError:
             raise
         except Exception as exc:  # missing, unreadable
@@ -167,7 +191,7 @@ class ViewState:
         for kind in ("records.jsonl.zst", "vectors.npz"):
             if not self._path(kind).is_file():
                 raise ViewStateError(f"{self._path(kind)} is missing")
-        columns = RecordColumns().extend(self._legacy_records()).columns
+        columns = RecordColumns().extend(self._legacy_records()).encoded()
         with np.load(self._path("vectors.npz"), allow_pickle=False) as data:
             vectors = {name: data[name] for name in data.files}
         try:
@@ -175,7 +199,7 @@ class ViewState:
                 bm25 = {name: data[name] for name in data.files}
         except Exception:  # missing or unreadable
             bm25 = None
-        if sum(columns["chunks"]) != manifest["chunks"]:
+        if len(columns["id"]) != manifest["chunks"]:
             raise ViewStateError(f"{self.directory}: {sum(columns['chunks'])} chunks, the manifest says "
                                  f"{manifest['chunks']}")
         return columns, vectors, bm25
@@ -246,7 +270,7 @@ class ViewState:
 
     def write_snapshot(self, columns: dict[str, list], vectors: dict[str, np.ndarray], bm25: dict[str, np.ndarray],
                        meta: dict) -> None:
-        """Make the record ``columns`` (``RecordColumns.columns``) + the vector index arrays + the BM25 arrays the new
+        """Make the record ``columns`` (``RecordColumns.encoded()``) + the vector index arrays + the BM25 arrays the new
         generation (format 3)."""
         self.directory.mkdir(parents=True, exist_ok=True)
         generation = self.generation + 1

@@ -40,6 +40,11 @@ class ViewVectors:
         vectors = self._usable()
         return vectors is not None and chunk_id in vectors
 
+    def vector_ids(self) -> set[str]:
+        """The ids of the records that have a vector."""
+        vectors = self._usable()
+        return set(vectors.ids()) if vectors is not None else set()
+
     def vector_of(self, chunk_id: str) -> np.ndarray | None:
         """The stored float16 vector of record ``chunk_id`` (a view of its matrix row, valid until the matrix next
         changes), or None."""
