@@ -18,8 +18,8 @@ import base64
 import gc
 import hashlib
 import sys
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterable, Iterator
 
 import numpy as np
 from reme.schema import FileChunk, FileLink, FileNode
@@ -173,7 +173,7 @@ class RecordColumns:
             columns["metadata"].append(chunk.get("metadata") or {})
             columns["vector"].append(bool(chunk.get("vector")))
 
-    def extend(self, records: Iterable[dict]) -> "RecordColumns":
+    def extend(self, records: Iterable[dict]) -> RecordColumns:
         for record in records:
             self.add(record)
         return self

@@ -37,16 +37,17 @@ import os
 import shutil
 import struct
 import zlib
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 from uuid import uuid4
 
 import numpy as np
 import zstandard
 
-from .viewrecords import RecordColumns, gc_paused
 from .store import fsync_dir
+from .viewrecords import RecordColumns, gc_paused
 
 FORMAT = 3
 LEGACY_FORMAT = 2  # read; the next dump writes format 3
@@ -305,7 +306,6 @@ class ViewState:
         """Delete the whole state (after ``read`` rejected it, or on clear)."""
         shutil.rmtree(self.directory, ignore_errors=True)
         self.generation, self.log_entries = 0, 0
-
 
 
 class _CrcWriter:
