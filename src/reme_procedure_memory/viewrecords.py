@@ -35,14 +35,17 @@ _CHUNK_COLUMNS = ("id", "text", "chunk_path", "start_line", "end_line", "metadat
 
 
 @contextmanager
-def gc_paused() -> Iterator[None]:
+def gc_paused(collect: bool = False) -> Iterator[None]:
     """Automatic cyclic garbage collection off while a snapshot's objects are parsed and built, and those objects
     (and the rest of the process's at that moment) moved out of the collector's reach afterwards (``gc.freeze``).
     They are about a million containers per view, alive as long as the view: without this, the full collections their
     allocation triggers, and every later one, would traverse all of them (about half the load time, and again after
-    it). They form no reference cycles, so refcounting still frees them when the view drops them. Collection is
-    process-wide: switched back on if it was on."""
+    it). They form no reference cycles, so refcounting still frees them when the view drops them. ``collect``: first
+    collect what is garbage now, so that no garbage is frozen with them (cheap: what earlier loads froze is not
+    traversed). Collection is process-wide: switched back on if it was on."""
     enabled = gc.isenabled()
+    if collect:
+        gc.collect()
     gc.disable()
     try:
         yield

@@ -136,7 +136,7 @@ class ViewState:
                 raise ViewStateError(f"{manifest_path}: unknown format {manifest.get('format')!r}")
             self.generation = int(manifest["generation"])
             self._remove_other_generations()
-            with gc_paused():
+            with gc_paused(collect=True):
                 if manifest["format"] == FORMAT:
                     columns, vectors, bm25 = self._read_parts(manifest)
                 else:
