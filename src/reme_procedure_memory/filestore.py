@@ -9,9 +9,9 @@ mutations and the persistence, its bases the vectors (viewvectors.py) and the se
 * **Searches** (vector and keyword) run in a worker thread (``scan_executor``), never on the event loop; readers-writer
   locks keep mutations (on the event loop) out of a running search.
 * **Persistence is incremental** (viewstate.py, records as in viewrecords.py): a snapshot of records (as columns),
-  vectors and the BM25 index plus an append-only log of later upserts and deletes. ``dump`` (and closing) appends the changes since the
-  last one, and writes a new snapshot only when the log has grown past a share of the view, after a clear, or after BM25
-  compaction. The keyword index (``procedure_bm25``) and graph (``procedure_graph``) keep no files of their own; this
+  vectors and the BM25 index plus an append-only log of later upserts and deletes. ``dump`` (and closing) appends the
+  changes since the last one, and writes a new snapshot only when the log has grown past a share of the view, after a
+  clear, after BM25 compaction, or after loading a snapshot of an earlier format. The keyword index (``procedure_bm25``) and graph (``procedure_graph``) keep no files of their own; this
   store restores them. A state that cannot be read exactly is discarded: the view starts empty and the component
   re-indexes it from the experience files. The vector space the vectors came from is recorded; after a change of
   embedding model they are dropped, so the component re-embeds.
@@ -202,7 +202,6 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
         except Exception as exc:  # another tokenizer configuration, or a damaged part
             self.logger.warning(f"{self.name}: BM25 is re-indexed from the files ({type(exc).__name__}: {exc})")
             keyword_ready, self._snapshot_due = False, True
-        bm25 = None
         self.file_chunks.update((chunk.id, chunk) for chunk in chunks)
         self._drop_texts(c.id for c in chunks if c.text)  # records written before texts were dropped carry them
         self.file_graph.restore(nodes)
