@@ -3,8 +3,7 @@ file of its own.
 
 * A view's graph holds one node per experience. A pydantic ``FileNode`` costs about 2 KB; this graph keeps each
   node as a plain tuple (mtime, chunk ids, front matter dict, links) and makes ``FileNode`` objects when they are
-  asked for, so
-  100,000 experiences in two views take about 70 MB instead of 430 MB. Behaviour is ReMe's ``local`` graph's (the
+  asked for, so 100,000 experiences in two views take about 70 MB instead of 430 MB. Behaviour is ReMe's ``local`` graph's (the
   same nodes come back, links and their scopes included).
 * The ``ProcedureFileStore`` that uses it persists the nodes with its records (snapshot + log) and restores them at
   start, so ``load`` and ``dump`` do nothing: closing never rewrites the whole graph.
