@@ -574,7 +574,8 @@ class Bench:
             items = []
             for chunk in plugin_store.file_chunks.values():
                 copy = FileChunk(id=chunk.id, path=chunk.path, start_line=chunk.start_line, end_line=chunk.end_line,
-                                 text=chunk.text, embedding=chunk.embedding, metadata=dict(chunk.metadata))
+                                 text=chunk.text, embedding=plugin_store.vector_of(chunk.id),
+                                 metadata=dict(chunk.metadata))
                 items.append((nodes[chunk.path].model_copy(deep=True), [copy]))
             started = time.perf_counter()
             for start in range(0, len(items), 200):

@@ -48,9 +48,7 @@ async def test_bm25_backend_ranks_exactly_like_reme_bm25_through_adds_deletes_up
             await ours.add_docs({doc_id: text})
         await same_rankings(stock, ours, queries)
         assert ours.deleted_fraction > 0
-        snapshot = tmp_path / "bm25.npz"
-        ours.write(snapshot, ours.snapshot())
-        restored.restore(snapshot)
+        restored.restore(ours.snapshot())
         await same_rankings(stock, restored, queries)
         await stock.optimize_index()
         await ours.optimize_index()
@@ -69,9 +67,8 @@ async def test_restore_refuses_a_snapshot_of_another_tokenizer_configuration(mak
         meta = json.loads(bytes(arrays["meta"]).decode())
         meta["tokenizer_fingerprint"] = "another"
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-        ours.write(tmp_path / "other.npz", arrays)
         with pytest.raises(ValueError, match="tokenizer"):
-            app.context.components["keyword_index"]["restored"].restore(tmp_path / "other.npz")
+            app.context.components["keyword_index"]["restored"].restore(arrays)
 
 
 # -- persistence of the views ---------------------------------------------------------------------------------------
@@ -130,7 +127,10 @@ async def test_close_appends_to_the_log_instead_of_rewriting_the_views(make_app,
         pass  # the start-up reconcile indexed the corpus; closing wrote the first snapshot
     snapshot = {p: (p.stat().st_mtime_ns, p.stat().st_ino) for d in view_dirs(ws) for p in d.iterdir()
                 if not p.name.endswith(".log")}
-    assert len(view_dirs(ws)) == 2 and len(snapshot) == 8  # manifest, records, vectors, bm25 per view
+    parts = [json.loads((d / "MANIFEST.json").read_text())["parts"] for d in view_dirs(ws)]
+    assert len(view_dirs(ws)) == 2 and len(snapshot) == 2 + sum(map(len, parts))  # manifest + its parts per view
+    assert all({"records.json.zst", "vectors.vectors.npy", "vectors.codes.npy", "bm25.meta.npy"} <= set(p)
+               for p in parts)
     async with make_app(workspace=ws) as app:
         await create_some(app, 5)
         expected = await search_all(app)
@@ -174,7 +174,7 @@ async def test_a_damaged_view_state_is_detected_and_rebuilt_from_the_files(make_
         await create_some(app, 3, prefix="late")  # these live in the log only
         expected = view_content(app)
     for d in view_dirs(ws):
-        target = {"records": "*.records.jsonl.zst", "vectors": "*.vectors.npz", "bm25": "*.bm25.npz",
+        target = {"records": "*.records.json.zst", "vectors": "*.vectors.vectors.npy", "bm25": "*.bm25.posting_idxs.npy",
                   "manifest": "MANIFEST.json"}.get(damage)
         if target:
             path = next(d.glob(target))
@@ -208,7 +208,8 @@ async def test_a_kill_at_any_point_of_a_snapshot_leaves_a_state_start_up_handles
         expected = view_content(app)
     real = viewstate.ViewState._publish
     killed = []  # the killed applications: kept (never closed, never finalised) as a dead process would be
-    for crash_at in range(1, 5):  # records, vectors, bm25, manifest
+    publishes = 1 + max(len(json.loads((d / "MANIFEST.json").read_text())["parts"]) for d in view_dirs(ws))
+    for crash_at in range(1, publishes + 1):  # each part (records, every vector and BM25 array), then the manifest
         calls = []
 
         def publish(self, target, write, calls=calls, crash_at=crash_at):

@@ -54,7 +54,10 @@ async def test_each_experience_is_one_record_per_view_with_the_spec_texts(make_a
         # a record keeps the digest of the text it indexed (the file holds the text itself)
         assert wtu.metadata["text_sha256"] == text_digest(record["when-to-use"])
         assert both.metadata["text_sha256"] == text_digest(record["when-to-use"] + "\n\n" + record["content"])
-        assert wtu.embedding is not None and both.embedding is not None
+        # each record's vector is held by its view's matrix only (no per-chunk copy or view)
+        assert wtu.embedding is None and both.embedding is None
+        assert memory.views.stores["when_to_use"].vector_of(wtu.id) is not None
+        assert memory.views.stores["when_to_use_content"].vector_of(both.id) is not None
         # separate BM25 indexes and graphs, one shared embedding store
         s1, s2 = memory.views.stores.values()
         assert s1.keyword_index is not s2.keyword_index and s1.file_graph is not s2.file_graph

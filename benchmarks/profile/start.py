@@ -8,7 +8,7 @@ T = {}; L = threading.Lock()
 def acc(k, dt):
     with L: T[k] = T.get(k, 0.0) + dt
 def wrap(obj, name, key=None):
-    if os.environ.get('NOWRAP'): return
+    if os.environ.get('NOWRAP') or not hasattr(obj, name): return  # absent in this revision
     f = getattr(obj, name); key = key or f"{getattr(obj,'__name__',obj)}.{name}"
     if asyncio.iscoroutinefunction(f):
         async def w(*a, **k):
@@ -24,7 +24,7 @@ def wrap(obj, name, key=None):
     if isinstance(inspect.getattr_static(obj, name), staticmethod): w = staticmethod(w)
     setattr(obj, name, w)
 def wrap_gen(obj, name, key):
-    if os.environ.get('NOWRAP'): return
+    if os.environ.get('NOWRAP') or not hasattr(obj, name): return
     f = getattr(obj, name)
     def w(*a, **k):
         it = f(*a, **k)
@@ -40,7 +40,10 @@ if not os.environ.get('NOWRAP'):
 wrap(VS.ViewState, "read", "view: ViewState.read (manifest, np.load vectors.npz, log)")
 wrap_gen(VS.ViewState, "_records", "view: records zstd+json.loads (generator)")
 wrap(F.ProcedureFileStore, "_chunk_of", "view: _chunk_of (FileChunk.model_validate)")
-wrap(G.ProcedureFileGraph, "packed", "view: graph packed per record")
+wrap(VS.ViewState, "_read_parts", "view: ViewState._read_parts (format 3: parts + CRC, records JSON)")
+wrap(VS.ViewState, "_read_legacy", "view: ViewState._read_legacy (format 2 read into columns)")
+wrap(F, "restore_columns", "view: restore_columns (chunks + graph nodes from columns)")
+wrap(F.ProcedureFileStore, "dump", "view: ProcedureFileStore.dump")
 wrap(V.VectorMatrix, "restore", "view: VectorMatrix.restore")
 wrap(K.ProcedureBM25Index, "restore", "view: BM25 restore")
 wrap(G.ProcedureFileGraph, "restore", "view: graph restore")

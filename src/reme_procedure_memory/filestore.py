@@ -3,15 +3,15 @@
 What it changes, and why (records, chunks, graph nodes and BM25 scoring stay ReMe's); this module holds the
 mutations and the persistence, its bases the vectors (viewvectors.py) and the searches (viewsearch.py):
 
-* **Vectors** live in a ``VectorMatrix`` (vectors.py: exact cosine top-k screened by an int8 scan); a chunk's
-  ``embedding`` is a view of its stored row, never a second copy. ReMe's local search stacks float16 vectors in a
-  Python loop (~0.5 s per 10k records at 1,024 dimensions).
+* **Vectors** live in a ``VectorMatrix`` (vectors.py: exact cosine top-k screened by an int8 scan) and nowhere else:
+  a chunk's ``embedding`` stays None, ``vector_of``/``has_vector`` ask the matrix (viewvectors.py). ReMe's local
+  search stacks float16 vectors in a Python loop (~0.5 s per 10k records at 1,024 dimensions).
 * **Searches** (vector and keyword) run in a worker thread (``scan_executor``), never on the event loop; readers-writer
   locks keep mutations (on the event loop) out of a running search.
-* **Persistence is incremental** (viewstate.py, records as in viewrecords.py): a snapshot of records, vectors and the
-  BM25 index plus an append-only log of later upserts and deletes. ``dump`` (and closing) appends the changes since the
-  last one, and writes a new snapshot only when the log has grown past a share of the view, after a clear, or after BM25
-  compaction. The keyword index (``procedure_bm25``) and graph (``procedure_graph``) keep no files of their own; this
+* **Persistence is incremental** (viewstate.py, records as in viewrecords.py): a snapshot of records (as columns),
+  vectors and the BM25 index plus an append-only log of later upserts and deletes. ``dump`` (and closing) appends the
+  changes since the last one, and writes a new snapshot only when the log has grown past a share of the view, after a
+  clear, after BM25 compaction, or after loading a snapshot of an earlier format. The keyword index (``procedure_bm25``) and graph (``procedure_graph``) keep no files of their own; this
   store restores them. A state that cannot be read exactly is discarded: the view starts empty and the component
   re-indexes it from the experience files. The vector space the vectors came from is recorded; after a change of
   embedding model they are dropped, so the component re-embeds.
@@ -34,15 +34,18 @@ from .graph import ProcedureFileGraph
 from .keyword import ProcedureBM25Index
 from .locks import ReadWriteLock
 from .vectors import VectorMatrix
-from .viewrecords import chunk_of, files_of, persisted_record, text_digest
+from .viewrecords import RecordColumns, files_of, persisted_record, restore_columns, text_digest
 from .viewsearch import ViewSearches
 from .viewvectors import ViewVectors
-from .viewstate import ViewState, ViewStateError
+from .viewstate import FORMAT, ViewState, ViewStateError
 
 SNAPSHOT_MIN_ENTRIES = 500  # a new snapshot once the log holds more entries than this and than ...
 SNAPSHOT_SHARE = 0.02  # ... this share of the view's records (bounds the replay at start to a few percent)
 COMPACT_SHARE = 0.25  # BM25 compaction (with a new snapshot) once this share of its slots is lazily deleted
-class ProcedureFileStore(ViewVectors, ViewSearches, LocalFileStore):
+
+
+# ViewSearches first: its vector_search falls back (for filtered searches) to ViewVectors' matrix-backed stock scan
+class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
     """ReMe's ``local`` file store with a vector matrix, off-loop searches and incremental persistence (see above)."""
 
     def __init__(self, **kwargs) -> None:
@@ -113,8 +116,9 @@ class ProcedureFileStore(ViewVectors, ViewSearches, LocalFileStore):
 
     async def clear(self) -> None:
         """Empty the view; its vectors stay available to ``reusable_vector`` until the next ``dump``."""
-        self._reusable.update({cid: (self._digest(c), np.array(c.embedding)) for cid, c in self.file_chunks.items()
-                               if self._embedding_dim_matches(c.embedding)})  # also the previous layout's vectors
+        for cid, chunk in self.file_chunks.items():  # added to the previous layout's vectors, if any
+            if self.has_vector(cid):
+                self._reusable[cid] = (self._digest(chunk), np.array(self.vector_of(cid)))
         self.previous_layout = False
         await super().clear()
         with self.vectors_lock.write():
@@ -137,8 +141,8 @@ class ProcedureFileStore(ViewVectors, ViewSearches, LocalFileStore):
 
     def _record(self, path: str, inline: bool = True) -> dict:
         node = self.file_graph.node(path)
-        return persisted_record(node, [self.file_chunks[cid] for cid in node.chunk_ids], self._embedding_dim_matches,
-                                inline)
+        return persisted_record(node, [self.file_chunks[cid] for cid in node.chunk_ids],
+                                lambda chunk: self.vector_of(chunk.id), inline)
 
     def _check_backends(self) -> None:
         if not isinstance(self.keyword_index, ProcedureBM25Index) or not isinstance(self.file_graph,
@@ -166,7 +170,7 @@ class ProcedureFileStore(ViewVectors, ViewSearches, LocalFileStore):
             state = await asyncio.to_thread(self.state.read)
             if state is not None:
                 await self._restore(*state)
-        except (ViewStateError, ValueError, KeyError) as exc:
+        except (ViewStateError, ValueError, KeyError, TypeError) as exc:
             self.logger.warning(f"{self.name}: discarding the persisted view ({exc}); it is rebuilt from the files")
             await self._reset()
             await asyncio.to_thread(self.state.remove)
@@ -176,39 +180,30 @@ class ProcedureFileStore(ViewVectors, ViewSearches, LocalFileStore):
             await asyncio.to_thread(self._keep_legacy_vectors)
             self.previous_layout = True
 
-    async def _restore(self, manifest: dict, records, vectors: dict, bm25_file, entries: list[dict]):
-        self._snapshot_due = False
+    async def _restore(self, manifest: dict, columns: dict, vectors: dict, bm25: dict | None, entries: list[dict]):
+        self._snapshot_due = manifest["format"] != FORMAT  # an earlier format is rewritten at the next dump
         self.vector_space = self._current_space()
-        nodes, chunks, flagged = {}, [], set()
-
-        def read() -> None:  # one record at a time: no list of all records is ever held
-            for record in records:
-                own = [chunk_of(dumped) for dumped in record["chunks"]]
-                flagged.update(dumped["id"] for dumped in record["chunks"] if dumped.get("vector"))
-                nodes[record["node"]["path"]] = ProcedureFileGraph.packed(record["node"], [c.id for c in own])
-                chunks.extend(own)
-
-        await asyncio.to_thread(read)
+        nodes, chunks, flagged = await asyncio.to_thread(restore_columns, columns)
+        columns.clear()
         matrix = None
         if manifest.get("vector_space") != self.vector_space:  # another embedding model made these vectors
             self.logger.warning(f"{self.name}: vectors of another embedding vector space dropped; re-embedding")
             self._snapshot_due = True
         elif self.embedding_store:
             matrix = await asyncio.to_thread(VectorMatrix.restore, self.embedding_dimensions, vectors)
-        del vectors
-        if matrix is not None and set(matrix.ids()) != flagged:
+        vectors.clear()
+        if matrix is not None and (len(matrix) != len(flagged) or not flagged.issuperset(matrix.ids())):
             raise ViewStateError("the vector index does not hold the records' vectors")
         try:
-            await asyncio.to_thread(self.keyword_index.restore, bm25_file)
+            if bm25 is None:
+                raise ValueError("its snapshot part is damaged")
+            await asyncio.to_thread(self.keyword_index.restore, bm25)
             keyword_ready = True
-        except Exception as exc:  # another tokenizer configuration, or an unreadable file
+        except Exception as exc:  # another tokenizer configuration, or a damaged part
             self.logger.warning(f"{self.name}: BM25 is re-indexed from the files ({type(exc).__name__}: {exc})")
             keyword_ready, self._snapshot_due = False, True
-        for chunk in chunks:
-            if matrix is not None and chunk.id in flagged:
-                chunk.embedding = matrix.view(chunk.id)
-            self.file_chunks[chunk.id] = chunk
-        self._drop_texts(c.id for c in chunks)  # records written before texts were dropped still carry them
+        self.file_chunks.update((chunk.id, chunk) for chunk in chunks)
+        self._drop_texts(c.id for c in chunks if c.text)  # records written before texts were dropped carry them
         self.file_graph.restore(nodes)
         with self.vectors_lock.write():
             self.vectors = matrix
@@ -236,14 +231,14 @@ class ProcedureFileStore(ViewVectors, ViewSearches, LocalFileStore):
         await self.optimize_index()
         logged = len(self._pending)
         if self._snapshot_needed():
-            paths = self.file_graph.paths()
-            records = [self._record(path, inline=False) for path in paths]
+            records = RecordColumns()
+            for path in self.file_graph.paths():
+                records.add(self._record(path, inline=False))
             with self.vectors_lock.read():
                 vectors = (self.vectors or VectorMatrix(self.embedding_dimensions or 1)).export()
             arrays = self.keyword_index.snapshot()
             meta = {"vector_space": self.vector_space}
-            await asyncio.to_thread(self.state.write_snapshot, records, vectors,
-                                    lambda handle: ProcedureBM25Index.write(handle, arrays), meta)
+            await asyncio.to_thread(self.state.write_snapshot, records.encoded(), vectors, arrays, meta)
             for legacy in (self.chunks_path, self.file_graph.legacy_file, self.keyword_index.index_file):
                 legacy.unlink(missing_ok=True)  # the files of ReMe's own persistence (earlier plugin versions)
             self._pending, self._snapshot_due = self._pending[logged:], False

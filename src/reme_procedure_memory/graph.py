@@ -1,9 +1,9 @@
 """ProcedureFileGraph (file_graph backend ``procedure_graph``): ReMe's ``local`` file graph, compact and without a
 file of its own.
 
-* A view's graph holds one node per experience. A pydantic ``FileNode`` costs about 2 KB; this graph keeps each node
-  as a plain tuple (mtime, chunk ids, front matter, links) and makes ``FileNode`` objects when they are asked for, so
-  100,000 experiences in two views take about 70 MB instead of 430 MB. Behaviour is ReMe's ``local`` graph's (the
+* A view's graph holds one node per experience. A pydantic ``FileNode`` costs about 2 KB; this graph keeps each
+  node as a plain tuple (mtime, chunk ids, front matter dict, links) and makes ``FileNode`` objects when they are
+  asked for, so 100,000 experiences in two views take about 70 MB instead of 430 MB. Behaviour is ReMe's ``local`` graph's (the
   same nodes come back, links and their scopes included).
 * The ``ProcedureFileStore`` that uses it persists the nodes with its records (snapshot + log) and restores them at
   start, so ``load`` and ``dump`` do nothing: closing never rewrites the whole graph.
@@ -19,7 +19,7 @@ from reme.schema import FileLink, FileNode
 
 
 def _pack(node: FileNode) -> tuple:
-    return node.st_mtime, tuple(node.chunk_ids), tuple(node.front_matter.model_dump().items()), tuple(node.links)
+    return node.st_mtime, tuple(node.chunk_ids), node.front_matter.model_dump(), tuple(node.links)
 
 
 class ProcedureFileGraph(LocalFileGraph):
@@ -43,11 +43,10 @@ class ProcedureFileGraph(LocalFileGraph):
         return len(self._nodes)
 
     @staticmethod
-    def packed(node: dict, chunk_ids: list[str]) -> tuple:
-        """A persisted node (``FileNode.model_dump(mode="json")``) in this graph's form, holding ``chunk_ids`` (the
-        chunks' own id strings, shared rather than copied)."""
-        links = tuple(FileLink.model_validate(link) for link in node.get("links") or ())
-        return node["st_mtime"], tuple(chunk_ids), tuple((node.get("front_matter") or {}).items()), links
+    def packed(st_mtime: float, chunk_ids: tuple[str, ...], front_matter: dict, links: tuple[FileLink, ...]) -> tuple:
+        """A node in this graph's form, from its persisted fields (``chunk_ids``: the chunks' own id strings,
+        shared rather than copied; ``front_matter`` is kept, not copied)."""
+        return st_mtime, chunk_ids, front_matter, links
 
     def restore(self, nodes: dict[str, tuple]) -> None:
         """Replace the graph with ``packed`` nodes by path."""

@@ -19,7 +19,7 @@ Contract:
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import sys
 
 import numpy as np
 from reme.components.keyword_index.bm25_index import BM25Index
@@ -152,28 +152,24 @@ class ProcedureBM25Index(BM25Index):
                 "posting_tfs": np.concatenate([self._posting_tfs[t] for t in tids]) if tids else empty,
             }
 
-    @staticmethod
-    def write(target, arrays: dict[str, np.ndarray]) -> None:
-        """Write a ``snapshot`` to a path or binary file (``.npz``)."""
-        np.savez(target, **arrays)
-
-    def restore(self, path: Path) -> None:
-        """Replace the index with the ``snapshot`` written to ``path``; raises ValueError when it was written under
-        another tokenizer configuration or format (the caller then rebuilds)."""
-        with np.load(path) as data:
-            meta = json.loads(bytes(data["meta"]).decode("utf-8"))
-            if meta.get("format") != FORMAT or meta.get("tokenizer_fingerprint") != self._tokenizer_fingerprint():
-                raise ValueError(f"{path} was written by another format or tokenizer configuration")
-            arrays = {name: data[name] for name in data.files if name != "meta"}
+    def restore(self, arrays: dict[str, np.ndarray]) -> None:
+        """Replace the index with a ``snapshot``'s arrays (as written and read back by the store's view state;
+        ``restore`` keeps them, it does not copy them); raises ValueError when they were written under another
+        tokenizer configuration or format (the caller then rebuilds)."""
+        meta = json.loads(bytes(arrays["meta"]).decode("utf-8"))
+        if meta.get("format") != FORMAT or meta.get("tokenizer_fingerprint") != self._tokenizer_fingerprint():
+            raise ValueError("the BM25 snapshot was written by another format or tokenizer configuration")
         ends = np.cumsum(arrays["posting_sizes"])
         idxs = np.split(arrays["posting_idxs"], ends[:-1]) if ends.size else []
         tfs = np.split(arrays["posting_tfs"], ends[:-1]) if ends.size else []
+        doc_ids = [sys.intern(doc_id) for doc_id in meta["doc_ids"]]  # the store's chunk ids: one object each
+        deleted = arrays["deleted"]
         with self.lock.write():
             self.vocab = {token: tid for tid, token in enumerate(meta["vocab"])}
-            self._doc_ids = list(meta["doc_ids"])
-            self._doc_lens, self._deleted = arrays["doc_lens"], arrays["deleted"]
-            self._doc_id_to_idx = {doc_id: i for i, doc_id in enumerate(self._doc_ids) if not self._deleted[i]}
-            self._total_len = int(self._doc_lens[~self._deleted].sum())
+            self._doc_ids = doc_ids
+            self._doc_lens, self._deleted = arrays["doc_lens"], deleted
+            self._doc_id_to_idx = {doc_ids[i]: i for i in np.flatnonzero(~deleted).tolist()}
+            self._total_len = int(self._doc_lens[~deleted].sum())
             self._doc_token_ids = []
             self._posting_doc_idxs = dict(zip(arrays["posting_tids"].tolist(), idxs))
             self._posting_tfs = dict(zip(arrays["posting_tids"].tolist(), tfs))

@@ -22,6 +22,7 @@ at once (one faiss thread each).
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterable
 
 import numpy as np
@@ -186,12 +187,13 @@ class VectorMatrix:
     def restore(cls, dimensions: int, arrays: dict[str, np.ndarray]) -> "VectorMatrix":
         """The matrix ``export`` described (raises ValueError when the arrays do not fit together)."""
         meta = json.loads(bytes(arrays["meta"]).decode("utf-8"))
-        vectors, codes, ids = arrays["vectors"], arrays["codes"], meta["ids"]
+        vectors, codes = arrays["vectors"], arrays["codes"]
+        ids = [sys.intern(item) for item in meta["ids"]]  # the store's chunk ids: one string object each
         if vectors.shape != (len(ids), dimensions) or codes.shape != vectors.shape or vectors.dtype != np.float16 \
                 or codes.dtype != np.int8 or arrays["norms"].shape != (len(ids),) or len(set(ids)) != len(ids):
             raise ValueError("the vector index arrays do not fit together")
         matrix = cls(dimensions)
-        matrix._ids, matrix._row_of = list(ids), {item: row for row, item in enumerate(ids)}
+        matrix._ids, matrix._row_of = ids, {item: row for row, item in enumerate(ids)}
         matrix._norms = arrays["norms"].astype(np.float64)
         matrix._quantizer = Quantizer.restore(dimensions, meta, arrays["scale"].astype(np.float64))
         matrix._blocks = [Block.restore(vectors[start:start + BLOCK_ROWS], codes[start:start + BLOCK_ROWS],

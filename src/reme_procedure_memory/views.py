@@ -259,10 +259,9 @@ class Views:
     def indexed(self, view: str) -> dict[str, tuple[str, bool]]:
         """``path -> (indexed version, has a vector)`` of every record in ``view``."""
         store = self.stores[view]
-        out = {}
-        for chunk in store.file_chunks.values():
-            out[chunk.path] = (str(chunk.metadata.get("version", "")), store._embedding_dim_matches(chunk.embedding))
-        return out
+        held = store.vector_ids()
+        return {chunk.path: (str(chunk.metadata.get("version", "")), chunk.id in held)
+                for chunk in store.file_chunks.values()}
 
     async def search(self, view: str, query: str, limit: int, vector_weight: float) -> tuple[list[Fused], str | None]:
         """Fused candidates of ``view`` (best first, at least ``limit`` when available) and, if the vector branch
