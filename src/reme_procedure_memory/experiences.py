@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from itertools import islice
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -85,35 +90,28 @@ class ExperienceDirectory:
 
     def _read(self, rel_path: str) -> StoredExperience | BadFile | None:
         """``read`` in a directory already checked."""
-        path = f"{self.workspace}/{rel_path}"
-        try:  # a link is never followed: it would give one file two names, or lead outside
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except (FileNotFoundError, NotADirectoryError):
+        return self._judge(rel_path, read_entry(f"{self.workspace}/{rel_path}"))
+
+    def _judge(self, rel_path: str, raw: bytes | Link | None) -> StoredExperience | BadFile | None:
+        """Validate what ``read_entry`` found at ``rel_path``: the one validation of ``read`` and ``scan``."""
+        if raw is None:
             return None
-        except OSError as exc:
-            if exc.errno != errno.ELOOP:
-                raise
-            link = os.readlink(path).encode("utf-8", "surrogateescape")  # its version; the target is never shown
-            return BadFile(rel_path, version_of(link), "it is a symbolic link; experiences are regular files: "
+        if isinstance(raw, Link):
+            return BadFile(rel_path, version_of(raw.target), "it is a symbolic link; experiences are regular files: "
                            "replace the link with the file itself")
-        try:
-            with os.fdopen(fd, "rb") as handle:
-                data = handle.read()
-        except IsADirectoryError:
-            return None
         problems = []
         name_problem = check_name(rel_path.rpartition("/")[2])
         if name_problem:
             problems.append(f"{name_problem}; rename the file")
         try:
-            experience = parse_experience(data)
+            experience = parse_experience(raw)
         except InvalidExperience as exc:
             problems.append(str(exc))
         else:
             problems += [p for s in experience.sources if (p := self._source_problem(s))]
         if problems:
-            return BadFile(rel_path, version_of(data), "; ".join(problems))
-        return StoredExperience(rel_path, version_of(data), experience)
+            return BadFile(rel_path, version_of(raw), "; ".join(problems))
+        return StoredExperience(rel_path, version_of(raw), experience)
 
     def _source_problem(self, source: str) -> str | None:
         if source not in self._source_problems:
@@ -125,13 +123,25 @@ class ExperienceDirectory:
     def paths(self) -> list[str]:
         """Every ``*.json`` file or symbolic link directly in the experience directory, sorted. (The atomic
         writer's temporary files end in ``.tmp``; links are listed so that ``read`` reports them.)"""
+        with self._opened() as dir_fd:
+            return [self.rel(name) for name in entry_names(dir_fd)] if dir_fd is not None else []
+
+    @contextmanager
+    def _opened(self) -> Iterator[int | None]:
+        """A descriptor of the checked experience directory (None when it does not exist), closed on exit.
+
+        Listing and reads through it stay in the directory that was checked, even if a path element is replaced
+        after the check; the directory itself is opened without following a link."""
         self._check()
-        try:  # one directory read; the entry types come with it (no stat, no resolve per file)
-            with os.scandir(self.root) as entries:
-                return sorted(self.rel(e.name) for e in entries
-                              if e.name.endswith(".json") and (e.is_symlink() or e.is_file()))
+        try:
+            dir_fd = os.open(f"{self._real_root}/{self.rel_dir}", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except (FileNotFoundError, NotADirectoryError):
-            return []
+            dir_fd = None
+        try:
+            yield dir_fd
+        finally:
+            if dir_fd is not None:
+                os.close(dir_fd)
 
     def listed(self, raw) -> str | None:
         """``raw`` when it names an entry ``paths()`` lists (whatever its name), else None: such a path is
@@ -150,8 +160,81 @@ class ExperienceDirectory:
             return None
 
     def scan(self) -> Iterator[StoredExperience | BadFile]:
-        """Read and validate every experience file (the directory is checked once, by ``paths``)."""
-        for rel_path in self.paths():
-            item = self._read(rel_path)
-            if item is not None:
-                yield item
+        """Read and validate every experience file, in ``paths()`` order (the directory is checked once).
+
+        Reader threads fetch the bytes of the next batches while this thread validates (``_judge``, as ``read``
+        does), so disk waits and system calls overlap the parsing; at most ``AHEAD`` batches are held."""
+        with self._opened() as dir_fd:
+            if dir_fd is None:
+                return
+            names = entry_names(dir_fd)
+            batches = [names[i:i + BATCH] for i in range(0, len(names), BATCH)]
+            upcoming = iter(batches)
+            ahead: deque[Future] = deque()  # the reads of the next batches, in order
+            pool = ThreadPoolExecutor(min(READERS, len(batches) or 1), thread_name_prefix="experience-scan")
+            try:
+                for batch in batches:
+                    for later in islice(upcoming, AHEAD - len(ahead)):
+                        ahead.append(pool.submit(read_batch, later, dir_fd))
+                    for name, raw in zip(batch, ahead.popleft().result()):
+                        if isinstance(raw, OSError):
+                            raise raw  # e.g. a file the process may not read: as a read of that file would
+                        item = self._judge(self.rel(name), raw)
+                        if item is not None:
+                            yield item
+            finally:  # the readers use dir_fd: stop them before it is closed
+                pool.shutdown(wait=True, cancel_futures=True)
+
+
+READERS = 4  # reader threads of a scan: os.open/os.read release the GIL, so waits overlap the parsing
+BATCH = 64  # files per reader task
+AHEAD = 8  # batches read ahead: at most AHEAD * BATCH files' bytes are held
+
+
+@dataclass(frozen=True)
+class Link:
+    """A symbolic link where a file was expected; ``target`` is what it points to (its version, never shown)."""
+
+    target: bytes
+
+
+def entry_names(dir_fd: int) -> list[str]:
+    """Names of every ``*.json`` file or symbolic link directly in the directory ``dir_fd``, sorted."""
+    with os.scandir(dir_fd) as entries:  # one directory read; the entry types come with it (no stat per file)
+        return sorted(e.name for e in entries if e.name.endswith(".json") and (e.is_symlink() or e.is_file()))
+
+
+def read_entry(path: str, dir_fd: int | None = None) -> bytes | Link | None:
+    """The bytes of the regular file ``path`` (relative to ``dir_fd`` when given), a ``Link`` when it is a symbolic
+    link (never followed: it would give one file two names, or lead outside), or None when it is absent or a
+    directory. Other OSErrors are raised."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=dir_fd)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        if exc.errno != errno.ELOOP:
+            raise
+        return Link(os.readlink(path, dir_fd=dir_fd).encode("utf-8", "surrogateescape"))
+    try:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            return None
+        chunks = [os.read(fd, info.st_size + 1)]  # the size is a hint: read until end of file
+        while chunks[-1]:
+            chunks.append(os.read(fd, max(info.st_size, 65536)))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def read_batch(names: list[str], dir_fd: int) -> list[bytes | Link | None | OSError]:
+    """``read_entry`` of each name in ``dir_fd``; an unexpected OSError ends the batch (the scan raises it there)."""
+    found: list[bytes | Link | None | OSError] = []
+    for name in names:
+        try:
+            found.append(read_entry(name, dir_fd))
+        except OSError as exc:
+            found.append(exc)
+            break
+    return found
