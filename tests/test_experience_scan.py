@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -31,8 +32,20 @@ def one_by_one(ws: Path) -> list[StoredExperience | BadFile]:
     return [item for path in directory(ws).paths() if (item := directory(ws).read(path)) is not None]
 
 
+@pytest.fixture(params=["inline", "readers"])
+def reading(request, monkeypatch) -> str:
+    """Both ways a scan reads: in its own thread (files in the page cache), or with reader threads ahead (reads
+    that wait on the disk); which one a scan takes depends on timing, so each test forces each."""
+    if request.param == "readers":
+        monkeypatch.setattr(experiences, "SLOW_READ", 0.0)
+        monkeypatch.setattr(experiences, "SLOW_AFTER", 1)
+    else:
+        monkeypatch.setattr(experiences, "SLOW_READ", float("inf"))
+    return request.param
+
+
 @pytest.fixture
-def ws(tmp_path: Path) -> Path:
+def ws(tmp_path: Path, reading: str) -> Path:
     place_trajectory(tmp_path)
     (tmp_path / "procedures").mkdir()
     return tmp_path
@@ -114,16 +127,52 @@ def test_entries_removed_or_replaced_after_the_listing_are_skipped(ws: Path, mon
     assert scanned == [p for p in expected if p.removeprefix("procedures/") not in removed | {replaced}]
 
 
-def test_a_scan_closed_early_stops_its_readers_and_closes_the_directory(ws: Path) -> None:
-    for i in range(4 * BATCH):
+def test_a_scan_closed_early_stops_its_readers_and_closes_the_directory(ws: Path, monkeypatch) -> None:
+    for i in range(12 * BATCH):
         (ws / "procedures" / f"experience-{i:04d}.json").write_bytes(valid(i))
-    before = sorted(os.listdir("/proc/self/fd"))
+    fds = sorted(os.listdir("/proc/self/fd"))
+    closed = threading.Event()
+    late_reads = []  # reads begun after the scan was closed: their directory descriptor may be another file's
+    read_batch = experiences.read_batch
 
+    def watched(names: list[str], dir_fd: int):
+        if closed.is_set():
+            late_reads.append(names[0])
+        return read_batch(names, dir_fd)
+
+    monkeypatch.setattr(experiences, "read_batch", watched)
     scan = directory(ws).scan()
-    assert next(scan).path == "procedures/experience-0000.json"
+    for i in range(BATCH + 1):  # into the second batch: the readers, if any, have batches in flight
+        assert next(scan).path == f"procedures/experience-{i:04d}.json"
     scan.close()
+    closed.set()
 
-    assert sorted(os.listdir("/proc/self/fd")) == before
+    for thread in threading.enumerate():  # a reader left running would still read its queued batches
+        if thread.name.startswith("experience-scan"):
+            thread.join(timeout=30)
+    assert late_reads == []
+    assert not [t for t in threading.enumerate() if t.name.startswith("experience-scan")]
+    assert sorted(os.listdir("/proc/self/fd")) == fds
+
+
+def test_an_unreadable_file_stops_the_scan_there(ws: Path, monkeypatch) -> None:
+    for i in range(3 * BATCH):
+        (ws / "procedures" / f"experience-{i:04d}.json").write_bytes(valid(i))
+    unreadable = f"experience-{2 * BATCH + 5:04d}.json"
+    read_entry = experiences.read_entry
+
+    def denied(path: str, dir_fd: int | None = None):
+        if path == unreadable:  # as os.open answers for a file the process may not read (tests run as root)
+            raise PermissionError(13, "Permission denied", path)
+        return read_entry(path, dir_fd)
+
+    monkeypatch.setattr(experiences, "read_entry", denied)
+    scanned = []
+    with pytest.raises(PermissionError):
+        for item in directory(ws).scan():
+            scanned.append(item.path)
+
+    assert scanned == [f"procedures/experience-{i:04d}.json" for i in range(2 * BATCH + 5)]
 
 
 def test_a_missing_directory_scans_empty(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ Contract: nothing here writes. ``ExperienceDirectory.read(rel_path)`` answers a 
 (its name is not a valid experience name, its bytes are not an experience, a source is not an existing trajectory
 copy, or it is a symbolic link, never followed; the error says what to fix) or None when absent, for search, read,
 update, reconcile and reindex alike, so a hand-placed file follows the rules of a written one. ``paths``/``scan``
-list and read every ``*.json`` entry; the directory is checked to be a real one inside the workspace first.
+list and read every ``*.json`` entry; the directory is checked to be a real one inside the workspace first, then
+listed and read through one descriptor of it. ``scan`` validates each file exactly as ``read`` does (``_judge``);
+only the reading differs: relative to that descriptor, with reader threads ahead when reads wait on the disk.
 Publishing is ``store.ExperienceFiles.publish`` (store.py is the only writer of durable files).
 """
 
@@ -12,11 +14,10 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
+import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
-from itertools import islice
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -162,33 +163,58 @@ class ExperienceDirectory:
     def scan(self) -> Iterator[StoredExperience | BadFile]:
         """Read and validate every experience file, in ``paths()`` order (the directory is checked once).
 
-        Reader threads fetch the bytes of the next batches while this thread validates (``_judge``, as ``read``
-        does), so disk waits and system calls overlap the parsing; at most ``AHEAD`` batches are held."""
+        Each file is validated by ``_judge``, as ``read`` validates it; its bytes come from ``read_ahead``, which
+        reads through one descriptor of the checked directory."""
         with self._opened() as dir_fd:
             if dir_fd is None:
                 return
-            names = entry_names(dir_fd)
-            batches = [names[i:i + BATCH] for i in range(0, len(names), BATCH)]
-            upcoming = iter(batches)
-            ahead: deque[Future] = deque()  # the reads of the next batches, in order
-            pool = ThreadPoolExecutor(min(READERS, len(batches) or 1), thread_name_prefix="experience-scan")
-            try:
-                for batch in batches:
-                    for later in islice(upcoming, AHEAD - len(ahead)):
-                        ahead.append(pool.submit(read_batch, later, dir_fd))
-                    for name, raw in zip(batch, ahead.popleft().result()):
-                        if isinstance(raw, OSError):
-                            raise raw  # e.g. a file the process may not read: as a read of that file would
-                        item = self._judge(self.rel(name), raw)
-                        if item is not None:
-                            yield item
-            finally:  # the readers use dir_fd: stop them before it is closed
-                pool.shutdown(wait=True, cancel_futures=True)
+            with closing(read_ahead(entry_names(dir_fd), dir_fd)) as found:  # closed before dir_fd is
+                for name, raw in found:
+                    item = self._judge(self.rel(name), raw)
+                    if item is not None:
+                        yield item
 
 
-READERS = 4  # reader threads of a scan: os.open/os.read release the GIL, so waits overlap the parsing
-BATCH = 64  # files per reader task
-AHEAD = 8  # batches read ahead: at most AHEAD * BATCH files' bytes are held
+BATCH = 64  # files per read
+READERS = 4  # reader threads, once reads wait on the disk
+AHEAD = 8  # batches the readers read ahead: at most AHEAD * BATCH files' bytes are held
+SLOW_READ = 50e-6  # seconds per file: a file read from the page cache takes about 5-20 µs, from a disk far longer
+SLOW_AFTER = 4  # batches read in this thread before the readers may start
+
+
+def read_ahead(names: list[str], dir_fd: int) -> Iterator[tuple[str, bytes | Link | None]]:
+    """``(name, read_entry(name, dir_fd))`` for each name, in order.
+
+    The first batches are read in this thread. When those reads average more than ``SLOW_READ`` a file (the files
+    are not in the page cache), ``READERS`` threads read the next ``AHEAD`` batches while the caller works on the
+    current one, so disk waits overlap. From the page cache the threads would cost more than they save: each
+    system call of a reader takes the GIL back from the caller's parsing. An unexpected OSError (e.g. a file the
+    process may not read) is raised at that file, as a sequential read would. Close the iterator before ``dir_fd``.
+    """
+    batches = [names[i:i + BATCH] for i in range(0, len(names), BATCH)]
+    readers: ThreadPoolExecutor | None = None
+    ahead: deque[Future] = deque()  # the readers' results for batches[number + 1:], in order
+    waited, read_here = 0.0, 0
+    try:
+        for number, batch in enumerate(batches):
+            if readers is None:
+                started = time.perf_counter()
+                found = read_batch(batch, dir_fd)
+                waited += time.perf_counter() - started
+                read_here += len(batch)
+                if number + 1 >= SLOW_AFTER and waited > read_here * SLOW_READ:
+                    readers = ThreadPoolExecutor(READERS, thread_name_prefix="experience-scan")
+            else:
+                while len(ahead) < AHEAD and number + len(ahead) < len(batches):
+                    ahead.append(readers.submit(read_batch, batches[number + len(ahead)], dir_fd))
+                found = ahead.popleft().result()
+            for name, raw in zip(batch, found):
+                if isinstance(raw, OSError):
+                    raise raw
+                yield name, raw
+    finally:  # the readers use dir_fd: stop them before the caller closes it
+        if readers is not None:
+            readers.shutdown(wait=True, cancel_futures=True)
 
 
 @dataclass(frozen=True)
@@ -217,13 +243,12 @@ def read_entry(path: str, dir_fd: int | None = None) -> bytes | Link | None:
             raise
         return Link(os.readlink(path, dir_fd=dir_fd).encode("utf-8", "surrogateescape"))
     try:
-        info = os.fstat(fd)
-        if stat.S_ISDIR(info.st_mode):
-            return None
-        chunks = [os.read(fd, info.st_size + 1)]  # the size is a hint: read until end of file
+        chunks = [os.read(fd, 65536)]  # experience files are a few KiB: usually one read, and one at the end
         while chunks[-1]:
-            chunks.append(os.read(fd, max(info.st_size, 65536)))
+            chunks.append(os.read(fd, 1 << 20))
         return b"".join(chunks)
+    except IsADirectoryError:
+        return None
     finally:
         os.close(fd)
 
