@@ -60,7 +60,11 @@ wrap(VW.Views, "foreign_tokenizer", "rec: views.foreign_tokenizer")
 wrap(VW.Views, "remove", "rec: views.remove")
 wrap(VW.Views, "dump", "rec: views.dump")
 wrap(S.ExperienceFiles, "paths", "rec: scan paths() scandir+sort")
-wrap(S.ExperienceFiles, "_read", "rec: scan _read total")
+wrap(S.ExperienceFiles, "_read", "rec: scan _read total")  # before branch reconcile
+wrap(S.ExperienceFiles, "_judge", "rec: scan _judge (validate) total")
+from reme_procedure_memory import experiences as E  # noqa: E402
+if hasattr(E, "read_ahead"):
+    wrap_gen(E, "read_ahead", "rec: scan read_ahead (bytes, waits on readers)")
 wrap(S.ExperienceFiles, "_source_problem", "rec: _read source_problem")
 for n in ("parse_experience", "check_name", "version_of"):
     wrap(S, n, f"rec: _read {n}")
