@@ -193,7 +193,7 @@ def read_ahead(names: list[str], dir_fd: int) -> Iterator[tuple[str, bytes | Lin
     """
     batches = [names[i:i + BATCH] for i in range(0, len(names), BATCH)]
     readers: ThreadPoolExecutor | None = None
-    ahead: deque[Future] = deque()  # the readers' results for batches[number + 1:], in order
+    ahead: deque[Future] = deque()  # the readers' reads of the next batches, in order
     waited, read_here = 0.0, 0
     try:
         for number, batch in enumerate(batches):
