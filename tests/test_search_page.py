@@ -112,3 +112,27 @@ async def test_a_file_turning_pending_while_the_page_is_read_is_replaced_by_the_
         assert len(ans["results"]) == 5 and turning not in [r["path"] for r in ans["results"]]
         assert [p["path"] for p in ans["pending_indexes"]] == [turning]
         assert len(threads) == 6 and threading.current_thread().name not in threads  # 5 + 1 more, off the loop
+
+
+def test_steps_load_the_same_prompts_as_reme_with_one_lookup_per_class():
+    """Steps are built per request; their class prompts are looked up once per class (``ClassPrompts``), with the
+    result ReMe's own lookup gives (here for a ReMe step class that has a prompt file, and for the plugin's)."""
+    from reme.components.prompt_handler import PromptHandler
+    from reme.steps.evolve.auto_memory import AutoMemoryStep
+
+    from reme_procedure_memory.steps import ClassPrompts, ProcedureSearchStep
+
+    for step in (AutoMemoryStep, ProcedureSearchStep):
+        expected = PromptHandler(language="en")
+        for cls in reversed(step.__mro__):
+            expected.load_prompt_by_class(cls)
+        expected.load_prompt_dict({"extra": "override", "ignored": 3})
+        for _ in range(2):  # the first lookup fills the cache, the second uses it
+            cached = ClassPrompts(language="en")
+            for cls in reversed(step.__mro__):
+                cached.load_prompt_by_class(cls)
+            cached.load_prompt_dict({"extra": "override", "ignored": 3})
+            assert cached.data == expected.data
+    assert len(PromptHandler().load_prompt_by_class(AutoMemoryStep).data) > 0  # a class with prompts was checked
+    built = ProcedureSearchStep(procedure_memory="default", prompt_dict={"extra": "override"})
+    assert isinstance(built.prompt, ClassPrompts) and built.prompt.data == {"extra": "override"}
