@@ -8,6 +8,7 @@ These tests check it against the parts called one by one on the same real stores
 
 import json
 import threading
+from contextlib import asynccontextmanager
 
 import pytest
 
@@ -45,6 +46,16 @@ def reference_answer(ws, fused, pending: set[str], limit: int) -> list[tuple[str
     return out
 
 
+@asynccontextmanager
+async def corpus_search(make_app, tmp_path, view: str, query: str):
+    """A started app over the test corpus, with the reference fused candidates of ``query`` in ``view``."""
+    ws = tmp_path / "ws"
+    write_corpus(ws)
+    async with make_app(workspace=ws) as app:
+        memory = memory_of(app)
+        yield app, memory, ws, await reference_fused(memory, view, query, 5, memory.settings.vector_weight)
+
+
 def answered(ans) -> list[tuple[str, float, dict]]:
     return [(r["path"], r["score"], r["experience"]) for r in ans["results"]]
 
@@ -64,12 +75,8 @@ async def test_one_call_search_fuses_the_same_candidates_as_the_branches_apart(m
 
 
 async def test_answer_pages_past_missing_and_invalid_files_like_a_sequential_reader(make_app, tmp_path):
-    ws = tmp_path / "ws"
-    write_corpus(ws)
-    async with make_app(workspace=ws) as app:
-        memory = memory_of(app)
-        view, query = "when_to_use_content", corpus()[5][2]
-        fused = await reference_fused(memory, view, query, 5, memory.settings.vector_weight)
+    view, query = "when_to_use_content", corpus()[5][2]
+    async with corpus_search(make_app, tmp_path, view, query) as (app, memory, ws, fused):
         for limit in (1, 3, 5, len(fused), len(fused) + 10):
             ok, ans = await run_job(app, "procedure_search", query=query, index=view, limit=limit)
             assert ok and answered(ans) == reference_answer(ws, fused, set(), limit)
@@ -89,12 +96,8 @@ async def test_answer_pages_past_missing_and_invalid_files_like_a_sequential_rea
 async def test_a_file_turning_pending_while_the_page_is_read_is_replaced_by_the_next_candidate(
         make_app, tmp_path, monkeypatch):
     """The one case of a second worker call: a page file read valid, but pending by the time the answer is built."""
-    ws = tmp_path / "ws"
-    write_corpus(ws)
-    async with make_app(workspace=ws) as app:
-        memory = memory_of(app)
-        view, query = "when_to_use", corpus()[2][2]
-        fused = await reference_fused(memory, view, query, 5, memory.settings.vector_weight)
+    view, query = "when_to_use", corpus()[2][2]
+    async with corpus_search(make_app, tmp_path, view, query) as (app, memory, ws, fused):
         turning = fused[1].path
         real_read = ExperienceFiles.read
         threads = []
