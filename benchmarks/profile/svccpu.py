@@ -35,4 +35,6 @@ async def main():
     for clients, rows in out.items():
         print(f"{clients} task(s): wall/req {statistics.median(r[0] for r in rows):.3f} ms, CPU/req {statistics.median(r[1] for r in rows):.3f} ms  {[(round(a,2), round(b,2)) for a, b in rows]}")
     await app.close()
+    import shutil
+    shutil.rmtree(root, ignore_errors=True)
 asyncio.run(main())
