@@ -4,6 +4,7 @@ Run from the repository root (a venv with the plugin installed)::
 
     python benchmarks/service.py                 # 10,000 experiences, 3 rounds of 1 and 8 clients
     python benchmarks/service.py --n 1000 --requests 200 --rounds 1      # smoke run
+    python benchmarks/service.py --access-log on,off      # also a service with uvicorn's access log off
 
 What runs, all on 127.0.0.1:
 
@@ -18,6 +19,11 @@ What runs, all on 127.0.0.1:
 * rounds: ``--requests`` ``POST /procedure_search`` calls (``limit`` 5, alternating the two views), first from one
   client (each call waits for the previous answer), then from 8 concurrent clients splitting the same calls; every
   answer is checked (HTTP 200, ``status: ok``, results, vector search available). Throughput is answers per second.
+  The clients run in a separate process (``httpclient.py``: raw-socket keep-alive HTTP/1.1), so their CPU shares
+  neither the service's GIL nor this script's event loop (they still share the machine's cores);
+* the service process's CPU (user + system, all threads, from ``/proc/<pid>/stat``) per request of each series;
+* ``--access-log``: the service with uvicorn's access log ``on`` (ReMe's default) and/or ``off``
+  (``service.access_log=false``, passed through to ``uvicorn.run``), one service start per setting.
 
 Target (issue 9): 8 concurrent clients get >= 1.5x one client's throughput at 10k. The ratio is the median over the
 rounds, both series measured in every round; nothing asserts on time.
@@ -26,7 +32,6 @@ rounds, both series measured in every round; nothing asserts on time.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import socket
@@ -116,29 +121,24 @@ def reme_args(ws: Path) -> list[str]:
             f"components.as_embedding.procedure.dimensions={DIMENSIONS}"]
 
 
-async def search_once(client, port: int, query: str, index: str) -> None:
-    response = await client.post(f"http://127.0.0.1:{port}/procedure_search",
-                                 json={"query": query, "index": index, "limit": 5})
-    response.raise_for_status()
-    answer = json.loads(response.json()["answer"])
-    if answer.get("status") != "ok" or not answer["results"] or "vector_search" in answer:
-        raise RuntimeError(f"unexpected answer: {str(answer)[:500]}")
+CLIENT = Path(__file__).with_name("httpclient.py")
 
 
-async def run_round(port: int, queries: list[str], requests: int, clients: int) -> float:
-    """Seconds for ``requests`` searches split over ``clients`` concurrent sequential clients."""
-    import httpx
+def service_cpu_seconds(pid: int) -> float:
+    """User + system CPU of the service process so far (all its threads), from ``/proc/<pid>/stat``."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+
+def run_round(port: int, queries: list[str], requests: int, clients: int) -> float:
+    """Seconds for ``requests`` searches split over ``clients`` concurrent sequential clients, sent by the load
+    client (httpclient.py) in its own process: its CPU shares neither the service's GIL nor this process."""
     calls = [(queries[i % len(queries)], ("when_to_use", "when_to_use_content")[i % 2]) for i in range(requests)]
-    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        async def worker(share):
-            for query, index in share:
-                await search_once(client, port, query, index)
-
-        started = time.perf_counter()
-        await asyncio.gather(*(worker(calls[c::clients]) for c in range(clients)))
-        return time.perf_counter() - started
+    proc = subprocess.run([sys.executable, str(CLIENT), str(port), str(clients)], input=json.dumps(calls),
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"load client failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)["seconds"]
 
 
 def wait_for(proc: subprocess.Popen, port: int, log_file: Path, timeout: float = 600) -> None:
@@ -157,6 +157,48 @@ def wait_for(proc: subprocess.Popen, port: int, log_file: Path, timeout: float =
     raise RuntimeError(f"reme start did not answer within {timeout} s")
 
 
+def measure_service(ws: Path, root: Path, env: dict, queries: list[str], args, access_log: str) -> dict:
+    """Start the service (uvicorn access log ``on``/``off``), warm its query cache, run the rounds, stop it."""
+    port = free_port()
+    log_file = root / f"service-{access_log}.log"
+    extra = [] if access_log == "on" else ["service.access_log=false"]
+    with open(log_file, "wb") as out:
+        service = subprocess.Popen(
+            [str(REME), "start", *reme_args(ws), "service.host=127.0.0.1", f"service.port={port}", *extra],
+            cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
+        )
+    run: dict = {"access_log": access_log, "rounds": []}
+    try:
+        started = time.perf_counter()
+        wait_for(service, port, log_file)
+        run["service_ready_seconds"] = time.perf_counter() - started
+        log(f"service ready on port {port}; warming the query cache ...")
+        run_round(port, queries, len(queries) * 2, 1)  # every query once per view
+        for number in range(args.rounds):
+            row = {}
+            for clients, key in ((1, "one_client"), (CLIENTS, "clients")):
+                cpu = service_cpu_seconds(service.pid)
+                seconds = run_round(port, queries, args.requests, clients)
+                row[f"{key}_per_s"] = args.requests / seconds
+                row[f"{key}_cpu_ms"] = (service_cpu_seconds(service.pid) - cpu) / args.requests * 1000
+            row["ratio"] = row["clients_per_s"] / row["one_client_per_s"]
+            run["rounds"].append(row)
+            log(f"round {number + 1}: 1 client {row['one_client_per_s']:.1f}/s, {CLIENTS} clients "
+                f"{row['clients_per_s']:.1f}/s, ratio {row['ratio']:.2f}; service CPU per request "
+                f"{row['one_client_cpu_ms']:.2f} / {row['clients_cpu_ms']:.2f} ms")
+    finally:
+        service.terminate()
+        try:
+            service.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            service.kill()
+            service.wait(timeout=10)
+    for key in ("ratio", "one_client_per_s", "clients_per_s", "one_client_cpu_ms", "clients_cpu_ms"):
+        run[key] = statistics.median(r[key] for r in run["rounds"])
+    run["passed"] = run["ratio"] >= TARGET_RATIO
+    return run
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=10_000, help="experiences (10000)")
@@ -164,8 +206,13 @@ def main(argv=None) -> int:
     p.add_argument("--requests", type=int, default=800, help="searches per series per round (800)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of (1 client, 8 clients) (3)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--access-log", default="on",
+                   help="uvicorn access log of the service: on, off, or both as on,off (one service each) (on)")
     p.add_argument("--json", help="also write the raw numbers to this file")
     args = p.parse_args(argv)
+    access_logs = [s.strip() for s in args.access_log.split(",") if s.strip()]
+    if not access_logs or set(access_logs) - {"on", "off"}:
+        p.error("--access-log takes on, off or on,off")
 
     load_start = os.getloadavg()
     root = Path(tempfile.mkdtemp(prefix="reme-proc-service-"))
@@ -182,7 +229,7 @@ def main(argv=None) -> int:
         (ws / "procedures" / exp["filename"]).write_bytes(
             experience_bytes(exp, "session/trajectories/bench-run.jsonl"))
     results: dict = {"n": args.n, "queries": args.queries, "requests": args.requests, "clients": CLIENTS,
-                     "rounds": []}
+                     "runs": []}
     with EmbeddingServer(HashedProjectionEmbedding(DIMENSIONS, seed=args.seed)) as embeddings:
         env = reme_env(embeddings, tokenizer)
         log(f"{args.n} experience files; procedure_reindex ...")
@@ -192,38 +239,14 @@ def main(argv=None) -> int:
         if proc.returncode != 0:
             raise RuntimeError(f"reindex failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
         results["reindex_process_seconds"] = time.perf_counter() - started
-        port = free_port()
-        log_file = root / "service.log"
-        with open(log_file, "wb") as out:
-            service = subprocess.Popen(
-                [str(REME), "start", *reme_args(ws), "service.host=127.0.0.1", f"service.port={port}"],
-                cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
-            )
-        try:
-            started = time.perf_counter()
-            wait_for(service, port, log_file)
-            results["service_ready_seconds"] = time.perf_counter() - started
-            log(f"service ready on port {port}; warming the query cache ...")
-            asyncio.run(run_round(port, queries, len(queries) * 2, 1))  # every query once per view
-            for number in range(args.rounds):
-                one = asyncio.run(run_round(port, queries, args.requests, 1))
-                many = asyncio.run(run_round(port, queries, args.requests, CLIENTS))
-                results["rounds"].append({"one_client_per_s": args.requests / one,
-                                          "clients_per_s": args.requests / many, "ratio": one / many})
-                log(f"round {number + 1}: 1 client {args.requests / one:.1f}/s, {CLIENTS} clients "
-                    f"{args.requests / many:.1f}/s, ratio {one / many:.2f}")
-        finally:
-            service.terminate()
-            try:
-                service.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                service.kill()
-                service.wait(timeout=10)
-    ratio = statistics.median(r["ratio"] for r in results["rounds"])
+        for setting in access_logs:
+            log(f"access log {setting}: starting the service ...")
+            results["runs"].append(measure_service(ws, root, env, queries, args, setting))
+    first = results["runs"][0]  # the top-level numbers are those of the first --access-log setting
+    results.update({key: first[key] for key in ("ratio", "one_client_per_s", "clients_per_s", "passed",
+                                                  "service_ready_seconds")})
     results.update(
-        ratio=ratio, target_ratio=TARGET_RATIO, passed=ratio >= TARGET_RATIO,
-        one_client_per_s=statistics.median(r["one_client_per_s"] for r in results["rounds"]),
-        clients_per_s=statistics.median(r["clients_per_s"] for r in results["rounds"]),
+        target_ratio=TARGET_RATIO,
         date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), machine=machine(), revision=revision(),
         command=" ".join(["python", *sys.argv]), loadavg_start=load_start, loadavg_end=os.getloadavg(),
     )
@@ -233,9 +256,13 @@ def main(argv=None) -> int:
         *results["loadavg_start"], *results["loadavg_end"]))
     print(f"{args.n} experiences, reindex process {results['reindex_process_seconds']:.1f} s, service ready in "
           f"{results['service_ready_seconds']:.1f} s")
-    print(f"throughput over HTTP (median of {args.rounds} rounds of {args.requests} searches): 1 client "
-          f"{results['one_client_per_s']:.1f}/s, {CLIENTS} clients {results['clients_per_s']:.1f}/s -> ratio "
-          f"{ratio:.2f} (target >= {TARGET_RATIO}) {'PASS' if results['passed'] else 'FAIL'}")
+    for run in results["runs"]:
+        suffix = "" if len(results["runs"]) == 1 else f" [access log {run['access_log']}]"
+        print(f"throughput over HTTP (median of {args.rounds} rounds of {args.requests} searches): 1 client "
+              f"{run['one_client_per_s']:.1f}/s, {CLIENTS} clients {run['clients_per_s']:.1f}/s -> ratio "
+              f"{run['ratio']:.2f} (target >= {TARGET_RATIO}) {'PASS' if run['passed'] else 'FAIL'}{suffix}")
+        print(f"service process CPU per request (median): 1 client {run['one_client_cpu_ms']:.2f} ms, {CLIENTS} "
+              f"clients {run['clients_cpu_ms']:.2f} ms{suffix}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
     import shutil

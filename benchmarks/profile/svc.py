@@ -1,5 +1,5 @@
 """Service profile: the service.py setup, then per-thread CPU of the service per request (1 vs 8 clients)."""
-import sys, os, time, asyncio, json, subprocess, tempfile
+import sys, os, time, json, subprocess, tempfile
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__import__("os").path.abspath(__file__)), ".."))
 from pathlib import Path
 import service as SV, search
@@ -17,7 +17,7 @@ def threads_cpu(pid):
         except FileNotFoundError: pass
     return out
 def self_cpu():
-    t = os.times(); return t.user + t.system
+    t = os.times(); return t.user + t.system + t.children_user + t.children_system  # the load client is a child
 
 def main():
     n = int(os.environ.get("N", 10000)); requests = int(os.environ.get("REQ", 800))
@@ -42,11 +42,11 @@ def main():
         try:
             SV.wait_for(svc, port, log)
             open("/tmp/profile-work/svc.pid", "w").write(str(svc.pid))
-            asyncio.run(SV.run_round(port, queries, 400, 1))
+            SV.run_round(port, queries, 400, 1)
             for rnd in range(int(os.environ.get("ROUNDS", 2))):
                 for clients in (1, 8):
                     c0, s0 = threads_cpu(svc.pid), self_cpu()
-                    el = asyncio.run(SV.run_round(port, queries, requests, clients))
+                    el = SV.run_round(port, queries, requests, clients)
                     c1, s1 = threads_cpu(svc.pid), self_cpu()
                     per = {}
                     for k, v in c1.items():
@@ -61,7 +61,7 @@ def main():
                     spy = subprocess.Popen(["/tmp/profile-work/py-spy", "record", "--pid", str(svc.pid), "--threads", "--format", "raw", "-r", "200", "-o", out, "--nonblocking"],
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                     time.sleep(1.5)
-                    el = asyncio.run(SV.run_round(port, queries, requests, clients))
+                    el = SV.run_round(port, queries, requests, clients)
                     spy.send_signal(2); spy.wait(timeout=60)
                     print(f"py-spy clients={clients}: {requests/el:.1f} req/s -> {out}", flush=True)
         finally:

@@ -16,11 +16,30 @@ from typing import TYPE_CHECKING, Any
 
 from .paths import resolve_inside
 from .schema import ErrorCode, ProcedureError, check_name
-from .experiences import BadFile
+from .experiences import BadFile, StoredExperience
 from .tokens import TokenizerUnavailable
 
 if TYPE_CHECKING:
     from .component import ProcedureMemory
+    from .store import ExperienceFiles
+    from .views import Fused
+
+
+def search_result(hit: Fused, item: StoredExperience) -> dict[str, Any]:
+    """One result of a search answer: the current experience with its path, version and scores."""
+    return {
+        "path": item.path,
+        "version": item.version,
+        "score": hit.score,
+        "scores": {
+            "rrf": hit.score,
+            "vector": hit.vector_score,
+            "vector_rank": hit.vector_rank,
+            "keyword": hit.keyword_score,
+            "keyword_rank": hit.keyword_rank,
+        },
+        "experience": item.experience.fields(),
+    }
 
 
 class Reads:
@@ -38,44 +57,37 @@ class Reads:
         """Hybrid search of one view; full current experiences with path, version and scores.
 
         Hits of pending files are skipped; a hit whose file was edited by hand into an invalid one since indexing is
-        excluded and reported (``pending_indexes``), never served stale. The page's files are read in a worker thread.
+        excluded and reported (``pending_indexes``), never served stale. The page's files are read in the search's
+        one scan-thread call (``Views.search_page``), past missing and invalid files until ``limit`` are valid; a
+        second worker call reads further candidates only if a file read there turned pending meanwhile.
         """
         memory = self.memory
         views = memory.views
         assert views is not None
         await memory.recovery.ensure_reconciled()
         await memory.recovery.retries.maybe_start()
-        fused, vector_error = await memory.recovery.without_rebuild(
-            lambda: views.search(view, query, limit, memory.settings.vector_weight),
+        files = memory.files  # one validation context for this answer's reads
+
+        def first_page(fused: list[Fused]) -> tuple[list[Fused], list[tuple[Fused, Any]], int]:
+            return (fused, *self._read_page(files, fused, 0, limit))
+
+        (fused, read, position), vector_error = await memory.recovery.without_rebuild(
+            lambda: views.search_page(view, query, limit, memory.settings.vector_weight, first_page),
         )
         results = []
-        files = memory.files  # one validation context for this answer's reads
-        wanted = [hit.path for hit in fused if hit.path not in memory.pending][:limit]
-        read = dict(zip(wanted, await asyncio.to_thread(lambda: [files.read(p) for p in wanted])))  # off-loop
-        for hit in fused:
-            if len(results) >= limit:
+        while True:
+            for hit, item in read:
+                if hit.path in memory.pending:  # it turned pending while the files were read
+                    continue
+                if item is None:
+                    continue
+                if isinstance(item, BadFile):  # edited by hand since indexing: exclude and report, never stale
+                    memory.recovery.mark_invalid(item)
+                    continue
+                results.append(search_result(hit, item))
+            if len(results) >= limit or position >= len(fused):
                 break
-            if hit.path in memory.pending:
-                continue
-            item = read[hit.path] if hit.path in read else files.read(hit.path)
-            if item is None:
-                continue
-            if isinstance(item, BadFile):  # edited by hand since indexing: exclude and report, never stale
-                memory.recovery.mark_invalid(item)
-                continue
-            results.append({
-                "path": item.path,
-                "version": item.version,
-                "score": hit.score,
-                "scores": {
-                    "rrf": hit.score,
-                    "vector": hit.vector_score,
-                    "vector_rank": hit.vector_rank,
-                    "keyword": hit.keyword_score,
-                    "keyword_rank": hit.keyword_rank,
-                },
-                "experience": item.experience.fields(),
-            })
+            read, position = await asyncio.to_thread(self._read_page, files, fused, position, limit - len(results))
         answer: dict[str, Any] = {
             "status": "ok",
             "index": view,
@@ -87,6 +99,25 @@ class Reads:
         if vector_error:
             answer["vector_search"] = {"available": False, "error": vector_error}
         return answer
+
+    def _read_page(self, files: ExperienceFiles, fused: list[Fused], start: int,
+                   wanted: int) -> tuple[list[tuple[Fused, Any]], int]:
+        """Read the files of the candidates from ``fused[start]`` on, skipping pending files, until ``wanted`` of
+        them are valid experiences (blocking: a worker thread). Returns each candidate read with what
+        ``ExperienceFiles.read`` gave (an experience, a BadFile or None) and the position after the last one read."""
+        pending = self.memory.pending
+        read: list[tuple[Fused, Any]] = []
+        position = start
+        while wanted > 0 and position < len(fused):
+            hit = fused[position]
+            position += 1
+            if hit.path in pending:
+                continue
+            item = files.read(hit.path)
+            read.append((hit, item))
+            if isinstance(item, StoredExperience):
+                wanted -= 1
+        return read, position
 
     def experience_path(self, raw) -> str:
         """Validate an experience path argument: ``<procedure_dir>/<valid name>.json`` inside the directory.

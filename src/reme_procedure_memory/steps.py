@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from reme.components.prompt_handler import PromptHandler
 from reme.steps.base_step import BaseStep
 
 from .arguments import MAX_LIMIT, ReadArguments, SearchArguments, validate  # noqa: F401 (MAX_LIMIT: re-exported)
@@ -49,8 +50,43 @@ def check_unicode(arguments: dict[str, Any]) -> None:
             stack += [(name, item) for item in value.values()]
 
 
+class ClassPrompts(PromptHandler):
+    """ReMe's prompt handler with each class's prompt file looked up once per process.
+
+    ReMe builds a job's steps anew for every call, and ``BaseStep.__init__`` loads the prompts of every class in the
+    step's MRO: an ``inspect.getfile`` and two ``stat`` calls per class, per request. The files are part of the
+    installed code, so the prompts found for a class the first time are reused (the same merge: string entries,
+    same overwrite rule).
+    """
+
+    _by_class: dict[type, dict[str, str]] = {}
+
+    @classmethod
+    def of(cls, handler: PromptHandler) -> "ClassPrompts":
+        """A ClassPrompts with ``handler``'s language and prompts."""
+        prompts = cls(language=handler.language)
+        prompts.data = dict(handler.data)
+        return prompts
+
+    def load_prompt_by_class(self, cls: type, overwrite: bool = True) -> "ClassPrompts":
+        found = self._by_class.get(cls)
+        if found is None:
+            found = self._by_class[cls] = PromptHandler().load_prompt_by_class(cls).data
+        self.load_prompt_dict(found, overwrite)
+        return self
+
+
 class ProcedureStep(BaseStep):
     """Base of the plugin's steps: component lookup and the JSON answer contract."""
+
+    @property
+    def prompt(self) -> PromptHandler:
+        return self.__dict__["prompt"]
+
+    @prompt.setter
+    def prompt(self, handler: PromptHandler) -> None:
+        # BaseStep.__init__ sets a fresh PromptHandler, then loads the class prompts into it: swap in the cached kind
+        self.__dict__["prompt"] = handler if isinstance(handler, ClassPrompts) else ClassPrompts.of(handler)
 
     @property
     def memory(self) -> ProcedureMemory:

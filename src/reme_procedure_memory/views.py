@@ -14,18 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass
+from typing import Callable, NamedTuple, TypeVar
 
 from reme.schema import FileChunk, FileNode
 
 from .filestore import ProcedureFileStore
 from .keyword_tokenizer import tokenizer_identity
+from .viewsearch import scan_executor
 from .experiences import StoredExperience
 
 VIEW_NAMES = ("when_to_use", "when_to_use_content")
 RRF_K = 60
 MAX_CANDIDATES = 200
 BULK_BATCH = 200
+T = TypeVar("T")
 
 
 def view_text(view: str, stored: StoredExperience) -> str:
@@ -43,8 +45,7 @@ def chunk_id(view: str, path: str) -> str:
     return f"{view}:{path}"
 
 
-@dataclass(frozen=True)
-class Fused:
+class Fused(NamedTuple):
     """One fused result: the path, the RRF score and where it ranked in each list (1-based, None if absent)."""
 
     path: str
@@ -65,25 +66,36 @@ def rrf_fuse(
 
     score(id) = w / (k + rank_vector) + (1 - w) / (k + rank_keyword), ranks 1-based, a missing term contributes 0.
     The result is the union of both lists, best first; ties keep the better vector rank, then the better keyword rank,
-    then the id, so the order is total and deterministic.
+    then the id, so the order is total and deterministic. An id listed twice in one list keeps its first rank.
     """
     if not 0.0 <= vector_weight <= 1.0:
         raise ValueError("vector_weight must be within [0, 1]")
-    info: dict[str, dict] = {}
-    for rank, (item, native) in enumerate(vector, 1):
-        if item not in info:
-            info[item] = {"v": rank, "vs": native, "k": None, "ks": None}
+    keyword_weight = 1 - vector_weight
+    absent = 1 << 30  # the sort rank of a list the id is missing from
+    keyword_first: dict[str, tuple[int, float]] = {}
     for rank, (item, native) in enumerate(keyword, 1):
-        entry = info.setdefault(item, {"v": None, "vs": None, "k": None, "ks": None})
-        if entry["k"] is None:
-            entry["k"], entry["ks"] = rank, native
-    fused = []
-    for item, e in info.items():
-        score = (vector_weight / (k + e["v"]) if e["v"] else 0.0) + ((1 - vector_weight) / (k + e["k"]) if e["k"] else 0.0)
-        fused.append(Fused(item, score, e["v"], e["k"], e["vs"], e["ks"]))
-    big = 1 << 30
-    fused.sort(key=lambda f: (-f.score, f.vector_rank or big, f.keyword_rank or big, f.path))
-    return fused
+        if item not in keyword_first:
+            keyword_first[item] = (rank, native)
+    # rows sort as (-score, vector rank, keyword rank, id, result): ids are unique, so results are never compared
+    rows: list[tuple[float, int, int, str, Fused]] = []
+    in_vector: set[str] = set()
+    for rank, (item, native) in enumerate(vector, 1):
+        if item in in_vector:
+            continue
+        in_vector.add(item)
+        hit = keyword_first.get(item)
+        if hit is None:
+            score = vector_weight / (k + rank) + 0.0
+            rows.append((-score, rank, absent, item, Fused(item, score, rank, None, native, None)))
+        else:
+            score = vector_weight / (k + rank) + keyword_weight / (k + hit[0])
+            rows.append((-score, rank, hit[0], item, Fused(item, score, rank, hit[0], native, hit[1])))
+    for item, (rank, native) in keyword_first.items():
+        if item not in in_vector:
+            score = 0.0 + keyword_weight / (k + rank)
+            rows.append((-score, absent, rank, item, Fused(item, score, None, rank, None, native)))
+    rows.sort()
+    return [row[4] for row in rows]
 
 
 class IndexFailure(RuntimeError):
@@ -266,17 +278,28 @@ class Views:
     async def search(self, view: str, query: str, limit: int, vector_weight: float) -> tuple[list[Fused], str | None]:
         """Fused candidates of ``view`` (best first, at least ``limit`` when available) and, if the vector branch
         was unavailable, why."""
+        return await self.search_page(view, query, limit, vector_weight, lambda fused: fused)
+
+    async def search_page(self, view: str, query: str, limit: int, vector_weight: float,
+                          page: Callable[[list[Fused]], T]) -> tuple[T, str | None]:
+        """``page(fused candidates)`` and, if the vector branch was unavailable, why.
+
+        The query vector comes first, on the event loop (the shared embedding cache; the provider on a miss). Then
+        one scan-thread call does the rest: BM25, the matrix scan, the fusion and ``page`` (e.g. reading the result
+        files), so a search hands work to a thread once, never to the event loop.
+        """
         store = self.stores[view]
         candidates = min(MAX_CANDIDATES, max(50, limit * 5))
-        vector_hits: list[tuple[str, float]] = []
-        vector_error = None
-        # both branches search in worker threads: BM25 runs while the query is embedded and the matrix scanned
-        keyword = asyncio.ensure_future(store.akeyword_paths(query, candidates)) if vector_weight < 1 else None
-        try:
-            if vector_weight > 0:
-                qvec, vector_error = await self.query_vector(query)
-                if qvec is not None:
-                    vector_hits = await store.anearest_paths(qvec, candidates)
-        finally:
-            keyword_hits = await keyword if keyword is not None else []
-        return rrf_fuse(vector_hits, keyword_hits, vector_weight), vector_error
+        query_vector, vector_error = (await self.query_vector(query)) if vector_weight > 0 else (None, None)
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(scan_executor(), _fused_page, store, query, query_vector, candidates,
+                                           vector_weight, page)
+        return found, vector_error
+
+
+def _fused_page(store: ProcedureFileStore, query: str, query_vector, candidates: int, vector_weight: float,
+                page: Callable[[list[Fused]], T]) -> T:
+    """BM25 and vector candidates of one view, fused, passed to ``page`` (blocking: runs in a scan thread)."""
+    keyword = store.keyword_paths(query, candidates) if vector_weight < 1 else []
+    vector = store.nearest_paths(query_vector, candidates) if query_vector is not None else []
+    return page(rrf_fuse(vector, keyword, vector_weight))

@@ -2,10 +2,10 @@
 
 Contract of ``ViewSearches`` (a base of ``ProcedureFileStore``, whose records, vector matrix, its lock and keyword
 index it reads): ``nearest_paths``/``keyword_paths`` return the top ``limit`` records as ``(path, score)`` (blocking:
-a scan, under the matrix's read lock); their ``a``-prefixed forms run them in a scan thread of ``scan_executor`` (one
-per core, faiss on one OpenMP thread each: concurrent searches are the parallelism), never on the event loop;
-``nearest``/``vector_search`` keep ReMe's ``vector_search`` contract (chunks with ``vector`` and ``score``), falling
-back to ReMe's stock scan for filtered searches.
+a scan, under the matrix's read lock), for callers that run them in a scan thread of ``scan_executor`` (one per core,
+faiss on one OpenMP thread each: concurrent searches are the parallelism), never on the event loop (``Views.search``
+runs both and the fusion in one such call); ``nearest``/``vector_search`` keep ReMe's ``vector_search`` contract
+(chunks with ``vector`` and ``score``) in a scan thread, falling back to ReMe's stock scan for filtered searches.
 """
 
 from __future__ import annotations
@@ -54,16 +54,6 @@ class ViewSearches:
         hits = self.keyword_index.search(query.strip(), limit)
         chunks = [(self.file_chunks.get(cid), score) for cid, score in hits.items()]
         return [(chunk.path, score) for chunk, score in chunks if chunk is not None]
-
-    async def anearest_paths(self, query_embedding, limit: int) -> list[tuple[str, float]]:
-        """``nearest_paths`` in a scan thread, off the event loop."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(scan_executor(), self.nearest_paths, query_embedding, limit)
-
-    async def akeyword_paths(self, query: str, limit: int) -> list[tuple[str, float]]:
-        """``keyword_paths`` in a scan thread, off the event loop."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(scan_executor(), self.keyword_paths, query, limit)
 
     def nearest(self, query_embedding, limit: int) -> list[FileChunk]:
         """Top ``limit`` chunks by cosine to an already computed query vector, scores as ReMe's vector_search."""
