@@ -36,33 +36,101 @@ def _screen_pool() -> ThreadPoolExecutor:
     return _pool
 
 
-class Block:
-    """``capacity`` float16 rows and the faiss index of their int8 codes (rows ``[0, n)`` used)."""
+def _index(dimensions: int):
+    """An empty faiss index of int8 codes (``8bit_direct_signed``: stored as code + 128), inner product."""
+    faiss = faiss_module()
+    return faiss.IndexScalarQuantizer(dimensions, faiss.ScalarQuantizer.QT_8bit_direct_signed,
+                                      faiss.METRIC_INNER_PRODUCT)
 
-    def __init__(self, dimensions: int, capacity: int) -> None:
-        faiss = faiss_module()
+
+def codes_view(index, n: int) -> np.ndarray:
+    """The first ``n`` rows of ``index``'s codes as a writable uint8 view of faiss's own buffer (code + 128)."""
+    return faiss_module().rev_swig_ptr(index.codes.data(), n * index.d).reshape(n, index.d)
+
+
+def set_rows(index, n: int) -> None:
+    """Make ``index`` hold ``n`` rows (new rows' codes to be written through ``codes_view``)."""
+    index.codes.resize(n * index.d)
+    index.ntotal = n
+
+
+def append_codes(index, codes: np.ndarray) -> None:
+    """Append int8 ``codes`` to ``index`` (written straight into its buffer: no float round trip)."""
+    start = index.ntotal
+    set_rows(index, start + len(codes))
+    # code + 128 is the int8 code's byte with its top bit flipped
+    np.bitwise_xor(codes.view(np.uint8), 0x80, out=codes_view(index, start + len(codes))[start:])
+
+
+class Block:
+    """``capacity`` float16 rows, the faiss index of their int8 codes and, when the matrix has a prefix screen, the
+    faiss index of their prefix codes (rows ``[0, n)`` used)."""
+
+    def __init__(self, dimensions: int, capacity: int, prefix_width: int = 0) -> None:
         self.rows = np.empty((capacity, dimensions), dtype=np.float16)  # untouched pages cost no memory
-        self.index = faiss.IndexScalarQuantizer(
-            dimensions, faiss.ScalarQuantizer.QT_8bit_direct_signed, faiss.METRIC_INNER_PRODUCT,
-        )
+        self.index = _index(dimensions)
+        self.prefix = _index(prefix_width) if prefix_width else None
         self.n = 0
 
     @classmethod
-    def restore(cls, vectors: np.ndarray, codes: np.ndarray, capacity: int) -> "Block":
-        """A block holding these float16 rows and their int8 codes (at most ``capacity``), without re-encoding."""
+    def restore(cls, vectors: np.ndarray, codes: np.ndarray, capacity: int,
+                prefix_codes: np.ndarray | None = None) -> "Block":
+        """A block holding these float16 rows and their codes (at most ``capacity``), without re-encoding."""
         block = cls(vectors.shape[1], capacity)
         block.n = len(vectors)
         block.rows[: block.n] = vectors
-        block.index.codes.resize(block.n * vectors.shape[1])  # the codes as faiss stores them (code + 128)
-        block.codes_view()[:] = codes.astype(np.int16) + 128
-        block.index.ntotal = block.n
+        block.set_codes(codes)
+        block.set_prefix(prefix_codes)
         return block
+
+    def set_codes(self, codes: np.ndarray) -> None:
+        """Replace the codes of all the block's rows (int8, one row each)."""
+        set_rows(self.index, 0)
+        append_codes(self.index, codes)
+
+    def set_prefix(self, prefix_codes: np.ndarray | None) -> None:
+        """Replace the prefix codes of all the block's rows (None: no prefix index)."""
+        self.prefix = None if prefix_codes is None else _index(prefix_codes.shape[1])
+        if self.prefix is not None:
+            append_codes(self.prefix, prefix_codes)
+
+    def append(self, vectors: np.ndarray, codes: np.ndarray, prefix_codes: np.ndarray | None) -> None:
+        """Add rows at the end, with their codes (and prefix codes, when the block has a prefix index)."""
+        self.rows[self.n:self.n + len(vectors)] = vectors
+        append_codes(self.index, codes)
+        if self.prefix is not None:
+            append_codes(self.prefix, prefix_codes)
+        self.n += len(vectors)
+
+    def write(self, offset: int, vector: np.ndarray, codes: np.ndarray, prefix_codes: np.ndarray | None) -> None:
+        """Replace row ``offset`` and its codes."""
+        self.rows[offset] = vector
+        np.bitwise_xor(codes.view(np.uint8), 0x80, out=self.codes_view()[offset])
+        if self.prefix is not None:
+            np.bitwise_xor(prefix_codes.view(np.uint8), 0x80, out=codes_view(self.prefix, self.n)[offset])
+
+    def move(self, source: "Block", src: int, offset: int) -> None:
+        """Copy row ``src`` of ``source`` and its codes over row ``offset``."""
+        self.rows[offset] = source.rows[src]
+        self.codes_view()[offset] = source.codes_view()[src]
+        if self.prefix is not None:
+            codes_view(self.prefix, self.n)[offset] = codes_view(source.prefix, source.n)[src]
+
+    def drop_last(self) -> None:
+        """Forget the last row."""
+        self.n -= 1
+        for index in (self.index, self.prefix):
+            if index is not None:
+                set_rows(index, self.n)
+
+    def codes(self, prefix: bool = False) -> np.ndarray:
+        """A copy of the used rows' int8 codes (or prefix codes)."""
+        view = codes_view(self.prefix if prefix else self.index, self.n)
+        return np.bitwise_xor(view, 0x80).view(np.int8)
 
     def codes_view(self) -> np.ndarray:
         """The block's codes as a writable uint8 view of faiss's own buffer (code + 128)."""
-        faiss = faiss_module()
-        d = self.rows.shape[1]
-        return faiss.rev_swig_ptr(self.index.codes.data(), self.n * d).reshape(self.n, d)
+        return codes_view(self.index, self.n)
 
 
 class Screened:
