@@ -2,15 +2,16 @@
 
 Every row is kept as int8 codes of its unit vector scaled per dimension (``c = round(127 u / s)``, clipped), with the
 exact norms of ``c`` and of its rounding error ``e = 127 u / s - c``. A unit query ``q`` becomes
-``q' = q * s / 127`` (so ``q . u = q' . (c + e)``) and integer codes ``h = round(t q')`` (``|h| <= query_levels``)
+``q' = q * s / 127`` (so ``q . u = q' . (c + e)``) and int8 codes ``h = round(t q')`` (``|h| <= query_levels``)
 with the residual ``r = q' - h / t``. Then ``q . u = (h . c) / t + r . c + q' . e``, where faiss computes ``h . c``
 exactly (integer arithmetic, below 2**24) and ``|r . c| + |q' . e| <= |r| max|c| + |q'| max|e|`` (Cauchy-Schwarz):
-the ``margin``. Where no row in the bounds was clipped, ``|q' . e| <= |q'|_1 / 2`` too.
+the ``margin``.
 
 Contract: pure functions of numpy arrays. ``measure_scale`` gives ``s`` from sample rows, ``encode`` the norms, codes
 and code/error norms of rows under ``s``, ``outlier_limits`` the code/error norms above which a row is left out of
 the bound (and rescored exactly instead), ``screen_query`` the screening codes of a query with ``t`` and the margin.
-A ``Quantizer`` holds one matrix's state for them: the scale, the limits, the bounds and the outlier ids.
+A ``Quantizer`` holds one matrix's state for them: the scale, the limits and the bounds (``fold`` says which rows are
+outliers; the matrix keeps them).
 """
 
 from __future__ import annotations
@@ -38,24 +39,14 @@ def encode(vectors: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarr
     codes = np.empty(vectors.shape, dtype=np.int8)
     for start in range(0, len(vectors), ENCODE_ROWS):  # bounded temporaries
         stop = start + ENCODE_ROWS
-        norms[start:stop], unit = units(vectors[start:stop])
-        codes[start:stop], code_norms[start:stop], errors[start:stop], _ = encode_units(unit, scale)
+        norms[start:stop], scaled = units(vectors[start:stop])
+        scaled *= LEVELS / scale
+        rounded = np.minimum(np.maximum(np.rint(scaled), -LEVELS), LEVELS)
+        codes[start:stop] = rounded
+        code_norms[start:stop] = np.sqrt(np.einsum("ij,ij->i", rounded, rounded))
+        scaled -= rounded
+        errors[start:stop] = np.sqrt(np.einsum("ij,ij->i", scaled, scaled))
     return norms, codes, code_norms, errors
-
-
-def encode_units(rows: np.ndarray, scale: np.ndarray,
-                 flag_clipped: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """int8 codes of float64 ``rows`` (unit vectors, or the prefixes of unit vectors), the exact norms of the codes and
-    of their rounding errors, and (``flag_clipped``) whether each row was clipped (an error above 1/2 in some
-    dimension; ``rows`` is overwritten)."""
-    rows *= LEVELS / scale
-    rounded = np.minimum(np.maximum(np.rint(rows), -LEVELS), LEVELS)
-    code_norms = np.sqrt(np.einsum("ij,ij->i", rounded, rounded))
-    rows -= rounded
-    clipped = None
-    if flag_clipped:
-        clipped = np.abs(rows).max(axis=1) > 0.5 if rows.size else np.zeros(len(rows), dtype=bool)
-    return rounded.astype(np.int8), code_norms, np.sqrt(np.einsum("ij,ij->i", rows, rows)), clipped
 
 
 def outlier_limits(code_norms: np.ndarray, errors: np.ndarray, dimensions: int) -> tuple[float, float]:
@@ -70,11 +61,6 @@ def measure_scale(sample: np.ndarray, dimensions: int) -> np.ndarray:
     top = np.zeros(dimensions)
     for start in range(0, len(sample), ENCODE_ROWS):
         top = np.maximum(top, np.abs(units(sample[start:start + ENCODE_ROWS])[1]).max(axis=0))
-    return scale_of(top)
-
-
-def scale_of(top: np.ndarray) -> np.ndarray:
-    """The scale ``s`` for the largest absolute values per dimension of a sample: a little above them."""
     return np.maximum(top * 1.05, 1e-6)
 
 
@@ -86,32 +72,20 @@ def screen_query(query, scale: np.ndarray, code_bound: float,
     if norm == 0:
         return None
     unit = q / norm
-    screened = screen_codes(unit, scale, code_bound, error_bound)
-    return None if screened is None else (unit, *screened)
-
-
-def screen_codes(query: np.ndarray, scale: np.ndarray, code_bound: float, error_bound: float,
-                 unclipped: bool = False) -> tuple[np.ndarray, float, float] | None:
-    """The screening codes ``h`` of the float64 vector ``query`` (a unit query, or its prefix) as a float32 row, ``t``
-    and the margin; None when ``query`` is zero. ``unclipped``: no row in the bounds was clipped (each error
-    coordinate within 1/2), so ``|q' . e| <= |q'|_1 / 2`` bounds the error term too (the smaller bound is taken)."""
-    q = query * scale / LEVELS  # q'
+    q = unit * scale / LEVELS  # q'
     top = float(np.abs(q).max())
     if top == 0:
         return None
     factor = query_levels(len(q)) / top  # t
     codes = np.rint(q * factor)  # h
     residual = q - codes / factor  # r
-    error = float(np.linalg.norm(q)) * error_bound
-    if unclipped:
-        error = min(error, 0.5 * float(np.abs(q).sum()))
-    margin = float(np.linalg.norm(residual)) * code_bound + error + FLOAT_SLACK
-    return codes.astype(np.float32)[None, :], factor, margin
+    margin = (float(np.linalg.norm(residual)) * code_bound + float(np.linalg.norm(q)) * error_bound + FLOAT_SLACK)
+    return unit, codes.astype(np.float32)[None, :], factor, margin
 
 
 def query_levels(dimensions: int) -> int:
-    """The largest |h|: 127 (faiss's 8-bit kernels may quantise the query to bytes as well), fewer above 1,040
-    dimensions, where a float32 sum of ``h . c`` would not stay exact (every partial sum an integer below 2**24)."""
+    """The largest |h|: 127 (faiss's 8-bit kernels quantise the query to bytes as well), fewer above 1,040
+    dimensions, where the sum of ``h . c`` could otherwise pass 2**24 and stop being exact in float32."""
     return min(LEVELS, 2 ** 24 // (dimensions * LEVELS))
 
 
@@ -136,11 +110,6 @@ class Quantizer:
         """``encode`` under this scale."""
         return encode(vectors, self.scale)
 
-    def encode_units(self, rows: np.ndarray,
-                     flag_clipped: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-        """``encode_units`` under this scale (``rows`` is overwritten)."""
-        return encode_units(rows, self.scale, flag_clipped)
-
     def set_limits(self, code_norms: np.ndarray, errors: np.ndarray) -> None:
         """Outlier limits measured on freshly encoded rows."""
         self.error_limit, self.code_limit = outlier_limits(code_norms, errors, self.dimensions)
@@ -154,12 +123,11 @@ class Quantizer:
             self.code_bound = max(self.code_bound, float(code_norms[~outliers].max()))
         return outliers
 
-    def reencode_due(self, rows: int, outliers: int, usual: float = 0.0) -> bool:
+    def reencode_due(self, rows: int, outliers: int) -> bool:
         """Whether ``rows`` rows (``outliers`` of them outliers) should be re-encoded under a new scale: the first scale
-        was measured on few rows (the set has doubled since) or more than 2% of the rows, and more than twice the
-        ``usual`` share (right after the last encoding), are outliers."""
+        was measured on few rows (the set has doubled since) or more than 2% of the rows are outliers."""
         grown = self.scale_rows < 4096 and rows >= 2 * self.scale_rows
-        return rows != 0 and (grown or outliers > max(32, rows // 50, int(2 * usual * rows)))
+        return rows != 0 and (grown or outliers > max(32, rows // 50))
 
     def screen(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float] | None:
         """``screen_query`` under this scale and these bounds."""

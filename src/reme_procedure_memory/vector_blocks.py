@@ -5,7 +5,7 @@ Contract: a ``Block`` holds up to ``capacity`` rows (the matrix's block size; ro
 ``screen`` returns a block's ``depth`` best rows by the exact integer products of the query's codes with theirs
 (scaled by ``1 / factor``) and the weakest score it returned (-inf when it returned all its rows), as arrays;
 ``screen_all`` screens every block on all cores at once (faiss releases the GIL; one faiss thread per block screen)
-and equals screening them one by one. The screens take any faiss index of codes: the full codes or a prefix's.
+and equals screening them one by one. Codes are written straight into faiss's buffer (no float round trip).
 """
 
 from __future__ import annotations
@@ -63,24 +63,20 @@ def append_codes(index, codes: np.ndarray) -> None:
 
 
 class Block:
-    """``capacity`` float16 rows, the faiss index of their int8 codes and, when the matrix has a prefix screen, the
-    faiss index of their prefix codes (rows ``[0, n)`` used)."""
+    """``capacity`` float16 rows and the faiss index of their int8 codes (rows ``[0, n)`` used)."""
 
-    def __init__(self, dimensions: int, capacity: int, prefix_width: int = 0) -> None:
+    def __init__(self, dimensions: int, capacity: int) -> None:
         self.rows = np.empty((capacity, dimensions), dtype=np.float16)  # untouched pages cost no memory
         self.index = _index(dimensions)
-        self.prefix = _index(prefix_width) if prefix_width else None
         self.n = 0
 
     @classmethod
-    def restore(cls, vectors: np.ndarray, codes: np.ndarray, capacity: int,
-                prefix_codes: np.ndarray | None = None) -> "Block":
-        """A block holding these float16 rows and their codes (at most ``capacity``), without re-encoding."""
+    def restore(cls, vectors: np.ndarray, codes: np.ndarray, capacity: int) -> "Block":
+        """A block holding these float16 rows and their int8 codes (at most ``capacity``), without re-encoding."""
         block = cls(vectors.shape[1], capacity)
         block.n = len(vectors)
         block.rows[: block.n] = vectors
         block.set_codes(codes)
-        block.set_prefix(prefix_codes)
         return block
 
     def set_codes(self, codes: np.ndarray) -> None:
@@ -88,45 +84,30 @@ class Block:
         set_rows(self.index, 0)
         append_codes(self.index, codes)
 
-    def set_prefix(self, prefix_codes: np.ndarray | None) -> None:
-        """Replace the prefix codes of all the block's rows (None: no prefix index)."""
-        self.prefix = None if prefix_codes is None else _index(prefix_codes.shape[1])
-        if self.prefix is not None:
-            append_codes(self.prefix, prefix_codes)
-
-    def append(self, vectors: np.ndarray, codes: np.ndarray, prefix_codes: np.ndarray | None) -> None:
-        """Add rows at the end, with their codes (and prefix codes, when the block has a prefix index)."""
+    def append(self, vectors: np.ndarray, codes: np.ndarray) -> None:
+        """Add rows at the end, with their codes."""
         self.rows[self.n:self.n + len(vectors)] = vectors
         append_codes(self.index, codes)
-        if self.prefix is not None:
-            append_codes(self.prefix, prefix_codes)
         self.n += len(vectors)
 
-    def write(self, offset: int, vector: np.ndarray, codes: np.ndarray, prefix_codes: np.ndarray | None) -> None:
+    def write(self, offset: int, vector: np.ndarray, codes: np.ndarray) -> None:
         """Replace row ``offset`` and its codes."""
         self.rows[offset] = vector
         np.bitwise_xor(codes.view(np.uint8), 0x80, out=self.codes_view()[offset])
-        if self.prefix is not None:
-            np.bitwise_xor(prefix_codes.view(np.uint8), 0x80, out=codes_view(self.prefix, self.n)[offset])
 
     def move(self, source: "Block", src: int, offset: int) -> None:
         """Copy row ``src`` of ``source`` and its codes over row ``offset``."""
         self.rows[offset] = source.rows[src]
         self.codes_view()[offset] = source.codes_view()[src]
-        if self.prefix is not None:
-            codes_view(self.prefix, self.n)[offset] = codes_view(source.prefix, source.n)[src]
 
     def drop_last(self) -> None:
         """Forget the last row."""
         self.n -= 1
-        for index in (self.index, self.prefix):
-            if index is not None:
-                set_rows(index, self.n)
+        set_rows(self.index, self.n)
 
-    def codes(self, prefix: bool = False) -> np.ndarray:
-        """A copy of the used rows' int8 codes (or prefix codes)."""
-        view = codes_view(self.prefix if prefix else self.index, self.n)
-        return np.bitwise_xor(view, 0x80).view(np.int8)
+    def codes(self) -> np.ndarray:
+        """A copy of the used rows' int8 codes."""
+        return np.bitwise_xor(self.codes_view(), 0x80).view(np.int8)
 
     def codes_view(self) -> np.ndarray:
         """The block's codes as a writable uint8 view of faiss's own buffer (code + 128)."""

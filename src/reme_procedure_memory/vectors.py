@@ -14,16 +14,9 @@ error). faiss scans each block's codes for its best approximate scores; the cand
 whose weakest returned candidate could still beat the k-th exact score (its approximate score plus the bound) is
 screened again, deeper, until its weakest candidate cannot, so no row that belongs in the top k is ever missed. A row
 whose codes clip badly (a vector unlike those the scale was measured on) is left out of the bound and always
-rescored exactly; the scale is re-measured when such rows pass 2% (or twice their share after the last
-measurement). The scan reads 1 byte per dimension instead of 4; ``ProcedureFileStore`` runs it in a worker thread,
+rescored exactly; the scale is re-measured when such rows pass 2%. The scan reads 1 byte per dimension instead of 4; ``ProcedureFileStore`` runs it in a worker thread,
 never on the event loop, and the blocks are screened on all cores at once (one faiss thread each).
 
-From ``PREFIX_MIN_ROWS`` rows on, the rows are also kept as the int8 codes of a quarter of their dimensions in a PCA
-basis plus their tail norm (``prefix.py``: the basis, measured once on a sample, and the proof that this scan gives
-an upper bound of every score): a query first screens those (a quarter of the bytes) by the same procedure, and falls
-back to the full codes when the bound would let more than ``PREFIX_MAX_RESCORE`` rows through (after
-``PREFIX_FAILURES`` such queries in a row, the next ``PREFIX_PAUSE`` go straight to the full codes). A basis whose
-sample keeps less of the rows (a flat spectrum: median tail norm above ``PREFIX_MAX_TAIL``) is not used.
 """
 
 from __future__ import annotations
@@ -35,17 +28,11 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .prefix import TAIL_COPIES, Prefix, measure_basis, prefix_width, project
-from .quantization import ENCODE_ROWS, Quantizer, units
+from .quantization import Quantizer
 from .vector_blocks import Block, Screened, screen, screen_all
 
 BLOCK_ROWS = 16_384
 CANDIDATES_PER_BLOCK = 16  # screened per block beyond its share of the adaptive depth
-PREFIX_MIN_ROWS = 16_384  # fewer rows: no prefix screen (the full scan is short)
-PREFIX_SAMPLE = 8_192  # at most this many rows (evenly spread) measure the basis
-PREFIX_MAX_TAIL = 0.5  # a basis whose sample's median tail norm is above this is not used (a flat spectrum)
-PREFIX_MAX_RESCORE = 4_096  # a prefix screen that would rescore more rows gives way to the full codes
-PREFIX_FAILURES, PREFIX_PAUSE = 3, 64  # after 3 such queries in a row, 64 go straight to the full codes
 
 
 class VectorMatrix:
@@ -60,12 +47,7 @@ class VectorMatrix:
         self._outlier = np.zeros(0, dtype=bool)  # per row: outside the bounds, always rescored exactly
         self._outliers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # their rows, float64 vectors, norms
         self._quantizer = Quantizer(dimensions)
-        self._outlier_share = 0.0  # of the rows right after the last full encoding
         self._depth = 0  # rows to screen per query (adapts to how many lie within the bound of the k-th score)
-        self._prefix: Prefix | None = None
-        self._prefix_rows = 0  # rows when the basis was last measured (0: never)
-        self._prefix_depth = 0
-        self._prefix_failures = self._prefix_pause = 0
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -86,52 +68,16 @@ class VectorMatrix:
     def ids(self) -> list[str]:
         return list(self._ids)
 
-    def _encode(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, tuple | None]:
-        """Norms, codes, code norms and error norms of float16 rows, and their prefix codes, code norms, error norms and
-        clipped flags when the matrix has a prefix screen (each unit row computed once)."""
-        m, prefix = len(vectors), self._prefix
-        norms, code_norms, errors = np.empty(m), np.empty(m), np.empty(m)
-        codes = np.empty(vectors.shape, dtype=np.int8)
-        if prefix is not None:
-            prefixed = (np.empty((m, prefix.width), dtype=np.int8), np.empty(m), np.empty(m), np.empty(m, dtype=bool))
-        for start in range(0, m, ENCODE_ROWS):  # bounded temporaries
-            stop = start + ENCODE_ROWS
-            norms[start:stop], unit = units(vectors[start:stop])
-            if prefix is not None:
-                for part, value in zip(prefixed, prefix.encode(unit)):
-                    part[start:stop] = value
-            codes[start:stop], code_norms[start:stop], errors[start:stop], _ = self._quantizer.encode_units(unit)
-        return norms, codes, code_norms, errors, prefixed if prefix is not None else None
-
-    def _fold(self, code_norms: np.ndarray, errors: np.ndarray, prefixed: tuple | None) -> np.ndarray:
-        """Fold encoded rows into the bounds; returns which are outliers (of the codes or of the prefix codes)."""
-        outlier = self._quantizer.fold(code_norms, errors)
-        if prefixed is not None:
-            outlier |= self._prefix.fold(*prefixed[1:])
-        return outlier
-
     def _maybe_reencode(self) -> None:
         """Re-measure the scale and re-encode every row when the first scale was measured on few rows (the set has
-        doubled since) or too many rows are outliers: the bounds stay tight, the cost amortised. Measure the prefix
-        basis when the set reaches ``PREFIX_MIN_ROWS`` (again when it has doubled, while the basis was measured on
-        fewer than ``PREFIX_SAMPLE``)."""
-        n = len(self._ids)
-        if self._quantizer.reencode_due(n, int(self._outlier[:n].sum()), self._outlier_share):
-            self._reencode()
-        elif prefix_width(self.dimensions) and n >= PREFIX_MIN_ROWS and (
-                self._prefix_rows == 0 or (self._prefix_rows < PREFIX_SAMPLE and n >= 2 * self._prefix_rows)):
-            self._measure_prefix(np.concatenate([b.rows[: b.n] for b in self._blocks]))
-
-    def _reencode(self) -> None:
-        """Re-measure the scale (and the prefix basis, from ``PREFIX_MIN_ROWS`` rows on) and re-encode every row."""
+        doubled since) or more than 2% of the rows are outliers: the bounds stay tight, the cost amortised."""
         n, quantizer = len(self._ids), self._quantizer
+        if not quantizer.reencode_due(n, int(self._outlier[:n].sum())):
+            return
         vectors = np.concatenate([b.rows[: b.n] for b in self._blocks])
         quantizer.measure(vectors)
         quantizer.error_bound = quantizer.code_bound = 0.0
-        self._prefix = None
-        for block in self._blocks:
-            block.set_prefix(None)
-        norms, codes, code_norms, errors, _ = self._encode(vectors)
+        norms, codes, code_norms, errors = quantizer.encode(vectors)
         self._norms[:n] = norms
         quantizer.set_limits(code_norms, errors)
         self._outlier[:n] = quantizer.fold(code_norms, errors)
@@ -139,32 +85,6 @@ class VectorMatrix:
         for number, block in enumerate(self._blocks):
             start = number * BLOCK_ROWS
             block.set_codes(codes[start:start + block.n])
-        if prefix_width(self.dimensions) and n >= PREFIX_MIN_ROWS:
-            self._measure_prefix(vectors)
-        self._outlier_share = float(self._outlier[:n].mean())
-
-    def _measure_prefix(self, vectors: np.ndarray) -> None:
-        """Measure the prefix basis on a sample of the rows (``vectors``, all of them) and encode every row's prefix;
-        its outliers join the others (an outlier more only costs a rescoring)."""
-        n = len(self._ids)
-        self._prefix, self._prefix_rows, self._prefix_depth = None, n, 0
-        sample = units(vectors[:: max(1, n // PREFIX_SAMPLE)][:PREFIX_SAMPLE])[1]
-        basis = measure_basis(sample, prefix_width(self.dimensions) - TAIL_COPIES)
-        projected = project(sample, basis)
-        useful = float(np.median(projected[:, -1])) <= PREFIX_MAX_TAIL
-        prefix = Prefix(basis, projected.mean(axis=0))
-        if useful:
-            prefix.measure_scale(vectors)
-            encoded = [prefix.encode(units(vectors[start:start + ENCODE_ROWS])[1])
-                       for start in range(0, n, ENCODE_ROWS)]
-            codes, code_norms, errors, clipped = (np.concatenate(parts) for parts in zip(*encoded))
-            prefix.set_limits(code_norms, errors)
-            self._outlier[:n] |= prefix.fold(code_norms, errors, clipped)
-            self._outliers = None
-            self._prefix = prefix
-        for number, block in enumerate(self._blocks):
-            start = number * BLOCK_ROWS
-            block.set_prefix(codes[start:start + block.n] if useful else None)
 
     def set_many(self, items: Iterable[tuple[str, np.ndarray]]) -> None:
         """Insert or replace vectors (any float dtype, ``dimensions`` long; stored as float16)."""
@@ -178,11 +98,10 @@ class VectorMatrix:
         first = quantizer.scale_rows == 0
         if first:
             quantizer.measure(vectors)
-        norms, codes, code_norms, errors, prefixed = self._encode(vectors)
+        norms, codes, code_norms, errors = quantizer.encode(vectors)
         if first:
             quantizer.set_limits(code_norms, errors)
-        outlier = self._fold(code_norms, errors, prefixed)
-        prefix_codes = prefixed[0] if prefixed is not None else None
+        outlier = quantizer.fold(code_norms, errors)
         fresh: list[int] = []
         for position, (item, _) in enumerate(items):
             row = self._row_of.get(item)
@@ -193,8 +112,7 @@ class VectorMatrix:
                 fresh.append(position)
             elif row < len(self._ids) - len(fresh):  # a row stored before this batch: rewritten in place
                 block, offset = self._locate(row)
-                block.write(offset, vectors[position], codes[position],
-                            None if prefix_codes is None else prefix_codes[position])
+                block.write(offset, vectors[position], codes[position])
         rows = np.array([self._row_of[item] for item, _ in items], dtype=np.int64)
         self._grow(len(self._ids))
         if outlier.any() or self._outlier[rows].any():  # an outlier's vector or status changes
@@ -207,10 +125,10 @@ class VectorMatrix:
         row, start = len(self._ids) - len(fresh), 0
         while start < len(chosen):
             if row // BLOCK_ROWS == len(self._blocks):
-                self._blocks.append(Block(self.dimensions, BLOCK_ROWS, self._prefix.width if self._prefix else 0))
+                self._blocks.append(Block(self.dimensions, BLOCK_ROWS))
             block = self._blocks[row // BLOCK_ROWS]
             take = chosen[start:start + BLOCK_ROWS - row % BLOCK_ROWS]
-            block.append(vectors[take], codes[take], None if prefix_codes is None else prefix_codes[take])
+            block.append(vectors[take], codes[take])
             start, row = start + len(take), row + len(take)
         self._maybe_reencode()
 
@@ -258,26 +176,19 @@ class VectorMatrix:
     def export(self) -> dict[str, np.ndarray]:
         """Everything, as arrays in row order (copies), for ``restore``: a load needs no re-encoding."""
         outliers = sorted(self._ids[row] for row in np.flatnonzero(self._outlier[: len(self._ids)]).tolist())
-        meta = {"ids": self._ids, "outliers": outliers, **self._quantizer.meta(), "outlier_share": self._outlier_share,
-                "prefix_rows": self._prefix_rows}
+        meta = {"ids": self._ids, "outliers": outliers, **self._quantizer.meta()}
         empty = np.zeros((0, self.dimensions), dtype=np.float16)
-        arrays = {
+        return {
+            "meta": np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
             "vectors": np.concatenate([b.rows[: b.n] for b in self._blocks]) if self._blocks else empty,
             "codes": np.concatenate([b.codes() for b in self._blocks]) if self._blocks else empty.astype(np.int8),
             "norms": self._norms[: len(self._ids)].copy(), "scale": self._quantizer.scale.copy(),
         }
-        if self._prefix is not None:
-            meta["prefix"] = self._prefix.meta()
-            arrays.update(prefix_codes=np.concatenate([b.codes(prefix=True) for b in self._blocks]),
-                          prefix_basis=self._prefix.basis.copy(), prefix_mean=self._prefix.mean.copy(),
-                          prefix_scale=self._prefix.quantizer.scale.copy())
-        return {"meta": np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8), **arrays}
 
     @classmethod
     def restore(cls, dimensions: int, arrays: dict[str, np.ndarray]) -> "VectorMatrix":
         """The matrix ``export`` described (raises ValueError when the arrays do not fit together). The arrays may be
-        read-only page-cache views: they are copied. An export without a prefix screen (from before it existed) gets
-        one measured now, when the rows call for it."""
+        read-only page-cache views: they are copied."""
         meta = json.loads(bytes(arrays["meta"]).decode("utf-8"))
         vectors, codes = arrays["vectors"], arrays["codes"]
         ids = [sys.intern(item) for item in meta["ids"]]  # the store's chunk ids: one string object each
@@ -285,25 +196,13 @@ class VectorMatrix:
                 or codes.dtype != np.int8 or arrays["norms"].shape != (len(ids),) or len(set(ids)) != len(ids):
             raise ValueError("the vector index arrays do not fit together")
         matrix = cls(dimensions)
-        prefix_codes = None
-        if "prefix" in meta:
-            width = prefix_width(dimensions)
-            prefix_codes, basis = arrays.get("prefix_codes"), arrays.get("prefix_basis")
-            if prefix_codes is None or basis is None or prefix_codes.shape != (len(ids), width) \
-                    or prefix_codes.dtype != np.int8 or basis.shape != (dimensions, width - TAIL_COPIES):
-                raise ValueError("the vector index's prefix arrays do not fit together")
-            matrix._prefix = Prefix.restore(meta["prefix"], basis, arrays["prefix_mean"], arrays["prefix_scale"])
         matrix._ids, matrix._row_of = ids, {item: row for row, item in enumerate(ids)}
         matrix._norms = arrays["norms"].astype(np.float64)
         matrix._outlier = np.zeros(len(ids), dtype=bool)
         matrix._outlier[[matrix._row_of[item] for item in meta["outliers"]]] = True
-        matrix._outlier_share = float(meta.get("outlier_share", 0.0))
-        matrix._prefix_rows = int(meta.get("prefix_rows", 0))
         matrix._quantizer = Quantizer.restore(dimensions, meta, arrays["scale"].astype(np.float64))
         matrix._blocks = [Block.restore(vectors[start:start + BLOCK_ROWS], codes[start:start + BLOCK_ROWS],
-                                        BLOCK_ROWS, None if prefix_codes is None else prefix_codes[start:start + BLOCK_ROWS])
-                          for start in range(0, len(ids), BLOCK_ROWS)]
-        matrix._maybe_reencode()
+                                        BLOCK_ROWS) for start in range(0, len(ids), BLOCK_ROWS)]
         return matrix
 
     # -- search ---------------------------------------------------------------------------------------------------
@@ -340,44 +239,16 @@ class VectorMatrix:
         if screened is None:
             return []
         unit, codes, factor, margin = screened
-        k = min(limit, n)
-        found = self._prefix_search(unit, k)
-        if found is None:
-            jobs = [(block.index, block.n, number * BLOCK_ROWS) for number, block in enumerate(self._blocks)]
-            *found, self._depth = self._search(jobs, codes, factor, margin, unit, k, self._depth, math.inf)
-        rows, scores = found
+        rows, scores = self._search(unit, codes, factor, margin, min(limit, n))
         return [(self._ids[row], score) for row, score in zip(rows.tolist(), scores.tolist())]
 
-    def _prefix_search(self, unit: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """``_search`` by the prefix codes; None when there are none, when it would rescore too many rows, or
-        while it pauses after failing repeatedly."""
-        prefix = self._prefix
-        if prefix is None:
-            return None
-        if self._prefix_pause:
-            self._prefix_pause -= 1
-            return None
-        screened = prefix.screen(unit)
-        jobs = [(block.prefix, block.n, number * BLOCK_ROWS) for number, block in enumerate(self._blocks)]
-        found = None if screened is None else self._search(jobs, *screened, unit, k, self._prefix_depth,
-                                                           PREFIX_MAX_RESCORE)
-        if found is None:
-            self._prefix_failures += 1
-            if self._prefix_failures >= PREFIX_FAILURES:
-                self._prefix_pause, self._prefix_failures = PREFIX_PAUSE, 0
-            return None
-        self._prefix_failures = 0
-        rows, scores, self._prefix_depth = found
-        return rows, scores
-
-    def _search(self, jobs: list[tuple], codes: np.ndarray, factor: float, margin: float, unit: np.ndarray, k: int,
-                depth: int, most: float) -> tuple[np.ndarray, np.ndarray, int] | None:
-        """The top ``k`` rows and their exact scores, best first (ties by row), by screening ``jobs`` (one faiss
-        index per block) whose approximate scores plus ``margin`` bound the exact ones from above; with the depth to
-        screen next time (``depth``: this time's). None when that would rescore more than ``most`` rows."""
+    def _search(self, unit: np.ndarray, codes: np.ndarray, factor: float, margin: float,
+                k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The top ``k`` rows and their exact scores, best first (ties by row)."""
         n = len(self._ids)
-        per_block = min(n, max(depth, k)) // len(jobs) + CANDIDATES_PER_BLOCK
-        screens = screen_all(jobs, codes, factor, per_block)
+        jobs = [(block.index, block.n, number * BLOCK_ROWS) for number, block in enumerate(self._blocks)]
+        depth = min(n, max(self._depth, k)) // len(jobs) + CANDIDATES_PER_BLOCK
+        screens = screen_all(jobs, codes, factor, depth)
         rows, approx = self._candidates(screens)
         first = rows[_best(approx, k)]  # the k best by the screen: rescored at once
         outliers, outlier_vectors, outlier_norms = self._outlier_rows()
@@ -386,24 +257,21 @@ class VectorMatrix:
         cut = (-np.partition(-exact, k - 1)[k - 1] - margin) if exact.size >= k else -math.inf
         deeper = False
         for number, screened in enumerate(screens):
-            block_depth = per_block
+            block_depth = depth
             while math.isfinite(screened.weakest) and screened.weakest >= cut:  # unreturned rows may beat the cut
                 block_depth *= 4
-                if block_depth * len(jobs) > most:  # as deep in every block would pass the limit: give way now
-                    return None
                 screened = screens[number] = screen(*jobs[number], codes, factor, block_depth)
                 deeper = True
         if deeper:
             rows, approx = self._candidates(screens)
         rest = rows[approx >= cut]
         rest = rest[~np.isin(rest, first, assume_unique=True)]
-        if first.size + rest.size > most:
-            return None
         exact_rows = np.concatenate([exact_rows, rest])
         exact = np.concatenate([exact, self._exact(rest, unit)])
-        order = np.lexsort((exact_rows, -exact))[:k]
         # next time screen about twice as deep as this query needed at once (slowly forgetting deeper needs)
-        return exact_rows[order], exact[order], max(2 * k, 2 * (rest.size + k), int(0.9 * depth))
+        self._depth = max(2 * k, 2 * (rest.size + k), int(0.9 * self._depth))
+        order = np.lexsort((exact_rows, -exact))[:k]
+        return exact_rows[order], exact[order]
 
     def _candidates(self, screens: list[Screened]) -> tuple[np.ndarray, np.ndarray]:
         """The screened rows that are not outliers (those are rescored anyway) and their approximate scores."""
