@@ -14,8 +14,14 @@ error). faiss scans each block's codes for its best approximate scores; the cand
 whose weakest returned candidate could still beat the k-th exact score (its approximate score plus the bound) is
 screened again, deeper, until its weakest candidate cannot, so no row that belongs in the top k is ever missed. A row
 whose codes clip badly (a vector unlike those the scale was measured on) is left out of the bound and always
-rescored exactly; the scale is re-measured when such rows pass 2%. The scan reads 1 byte per dimension instead of 4; ``ProcedureFileStore`` runs it in a worker thread,
-never on the event loop, and the blocks are screened on all cores at once (one faiss thread each).
+rescored exactly; the scale is re-measured when such rows pass 2%. The scan reads 1 byte per dimension instead of 4;
+``ProcedureFileStore`` runs it in a worker thread, never on the event loop, and the blocks are screened on all cores
+at once (one faiss thread each).
+
+The search path has no per-row Python: each block's screen comes back as arrays, the first k candidates are found
+by ``argpartition`` and the rest by a vectorised ``approx >= cut``; the outliers' float64 vectors are kept between
+searches (dropped by any change that touches an outlier) and rescored with one product; gathered rows are converted
+to float64 once per search. Products use ``einsum``, not BLAS, so a search starts no BLAS threads.
 
 """
 
