@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from reme_procedure_memory import vectors
 from reme_procedure_memory.quantization import LEVELS, query_levels
 from reme_procedure_memory.vectors import VectorMatrix
+from test_fusion import brute_force  # the float64 scan, ties by row
 
 DIMS = 64
 
@@ -32,17 +33,6 @@ def unlike(rng, kind: str) -> np.ndarray:
         vec[rng.integers(DIMS)] = 50.0
         return vec
     return np.zeros(DIMS)
-
-
-def brute_force(truth: dict, rows: dict, query, limit: int) -> list[tuple[str, float]]:
-    """The exact top ``limit``: float64 cosine of the stored float16 vectors, ties by row."""
-    q = np.asarray(query, dtype=np.float64) / np.linalg.norm(query)
-    scored = []
-    for item, vec in truth.items():
-        v = np.asarray(vec, dtype=np.float16).astype(np.float64)
-        norm = np.linalg.norm(v)
-        scored.append((-(v @ q / norm if norm else 0.0), rows[item], item))
-    return [(item, -score) for score, _, item in sorted(scored)[:limit]]
 
 
 def assert_exact(matrix: VectorMatrix, truth: dict, query, limit: int) -> None:
