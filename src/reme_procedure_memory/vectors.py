@@ -22,7 +22,6 @@ The search path has no per-row Python: each block's screen comes back as arrays,
 by ``argpartition`` and the rest by a vectorised ``approx >= cut``; the outliers' float64 vectors are kept between
 searches (dropped by any change that touches an outlier) and rescored with one product; gathered rows are converted
 to float64 once per search. Products use ``einsum``, not BLAS, so a search starts no BLAS threads.
-
 """
 
 from __future__ import annotations
@@ -229,7 +228,8 @@ class VectorMatrix:
         return _cosines(self._gather(rows).astype(np.float64), self._norms[rows], query)
 
     def _outlier_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The outliers' rows, float64 vectors and norms: kept between searches (dropped by any change to them)."""
+        """The outliers' rows, float64 vectors and norms: kept between searches (dropped by any change to them; two
+        searches under the read lock may both build it, and one whole tuple replaces the other)."""
         if self._outliers is None:
             rows = np.flatnonzero(self._outlier[: len(self._ids)])
             self._outliers = rows, self._gather(rows).astype(np.float64), self._norms[rows]
