@@ -12,7 +12,7 @@ model = B.HashedProjectionEmbedding(D, seed=7)
 exps = [corpus.experience(i) for i in range(N)]
 texts = [B.view_texts(e)[0] for e in exps]
 X = np.stack([model.vector(s) for s in texts]).astype(np.float16)
-queries = [corpus.query(exps) for _ in range(60)]
+queries = [corpus.query(exps) for _ in range(200)]
 Q = np.stack([model.vector(q) for q in queries]).astype(np.float64)
 print(f"built {N} vectors in {time.perf_counter()-t:.1f}s", flush=True)
 np.save("/tmp/profile-work/X.npy", X); np.save("/tmp/profile-work/Q.npy", Q)

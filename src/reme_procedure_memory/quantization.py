@@ -2,14 +2,16 @@
 
 Every row is kept as int8 codes of its unit vector scaled per dimension (``c = round(127 u / s)``, clipped), with the
 exact norms of ``c`` and of its rounding error ``e = 127 u / s - c``. A unit query ``q`` becomes
-``q' = q * s / 127`` (so ``q . u = q' . (c + e)``) and int8 codes ``h = round(t q')`` with the residual
-``r = q' - h / t``. Then ``q . u = (h . c) / t + r . c + q' . e``, where faiss computes ``h . c`` exactly (integer
-arithmetic, below 2**24) and ``|r . c| + |q' . e| <= |r| max|c| + |q'| max|e|`` (Cauchy-Schwarz): the ``margin``.
+``q' = q * s / 127`` (so ``q . u = q' . (c + e)``) and int8 codes ``h = round(t q')`` (``|h| <= query_levels``)
+with the residual ``r = q' - h / t``. Then ``q . u = (h . c) / t + r . c + q' . e``, where faiss computes ``h . c``
+exactly (integer arithmetic, below 2**24) and ``|r . c| + |q' . e| <= |r| max|c| + |q'| max|e|`` (Cauchy-Schwarz):
+the ``margin``.
 
 Contract: pure functions of numpy arrays. ``measure_scale`` gives ``s`` from sample rows, ``encode`` the norms, codes
 and code/error norms of rows under ``s``, ``outlier_limits`` the code/error norms above which a row is left out of
 the bound (and rescored exactly instead), ``screen_query`` the screening codes of a query with ``t`` and the margin.
-A ``Quantizer`` holds one matrix's state for them: the scale, the limits, the bounds and the outlier ids.
+A ``Quantizer`` holds one matrix's state for them: the scale, the limits and the bounds (``fold`` says which rows are
+outliers; the matrix keeps them).
 """
 
 from __future__ import annotations
@@ -74,20 +76,25 @@ def screen_query(query, scale: np.ndarray, code_bound: float,
     top = float(np.abs(q).max())
     if top == 0:
         return None
-    factor = LEVELS / top  # t
-    codes = np.rint(q * factor)  # h, in [-127, 127]
+    factor = query_levels(len(q)) / top  # t
+    codes = np.rint(q * factor)  # h
     residual = q - codes / factor  # r
     margin = (float(np.linalg.norm(residual)) * code_bound + float(np.linalg.norm(q)) * error_bound + FLOAT_SLACK)
     return unit, codes.astype(np.float32)[None, :], factor, margin
 
 
+def query_levels(dimensions: int) -> int:
+    """The largest |h|: 127 (faiss's 8-bit kernels quantise the query to bytes as well), fewer above 1,040
+    dimensions, where the sum of ``h . c`` could otherwise pass 2**24 and stop being exact in float32."""
+    return min(LEVELS, 2 ** 24 // (dimensions * LEVELS))
+
+
 class Quantizer:
-    """One matrix's scale ``s``, outlier limits, error bounds and outliers (ids left out of the bounds, always
-    rescored exactly); the bounds only grow between re-encodes."""
+    """One matrix's scale ``s``, outlier limits and error bounds (the matrix keeps which rows are outliers: left out
+    of the bounds, always rescored exactly); the bounds only grow between re-encodes."""
 
     def __init__(self, dimensions: int) -> None:
         self.dimensions = dimensions
-        self.outliers: set[str] = set()  # ids beyond the limits: outside the bounds, always rescored
         self.error_limit = self.code_limit = math.inf
         self.scale = np.ones(dimensions, dtype=np.float64)  # s, per dimension
         self.scale_rows = 0  # rows the scale was measured on
@@ -107,22 +114,20 @@ class Quantizer:
         """Outlier limits measured on freshly encoded rows."""
         self.error_limit, self.code_limit = outlier_limits(code_norms, errors, self.dimensions)
 
-    def fold(self, items: list[str], code_norms: np.ndarray, errors: np.ndarray) -> None:
-        """Fold rows into the bounds; a row whose codes are much longer or clip more than nearly all (above the
-        limits) is kept out of them and always rescored exactly instead."""
-        for item, code_norm, error in zip(items, code_norms.tolist(), errors.tolist()):
-            if error > self.error_limit or code_norm > self.code_limit:
-                self.outliers.add(item)
-            else:
-                self.outliers.discard(item)
-                self.error_bound = max(self.error_bound, error)
-                self.code_bound = max(self.code_bound, code_norm)
+    def fold(self, code_norms: np.ndarray, errors: np.ndarray) -> np.ndarray:
+        """Fold rows into the bounds; returns which rows are outliers: those whose codes are much longer or clip more
+        than nearly all (above the limits) are kept out of the bounds and always rescored exactly instead."""
+        outliers = (errors > self.error_limit) | (code_norms > self.code_limit)
+        if not outliers.all():
+            self.error_bound = max(self.error_bound, float(errors[~outliers].max()))
+            self.code_bound = max(self.code_bound, float(code_norms[~outliers].max()))
+        return outliers
 
-    def reencode_due(self, rows: int) -> bool:
-        """Whether ``rows`` rows should be re-encoded under a new scale: the first scale was measured on few rows
-        (the set has doubled since) or more than 2% of the rows are outliers."""
+    def reencode_due(self, rows: int, outliers: int) -> bool:
+        """Whether ``rows`` rows (``outliers`` of them outliers) should be re-encoded under a new scale: the first scale
+        was measured on few rows (the set has doubled since) or more than 2% of the rows are outliers."""
         grown = self.scale_rows < 4096 and rows >= 2 * self.scale_rows
-        return rows != 0 and (grown or len(self.outliers) > max(32, rows // 50))
+        return rows != 0 and (grown or outliers > max(32, rows // 50))
 
     def screen(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray, float, float] | None:
         """``screen_query`` under this scale and these bounds."""
@@ -130,7 +135,7 @@ class Quantizer:
 
     def meta(self) -> dict:
         """The state as the matrix's exported metadata holds it (``scale`` is exported as an array)."""
-        return {"outliers": sorted(self.outliers), "scale_rows": self.scale_rows,
+        return {"scale_rows": self.scale_rows,
                 "bounds": [self.error_bound, self.code_bound], "limits": [self.error_limit, self.code_limit]}
 
     @classmethod
@@ -138,7 +143,7 @@ class Quantizer:
         """The state ``meta`` (and ``scale``) described."""
         quantizer = cls(dimensions)
         quantizer.scale = scale
-        quantizer.outliers, quantizer.scale_rows = set(meta["outliers"]), int(meta["scale_rows"])
+        quantizer.scale_rows = int(meta["scale_rows"])
         quantizer.error_bound, quantizer.code_bound = meta["bounds"]
         quantizer.error_limit, quantizer.code_limit = meta["limits"]
         return quantizer

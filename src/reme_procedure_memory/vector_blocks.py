@@ -3,9 +3,9 @@
 Contract: a ``Block`` holds up to ``capacity`` rows (the matrix's block size; row ``r`` of the matrix is row
 ``r % capacity`` of block ``r // capacity``) and the codes of ``quantization.py`` in faiss's own buffer (code + 128).
 ``screen`` returns a block's ``depth`` best rows by the exact integer products of the query's codes with theirs
-(scaled by ``1 / factor``) and the weakest score it returned (-inf when it returned all its rows); ``screen_all``
-screens every block on all cores at once (faiss releases the GIL; one faiss thread per block screen) and equals
-screening them one by one.
+(scaled by ``1 / factor``) and the weakest score it returned (-inf when it returned all its rows), as arrays;
+``screen_all`` screens every block on all cores at once (faiss releases the GIL; one faiss thread per block screen)
+and equals screening them one by one. Codes are written straight into faiss's buffer (no float round trip).
 """
 
 from __future__ import annotations
@@ -36,15 +36,38 @@ def _screen_pool() -> ThreadPoolExecutor:
     return _pool
 
 
+def _index(dimensions: int):
+    """An empty faiss index of int8 codes (``8bit_direct_signed``: stored as code + 128), inner product."""
+    faiss = faiss_module()
+    return faiss.IndexScalarQuantizer(dimensions, faiss.ScalarQuantizer.QT_8bit_direct_signed,
+                                      faiss.METRIC_INNER_PRODUCT)
+
+
+def codes_view(index, n: int) -> np.ndarray:
+    """The first ``n`` rows of ``index``'s codes as a writable uint8 view of faiss's own buffer (code + 128)."""
+    return faiss_module().rev_swig_ptr(index.codes.data(), n * index.d).reshape(n, index.d)
+
+
+def set_rows(index, n: int) -> None:
+    """Make ``index`` hold ``n`` rows (new rows' codes to be written through ``codes_view``)."""
+    index.codes.resize(n * index.d)
+    index.ntotal = n
+
+
+def append_codes(index, codes: np.ndarray) -> None:
+    """Append int8 ``codes`` to ``index`` (written straight into its buffer: no float round trip)."""
+    start = index.ntotal
+    set_rows(index, start + len(codes))
+    # code + 128 is the int8 code's byte with its top bit flipped
+    np.bitwise_xor(codes.view(np.uint8), 0x80, out=codes_view(index, start + len(codes))[start:])
+
+
 class Block:
     """``capacity`` float16 rows and the faiss index of their int8 codes (rows ``[0, n)`` used)."""
 
     def __init__(self, dimensions: int, capacity: int) -> None:
-        faiss = faiss_module()
         self.rows = np.empty((capacity, dimensions), dtype=np.float16)  # untouched pages cost no memory
-        self.index = faiss.IndexScalarQuantizer(
-            dimensions, faiss.ScalarQuantizer.QT_8bit_direct_signed, faiss.METRIC_INNER_PRODUCT,
-        )
+        self.index = _index(dimensions)
         self.n = 0
 
     @classmethod
@@ -53,52 +76,85 @@ class Block:
         block = cls(vectors.shape[1], capacity)
         block.n = len(vectors)
         block.rows[: block.n] = vectors
-        block.index.codes.resize(block.n * vectors.shape[1])  # the codes as faiss stores them (code + 128)
-        block.codes_view()[:] = codes.astype(np.int16) + 128
-        block.index.ntotal = block.n
+        block.set_codes(codes)
         return block
+
+    def set_codes(self, codes: np.ndarray) -> None:
+        """Replace the codes of all the block's rows (int8, one row each)."""
+        set_rows(self.index, 0)
+        append_codes(self.index, codes)
+
+    def append(self, vectors: np.ndarray, codes: np.ndarray) -> None:
+        """Add rows at the end, with their codes."""
+        self.rows[self.n:self.n + len(vectors)] = vectors
+        append_codes(self.index, codes)
+        self.n += len(vectors)
+
+    def write(self, offset: int, vector: np.ndarray, codes: np.ndarray) -> None:
+        """Replace row ``offset`` and its codes."""
+        self.rows[offset] = vector
+        np.bitwise_xor(codes.view(np.uint8), 0x80, out=self.codes_view()[offset])
+
+    def move(self, source: "Block", src: int, offset: int) -> None:
+        """Copy row ``src`` of ``source`` and its codes over row ``offset``."""
+        self.rows[offset] = source.rows[src]
+        self.codes_view()[offset] = source.codes_view()[src]
+
+    def drop_last(self) -> None:
+        """Forget the last row."""
+        self.n -= 1
+        set_rows(self.index, self.n)
+
+    def codes(self) -> np.ndarray:
+        """A copy of the used rows' int8 codes."""
+        return np.bitwise_xor(self.codes_view(), 0x80).view(np.int8)
 
     def codes_view(self) -> np.ndarray:
         """The block's codes as a writable uint8 view of faiss's own buffer (code + 128)."""
-        faiss = faiss_module()
-        d = self.rows.shape[1]
-        return faiss.rev_swig_ptr(self.index.codes.data(), self.n * d).reshape(self.n, d)
+        return codes_view(self.index, self.n)
 
 
-def screen(blocks: list[Block], number: int, codes: np.ndarray, factor: float, depth: int,
-           approx: dict[int, float]) -> float:
-    """Screen block ``number`` for its ``depth`` best rows into ``approx`` (row -> approximate score); returns the
-    lowest screened score returned, or -inf when the block returned all its rows."""
-    block = blocks[number]
-    scores, rows = block.index.search(codes, min(depth, block.n))  # exact integers h . c
+class Screened:
+    """One block's screen: its ``depth`` best rows (matrix rows) with their approximate scores ``(h . c) / t``
+    (float64), best first, and the weakest score it returned (-inf when it returned all its rows)."""
+
+    __slots__ = ("rows", "scores", "weakest")
+
+    def __init__(self, rows: np.ndarray, scores: np.ndarray, weakest: float) -> None:
+        self.rows, self.scores, self.weakest = rows, scores, weakest
+
+
+def screen(index, n: int, first_row: int, codes: np.ndarray, factor: float, depth: int) -> Screened:
+    """Screen one block's faiss ``index`` (``n`` rows, the first of them matrix row ``first_row``) for its ``depth``
+    best rows."""
+    scores, rows = index.search(codes, min(depth, n))  # exact integers h . c (float32 holds them exactly)
     kept = rows[0] >= 0
-    approx.update(zip((number * len(block.rows) + rows[0][kept]).tolist(), (scores[0][kept] / factor).tolist()))
-    return float(scores[0][kept][-1]) / factor if depth < block.n else -math.inf
+    approx = scores[0][kept].astype(np.float64) / factor  # float64: the bound's arithmetic
+    weakest = float(approx[-1]) if depth < n and approx.size else -math.inf
+    return Screened(rows[0][kept] + first_row, approx, weakest)
 
 
-def _screen_blocks(blocks: list[Block], numbers: list[int], codes: np.ndarray, factor: float,
-                   depth: int) -> tuple[dict[int, float], dict[int, float]]:
-    """``screen`` of several blocks: (screened scores by row, weakest score by block)."""
+def _screen_blocks(jobs: list[tuple], codes: np.ndarray, factor: float, depth: int) -> list[Screened]:
+    """``screen`` of several blocks (``(index, n, first_row)`` each), on one faiss thread."""
     faiss = faiss_module()
     threads = faiss.omp_get_max_threads()
     faiss.omp_set_num_threads(1)  # this thread only (an OpenMP setting per thread): one core per block screen
     try:
-        approx: dict[int, float] = {}
-        return approx, {number: screen(blocks, number, codes, factor, depth, approx) for number in numbers}
+        return [screen(index, n, first, codes, factor, depth) for index, n, first in jobs]
     finally:
         faiss.omp_set_num_threads(threads)
 
 
-def screen_all(blocks: list[Block], codes: np.ndarray, factor: float,
-               depth: int) -> tuple[dict[int, float], list[float]]:
-    """Every block screened on all cores at once (faiss releases the GIL; this thread takes one share): (screened
-    scores by row, the lowest score each block returned, -inf when it returned all its rows)."""
-    shares = [list(range(i, len(blocks), SCREEN_THREADS)) for i in range(SCREEN_THREADS)]
-    others = [_screen_pool().submit(_screen_blocks, blocks, share, codes, factor, depth) for share in shares[1:]
-              if share]
-    approx, by_block = _screen_blocks(blocks, shares[0], codes, factor, depth)  # row -> (h . c) / t
-    for future in others:
-        more, weakest = future.result()
-        approx.update(more)
-        by_block.update(weakest)
-    return approx, [by_block[number] for number in range(len(blocks))]
+def screen_all(jobs: list[tuple], codes: np.ndarray, factor: float, depth: int) -> list[Screened]:
+    """Every block (``(index, n, first_row)`` each) screened on all cores at once (faiss releases the GIL; this thread
+    takes one share), in block order."""
+    shares = [list(range(i, len(jobs), SCREEN_THREADS)) for i in range(SCREEN_THREADS)]
+    others = [(share, _screen_pool().submit(_screen_blocks, [jobs[j] for j in share], codes, factor, depth))
+              for share in shares[1:] if share]
+    result: list[Screened | None] = [None] * len(jobs)
+    for number, screened in zip(shares[0], _screen_blocks([jobs[j] for j in shares[0]], codes, factor, depth)):
+        result[number] = screened
+    for share, future in others:
+        for number, screened in zip(share, future.result()):
+            result[number] = screened
+    return result

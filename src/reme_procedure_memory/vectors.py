@@ -17,19 +17,24 @@ whose codes clip badly (a vector unlike those the scale was measured on) is left
 rescored exactly; the scale is re-measured when such rows pass 2%. The scan reads 1 byte per dimension instead of 4;
 ``ProcedureFileStore`` runs it in a worker thread, never on the event loop, and the blocks are screened on all cores
 at once (one faiss thread each).
+
+The search path has no per-row Python: each block's screen comes back as arrays, the first k candidates are found
+by ``argpartition`` and the rest by a vectorised ``approx >= cut``; the outliers' float64 vectors are kept between
+searches (dropped by any change that touches an outlier) and rescored with one product; gathered rows are converted
+to float64 once per search. Products use ``einsum``, not BLAS, so a search starts no BLAS threads.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 from collections.abc import Iterable
 
 import numpy as np
 
 from .quantization import Quantizer
-from .vector_blocks import Block, faiss_module, screen_all
-from .vector_blocks import screen as screen_block
+from .vector_blocks import Block, Screened, screen, screen_all
 
 BLOCK_ROWS = 16_384
 CANDIDATES_PER_BLOCK = 16  # screened per block beyond its share of the adaptive depth
@@ -44,6 +49,8 @@ class VectorMatrix:
         self._ids: list[str] = []
         self._row_of: dict[str, int] = {}
         self._norms = np.zeros(0, dtype=np.float64)  # per row; 0 for a zero vector
+        self._outlier = np.zeros(0, dtype=bool)  # per row: outside the bounds, always rescored exactly
+        self._outliers: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # their rows, float64 vectors, norms
         self._quantizer = Quantizer(dimensions)
         self._depth = 0  # rows to screen per query (adapts to how many lie within the bound of the k-th score)
 
@@ -66,30 +73,23 @@ class VectorMatrix:
     def ids(self) -> list[str]:
         return list(self._ids)
 
-    def _write_codes(self, rows: np.ndarray, codes: np.ndarray) -> None:
-        for row, code in zip(rows.tolist(), codes):
-            block, offset = self._locate(row)
-            block.codes_view()[offset] = code.astype(np.int16) + 128
-
     def _maybe_reencode(self) -> None:
         """Re-measure the scale and re-encode every row when the first scale was measured on few rows (the set has
         doubled since) or more than 2% of the rows are outliers: the bounds stay tight, the cost amortised."""
         n, quantizer = len(self._ids), self._quantizer
-        if not quantizer.reencode_due(n):
+        if not quantizer.reencode_due(n, int(self._outlier[:n].sum())):
             return
         vectors = np.concatenate([b.rows[: b.n] for b in self._blocks])
         quantizer.measure(vectors)
         quantizer.error_bound = quantizer.code_bound = 0.0
-        quantizer.outliers = set()
         norms, codes, code_norms, errors = quantizer.encode(vectors)
         self._norms[:n] = norms
         quantizer.set_limits(code_norms, errors)
-        quantizer.fold(self._ids, code_norms, errors)
+        self._outlier[:n] = quantizer.fold(code_norms, errors)
+        self._outliers = None
         for number, block in enumerate(self._blocks):
-            block.index.reset()
-            if block.n:
-                start = number * BLOCK_ROWS
-                block.index.add(codes[start:start + block.n].astype(np.float32))
+            start = number * BLOCK_ROWS
+            block.set_codes(codes[start:start + block.n])
 
     def set_many(self, items: Iterable[tuple[str, np.ndarray]]) -> None:
         """Insert or replace vectors (any float dtype, ``dimensions`` long; stored as float16)."""
@@ -106,37 +106,43 @@ class VectorMatrix:
         norms, codes, code_norms, errors = quantizer.encode(vectors)
         if first:
             quantizer.set_limits(code_norms, errors)
-        quantizer.fold([item for item, _ in items], code_norms, errors)
+        outlier = quantizer.fold(code_norms, errors)
         fresh: list[int] = []
         for position, (item, _) in enumerate(items):
             row = self._row_of.get(item)
             if row is None:
                 row = len(self._ids)
-                if row // BLOCK_ROWS == len(self._blocks):
-                    self._blocks.append(Block(self.dimensions, BLOCK_ROWS))
                 self._ids.append(item)
                 self._row_of[item] = row
                 fresh.append(position)
-            block, offset = self._locate(row)
-            block.rows[offset] = vectors[position]
+            elif row < len(self._ids) - len(fresh):  # a row stored before this batch: rewritten in place
+                block, offset = self._locate(row)
+                block.write(offset, vectors[position], codes[position])
         rows = np.array([self._row_of[item] for item, _ in items], dtype=np.int64)
-        n = len(self._ids)
-        if n > self._norms.shape[0]:
-            grow = max(n, int(self._norms.shape[0] * 1.25) + 64)
-            self._norms = np.concatenate([self._norms, np.zeros(grow - self._norms.shape[0])])
+        self._grow(len(self._ids))
+        if outlier.any() or self._outlier[rows].any():  # an outlier's vector or status changes
+            self._outliers = None
         self._norms[rows] = norms
-        appended = set(fresh)
-        replaced = [p for p in range(len(items)) if p not in appended]
-        if replaced:
-            self._write_codes(rows[replaced], codes[replaced])
-        start = 0
-        while start < len(fresh):  # appended rows are consecutive: add them block by block
-            block, offset = self._locate(int(rows[fresh[start]]))
-            stop = min(len(fresh), start + BLOCK_ROWS - offset)
-            block.index.add(codes[fresh[start:stop]].astype(np.float32))
-            block.n = offset + stop - start
-            start = stop
+        self._outlier[rows] = outlier
+        # appended rows: the last value given for each new id, added block by block
+        last = {item: position for position, (item, _) in enumerate(items)}
+        chosen = np.array([last[items[position][0]] for position in fresh], dtype=np.int64)
+        row, start = len(self._ids) - len(fresh), 0
+        while start < len(chosen):
+            if row // BLOCK_ROWS == len(self._blocks):
+                self._blocks.append(Block(self.dimensions, BLOCK_ROWS))
+            block = self._blocks[row // BLOCK_ROWS]
+            take = chosen[start:start + BLOCK_ROWS - row % BLOCK_ROWS]
+            block.append(vectors[take], codes[take])
+            start, row = start + len(take), row + len(take)
         self._maybe_reencode()
+
+    def _grow(self, n: int) -> None:
+        """Room for ``n`` rows in the per-row arrays (grown by a quarter at a time)."""
+        if n > self._norms.shape[0]:
+            grow = max(n, int(self._norms.shape[0] * 1.25) + 64) - self._norms.shape[0]
+            self._norms = np.concatenate([self._norms, np.zeros(grow)])
+            self._outlier = np.concatenate([self._outlier, np.zeros(grow, dtype=bool)])
 
     def set(self, item: str, vector) -> None:
         self.set_many([(item, vector)])
@@ -146,22 +152,23 @@ class VectorMatrix:
         row = self._row_of.pop(item, None)
         if row is None:
             return None
-        self._quantizer.outliers.discard(item)
         last = len(self._ids) - 1
         moved = None
+        if self._outlier[row] or self._outlier[last]:
+            self._outliers = None
         if row != last:
             moved = self._ids[last]
             src_block, src = self._locate(last)
             dst_block, dst = self._locate(row)
-            dst_block.rows[dst] = src_block.rows[src]
-            dst_block.codes_view()[dst] = src_block.codes_view()[src]
+            dst_block.move(src_block, src, dst)
             self._norms[row] = self._norms[last]
+            self._outlier[row] = self._outlier[last]
             self._ids[row] = moved
             self._row_of[moved] = row
         self._ids.pop()
-        block, offset = self._locate(last)
-        block.index.remove_ids(faiss_module().IDSelectorRange(offset, offset + 1))
-        block.n = offset
+        self._outlier[last] = False
+        block, _ = self._locate(last)
+        block.drop_last()
         if block.n == 0:
             self._blocks.pop()
         return moved
@@ -173,19 +180,20 @@ class VectorMatrix:
 
     def export(self) -> dict[str, np.ndarray]:
         """Everything, as arrays in row order (copies), for ``restore``: a load needs no re-encoding."""
-        meta = {"ids": self._ids, **self._quantizer.meta()}
+        outliers = sorted(self._ids[row] for row in np.flatnonzero(self._outlier[: len(self._ids)]).tolist())
+        meta = {"ids": self._ids, "outliers": outliers, **self._quantizer.meta()}
         empty = np.zeros((0, self.dimensions), dtype=np.float16)
         return {
             "meta": np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
             "vectors": np.concatenate([b.rows[: b.n] for b in self._blocks]) if self._blocks else empty,
-            "codes": (np.concatenate([b.codes_view() for b in self._blocks]).astype(np.int16) - 128).astype(np.int8)
-            if self._blocks else empty.astype(np.int8),
+            "codes": np.concatenate([b.codes() for b in self._blocks]) if self._blocks else empty.astype(np.int8),
             "norms": self._norms[: len(self._ids)].copy(), "scale": self._quantizer.scale.copy(),
         }
 
     @classmethod
     def restore(cls, dimensions: int, arrays: dict[str, np.ndarray]) -> "VectorMatrix":
-        """The matrix ``export`` described (raises ValueError when the arrays do not fit together)."""
+        """The matrix ``export`` described (raises ValueError when the arrays do not fit together). The arrays may be
+        read-only page-cache views: they are copied."""
         meta = json.loads(bytes(arrays["meta"]).decode("utf-8"))
         vectors, codes = arrays["vectors"], arrays["codes"]
         ids = [sys.intern(item) for item in meta["ids"]]  # the store's chunk ids: one string object each
@@ -195,6 +203,8 @@ class VectorMatrix:
         matrix = cls(dimensions)
         matrix._ids, matrix._row_of = ids, {item: row for row, item in enumerate(ids)}
         matrix._norms = arrays["norms"].astype(np.float64)
+        matrix._outlier = np.zeros(len(ids), dtype=bool)
+        matrix._outlier[[matrix._row_of[item] for item in meta["outliers"]]] = True
         matrix._quantizer = Quantizer.restore(dimensions, meta, arrays["scale"].astype(np.float64))
         matrix._blocks = [Block.restore(vectors[start:start + BLOCK_ROWS], codes[start:start + BLOCK_ROWS],
                                         BLOCK_ROWS) for start in range(0, len(ids), BLOCK_ROWS)]
@@ -202,18 +212,28 @@ class VectorMatrix:
 
     # -- search ---------------------------------------------------------------------------------------------------
 
+    def _gather(self, rows: np.ndarray) -> np.ndarray:
+        """The float16 vectors of ``rows``, one gather per block."""
+        vectors = np.empty((rows.size, self.dimensions), dtype=np.float16)
+        blocks = rows // BLOCK_ROWS
+        for number in np.unique(blocks).tolist():
+            chosen = blocks == number
+            vectors[chosen] = self._blocks[number].rows[rows[chosen] - number * BLOCK_ROWS]
+        return vectors
+
     def _exact(self, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
         """float64 cosine similarities of ``rows`` with the unit ``query``."""
         if rows.size == 0:
             return np.zeros(0)
-        vectors = np.empty((rows.size, self.dimensions), dtype=np.float16)
-        blocks = rows // BLOCK_ROWS
-        for number in np.unique(blocks).tolist():  # one gather per block
-            chosen = blocks == number
-            vectors[chosen] = self._blocks[number].rows[rows[chosen] % BLOCK_ROWS]
-        norms = self._norms[rows]
-        # einsum, not BLAS: no BLAS threads on the scan path (the caller's thread does all the work)
-        return np.einsum("ij,j->i", vectors.astype(np.float64), query) / np.where(norms > 0, norms, np.inf)
+        return _cosines(self._gather(rows).astype(np.float64), self._norms[rows], query)
+
+    def _outlier_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The outliers' rows, float64 vectors and norms: kept between searches (dropped by any change to them; two
+        searches under the read lock may both build it, and one whole tuple replaces the other)."""
+        if self._outliers is None:
+            rows = np.flatnonzero(self._outlier[: len(self._ids)])
+            self._outliers = rows, self._gather(rows).astype(np.float64), self._norms[rows]
+        return self._outliers
 
     def search(self, query, limit: int) -> list[tuple[str, float]]:
         """The ``limit`` ids of highest cosine similarity, best first (see the module docstring)."""
@@ -224,25 +244,55 @@ class VectorMatrix:
         screened = self._quantizer.screen(q)
         if screened is None:
             return []
-        unit, screen, factor, margin = screened
-        return self._search(unit, screen, factor, margin, min(limit, n))
+        unit, codes, factor, margin = screened
+        rows, scores = self._search(unit, codes, factor, margin, min(limit, n))
+        return [(self._ids[row], score) for row, score in zip(rows.tolist(), scores.tolist())]
 
-    def _search(self, unit: np.ndarray, screen: np.ndarray, factor: float, margin: float,
-                k: int) -> list[tuple[str, float]]:
+    def _search(self, unit: np.ndarray, codes: np.ndarray, factor: float, margin: float,
+                k: int) -> tuple[np.ndarray, np.ndarray]:
+        """The top ``k`` rows and their exact scores, best first (ties by row)."""
         n = len(self._ids)
-        depth = min(n, max(self._depth, k)) // len(self._blocks) + CANDIDATES_PER_BLOCK
-        approx, weakest = screen_all(self._blocks, screen, factor, depth)
-        ranked = sorted(approx, key=approx.__getitem__, reverse=True)[:k]
-        ranked += [row for row in (self._row_of[item] for item in self._quantizer.outliers) if row not in ranked]
-        exact = dict(zip(ranked, self._exact(np.array(ranked, dtype=np.int64), unit).tolist()))
-        cut = sorted(exact.values(), reverse=True)[min(k, len(exact)) - 1] - margin
-        for number, low in enumerate(weakest):
-            while low >= cut:  # rows this block did not return might still be above the cut: screen deeper
-                depth *= 4
-                low = screen_block(self._blocks, number, screen, factor, depth, approx)
-        rest = [row for row, value in approx.items() if value >= cut and row not in exact]
-        exact.update(zip(rest, self._exact(np.array(rest, dtype=np.int64), unit).tolist()))
+        jobs = [(block.index, block.n, number * BLOCK_ROWS) for number, block in enumerate(self._blocks)]
+        depth = min(n, max(self._depth, k)) // len(jobs) + CANDIDATES_PER_BLOCK
+        screens = screen_all(jobs, codes, factor, depth)
+        rows, approx = self._candidates(screens)
+        first = rows[_best(approx, k)]  # the k best by the screen: rescored at once
+        outliers, outlier_vectors, outlier_norms = self._outlier_rows()
+        exact_rows = np.concatenate([outliers, first])
+        exact = np.concatenate([_cosines(outlier_vectors, outlier_norms, unit), self._exact(first, unit)])
+        cut = (-np.partition(-exact, k - 1)[k - 1] - margin) if exact.size >= k else -math.inf
+        deeper = False
+        for number, screened in enumerate(screens):
+            block_depth = depth
+            while math.isfinite(screened.weakest) and screened.weakest >= cut:  # unreturned rows may beat the cut
+                block_depth *= 4
+                screened = screens[number] = screen(*jobs[number], codes, factor, block_depth)
+                deeper = True
+        if deeper:
+            rows, approx = self._candidates(screens)
+        rest = rows[approx >= cut]
+        rest = rest[~np.isin(rest, first, assume_unique=True)]
+        exact_rows = np.concatenate([exact_rows, rest])
+        exact = np.concatenate([exact, self._exact(rest, unit)])
         # next time screen about twice as deep as this query needed at once (slowly forgetting deeper needs)
-        self._depth = max(2 * k, 2 * (len(rest) + k), int(0.9 * self._depth))
-        best = sorted(exact.items(), key=lambda item: (-item[1], item[0]))[:k]
-        return [(self._ids[row], score) for row, score in best]
+        self._depth = max(2 * k, 2 * (rest.size + k), int(0.9 * self._depth))
+        order = np.lexsort((exact_rows, -exact))[:k]
+        return exact_rows[order], exact[order]
+
+    def _candidates(self, screens: list[Screened]) -> tuple[np.ndarray, np.ndarray]:
+        """The screened rows that are not outliers (those are rescored anyway) and their approximate scores."""
+        rows = np.concatenate([screened.rows for screened in screens])
+        approx = np.concatenate([screened.scores for screened in screens])
+        kept = ~self._outlier[rows]
+        return rows[kept], approx[kept]
+
+
+def _best(scores: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` highest ``scores`` (all of them when there are fewer), in no order."""
+    return np.argpartition(-scores, k - 1)[:k] if scores.size > k else np.arange(scores.size)
+
+
+def _cosines(vectors: np.ndarray, norms: np.ndarray, unit: np.ndarray) -> np.ndarray:
+    """float64 cosine similarities of float64 ``vectors`` (with these norms; 0 for a zero vector) with ``unit``."""
+    # einsum, not BLAS: no BLAS threads on the search path (the caller's thread does all the work)
+    return np.einsum("ij,j->i", vectors, unit) / np.where(norms > 0, norms, np.inf)
