@@ -15,6 +15,7 @@ import pytest
 from conftest import memory_of, run_job
 from test_views import corpus, write_corpus
 from reme_procedure_memory.store import ExperienceFiles
+from reme_procedure_memory import views as views_module
 from reme_procedure_memory.views import MAX_CANDIDATES, VIEW_NAMES, rrf_fuse
 
 QUERIES = [query for _, _, query in corpus()[:8]] + ["deploy", "zebra nothing matches this"]
@@ -60,8 +61,12 @@ def answered(ans) -> list[tuple[str, float, dict]]:
     return [(r["path"], r["score"], r["experience"]) for r in ans["results"]]
 
 
+@pytest.mark.parametrize("beside", [False, True], ids=["bm25-after-scan", "bm25-beside-scan"])
 @pytest.mark.parametrize("weight", [0.0, 0.7, 1.0])
-async def test_one_call_search_fuses_the_same_candidates_as_the_branches_apart(make_app, tmp_path, weight):
+async def test_one_call_search_fuses_the_same_candidates_as_the_branches_apart(make_app, tmp_path, weight, beside,
+                                                                               monkeypatch):
+    if beside:  # a large matrix scores BM25 in a keyword thread beside the scan: the same candidates
+        monkeypatch.setattr(views_module, "PARALLEL_ROWS", 0)
     ws = tmp_path / "ws"
     write_corpus(ws)
     async with make_app(workspace=ws) as app:

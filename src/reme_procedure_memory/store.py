@@ -30,10 +30,10 @@ import time
 import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from .cli_errors import StartupError
-from .experiences import ExperienceDirectory
+from .experiences import ExperienceDirectory, Link, entry_names, read_entry
 from .paths import check_directory
 from .schema import version_of
 
@@ -165,6 +165,11 @@ def read_json(path: Path) -> Any | None:
         raw = path.read_bytes()
     except FileNotFoundError:
         return None
+    return parse_json(path, raw)
+
+
+def parse_json(path: Path, raw: bytes) -> dict:
+    """The JSON object record ``raw`` read from ``path``; DamagedRecord (naming the file) when unreadable."""
     try:
         obj = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
@@ -174,13 +179,14 @@ def read_json(path: Path) -> Any | None:
     return obj
 
 
-def load_record(path: Path, factory):
-    """``factory(**record)`` of a JSON record, or None when absent; DamagedRecord when it has the wrong shape."""
-    raw = read_json(path)
-    if raw is None:
+def load_record(path: Path, factory, raw: bytes | None = None):
+    """``factory(**record)`` of a JSON record (``raw``: its bytes, already read), or None when absent;
+    DamagedRecord when it has the wrong shape."""
+    record = read_json(path) if raw is None else parse_json(path, raw)
+    if record is None:
         return None
     try:
-        return factory(**raw)
+        return factory(**record)
     except TypeError as exc:
         raise DamagedRecord(path, f"unexpected fields: {exc}") from None
 
@@ -372,15 +378,36 @@ class OperationJournal:
         skipped here (listed in ``damaged``): one import's damaged record never blocks a start or another import."""
         if self._open is None:
             self._open = {}
-            for path in self.directory.glob("*/*.json"):
+            for path, raw in self._record_files():
                 try:
-                    op = load_record(path, Operation)
+                    op = load_record(path, Operation, raw)
                 except DamagedRecord as exc:
                     self.damaged[str(path)] = exc.cause
                     continue
                 if op is not None and op.status in OPEN_STATES:
                     self._open[(op.scope, op.key)] = op
         return sorted(self._open.values(), key=lambda op: op.created_at)
+
+    def _record_files(self) -> Iterator[tuple[Path, bytes | None]]:
+        """``(path, bytes)`` of every record file ``<scope>/*.json`` (bytes None: read it by path, e.g. a link), each
+        scope's files read through one descriptor of its directory: a start-up reads a long journal without
+        resolving a path per record."""
+        try:
+            scopes = sorted(e.name for e in os.scandir(self.directory) if e.is_dir())
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for scope in scopes:
+            try:
+                dir_fd = os.open(self.directory / scope, os.O_RDONLY | os.O_DIRECTORY)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            try:
+                for name in entry_names(dir_fd):
+                    raw = read_entry(name, dir_fd)  # None: removed meanwhile, or a directory
+                    if raw is not None:  # a link is read by its path, as before (it is followed)
+                        yield self.directory / scope / name, None if isinstance(raw, Link) else raw
+            finally:
+                os.close(dir_fd)
 
     def supersede_path(self, path: str, keep: Operation) -> None:
         """Mark every open record of ``path`` except ``keep`` as superseded (a later write replaced its intent)."""

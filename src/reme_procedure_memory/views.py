@@ -14,19 +14,21 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import Future
 from typing import Callable, NamedTuple, TypeVar
 
 from reme.schema import FileChunk, FileNode
 
 from .filestore import ProcedureFileStore
 from .keyword_tokenizer import tokenizer_identity
-from .viewsearch import scan_executor
+from .viewsearch import keyword_executor, scan_executor
 from .experiences import StoredExperience
 
 VIEW_NAMES = ("when_to_use", "when_to_use_content")
 RRF_K = 60
 MAX_CANDIDATES = 200
 BULK_BATCH = 200
+PARALLEL_ROWS = 32_768  # above this many rows a view's BM25 runs beside its matrix scan (see _fused_page)
 T = TypeVar("T")
 
 
@@ -299,7 +301,19 @@ class Views:
 
 def _fused_page(store: ProcedureFileStore, query: str, query_vector, candidates: int, vector_weight: float,
                 page: Callable[[list[Fused]], T]) -> T:
-    """BM25 and vector candidates of one view, fused, passed to ``page`` (blocking: runs in a scan thread)."""
-    keyword = store.keyword_paths(query, candidates) if vector_weight < 1 else []
+    """BM25 and vector candidates of one view, fused, passed to ``page`` (blocking: runs in a scan thread).
+
+    Over a matrix of more than ``PARALLEL_ROWS`` rows BM25 runs in a keyword thread beside the scan (a search's
+    latency is then about the longer of the two, not their sum); below, both run here, one after the other: the
+    scan is short and a second hand-off would cost more than it saves.
+    """
+    keyword = None
+    if vector_weight < 1:
+        if query_vector is not None and store.vectors is not None and len(store.vectors) > PARALLEL_ROWS:
+            keyword = keyword_executor().submit(store.keyword_paths, query, candidates)
+        else:
+            keyword = store.keyword_paths(query, candidates)
     vector = store.nearest_paths(query_vector, candidates) if query_vector is not None else []
-    return page(rrf_fuse(vector, keyword, vector_weight))
+    if isinstance(keyword, Future):
+        keyword = keyword.result()
+    return page(rrf_fuse(vector, keyword or [], vector_weight))

@@ -35,6 +35,18 @@ def scan_executor() -> ThreadPoolExecutor:
     return _executor
 
 
+_keyword_executor: ThreadPoolExecutor | None = None
+
+
+def keyword_executor() -> ThreadPoolExecutor:
+    """The process-wide pool of threads that score BM25 beside a large matrix scan (one per core; its tasks never
+    wait on another task, so a scan thread may wait on them)."""
+    global _keyword_executor
+    if _keyword_executor is None:
+        _keyword_executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="procedure-bm25")
+    return _keyword_executor
+
+
 class ViewSearches:
     """Searches over a ``ProcedureFileStore``'s matrix and BM25 index (see the module docstring)."""
 
