@@ -393,7 +393,8 @@ class OperationJournal:
         scope's files read through one descriptor of its directory: a start-up reads a long journal without
         resolving a path per record."""
         try:
-            scopes = sorted(e.name for e in os.scandir(self.directory) if e.is_dir())
+            with os.scandir(self.directory) as entries:
+                scopes = sorted(e.name for e in entries if e.is_dir())
         except (FileNotFoundError, NotADirectoryError):
             return
         for scope in scopes:

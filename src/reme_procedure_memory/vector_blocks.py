@@ -10,6 +10,7 @@ and equals screening them one by one. Codes are written straight into faiss's bu
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -25,15 +26,10 @@ def faiss_module():
 
 
 SCREEN_THREADS = os.cpu_count() or 1
-_pool: ThreadPoolExecutor | None = None
-
-
+@functools.cache
 def _screen_pool() -> ThreadPoolExecutor:
     """Threads that screen blocks beside the searching thread (their OpenMP setting is made per call)."""
-    global _pool
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=max(1, SCREEN_THREADS - 1), thread_name_prefix="procedure-screen")
-    return _pool
+    return ThreadPoolExecutor(max_workers=max(1, SCREEN_THREADS - 1), thread_name_prefix="procedure-screen")
 
 
 def _index(dimensions: int):

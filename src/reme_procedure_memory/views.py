@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from concurrent.futures import Future
 from typing import Callable, NamedTuple, TypeVar
 
 from reme.schema import FileChunk, FileNode
@@ -87,14 +86,14 @@ def rrf_fuse(
         in_vector.add(item)
         hit = keyword_first.get(item)
         if hit is None:
-            score = vector_weight / (k + rank) + 0.0
+            score = vector_weight / (k + rank)
             rows.append((-score, rank, absent, item, Fused(item, score, rank, None, native, None)))
         else:
             score = vector_weight / (k + rank) + keyword_weight / (k + hit[0])
             rows.append((-score, rank, hit[0], item, Fused(item, score, rank, hit[0], native, hit[1])))
     for item, (rank, native) in keyword_first.items():
         if item not in in_vector:
-            score = 0.0 + keyword_weight / (k + rank)
+            score = keyword_weight / (k + rank)
             rows.append((-score, absent, rank, item, Fused(item, score, None, rank, None, native)))
     rows.sort()
     return [row[4] for row in rows]
@@ -307,13 +306,14 @@ def _fused_page(store: ProcedureFileStore, query: str, query_vector, candidates:
     latency is then about the longer of the two, not their sum); below, both run here, one after the other: the
     scan is short and a second hand-off would cost more than it saves.
     """
-    keyword = None
+    keyword: list[tuple[str, float]] = []
+    beside = None  # BM25 running in a keyword thread
     if vector_weight < 1:
         if query_vector is not None and store.vectors is not None and len(store.vectors) > PARALLEL_ROWS:
-            keyword = keyword_executor().submit(store.keyword_paths, query, candidates)
+            beside = keyword_executor().submit(store.keyword_paths, query, candidates)
         else:
             keyword = store.keyword_paths(query, candidates)
     vector = store.nearest_paths(query_vector, candidates) if query_vector is not None else []
-    if isinstance(keyword, Future):
-        keyword = keyword.result()
-    return page(rrf_fuse(vector, keyword or [], vector_weight))
+    if beside is not None:
+        keyword = beside.result()
+    return page(rrf_fuse(vector, keyword, vector_weight))

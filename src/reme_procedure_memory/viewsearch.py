@@ -11,13 +11,11 @@ runs both and the fusion in one such call); ``nearest``/``vector_search`` keep R
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 
 from reme.schema import FileChunk
-
-_executor: ThreadPoolExecutor | None = None
-
 
 def _one_thread() -> None:
     """Scan threads run faiss on one OpenMP thread: concurrent searches are the parallelism."""
@@ -26,25 +24,18 @@ def _one_thread() -> None:
     faiss_module().omp_set_num_threads(1)
 
 
+@functools.cache
 def scan_executor() -> ThreadPoolExecutor:
     """The process-wide pool of vector-scan threads (one per core)."""
-    global _executor
-    if _executor is None:
-        _executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="procedure-scan",
-                                       initializer=_one_thread)
-    return _executor
+    return ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="procedure-scan",
+                              initializer=_one_thread)
 
 
-_keyword_executor: ThreadPoolExecutor | None = None
-
-
+@functools.cache
 def keyword_executor() -> ThreadPoolExecutor:
     """The process-wide pool of threads that score BM25 beside a large matrix scan (one per core; its tasks never
     wait on another task, so a scan thread may wait on them)."""
-    global _keyword_executor
-    if _keyword_executor is None:
-        _keyword_executor = ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="procedure-bm25")
-    return _keyword_executor
+    return ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="procedure-bm25")
 
 
 class ViewSearches:
