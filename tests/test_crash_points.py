@@ -7,9 +7,11 @@ workspace lock is released as the kernel releases a dead process's ``flock``. Th
 same workspace whose run replays the same operation keys with the same arguments, as a resumed segment does.
 
 Also: the ``indexed`` record is written without a directory fsync (docs/decisions.md); a power loss that undoes that
-rename leaves the ``published`` record, which the next start settles from the file (simulated by putting it back).
+rename leaves the ``published`` record (its open file is removed only once the rename is durable), which the next
+start settles from the file (simulated by removing the final file of a process that never closed).
 """
 
+import json
 import os
 
 import pytest
@@ -17,7 +19,7 @@ import pytest
 from conftest import add_trajectory, call_tool, memory_of, run_job
 from reme_procedure_memory import store
 from reme_procedure_memory.schema import ARG_TO_FIELD, Experience, version_of
-from reme_procedure_memory.store import INDEXED, PUBLISHED, SUPERSEDED, write_json
+from reme_procedure_memory.store import INDEXED, PUBLISHED, SUPERSEDED
 
 NAME = "rebuild-search.json"
 PATH = f"procedures/{NAME}"
@@ -100,21 +102,27 @@ async def test_kill_at_every_durable_write_then_resume(make_app, tmp_path, monke
 
 async def test_an_indexed_record_undone_by_a_power_loss_is_settled_at_start(make_app, tmp_path):
     ws = tmp_path / "ws"
-    async with make_app(workspace=ws) as app:
-        memory = memory_of(app)
-        source = add_trajectory(app)
-        created_version = version_of(target(FIELDS, source))
-        await write_both(app, memory.begin_run("req-1", [source]), created_version)
-        record = memory.journal.get("req-1", "op-2")
-        record_path = memory.journal._path("req-1", "op-2")
-    # the last rename (indexed, no directory fsync) did not survive: the published record is back
-    write_json(record_path, {**record.__dict__, "status": PUBLISHED})
+    app = make_app.build(workspace=ws)
+    await app.start()
+    memory = memory_of(app)
+    source = add_trajectory(app)
+    created_version = version_of(target(FIELDS, source))
+    await write_both(app, memory.begin_run("req-1", [source]), created_version)
+    journal = memory.journal
+    final, opened = journal._path("req-1", "op-2"), journal._open_path("req-1", "op-2")
+    # the last rename (indexed, no directory fsync) is not durable yet: the published record's open file is kept
+    assert json.loads(opened.read_text())["status"] == PUBLISHED and final.exists()
+    # a power loss now undoes that rename; the process is gone (never closed)
+    final.unlink()
+    memory._lock_file.release()
     async with make_app(workspace=ws) as app:
         assert memory_of(app).journal.get("req-1", "op-2").status == INDEXED  # settled from the file at start
         run = memory_of(app).begin_run("req-1", [source])
         created, updated = await write_both(app, run, created_version)
         assert created.get("replayed") and updated.get("replayed")
         await check_nothing_lost_or_duplicated(app, source)
+    scope_files = sorted(p.name for p in final.parent.iterdir())
+    assert not any(name.endswith(".open.json") for name in scope_files), scope_files  # close removed them
 
 
 async def test_a_create_makes_seven_fsyncs(make_app, monkeypatch):

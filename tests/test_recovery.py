@@ -15,7 +15,7 @@ import pytest
 from conftest import memory_of, run_job
 from helpers import FakeEmbeddingModel, experience_record, place_trajectory
 from reme_procedure_memory import views as views_module
-from reme_procedure_memory.store import INDEXED, Operation, OperationJournal
+from reme_procedure_memory.store import INDEXED, SCOPE_SUFFIX, Operation, OperationJournal
 
 N = 40
 ONE_SHOT_REINDEX = {"backend": "cli", "job": "procedure_reindex", "job_args": {}}
@@ -60,7 +60,8 @@ async def test_one_shot_reindex_indexes_and_embeds_each_file_once(make_app, tmp_
     text = json.dumps(target, ensure_ascii=False, indent=2) + "\n"
     journal = OperationJournal(ws / "metadata" / "procedure" / "default" / "operations")
     journal.put(Operation("req-1", "op-1", "create", "r", "procedures/recovered.json", text, None))
-    damaged = ws / "metadata" / "procedure" / "default" / "operations" / "damaged-scope" / "bad.json"
+    # a damaged final record: the start reads only open records; the reindex checks every record
+    damaged = ws / "metadata" / "procedure" / "default" / "operations" / f"damaged-scope{SCOPE_SUFFIX}" / "bad.json"
     damaged.parent.mkdir(parents=True, exist_ok=True)
     damaged.write_text("{ not json")
     model = FakeEmbeddingModel(64)

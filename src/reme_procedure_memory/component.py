@@ -175,10 +175,15 @@ class ProcedureMemory(BaseComponent):
 
     async def _close(self) -> None:
         self.grants.clear()
-        self._journal = None
+        journal, self._journal = self._journal, None
         self.reads.forget()
         try:
             await self.recovery.stop()
+            if journal is not None:
+                try:
+                    journal.flush()  # no open file of a final record is left behind
+                except OSError as exc:  # harmless: the final file is read first, and the next start removes them
+                    self.logger.warning(f"procedure memory: settling the journal's open files failed: {exc}")
             if self._writes and self.views is not None:
                 # Updates leave lazily deleted BM25 documents behind; compact them before the stores persist.
                 for store in self.views.stores.values():

@@ -222,6 +222,7 @@ class Recovery:
         if self.deferred:  # the start left the journal's open records to this pass
             self.settle_journal()
             self.deferred = False
+        memory.damaged_metadata.update(memory.journal.check_records())  # the start read only open records
         invalid_paths = {i["path"] for i in invalid}
         failed = [self.pending_entry(p) for p in sorted(memory.pending) if p not in invalid_paths]
         return {
