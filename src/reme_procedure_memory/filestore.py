@@ -45,6 +45,12 @@ COMPACT_SHARE = 0.25  # BM25 compaction (with a new snapshot) once this share of
 
 
 # ViewSearches first: its vector_search falls back (for filtered searches) to ViewVectors' matrix-backed stock scan
+async def _none(failure: BaseException | None = None) -> None:
+    """A part not restored: None, or ``failure`` raised."""
+    if failure is not None:
+        raise failure
+
+
 class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
     """ReMe's ``local`` file store with a vector matrix, off-loop searches and incremental persistence (see above)."""
 
@@ -183,25 +189,31 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
     async def _restore(self, manifest: dict, columns: dict, vectors: dict, bm25: dict | None, entries: list[dict]):
         self._snapshot_due = manifest["format"] != FORMAT  # an earlier format is rewritten at the next dump
         self.vector_space = self._current_space()
-        nodes, chunks, flagged = await asyncio.to_thread(restore_columns, columns)
-        columns.clear()
-        matrix = None
-        if manifest.get("vector_space") != self.vector_space:  # another embedding model made these vectors
+        same_space = manifest.get("vector_space") == self.vector_space
+        if not same_space:  # another embedding model made these vectors
             self.logger.warning(f"{self.name}: vectors of another embedding vector space dropped; re-embedding")
             self._snapshot_due = True
-        elif self.embedding_store:
-            matrix = await asyncio.to_thread(VectorMatrix.restore, self.embedding_dimensions, vectors)
+        # records, vector index and BM25 are independent: restored at once (the vector copies run outside the GIL)
+        restored, matrix, keyword = await asyncio.gather(
+            asyncio.to_thread(restore_columns, columns),
+            asyncio.to_thread(VectorMatrix.restore, self.embedding_dimensions, vectors)
+            if same_space and self.embedding_store else _none(),
+            asyncio.to_thread(self.keyword_index.restore, bm25) if bm25 is not None
+            else _none(ValueError("its snapshot part is damaged")),
+            return_exceptions=True,  # every thread has finished before a failure is raised
+        )
+        columns.clear()
         vectors.clear()
+        for result in (restored, matrix, keyword):
+            if isinstance(result, BaseException) and (result is not keyword or not isinstance(result, Exception)):
+                raise result
+        nodes, chunks, flagged = restored
         if matrix is not None and (len(matrix) != len(flagged) or not flagged.issuperset(matrix.ids())):
             raise ViewStateError("the vector index does not hold the records' vectors")
-        try:
-            if bm25 is None:
-                raise ValueError("its snapshot part is damaged")
-            await asyncio.to_thread(self.keyword_index.restore, bm25)
-            keyword_ready = True
-        except Exception as exc:  # another tokenizer configuration, or a damaged part
-            self.logger.warning(f"{self.name}: BM25 is re-indexed from the files ({type(exc).__name__}: {exc})")
-            keyword_ready, self._snapshot_due = False, True
+        keyword_ready = not isinstance(keyword, BaseException)
+        if not keyword_ready:  # another tokenizer configuration, or a damaged part
+            self.logger.warning(f"{self.name}: BM25 is re-indexed from the files ({type(keyword).__name__}: {keyword})")
+            self._snapshot_due = True
         self.file_chunks.update((chunk.id, chunk) for chunk in chunks)
         self._drop_texts(c.id for c in chunks if c.text)  # records written before texts were dropped carry them
         self.file_graph.restore(nodes)
