@@ -141,3 +141,46 @@ def test_export_restore_round_trip_from_read_only_arrays():
     restored.remove("id1")
     both = {**{k: v for k, v in truth.items() if k != "id1"}, **more}
     assert_exact(restored, both, low_rank(rng, 1)[0], 15)
+
+
+def test_float32_scores_stay_within_their_proven_bound():
+    """``Float16Rows.products`` (faiss's float32 kernel) against float64, on rows with large cancellation."""
+    rng = np.random.default_rng(5)
+    for dims in (64, 1024):
+        rows = np.concatenate([rng.normal(size=(200, dims)), 1e3 * rng.normal(size=(50, dims)),
+                               np.tile(rng.normal(size=dims), (50, 1)) * rng.choice([-1.0, 1.0], size=(50, dims))])
+        rows16 = rows.astype(np.float16)
+        gathered = vectors.Float16Rows(len(rows16), dims)
+        gathered.rows[:] = rows16
+        unit = rng.normal(size=dims)
+        unit /= np.linalg.norm(unit)
+        got = gathered.products(unit.astype(np.float32)[None, :])
+        x = rows16.astype(np.float64)
+        exact = x @ unit
+        bound = vectors.float32_error(dims) * (np.abs(x) @ np.abs(unit))
+        assert np.all(np.abs(got - exact) <= bound)
+        assert np.any(got != exact)  # float32 arithmetic: the bound is what makes it safe
+
+
+def test_rows_closer_than_float32_can_tell_are_ordered_exactly():
+    """Rows whose cosines differ by less than the float32 error around the k-th: only float64 orders them."""
+    rng = np.random.default_rng(7)
+    base = rng.normal(size=DIMS).astype(np.float16)
+    truth = {}
+    for i in range(120):  # one float16 step up or down in one dimension each: cosines 1e-5 .. 1e-4 apart
+        vec = base.copy()
+        position = i % DIMS
+        vec[position] = np.nextafter(vec[position], np.float16(np.inf if i % 2 else -np.inf))
+        truth[f"near{i}"] = vec
+    truth.update({f"far{i}": v for i, v in enumerate(low_rank(rng, 200))})
+    matrix = VectorMatrix(DIMS)
+    matrix.set_many(truth.items())
+    query = base.astype(np.float64) + 0.01 * rng.normal(size=DIMS)
+    unit = query / np.linalg.norm(query)
+    exact = {i: float(np.asarray(v, dtype=np.float16).astype(np.float64) @ unit
+                      / np.linalg.norm(np.asarray(v, dtype=np.float16).astype(np.float64))) for i, v in truth.items()}
+    ranked = sorted(exact.values(), reverse=True)
+    error = vectors.float32_error(DIMS)
+    assert min(a - b for a, b in zip(ranked[:60], ranked[1:61])) < error  # neighbours float32 cannot separate
+    for limit in (1, 10, 40, 60):
+        assert_exact(matrix, truth, query, limit)

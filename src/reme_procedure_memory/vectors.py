@@ -10,18 +10,20 @@ Contract of ``VectorMatrix``:
   all rows (the tests check it), except among scores equal within about 1e-12.
 
 How: every row is also kept as int8 codes (``quantization.py`` states the codes and the proven bound of their
-error). faiss scans each block's codes for its best approximate scores; the candidates are rescored exactly; a block
-whose weakest returned candidate could still beat the k-th exact score (its approximate score plus the bound) is
-screened again, deeper, until its weakest candidate cannot, so no row that belongs in the top k is ever missed. A row
-whose codes clip badly (a vector unlike those the scale was measured on) is left out of the bound and always
-rescored exactly; the scale is re-measured when such rows pass 2%. The scan reads 1 byte per dimension instead of 4;
-``ProcedureFileStore`` runs it in a worker thread, never on the event loop, and the blocks are screened on all cores
-at once (one faiss thread each).
+error). faiss scans each block's codes for its best approximate scores; the candidates are scored in float32 by
+faiss's float16 kernel (``vector_blocks.Float16Rows``: numpy widens float16 one value at a time, ten times slower),
+within a proven error (``float32_error``); a block whose weakest returned candidate could still beat the k-th score
+(its approximate score plus the bound) is screened again, deeper, until its weakest candidate cannot, so no row that
+belongs in the top k is ever missed. Only the candidates within twice the float32 error of the k-th float32 score
+are scored in float64, and the top k is taken from those exact scores. A row whose codes clip badly (a vector unlike
+those the scale was measured on) is left out of the int8 bound and always scored; the scale is re-measured when
+such rows pass 2%. The scan reads 1 byte per dimension instead of 4; ``ProcedureFileStore`` runs it in a worker
+thread, never on the event loop, and the blocks are screened on all cores at once (one faiss thread each).
 
 The search path has no per-row Python: each block's screen comes back as arrays, the first k candidates are found
-by ``argpartition`` and the rest by a vectorised ``approx >= cut``; the outliers' float64 vectors are kept between
-searches (dropped by any change that touches an outlier) and rescored with one product; gathered rows are converted
-to float64 once per search. Products use ``einsum``, not BLAS, so a search starts no BLAS threads.
+by ``argpartition`` and the rest by a vectorised ``approx >= cut``; the outliers' float16 rows are kept gathered for
+the float32 kernel between searches (dropped by any change that touches an outlier). Products use faiss or
+``einsum``, not BLAS, so a search starts no BLAS threads.
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from .quantization import Quantizer
-from .vector_blocks import Block, Screened, screen, screen_all
+from .quantization import FLOAT_SLACK, Quantizer
+from .vector_blocks import Block, Float16Rows, Screened, float32_error, screen, screen_all
 
 BLOCK_ROWS = 16_384
 CANDIDATES_PER_BLOCK = 16  # screened per block beyond its share of the adaptive depth
@@ -212,9 +214,9 @@ class VectorMatrix:
 
     # -- search ---------------------------------------------------------------------------------------------------
 
-    def _gather(self, rows: np.ndarray) -> np.ndarray:
-        """The float16 vectors of ``rows``, one gather per block."""
-        vectors = np.empty((rows.size, self.dimensions), dtype=np.float16)
+    def _gather(self, rows: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """The float16 vectors of ``rows`` (into ``out`` when given), one gather per block."""
+        vectors = np.empty((rows.size, self.dimensions), dtype=np.float16) if out is None else out
         blocks = rows // BLOCK_ROWS
         for number in np.unique(blocks).tolist():
             chosen = blocks == number
@@ -227,12 +229,26 @@ class VectorMatrix:
             return np.zeros(0)
         return _cosines(self._gather(rows).astype(np.float64), self._norms[rows], query)
 
-    def _outlier_rows(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The outliers' rows, float64 vectors and norms: kept between searches (dropped by any change to them; two
-        searches under the read lock may both build it, and one whole tuple replaces the other)."""
+    def _float16_rows(self, rows: np.ndarray) -> Float16Rows:
+        """The float16 vectors of ``rows``, gathered into a faiss buffer for ``Float16Rows.products``."""
+        gathered = Float16Rows(rows.size, self.dimensions)
+        self._gather(rows, gathered.rows)
+        return gathered
+
+    def _fast(self, rows: np.ndarray, query32: np.ndarray) -> np.ndarray:
+        """Cosine similarities of ``rows`` with the unit query (``query32``: it as float32), computed in float32:
+        within ``float32_error(dimensions) + FLOAT_SLACK`` of the exact ones."""
+        if rows.size == 0:
+            return np.zeros(0)
+        return _scaled(self._float16_rows(rows).products(query32), self._norms[rows])
+
+    def _outlier_rows(self) -> tuple[np.ndarray, Float16Rows, np.ndarray]:
+        """The outliers' rows, float16 vectors (as ``Float16Rows``) and norms: kept between searches (dropped by
+        any change to them; two searches under the read lock may both build it, and one whole tuple replaces the
+        other)."""
         if self._outliers is None:
             rows = np.flatnonzero(self._outlier[: len(self._ids)])
-            self._outliers = rows, self._gather(rows).astype(np.float64), self._norms[rows]
+            self._outliers = rows, self._float16_rows(rows), self._norms[rows]
         return self._outliers
 
     def search(self, query, limit: int) -> list[tuple[str, float]]:
@@ -256,11 +272,14 @@ class VectorMatrix:
         depth = min(n, max(self._depth, k)) // len(jobs) + CANDIDATES_PER_BLOCK
         screens = screen_all(jobs, codes, factor, depth)
         rows, approx = self._candidates(screens)
-        first = rows[_best(approx, k)]  # the k best by the screen: rescored at once
+        first = rows[_best(approx, k)]  # the k best by the screen: scored at once
+        query32 = unit.astype(np.float32)[None, :]
+        error = float32_error(self.dimensions) + FLOAT_SLACK  # of a float32 cosine (``_fast``)
         outliers, outlier_vectors, outlier_norms = self._outlier_rows()
-        exact_rows = np.concatenate([outliers, first])
-        exact = np.concatenate([_cosines(outlier_vectors, outlier_norms, unit), self._exact(first, unit)])
-        cut = (-np.partition(-exact, k - 1)[k - 1] - margin) if exact.size >= k else -math.inf
+        scored_rows = np.concatenate([outliers, first])
+        scored = np.concatenate([_scaled(outlier_vectors.products(query32), outlier_norms), self._fast(first, query32)])
+        # below the k-th exact score of these rows by more than the screen's margin: never in the top k
+        cut = (-np.partition(-scored, k - 1)[k - 1] - error - margin) if scored.size >= k else -math.inf
         deeper = False
         for number, screened in enumerate(screens):
             block_depth = depth
@@ -272,12 +291,18 @@ class VectorMatrix:
             rows, approx = self._candidates(screens)
         rest = rows[approx >= cut]
         rest = rest[~np.isin(rest, first, assume_unique=True)]
-        exact_rows = np.concatenate([exact_rows, rest])
-        exact = np.concatenate([exact, self._exact(rest, unit)])
+        scored_rows = np.concatenate([scored_rows, rest])
+        scored = np.concatenate([scored, self._fast(rest, query32)])
         # next time screen about twice as deep as this query needed at once (slowly forgetting deeper needs)
         self._depth = max(2 * k, 2 * (rest.size + k), int(0.9 * self._depth))
-        order = np.lexsort((exact_rows, -exact))[:k]
-        return exact_rows[order], exact[order]
+        # a row more than twice the float32 error below the k-th float32 score has k rows above it for sure: only
+        # the others are scored exactly
+        if scored.size > k:
+            near = scored >= -np.partition(-scored, k - 1)[k - 1] - 2 * error
+            scored_rows = scored_rows[near]
+        exact = self._exact(scored_rows, unit)
+        order = np.lexsort((scored_rows, -exact))[:k]
+        return scored_rows[order], exact[order]
 
     def _candidates(self, screens: list[Screened]) -> tuple[np.ndarray, np.ndarray]:
         """The screened rows that are not outliers (those are rescored anyway) and their approximate scores."""
@@ -295,4 +320,9 @@ def _best(scores: np.ndarray, k: int) -> np.ndarray:
 def _cosines(vectors: np.ndarray, norms: np.ndarray, unit: np.ndarray) -> np.ndarray:
     """float64 cosine similarities of float64 ``vectors`` (with these norms; 0 for a zero vector) with ``unit``."""
     # einsum, not BLAS: no BLAS threads on the search path (the caller's thread does all the work)
-    return np.einsum("ij,j->i", vectors, unit) / np.where(norms > 0, norms, np.inf)
+    return _scaled(np.einsum("ij,j->i", vectors, unit), norms)
+
+
+def _scaled(products: np.ndarray, norms: np.ndarray) -> np.ndarray:
+    """Inner products with a unit query divided by the rows' norms: cosines (0 for a zero vector)."""
+    return products / np.where(norms > 0, norms, np.inf)
