@@ -186,3 +186,43 @@ def test_a_final_status_synced_at_once_removes_its_open_file_at_once(tmp_path):
 
 def test_no_journal_directory_means_no_open_records(tmp_path):
     assert OperationJournal(tmp_path / "absent").open_records() == []
+
+
+class Killed(BaseException):
+    """The process died at a durable write."""
+
+
+@pytest.mark.parametrize("kill_at", range(6))
+def test_a_conversion_killed_at_any_durable_write_loses_and_duplicates_nothing(tmp_path, monkeypatch, kill_at):
+    directory = tmp_path / "operations"
+    records = [op(f"scope-{n % 2}", f"key-{n}", [INTENT, PUBLISHED, INDEXED, INDEX_PENDING][n % 4], 10.0 - n)
+               for n in range(8)]
+    earlier = OperationJournal(directory)
+    for record in records:
+        write_json(earlier_path(earlier, record.scope, record.key), record.__dict__)
+    expected = sorted((r.scope, r.key, r.status) for r in records if r.status in OPEN_STATES)
+    written = []
+    real = store.atomic_write
+
+    def dying_write(path, data, **kwargs):
+        if len(written) == kill_at:
+            raise Killed(str(path))
+        written.append(path)
+        return real(path, data, **kwargs)
+
+    monkeypatch.setattr(store, "atomic_write", dying_write)
+    try:
+        OperationJournal(directory).open_records()
+    except Killed:
+        pass
+    monkeypatch.undo()
+    assert len(written) == min(kill_at, len(expected))  # one write per open record; the kill happened there
+    resumed = OperationJournal(directory)
+    assert sorted((o.scope, o.key, o.status) for o in resumed.open_records()) == expected
+    assert all(p.name.endswith(SCOPE_SUFFIX) for p in directory.iterdir())  # every scope directory converted
+    for record in records:  # one record per key, where this layout keeps it
+        assert resumed.get(record.scope, record.key) == record
+        is_open = record.status in OPEN_STATES
+        assert resumed._open_path(record.scope, record.key).exists() == is_open
+        assert resumed._path(record.scope, record.key).exists() != is_open
+        assert len([r for r in resumed.records(record.scope) if r.key == record.key]) == 1
