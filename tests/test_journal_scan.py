@@ -226,3 +226,20 @@ def test_a_conversion_killed_at_any_durable_write_loses_and_duplicates_nothing(t
         assert resumed._open_path(record.scope, record.key).exists() == is_open
         assert resumed._path(record.scope, record.key).exists() != is_open
         assert len([r for r in resumed.records(record.scope) if r.key == record.key]) == 1
+
+
+def test_beside_a_damaged_final_record_the_open_file_stays(tmp_path):
+    directory = tmp_path / "operations"
+    journal = OperationJournal(directory)
+    record = op("s", "a", INTENT, 1.0)
+    journal.put(record)
+    journal.set_status(record, PUBLISHED)
+    journal.set_status(record, INDEXED)  # its open file stays until the directory is synced
+    final, opened = journal._path("s", "a"), journal._open_path("s", "a")
+    final.write_bytes(b"{")  # damaged afterwards, by something else
+    restarted = OperationJournal(directory)
+    assert restarted.open_records() == [] and opened.exists()  # not open (a final file exists), but kept
+    assert set(restarted.damaged) == {str(final)}  # and the damaged final record is reported
+    with pytest.raises(store.DamagedRecord):  # its import sets the final record aside ...
+        restarted.get("s", "a")
+    assert restarted.get("s", "a").status == PUBLISHED  # ... and then reads the earlier state

@@ -366,6 +366,7 @@ class OperationJournal:
     def records(self, scope: str) -> list[Operation]:
         """Every record of a scope (its import's ledger), oldest first. A damaged record is set aside and raised:
         the import it belongs to stops once with ``metadata_damaged``."""
+        self.open_records()  # scope directories of the earlier layout are converted before any read
         chosen: dict[str, Path] = {}
         for path in sorted(self._scope_dir(scope).glob("*.json")):
             stem = _record_stem(path.name)
@@ -376,6 +377,7 @@ class OperationJournal:
 
     def get(self, scope: str, key: str) -> Operation | None:
         """The record of a scoped key, or None (a damaged record is set aside and raised)."""
+        self.open_records()  # scope directories of the earlier layout are converted before any read
         op = load_owned_record(self._path(scope, key), Operation)
         return op if op is not None else load_owned_record(self._open_path(scope, key), Operation)
 
@@ -412,7 +414,9 @@ class OperationJournal:
         skipped here (listed in ``damaged``): one import's damaged record never blocks a start or another import.
 
         The first call reads the open files only (a journal of the earlier layout: every record, once, converting
-        it); it removes open files whose final record exists (after fsyncing their directory)."""
+        it); it removes open files whose final record exists and reads (after fsyncing their directory); beside a
+        damaged final record the open file stays (the import that owns it sets the final one aside, then reads it).
+        """
         if self._open is None:
             self._open = {}
             for scope_dir, dir_fd, names in self._scopes():
@@ -429,9 +433,10 @@ class OperationJournal:
                         self._open[(op.scope, op.key)] = op
                         if not is_open:
                             converted.append((op, scope_dir / name))
-                if stale:
+                settled = [name for name in sorted(stale) if self._read(scope_dir, dir_fd, _record_stem(name) + ".json")]
+                if settled:
                     fsync_dir(scope_dir)  # their final records' renames are durable before the open files go
-                    _unlink_all(scope_dir / name for name in sorted(stale))
+                    _unlink_all(scope_dir / name for name in settled)
                 if earlier:
                     self._convert(scope_dir, converted)
         return sorted(self._open.values(), key=lambda op: op.created_at)
