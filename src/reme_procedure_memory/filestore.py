@@ -204,9 +204,11 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
         )
         columns.clear()
         vectors.clear()
-        for result in (restored, matrix, keyword):
-            if isinstance(result, BaseException) and (result is not keyword or not isinstance(result, Exception)):
+        for result in (restored, matrix):
+            if isinstance(result, BaseException):
                 raise result
+        if isinstance(keyword, BaseException) and not isinstance(keyword, Exception):  # e.g. a cancellation
+            raise keyword
         nodes, chunks, flagged = restored
         if matrix is not None and (len(matrix) != len(flagged) or not flagged.issuperset(matrix.ids())):
             raise ViewStateError("the vector index does not hold the records' vectors")

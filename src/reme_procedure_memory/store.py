@@ -366,7 +366,7 @@ class OperationJournal:
     def records(self, scope: str) -> list[Operation]:
         """Every record of a scope (its import's ledger), oldest first. A damaged record is set aside and raised:
         the import it belongs to stops once with ``metadata_damaged``."""
-        self.open_records()  # scope directories of the earlier layout are converted before any read
+        self._scan()  # scope directories of the earlier layout are converted before any read
         chosen: dict[str, Path] = {}
         for path in sorted(self._scope_dir(scope).glob("*.json")):
             stem = _record_stem(path.name)
@@ -377,22 +377,21 @@ class OperationJournal:
 
     def get(self, scope: str, key: str) -> Operation | None:
         """The record of a scoped key, or None (a damaged record is set aside and raised)."""
-        self.open_records()  # scope directories of the earlier layout are converted before any read
+        self._scan()  # scope directories of the earlier layout are converted before any read
         op = load_owned_record(self._path(scope, key), Operation)
         return op if op is not None else load_owned_record(self._open_path(scope, key), Operation)
 
     def put(self, op: Operation, *, sync_dir: bool = True) -> None:
         """Durably write (or overwrite) a record (``sync_dir``: see ``set_status``); a final record's open file is
         removed once the final one's rename is durable."""
-        self.open_records()  # scope directories of the earlier layout are converted before the first write
-        assert self._open is not None
+        open_records = self._scan()  # scope directories of the earlier layout are converted before the first write
         scope_dir, key = self._scope_dir(op.scope), (op.scope, op.key)
         if op.status in OPEN_STATES:
             write_json(self._open_path(op.scope, op.key), op.__dict__, sync_dir=sync_dir)
-            self._open[key] = op
+            open_records[key] = op
         else:
             write_json(self._path(op.scope, op.key), op.__dict__, sync_dir=sync_dir)
-            self._open.pop(key, None)
+            open_records.pop(key, None)
             self._twins.setdefault(scope_dir, set()).add(self._open_path(op.scope, op.key))
         if sync_dir and scope_dir in self._twins:  # every rename in this directory is durable now
             _unlink_all(self._twins.pop(scope_dir))
@@ -417,6 +416,10 @@ class OperationJournal:
         it); it removes open files whose final record exists and reads (after fsyncing their directory); beside a
         damaged final record the open file stays (the import that owns it sets the final one aside, then reads it).
         """
+        return sorted(self._scan().values(), key=lambda op: op.created_at)
+
+    def _scan(self) -> dict[tuple[str, str], Operation]:
+        """The open records by (scope, key): read (and the layout converted) by the first call, then kept current."""
         if self._open is None:
             self._open = {}
             for scope_dir, dir_fd, names in self._scopes():
@@ -439,7 +442,7 @@ class OperationJournal:
                     _unlink_all(scope_dir / name for name in settled)
                 if earlier:
                     self._convert(scope_dir, converted)
-        return sorted(self._open.values(), key=lambda op: op.created_at)
+        return self._open
 
     def _convert(self, scope_dir: Path, converted: list[tuple[Operation, Path]]) -> None:
         """Move the open records of a scope directory of the earlier layout to their open files, then rename it to
