@@ -7,8 +7,12 @@ import shutil
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from reme.components.keyword_index.bm25_index import BM25Index
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
+from reme_procedure_memory.keyword import ProcedureBM25Index
 from test_views import corpus, write_corpus
 
 STOCK_AND_OURS = {"keyword_index": {
@@ -18,11 +22,22 @@ STOCK_AND_OURS = {"keyword_index": {
 }}
 
 
+def same_up_to_ties(got: dict, expected: dict, scores_of_all: dict) -> None:
+    """The same scores in the same order, the same ids for every score but the last one of the page, and for that
+    one ids that truly have it: the two top-ks differ only in which of equal scores come first (ours by slot)."""
+    assert list(got.values()) == list(expected.values())
+    last = list(expected.values())[-1] if expected else None
+    groups = lambda ranked: {s: {i for i, v in ranked.items() if v == s} for s in ranked.values() if s != last}  # noqa: E731
+    assert groups(got) == groups(expected)
+    assert all(scores_of_all[i] == v for i, v in got.items())
+
+
 async def same_rankings(stock, ours, queries, limit=12):
     for query in queries:
         expected = await stock.retrieve(query, limit)
-        assert list(ours.search(query, limit).items()) == list(expected.items()), query  # ids, order, scores
-        assert list((await ours.retrieve(query, limit)).items()) == list(expected.items())
+        everything = await stock.retrieve(query, 10_000)
+        same_up_to_ties(ours.search(query, limit), expected, everything)
+        same_up_to_ties(await ours.retrieve(query, limit), expected, everything)
 
 
 async def test_bm25_backend_ranks_exactly_like_reme_bm25_through_adds_deletes_updates_compaction_and_restore(
@@ -409,3 +424,18 @@ async def test_the_compact_graph_answers_like_reme_local_graph(make_app):
         await same()
         await ours.rebuild_links()
         await same()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.0, 0.5, 1.25, 1.25, 2.0, 3.5, 3.5, 3.5]), min_size=0, max_size=80),
+       st.integers(0, 90))
+def test_top_k_is_reme_top_k_with_equal_scores_by_slot(values, limit):
+    scores = np.array(values, dtype=np.float32)
+    ours = ProcedureBM25Index._top_k(None, scores, limit)
+    reme = BM25Index._top_k(None, scores, limit)
+    assert [float(scores[i]) for i in ours] == [float(scores[i]) for i in reme]  # the same scores, best first
+    assert all(scores[i] > 0 for i in ours)
+    last = float(scores[reme[-1]]) if len(reme) else None
+    for value in {float(scores[i]) for i in reme} - {last}:  # every score but the page's last: the same slots
+        assert {int(i) for i in ours if scores[i] == value} == {int(i) for i in reme if scores[i] == value}
+    assert all((scores[a], -a) > (scores[b], -b) for a, b in zip(ours, ours[1:]))  # equal scores by slot

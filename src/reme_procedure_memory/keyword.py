@@ -3,9 +3,10 @@ reads and no file of its own.
 
 Contract:
 
-* scores and rankings are ReMe's ``bm25`` exactly: the subclass reuses its tokenisation, scoring and top-k code and
-  only changes where arrays live (the tests compare it with the stock index on the same documents, also after
-  deletes, updates, compaction and a save + load);
+* scores and rankings are ReMe's ``bm25`` exactly: the subclass reuses its tokenisation and scoring code and only
+  changes where arrays live (the tests compare it with the stock index on the same documents, also after deletes,
+  updates, compaction and a save + load); its top-k is ReMe's set and order except among equal scores, which it
+  orders by document slot (ReMe's order of equal scores is whatever ``argpartition`` left), at a fraction of the cost;
 * adding a document appends to capacity buffers (per posting list, and for document lengths and deletion flags)
   instead of concatenating every touched posting list: the cost of an add does not grow with the corpus;
 * it keeps no per-document token arrays (ReMe keeps them only to renumber them when compacting; ``doc_meta`` derives
@@ -114,6 +115,20 @@ class ProcedureBM25Index(BM25Index):
         return float(self._deleted.sum()) / slots if slots else 0.0
 
     # -- reads ------------------------------------------------------------------------------------------------------
+
+    def _top_k(self, scores: np.ndarray, limit: int) -> np.ndarray:
+        """Slots of the top ``limit`` strictly positive scores, best first, equal scores by slot. ReMe partitions the
+        negated scores of every slot with their indices (0.7-1.4 ms at 100k documents); this partitions the values of
+        the positive slots only (0.1-0.9 ms) and sorts those at or above the k-th."""
+        if limit <= 0:
+            return np.empty(0, dtype=np.int64)
+        slots = np.flatnonzero(scores > 0)
+        values = scores[slots]
+        if values.size > limit:
+            kth = np.partition(values, values.size - limit)[values.size - limit]
+            kept = values >= kth
+            slots, values = slots[kept], values[kept]
+        return slots[np.lexsort((slots, -values))[:limit]]
 
     def search(self, query: str, limit: int) -> dict[str, float]:
         """``retrieve`` for any thread: ``{doc_id: score}``, best first (ReMe's scoring and top-k)."""
