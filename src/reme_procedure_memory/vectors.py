@@ -280,7 +280,7 @@ class VectorMatrix:
         scored_rows = np.concatenate([outliers, first])
         scored = np.concatenate([_scaled(outlier_vectors.products(query32), outlier_norms), self._fast(first, query32)])
         # below the k-th exact score of these rows by more than the screen's margin: never in the top k
-        cut = (-np.partition(-scored, k - 1)[k - 1] - error - margin) if scored.size >= k else -math.inf
+        cut = (_kth_largest(scored, k) - error - margin) if scored.size >= k else -math.inf
         deeper = False
         for number, screened in enumerate(screens):
             block_depth = depth
@@ -300,7 +300,7 @@ class VectorMatrix:
         # a row more than twice the float32 error below the k-th float32 score has k rows above it for sure: only
         # the others are scored exactly
         if scored.size > k:
-            near = scored >= -np.partition(-scored, k - 1)[k - 1] - 2 * error
+            near = scored >= _kth_largest(scored, k) - 2 * error
             scored_rows = scored_rows[near]
         exact = self._exact(scored_rows, unit)
         order = np.lexsort((scored_rows, -exact))[:k]
@@ -317,6 +317,11 @@ class VectorMatrix:
 def _best(scores: np.ndarray, k: int) -> np.ndarray:
     """Positions of the ``k`` highest ``scores`` (all of them when there are fewer), in no order."""
     return np.argpartition(-scores, k - 1)[:k] if scores.size > k else np.arange(scores.size)
+
+
+def _kth_largest(values: np.ndarray, k: int) -> float:
+    """The ``k``-th largest of ``values`` (at least ``k`` of them)."""
+    return float(-np.partition(-values, k - 1)[k - 1])
 
 
 def _cosines(vectors: np.ndarray, norms: np.ndarray, unit: np.ndarray) -> np.ndarray:
