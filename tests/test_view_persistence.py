@@ -41,7 +41,8 @@ async def same_rankings(stock, ours, queries, limit=12):
 
 
 async def test_bm25_backend_ranks_exactly_like_reme_bm25_through_adds_deletes_updates_compaction_and_restore(
-        make_app, tmp_path):
+        make_app, tmp_path, monkeypatch):
+    monkeypatch.setattr(ProcedureBM25Index, "CACHE_MIN_POSTING", 1)  # every posting list goes through the cache
     texts = {f"d{i}": f"{r['when-to-use']}\n\n{r['content']}" for i, (_, r, _) in enumerate(corpus())}
     queries = [q for _, _, q in corpus()][:20] + ["restart the failed deployment", "部署 失败", "zzz-unknown"]
     rng = random.Random(3)
@@ -424,6 +425,49 @@ async def test_the_compact_graph_answers_like_reme_local_graph(make_app):
         await same()
         await ours.rebuild_links()
         await same()
+
+
+def same_floats(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.dtype == b.dtype == np.float32 and np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+
+async def test_cached_contributions_give_reme_s_scores_bit_for_bit_and_a_mutation_drops_them(make_app, monkeypatch):
+    monkeypatch.setattr(ProcedureBM25Index, "CACHE_MIN_POSTING", 2)
+    texts = {f"d{i}": f"{r['when-to-use']}\n\n{r['content']}" for i, (_, r, _) in enumerate(corpus())}
+    queries = [q for _, _, q in corpus()][:20] + ["restart the failed deployment to the cluster"]
+    async with make_app(components={"keyword_index": {"ours": STOCK_AND_OURS["keyword_index"]["ours"]}}) as app:
+        ours = app.context.components["keyword_index"]["ours"]
+
+        def check() -> None:
+            for query in queries:
+                ids = ours._encode_query(query)
+                reme = BM25Index._score_query(ours, ids)
+                assert same_floats(ours._score_query(ids), reme)  # computed, and long lists kept
+                assert same_floats(ours._score_query(ids), reme)  # from the cache
+            assert len(ours.contributions) > 0
+
+        await ours.add_docs(dict(list(texts.items())[:40]))
+        check()
+        await ours.add_docs(dict(list(texts.items())[40:]))  # new documents: other idf, lengths, postings
+        assert len(ours.contributions) == 0
+        check()
+        await ours.delete_docs(list(texts)[:15])
+        assert len(ours.contributions) == 0
+        check()
+        await ours.add_docs({"d20": texts["d20"] + " restart restart deployment cluster"})  # an update
+        check()
+        ours.restore(ours.snapshot())
+        assert len(ours.contributions) == 0
+        check()
+        await ours.optimize_index()
+        assert len(ours.contributions) == 0
+        check()
+        ours.contributions.budget = max(a.nbytes for a in ours.contributions._entries.values()) + 300
+        ours.contributions.clear()
+        check()  # a budget of one list: every query evicts, the scores stay ReMe's
+        assert len(ours.contributions) == 1 and ours.contributions.used <= ours.contributions.budget
+        await ours.clear()
+        assert len(ours.contributions) == 0
 
 
 @settings(max_examples=300, deadline=None)

@@ -13,6 +13,9 @@ Contract:
   them from the postings instead): one numpy array less per document;
 * ``search`` may run in any thread: a readers-writer lock keeps ``add_docs``/``delete_docs``/``optimize_index``/
   ``clear`` (on the event loop) out of a running search;
+* a search keeps each long posting list's score contributions (ReMe's expression, bit for bit) in a byte-bounded
+  least-recently-used cache until the next mutation: ReMe recomputes them for every query, which at 100k documents
+  is most of the content view's keyword time;
 * persistence belongs to the ``ProcedureFileStore`` that uses it (``snapshot``/``restore`` in the store's snapshot, and
   the store's log replays the adds and deletes after it): ``load``/``dump`` do nothing, so closing never rewrites it.
 """
@@ -21,6 +24,8 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
+from collections import OrderedDict
 
 import numpy as np
 from reme.components.keyword_index.bm25_index import BM25Index
@@ -39,12 +44,61 @@ def _grow(buffer: np.ndarray | None, used: np.ndarray, needed: int) -> np.ndarra
     return grown
 
 
+class ContributionCache:
+    """Per-token score contributions of a BM25 index, least recently used first out beyond ``budget`` bytes.
+
+    Any thread may ``get`` and ``put`` (a lock of its own keeps the bookkeeping consistent); the index ``clear``s it
+    under its write lock whenever a mutation changes a document count, a length or a posting."""
+
+    ENTRY_OVERHEAD = 200  # bytes of a numpy array object and its dictionary slot, beside its data
+
+    def __init__(self, budget: int) -> None:
+        self.budget = budget
+        self.used = 0
+        self._entries: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, tid: int) -> np.ndarray | None:
+        with self._lock:
+            found = self._entries.get(tid)
+            if found is not None:
+                self._entries.move_to_end(tid)
+            return found
+
+    def put(self, tid: int, contributions: np.ndarray) -> None:
+        size = contributions.nbytes + self.ENTRY_OVERHEAD
+        if size > self.budget:
+            return
+        with self._lock:
+            if tid in self._entries:
+                return
+            while self.used + size > self.budget:
+                _, evicted = self._entries.popitem(last=False)
+                self.used -= evicted.nbytes + self.ENTRY_OVERHEAD
+            self._entries[tid] = contributions
+            self.used += size
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.used = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
 class ProcedureBM25Index(BM25Index):
     """ReMe's BM25 with growable arrays and store-owned persistence (see the module docstring)."""
+
+    # Posting lists shorter than this are scored as ReMe does: cheap to recompute, and many small arrays would cost
+    # more memory per saved microsecond. The budget is per index (two views: twice this at most).
+    CACHE_MIN_POSTING = 256
+    CACHE_BYTES = 16 << 20
 
     def __init__(self, **kwargs) -> None:
         super().__init__(**kwargs)
         self.lock = ReadWriteLock()
+        self.contributions = ContributionCache(self.CACHE_BYTES)
         self._capacity: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # token id -> (doc idx, tf) buffers
         self._lens_capacity: np.ndarray | None = None
         self._deleted_capacity: np.ndarray | None = None
@@ -92,19 +146,23 @@ class ProcedureBM25Index(BM25Index):
 
     async def add_docs(self, docs_dict: dict[str, str]) -> None:
         with self.lock.write():
+            self.contributions.clear()
             await super().add_docs(docs_dict)
 
     async def delete_docs(self, doc_ids: list[str]) -> None:
         with self.lock.write():
+            self.contributions.clear()
             await super().delete_docs(doc_ids)
 
     async def optimize_index(self) -> None:
         with self.lock.write():
+            self.contributions.clear()
             await super().optimize_index()
             self._capacity.clear()
 
     async def clear(self) -> None:
         with self.lock.write():
+            self.contributions.clear()
             await super().clear()
             self._capacity.clear()
 
@@ -129,6 +187,37 @@ class ProcedureBM25Index(BM25Index):
             kept = values >= kth
             slots, values = slots[kept], values[kept]
         return slots[np.lexsort((slots, -values))[:limit]]
+
+    def _score_query(self, query_ids: list[int], candidate_idxs: np.ndarray | None = None) -> np.ndarray:
+        """ReMe's ``_score_query``, bit for bit; for the whole index, each long posting list's contributions come
+        from (or go to) the cache. The expression and its float32 operands are ReMe's (bm25_index.py ``_score_query``)
+        and the contributions are added to the scores in the same order, so every score is the same float."""
+        if candidate_idxs is not None or self.n_docs == 0:
+            return super()._score_query(query_ids, candidate_idxs)
+        n_docs = self.n_docs
+        avg_len = self.total_len / n_docs
+        k1, b = self.k1, self.b
+        denom_base = k1 * (1.0 - b)
+        denom_norm = k1 * b / avg_len if avg_len > 0 else 0.0
+        scores = np.zeros(self._doc_lens.size, dtype=np.float32)
+        for tid in query_ids:
+            posting_idxs = self._posting_doc_idxs.get(tid)
+            if posting_idxs is None or posting_idxs.size == 0:
+                continue
+            idf = self._get_idf(tid, n_docs)
+            if idf == 0.0:
+                continue
+            contributions = self.contributions.get(tid)
+            if contributions is None:
+                tfs = self._posting_tfs[tid].astype(np.float32)
+                doc_lens = self._doc_lens[posting_idxs].astype(np.float32)
+                contributions = idf * tfs * (k1 + 1.0) / (tfs + denom_base + denom_norm * doc_lens)
+                if posting_idxs.size >= self.CACHE_MIN_POSTING:
+                    self.contributions.put(tid, contributions)
+            scores[posting_idxs] += contributions
+        if self._deleted.any():
+            scores[self._deleted] = 0.0
+        return scores
 
     def search(self, query: str, limit: int) -> dict[str, float]:
         """``retrieve`` for any thread: ``{doc_id: score}``, best first (ReMe's scoring and top-k)."""
@@ -191,3 +280,4 @@ class ProcedureBM25Index(BM25Index):
             self.k1, self.b = meta["k1"], meta["b"]
             self._idf_cache, self._capacity = {}, {}
             self._lens_capacity = self._deleted_capacity = None
+            self.contributions.clear()
