@@ -5,6 +5,7 @@ Run from the repository root (a venv with the plugin installed)::
     python benchmarks/service.py                 # 10,000 experiences, 3 rounds of 1 and 8 clients
     python benchmarks/service.py --n 1000 --requests 200 --rounds 1      # smoke run
     python benchmarks/service.py --access-log on,off      # also a service with uvicorn's access log off
+    python benchmarks/service.py --http auto,h11          # also a service on uvicorn's pure-Python stack
 
 What runs, all on 127.0.0.1:
 
@@ -23,7 +24,10 @@ What runs, all on 127.0.0.1:
   neither the service's GIL nor this script's event loop (they still share the machine's cores);
 * the service process's CPU (user + system, all threads, from ``/proc/<pid>/stat``) per request of each series;
 * ``--access-log``: the service with uvicorn's access log ``on`` (ReMe's default) and/or ``off``
-  (``service.access_log=false``, passed through to ``uvicorn.run``), one service start per setting.
+  (``service.access_log=false``, passed through to ``uvicorn.run``), one service start per setting;
+* ``--http``: uvicorn's ``auto`` stack (httptools' parser and uvloop's event loop when installed: the plugin's
+  ``service`` extra) and/or ``h11`` (``service.http=h11 service.loop=asyncio``: the pure-Python parser and asyncio's
+  loop, what ReMe's own dependencies give), one service start per setting and ``--access-log`` setting.
 
 Target (issue 9): 8 concurrent clients get >= 1.5x one client's throughput at 10k. The ratio is the median over the
 rounds, both series measured in every round; nothing asserts on time.
@@ -32,6 +36,7 @@ rounds, both series measured in every round; nothing asserts on time.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import socket
@@ -157,17 +162,28 @@ def wait_for(proc: subprocess.Popen, port: int, log_file: Path, timeout: float =
     raise RuntimeError(f"reme start did not answer within {timeout} s")
 
 
-def measure_service(ws: Path, root: Path, env: dict, queries: list[str], args, access_log: str) -> dict:
-    """Start the service (uvicorn access log ``on``/``off``), warm its query cache, run the rounds, stop it."""
+HTTP_STACKS = {
+    "auto": [],  # uvicorn's choice: httptools and uvloop when installed (the plugin's ``service`` extra installs them)
+    "h11": ["service.http=h11", "service.loop=asyncio"],  # pure-Python parser, asyncio loop: ReMe's own dependencies
+}
+
+
+def measure_service(ws: Path, root: Path, env: dict, queries: list[str], args, access_log: str,
+                    http: str = "auto") -> dict:
+    """Start the service (uvicorn access log ``on``/``off``, HTTP stack ``auto``/``h11``), warm its query cache,
+    run the rounds, stop it."""
     port = free_port()
-    log_file = root / f"service-{access_log}.log"
-    extra = [] if access_log == "on" else ["service.access_log=false"]
+    log_file = root / f"service-{access_log}-{http}.log"
+    extra = ([] if access_log == "on" else ["service.access_log=false"]) + HTTP_STACKS[http]
     with open(log_file, "wb") as out:
         service = subprocess.Popen(
             [str(REME), "start", *reme_args(ws), "service.host=127.0.0.1", f"service.port={port}", *extra],
             cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
         )
-    run: dict = {"access_log": access_log, "rounds": []}
+    # what uvicorn's "auto" picks: the C stack only where both modules are importable in the service's environment
+    c_stack = all(importlib.util.find_spec(m) is not None for m in ("httptools", "uvloop"))
+    stack = "httptools + uvloop" if http == "auto" and c_stack else "h11 + asyncio"
+    run: dict = {"access_log": access_log, "http": http, "stack": stack, "rounds": []}
     try:
         started = time.perf_counter()
         wait_for(service, port, log_file)
@@ -208,11 +224,17 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--access-log", default="on",
                    help="uvicorn access log of the service: on, off, or both as on,off (one service each) (on)")
+    p.add_argument("--http", default="auto",
+                   help="uvicorn's HTTP stack: auto (httptools + uvloop when installed), h11 (pure Python + asyncio), "
+                        "or both as auto,h11 (one service each, for every --access-log setting) (auto)")
     p.add_argument("--json", help="also write the raw numbers to this file")
     args = p.parse_args(argv)
     access_logs = [s.strip() for s in args.access_log.split(",") if s.strip()]
     if not access_logs or set(access_logs) - {"on", "off"}:
         p.error("--access-log takes on, off or on,off")
+    stacks = [s.strip() for s in args.http.split(",") if s.strip()]
+    if not stacks or set(stacks) - set(HTTP_STACKS):
+        p.error("--http takes auto, h11 or auto,h11")
 
     load_start = os.getloadavg()
     root = Path(tempfile.mkdtemp(prefix="reme-proc-service-"))
@@ -240,9 +262,10 @@ def main(argv=None) -> int:
             raise RuntimeError(f"reindex failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
         results["reindex_process_seconds"] = time.perf_counter() - started
         for setting in access_logs:
-            log(f"access log {setting}: starting the service ...")
-            results["runs"].append(measure_service(ws, root, env, queries, args, setting))
-    first = results["runs"][0]  # the top-level numbers are those of the first --access-log setting
+            for http in stacks:
+                log(f"access log {setting}, HTTP stack {http}: starting the service ...")
+                results["runs"].append(measure_service(ws, root, env, queries, args, setting, http))
+    first = results["runs"][0]  # the top-level numbers are those of the first --access-log and --http settings
     results.update({key: first[key] for key in ("ratio", "one_client_per_s", "clients_per_s", "passed",
                                                   "service_ready_seconds")})
     results.update(
@@ -257,7 +280,7 @@ def main(argv=None) -> int:
     print(f"{args.n} experiences, reindex process {results['reindex_process_seconds']:.1f} s, service ready in "
           f"{results['service_ready_seconds']:.1f} s")
     for run in results["runs"]:
-        suffix = "" if len(results["runs"]) == 1 else f" [access log {run['access_log']}]"
+        suffix = f" [access log {run['access_log']}, HTTP {run['http']}: {run['stack']}]"
         print(f"throughput over HTTP (median of {args.rounds} rounds of {args.requests} searches): 1 client "
               f"{run['one_client_per_s']:.1f}/s, {CLIENTS} clients {run['clients_per_s']:.1f}/s -> ratio "
               f"{run['ratio']:.2f} (target >= {TARGET_RATIO}) {'PASS' if run['passed'] else 'FAIL'}{suffix}")
