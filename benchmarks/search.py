@@ -829,9 +829,11 @@ def report(r: dict) -> str:
         lines.append(row("  (small workspace, interleaved with the row above)",
                          f"{cj['small_p50_same_run_ms']:.2f} ms", "", ""))
     first, cached = r["reindex"]["first"], r["reindex"]["cached"]
+    # the reindex target is the spec's, for 10k experiences: larger runs report the time without a verdict
+    reindex_target = (f"<= {TARGET_REINDEX_S:g} s  {verdict(cached['seconds'] <= TARGET_REINDEX_S)}"
+                      if n <= 10_000 else f"(target {TARGET_REINDEX_S:g} s is at 10k)")
     lines.append(row(f"reindex {cached['indexed']} (procedure_reindex, cached embeddings)",
-                     f"{cached['seconds']:.2f} s", "", f"<= {TARGET_REINDEX_S:g} s  "
-                                                         f"{verdict(cached['seconds'] <= TARGET_REINDEX_S)}"))
+                     f"{cached['seconds']:.2f} s", "", reindex_target))
     lines.append(row(f"reindex {first['indexed']} (1st run, {first['provider_texts']} texts embedded by fake)",
                      f"{first['seconds']:.2f} s", "", f"fake provider {first['provider_seconds']:.2f} s"))
     for name, lc in r.get("lifecycle", {}).items():
