@@ -40,7 +40,7 @@ async def same_rankings(stock, ours, queries, limit=12):
         same_up_to_ties(await ours.retrieve(query, limit), expected, everything)
 
 
-async def test_bm25_backend_ranks_exactly_like_reme_bm25_through_adds_deletes_updates_compaction_and_restore(
+async def test_bm25_backend_ranks_like_reme_bm25_up_to_equal_scores_through_adds_deletes_updates_compaction_and_restore(
         make_app, tmp_path, monkeypatch):
     monkeypatch.setattr(ProcedureBM25Index, "CACHE_MIN_POSTING", 1)  # every posting list goes through the cache
     texts = {f"d{i}": f"{r['when-to-use']}\n\n{r['content']}" for i, (_, r, _) in enumerate(corpus())}
