@@ -52,6 +52,7 @@ from pathlib import Path
 
 import search  # benchmarks/search.py: corpus, fake embedding model, machine description
 from search import DIMENSIONS, Corpus, HashedProjectionEmbedding, experience_bytes, log, machine, revision
+from helpers import wait_for_service  # tests/helpers.py, on the path search.py sets
 
 TARGET_RATIO = 1.5
 CLIENTS = 8
@@ -146,22 +147,6 @@ def run_round(port: int, queries: list[str], requests: int, clients: int) -> flo
     return json.loads(proc.stdout)["seconds"]
 
 
-def wait_for(proc: subprocess.Popen, port: int, log_file: Path, timeout: float = 600) -> None:
-    import httpx
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"reme start exited with {proc.returncode}:\n{log_file.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"reme start did not answer within {timeout} s")
-
-
 HTTP_STACKS = {
     "auto": [],  # uvicorn's choice: httptools and uvloop when installed (the plugin's ``service`` extra installs them)
     "h11": ["service.http=h11", "service.loop=asyncio"],  # pure-Python parser, asyncio loop: ReMe's own dependencies
@@ -186,7 +171,7 @@ def measure_service(ws: Path, root: Path, env: dict, queries: list[str], args, a
     run: dict = {"access_log": access_log, "http": http, "stack": stack, "rounds": []}
     try:
         started = time.perf_counter()
-        wait_for(service, port, log_file)
+        wait_for_service(service, port, log_file, timeout=600)
         run["service_ready_seconds"] = time.perf_counter() - started
         log(f"service ready on port {port}; warming the query cache ...")
         run_round(port, queries, len(queries) * 2, 1)  # every query once per view

@@ -8,7 +8,9 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
@@ -169,6 +171,24 @@ def place_trajectory(ws: Path, name: str = "run.jsonl", data: bytes = b'{"role":
 
 
 # -- a scripted agent that drives the real job tools ---------------------------------------------------------------
+
+def wait_for_service(proc: subprocess.Popen, port: int, log: Path, timeout: float = 60) -> None:
+    """Return once ``reme start`` (``proc``, logging to ``log``) answers on 127.0.0.1:``port``; RuntimeError with the
+    log's tail if it exits first or does not answer within ``timeout`` seconds (tests and benchmarks share it)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"reme start exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"reme start did not answer on port {port} within {timeout} s:\n{log.read_text()[-4000:]}")
+
 
 from reme.components.agent_wrapper.base_agent_wrapper import BaseAgentWrapper  # noqa: E402
 

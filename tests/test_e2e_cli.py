@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from helpers import EmbeddingEndpoint, experience_record, write_word_tokenizer
+from helpers import EmbeddingEndpoint, experience_record, wait_for_service, write_word_tokenizer
 from reme_procedure_memory.schema import version_of
 
 REME = Path(sys.executable).parent / "reme"
@@ -226,20 +226,6 @@ class Service:
         return f"http://127.0.0.1:{self.port}"
 
 
-def wait_for_server(proc: subprocess.Popen, port: int, log: Path, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"reme start exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    pytest.fail(f"reme start did not answer on port {port} within {timeout}s:\n{log.read_text()[-4000:]}")
-
-
 def stop(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.terminate()
@@ -260,7 +246,7 @@ def running_server(reme, ws: Path, log: Path, *extra: str):
             cwd=reme.cwd, env=reme.env, stdout=out, stderr=subprocess.STDOUT,
         )
     try:
-        wait_for_server(proc, port, log)
+        wait_for_service(proc, port, log)
         yield proc, port
     finally:
         stop(proc)

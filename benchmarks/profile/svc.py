@@ -40,7 +40,7 @@ def main():
         svc = subprocess.Popen([str(SV.REME), "start", *SV.reme_args(ws), "service.host=127.0.0.1", f"service.port={port}"],
                                cwd=root, env=env, stdout=open(log, "wb"), stderr=subprocess.STDOUT)
         try:
-            SV.wait_for(svc, port, log)
+            SV.wait_for_service(svc, port, log, timeout=600)
             open("/tmp/profile-work/svc.pid", "w").write(str(svc.pid))
             SV.run_round(port, queries, 400, 1)
             for rnd in range(int(os.environ.get("ROUNDS", 2))):
