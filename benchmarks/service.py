@@ -52,7 +52,7 @@ from pathlib import Path
 
 import search  # benchmarks/search.py: corpus, fake embedding model, machine description
 from search import DIMENSIONS, Corpus, HashedProjectionEmbedding, experience_bytes, log, machine, revision
-from helpers import wait_for_service  # tests/helpers.py, on the path search.py sets
+from helpers import stop_process, wait_for_service  # tests/helpers.py, on the path search.py sets
 
 TARGET_RATIO = 1.5
 CLIENTS = 8
@@ -188,12 +188,7 @@ def measure_service(ws: Path, root: Path, env: dict, queries: list[str], args, a
                 f"{row['clients_per_s']:.1f}/s, ratio {row['ratio']:.2f}; service CPU per request "
                 f"{row['one_client_cpu_ms']:.2f} / {row['clients_cpu_ms']:.2f} ms")
     finally:
-        service.terminate()
-        try:
-            service.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            service.kill()
-            service.wait(timeout=10)
+        stop_process(service, timeout=30)
     for key in ("ratio", "one_client_per_s", "clients_per_s", "one_client_cpu_ms", "clients_cpu_ms"):
         run[key] = statistics.median(r[key] for r in run["rounds"])
     run["passed"] = run["ratio"] >= TARGET_RATIO

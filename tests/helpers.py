@@ -190,6 +190,17 @@ def wait_for_service(proc: subprocess.Popen, port: int, log: Path, timeout: floa
     raise RuntimeError(f"reme start did not answer on port {port} within {timeout} s:\n{log.read_text()[-4000:]}")
 
 
+def stop_process(proc: subprocess.Popen, timeout: float = 20) -> None:
+    """Terminate a process this code started (by its handle), kill it if it has not exited within ``timeout``."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
 from reme.components.agent_wrapper.base_agent_wrapper import BaseAgentWrapper  # noqa: E402
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from helpers import EmbeddingEndpoint, experience_record, wait_for_service, write_word_tokenizer
+from helpers import EmbeddingEndpoint, experience_record, stop_process, wait_for_service, write_word_tokenizer
 from reme_procedure_memory.schema import version_of
 
 REME = Path(sys.executable).parent / "reme"
@@ -226,16 +226,6 @@ class Service:
         return f"http://127.0.0.1:{self.port}"
 
 
-def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-
-
 @contextlib.contextmanager
 def running_server(reme, ws: Path, log: Path, *extra: str):
     """``reme start`` (terminal 1) on ``ws`` and a free port, ready to answer; stopped by its own pid afterwards."""
@@ -249,7 +239,7 @@ def running_server(reme, ws: Path, log: Path, *extra: str):
         wait_for_service(proc, port, log)
         yield proc, port
     finally:
-        stop(proc)
+        stop_process(proc)
 
 
 @pytest.fixture(scope="module")
