@@ -26,6 +26,7 @@ import json
 import sys
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 
 import numpy as np
 from reme.components.keyword_index.bm25_index import BM25Index
@@ -144,25 +145,28 @@ class ProcedureBM25Index(BM25Index):
 
     # -- mutations under the write lock (each runs without suspending) -------------------------------------------
 
-    async def add_docs(self, docs_dict: dict[str, str]) -> None:
+    @contextmanager
+    def _mutation(self):
+        """The write lock, with the cached contributions dropped: any write changes a count, a length or a posting."""
         with self.lock.write():
             self.contributions.clear()
+            yield
+
+    async def add_docs(self, docs_dict: dict[str, str]) -> None:
+        with self._mutation():
             await super().add_docs(docs_dict)
 
     async def delete_docs(self, doc_ids: list[str]) -> None:
-        with self.lock.write():
-            self.contributions.clear()
+        with self._mutation():
             await super().delete_docs(doc_ids)
 
     async def optimize_index(self) -> None:
-        with self.lock.write():
-            self.contributions.clear()
+        with self._mutation():
             await super().optimize_index()
             self._capacity.clear()
 
     async def clear(self) -> None:
-        with self.lock.write():
-            self.contributions.clear()
+        with self._mutation():
             await super().clear()
             self._capacity.clear()
 
@@ -268,7 +272,7 @@ class ProcedureBM25Index(BM25Index):
         tfs = np.split(arrays["posting_tfs"], ends[:-1]) if ends.size else []
         doc_ids = [sys.intern(doc_id) for doc_id in meta["doc_ids"]]  # the store's chunk ids: one object each
         deleted = arrays["deleted"]
-        with self.lock.write():
+        with self._mutation():
             self.vocab = {token: tid for tid, token in enumerate(meta["vocab"])}
             self._doc_ids = doc_ids
             self._doc_lens, self._deleted = arrays["doc_lens"], deleted
@@ -280,4 +284,3 @@ class ProcedureBM25Index(BM25Index):
             self.k1, self.b = meta["k1"], meta["b"]
             self._idf_cache, self._capacity = {}, {}
             self._lens_capacity = self._deleted_capacity = None
-            self.contributions.clear()
