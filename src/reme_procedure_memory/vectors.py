@@ -40,7 +40,7 @@ from .vector_blocks import Block, Float16Rows, Screened, float32_error, screen, 
 
 BLOCK_ROWS = 16_384
 CANDIDATES_PER_BLOCK = 16  # screened per block beyond its share of the adaptive depth
-DEPTH_FACTOR = 3  # the adaptive depth: this many times the candidates the last query needed
+DEPTH_FACTOR = 5  # the adaptive depth: this many times the candidates the last query needed (decision 53)
 
 
 class VectorMatrix:
@@ -294,8 +294,8 @@ class VectorMatrix:
         rest = rest[~np.isin(rest, first, assume_unique=True)]
         scored_rows = np.concatenate([scored_rows, rest])
         scored = np.concatenate([scored, self._fast(rest, query32)])
-        # next time screen about three times as deep as this query needed at once (slowly forgetting deeper needs):
-        # a block screened again costs a full pass, a deeper heap far less (twice was measured slower at 100k)
+        # next time screen DEPTH_FACTOR times as deep as this query needed at once (slowly forgetting deeper needs):
+        # a block screened again costs a full pass, a deeper heap far less (2x and 3x measured slower at 100k)
         self._depth = max(2 * k, DEPTH_FACTOR * (rest.size + k), int(0.9 * self._depth))
         # a row more than twice the float32 error below the k-th float32 score has k rows above it for sure: only
         # the others are scored exactly
