@@ -20,22 +20,25 @@ import numpy as np
 WORD = re.compile(r"\w+")
 
 
-def hashed_vector(text: str, dimensions: int) -> list[float]:
-    """A deterministic bag-of-words vector: each lowercase word adds 1 at a hashed position (plumbing only)."""
+def hashed_vector(text: str, dimensions: int, salt: str = "") -> list[float]:
+    """A deterministic bag-of-words vector: each lowercase word adds 1 at a hashed position (plumbing only); another
+    ``salt`` hashes the words elsewhere (another "model": other vectors for the same texts)."""
     vec = np.zeros(dimensions, dtype=np.float32)
     for word in WORD.findall(text.lower()):
-        vec[int(hashlib.md5(word.encode()).hexdigest(), 16) % dimensions] += 1.0
+        vec[int(hashlib.md5((salt + word).encode()).hexdigest(), 16) % dimensions] += 1.0
     if not vec.any():
         vec[0] = 1.0
     return vec.tolist()
 
 
 class FakeEmbeddingModel:
-    """Stands in for an AgentScope embedding model: ``await model(texts).embeddings``; can be made to fail."""
+    """Stands in for an AgentScope embedding model: ``await model(texts).embeddings``; can be made to fail. A
+    ``salt`` makes another model (its name is part of the vector space; its vectors differ)."""
 
-    def __init__(self, dimensions: int = 64) -> None:
+    def __init__(self, dimensions: int = 64, salt: str = "") -> None:
         self.dimensions = dimensions
-        self.model = "fake-hashed-bow"
+        self.salt = salt
+        self.model = "fake-hashed-bow" + (f"-{salt}" if salt else "")
         self.calls: list[list[str]] = []
         self.fail_with: Exception | None = None
         self.reject: set[str] = set()
@@ -47,7 +50,7 @@ class FakeEmbeddingModel:
         for text in inputs:
             if any(marker in text for marker in self.reject):
                 raise ValueError("provider rejected the input")
-        return SimpleNamespace(embeddings=[hashed_vector(t, self.dimensions) for t in inputs])
+        return SimpleNamespace(embeddings=[hashed_vector(t, self.dimensions, self.salt) for t in inputs])
 
 
 def write_word_tokenizer(path: Path) -> Path:

@@ -1,9 +1,9 @@
 """Faults that lost or blocked work, and answers a user can act on (issue 10, sections 4 and 5), in-process.
 
 Every fault is injected at the OS call (the tests run as root, where a read-only directory does not deny writes):
-``Faults`` makes ``os.open(..., O_CREAT)`` fail with EACCES below chosen directories (a directory that is not
-writable) and ``os.fsync`` of a regular file fail with ENOSPC (a full disk; delayed-allocation file systems report it
-there). Metadata damage is a truncated file. The provider faults use a local embedding endpoint that hangs.
+``Faults`` makes ``os.open(..., O_CREAT)`` and ``open()`` for writing fail with EACCES below chosen directories (a
+directory that is not writable) and ``os.fsync`` of a regular file fail with ENOSPC (a full disk; delayed-allocation
+file systems report it there). Metadata damage is a truncated file. The provider faults use a local embedding endpoint that hangs.
 
 F1  writes that failed to publish are lost silently: the import answers complete and a resume does nothing
 F2  one damaged metadata record (journal, checkpoint, import record) blocks start, reindex and every import
@@ -17,6 +17,7 @@ F7  experience files and copies are created with mode 0600 whatever the umask
 from __future__ import annotations
 
 import asyncio
+import builtins
 import errno
 import fcntl
 import json
@@ -57,8 +58,17 @@ class Faults:
                     raise OSError(errno.ENOSPC, "No space left on device")
             return real_fsync(fd)
 
+        def fake_builtin_open(file, mode="r", *args, **kwargs):  # Python's open() does not call os.open
+            if isinstance(file, (str, bytes, os.PathLike)) and set(mode) & set("wax+") \
+                    and self._below(os.fsdecode(file), self.denied):
+                self.hits.append(f"open {os.fsdecode(file)}")
+                raise PermissionError(errno.EACCES, "Permission denied", os.fsdecode(file))
+            return real_builtin_open(file, mode, *args, **kwargs)
+
+        real_builtin_open = builtins.open
         monkeypatch.setattr(os, "open", fake_open)
         monkeypatch.setattr(os, "fsync", fake_fsync)
+        monkeypatch.setattr(builtins, "open", fake_builtin_open)
 
     @staticmethod
     def _below(path, roots: set[Path]) -> bool:

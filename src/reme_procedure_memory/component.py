@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from .store import (
     ImportRegistry,
     ExperienceFiles,
     OperationJournal,
+    StartStorageError,
     WorkspaceLock,
     ensure_dir,
 )
@@ -80,6 +82,7 @@ class ProcedureMemory(BaseComponent):
         self._generation = 0  # see ``generation``
         self.damaged_metadata: dict[str, str] = {}  # damaged metadata records skipped (not set aside): path -> cause
         self.layout = Layout(self)  # the directories the plugin owns (layout.py)
+        self._built_at = time.time()  # ReMe's temporary files older than this are stale (layout.py)
         if self.app_context is not None:  # before any component starts: nothing may be created through a link
             self.check_directories()
         # ReMe builds every component before it starts any: taking the lock here refuses a second process before any
@@ -152,7 +155,7 @@ class ProcedureMemory(BaseComponent):
             imports = self.imports
             copies = imports.reserved_paths()
             self.damaged_metadata.update(imports.damaged)
-            removed = self.layout.remove_temp_files(copies)
+            removed = self.layout.remove_temp_files(copies, stale_before=self._built_at)
             if removed:
                 self.logger.warning(f"procedure memory removed {len(removed)} leftover temporary files: {removed}")
             self._write_lock = asyncio.Lock()
@@ -169,6 +172,9 @@ class ProcedureMemory(BaseComponent):
                     f"metadata_damaged when resumed and sets it aside): {json.dumps(self.damaged_metadata)}",
                 )
             self.logger.info(f"procedure memory ready: {json.dumps({**report, 'temp_files_removed': len(removed)})}")
+        except OSError as exc:  # a write the start must make (a directory, the views' state): what to do, no trace
+            self._lock_file.release()
+            raise StartStorageError(exc) from exc
         except BaseException:
             self._lock_file.release()
             raise

@@ -142,6 +142,7 @@ class Extraction:
         attempts[str(index)] = attempts.get(str(index), 0) + 1
         self._save()  # durable before the agent runs: a kill mid-run still counts the attempt
         run = self.memory.begin_run(self.record.request_id, [self.record.path], segment=index)
+        run.carry_failures(self._failed_writes(index))  # an earlier attempt's failures stay until a write corrects them
         kwargs = merged_reply_kwargs(self.wrapper, run, self.memory.settings.extraction.max_iters)
         try:
             result = await self.wrapper.reply(user, system_prompt=system, **kwargs)
@@ -155,9 +156,8 @@ class Extraction:
             ) from exc
         finally:
             self.memory.end_run(run)
-            # this attempt's uncorrected failed writes: they gate the segment and the next attempt's ledger shows them
-            failed = [{k: v for k, v in f.items() if k != "target"} for f in run.failed_writes.values()]
-            self.checkpoint.setdefault("failed_writes", {})[str(index)] = failed
+            # the segment's uncorrected failed writes: they gate the segment and the next attempt's ledger shows them
+            self.checkpoint.setdefault("failed_writes", {})[str(index)] = list(run.failed_writes.values())
             self._save()
         reason = stop_reason(result)
         if reason:
@@ -275,6 +275,7 @@ def failed_writes_stopped(failed: list[dict[str, str]], number: int, total: int)
     """The stop of segment ``number`` of ``total`` whose last attempt left these failed writes uncorrected."""
     code = "disk_full" if any(f["code"] == "disk_full" for f in failed) else "write_failed"
     listed = "; ".join(f"{f['tool']} {f['path']}: {f['error']}" for f in failed)
+    failed = [{k: v for k, v in f.items() if k != "target"} for f in failed]  # the target version is internal
     return ExtractionStopped(
         code,
         f"Segment {number}/{total}: {len(failed)} write(s) of the extraction agent failed and were not saved: "

@@ -13,8 +13,8 @@ mutations and the persistence, its bases the vectors (viewvectors.py) and the se
   changes since the last one, and writes a new snapshot only when the log has grown past a share of the view, after a
   clear, after BM25 compaction, or after loading a snapshot of an earlier format. The keyword index (``procedure_bm25``) and graph (``procedure_graph``) keep no files of their own; this
   store restores them. A state that cannot be read exactly is discarded: the view starts empty and the component
-  re-indexes it from the experience files. The vector space the vectors came from is recorded; after a change of
-  embedding model they are dropped, so the component re-embeds.
+  re-indexes it from the experience files. The vector space the vectors came from is recorded (in the manifest and
+  in every upsert of the log); after a change of embedding model they are dropped, so the component re-embeds.
 * **Vectors are reused**: ``reusable_vector`` offers a record's current vector (or, after ``clear``, the one it had)
   for the same text in the same vector space, so re-indexing unchanged texts needs no provider call.
 
@@ -96,7 +96,8 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
             return
         await self._apply_upsert(files)
         self.vector_space = self._current_space()
-        self._log(lambda: {"op": "upsert", "files": [self._record(node.path) for node, _ in files]})
+        self._log(lambda: {"op": "upsert", "vector_space": self.vector_space,
+                           "files": [self._record(node.path) for node, _ in files]})
         self._drop_texts(c.id for _, chunks in files for c in chunks)
 
     async def delete(self, path: str | list[str]) -> None:
@@ -226,7 +227,11 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
                 chunk.metadata["version"] = ""
         for entry in entries:  # the log, in order, through the same code paths as the original changes
             if entry["op"] == "upsert":
-                files = files_of(entry["files"])
+                # an entry names the vector space of its inline vectors (entries of format 3 before that: the
+                # snapshot's); vectors of another space are dropped, so the component re-embeds those records
+                current = entry.get("vector_space", manifest.get("vector_space")) == self.vector_space
+                self._snapshot_due = self._snapshot_due or not current
+                files = files_of(entry["files"], vectors=current)
                 await self._apply_upsert(files)
                 self._drop_texts(c.id for _, chunks in files for c in chunks)
             else:

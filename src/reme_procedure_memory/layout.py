@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING
 from .paths import check_directory, check_disjoint
 from .store import remove_temp_files
 
+REME_TEMP_FILE = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # ReMe's atomic writers: ``.<file>.<uuid4 hex>.tmp``
+
 if TYPE_CHECKING:
     from .component import ProcedureMemory
 
@@ -75,17 +77,28 @@ class Layout:
         return [m.workspace_path / m.settings.procedure_dir, m.workspace_path / m.trajectory_rel_dir,
                 *(m.state_dir / d for d in ("imports", "processing")), operations, *scopes]
 
-    def remove_temp_files(self, copies: set[str]) -> list[str]:
+    def remove_temp_files(self, copies: set[str], stale_before: float | None = None) -> list[str]:
         """Remove temporary files a kill or a full disk left behind: the plugin's own (never one of the imported
         ``copies``, which could be named like one), and ReMe's (``.<file>.<uuid hex>.tmp``) next to the files of the
-        plugin's own stores. Returns workspace-relative paths."""
+        plugin's own stores. With ``stale_before`` (at start: when this application was built), also ReMe's in
+        every ReMe metadata directory of the workspace (``<metadata_dir>/<component type>/``, e.g. ``file_catalog``)
+        modified before then: the workspace lock keeps other processes out, and no writer of this one existed yet.
+        Returns workspace-relative paths."""
         m = self.memory
         keep = frozenset(m.workspace_path / rel for rel in copies)
         removed = remove_temp_files(self.temp_file_dirs(), keep=keep)
         for path in self.own_store_files():
             pattern = re.compile(rf"^\.{re.escape(path.name)}\.[0-9a-f]{{32}}\.tmp$")
             removed += remove_temp_files([path.parent], pattern)
+        if stale_before is not None:
+            removed += remove_temp_files(self.reme_metadata_dirs(), REME_TEMP_FILE, older_than=stale_before)
         return [m.to_workspace_relative(p) for p in removed]
+
+    def reme_metadata_dirs(self) -> list[Path]:
+        """ReMe's component metadata directories of the workspace (not the plugin's own ``procedure/``)."""
+        root = self.memory.workspace_metadata_path
+        own = self.memory.state_dir.parent
+        return sorted(p for p in root.iterdir() if p.is_dir() and p != own) if root.is_dir() else []
 
     def own_store_files(self) -> list[Path]:
         """The files ReMe persists for the plugin's stores (chunks, BM25 index, graph)."""

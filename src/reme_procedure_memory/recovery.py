@@ -223,6 +223,7 @@ class Recovery:
             self.settle_journal()
             self.deferred = False
         memory.damaged_metadata.update(memory.journal.check_records())  # the start read only open records
+        memory.damaged_metadata.update(memory.checkpoints.check_records())  # only their imports read them
         invalid_paths = {i["path"] for i in invalid}
         failed = [self.pending_entry(p) for p in sorted(memory.pending) if p not in invalid_paths]
         return {

@@ -60,10 +60,16 @@ class Run:
         self.failed_writes[op.path] = {"tool": op.tool, "path": op.path, "operation_key": op.key, "code": code,
                                        "error": error, "target": op.target_version}
 
+    def carry_failures(self, failed: list[dict[str, str]]) -> None:
+        """Failed writes of earlier attempts at this segment (from its checkpoint): uncorrected until a write of this
+        run corrects them (see ``write_succeeded``)."""
+        for failure in failed:
+            self.failed_writes.setdefault(failure["path"], dict(failure))
+
     def write_succeeded(self, op: "Operation") -> None:
         """A published write corrects an earlier failure of the same path or of the same content."""
         for path, failure in list(self.failed_writes.items()):
-            if path == op.path or failure["target"] == op.target_version:
+            if path == op.path or failure.get("target") == op.target_version:
                 del self.failed_writes[path]
 
     def injected(self) -> dict[str, Any]:

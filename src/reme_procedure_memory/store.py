@@ -30,7 +30,7 @@ import time
 import weakref
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Callable, Iterator
 
 from .cli_errors import StartupError
 from .experiences import ExperienceDirectory, Link, entry_names, read_entry
@@ -88,12 +88,23 @@ def storage_failure(exc: OSError, what: str = "") -> tuple[str, str]:
     )
 
 
-def atomic_write(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
-    """Replace ``path`` with ``data`` atomically and durably (creates parent directories durably).
+class StartStorageError(StartupError):
+    """A start could not write what it must (the views' state, a directory of the workspace): one line on the CLI,
+    ``<code>: <what failed and what to do>``, with the code (``disk_full`` or ``storage_error``) as ``code``."""
+
+    def __init__(self, exc: OSError) -> None:
+        self.code, message = storage_failure(exc)
+        super().__init__(f"{self.code}: {message} Then start again.")
+
+
+def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], None], *, sync_dir: bool = True) -> None:
+    """Replace ``path`` with ``data`` (bytes, or a function that writes them to a binary file) atomically and
+    durably (creates parent directories durably). The one writer of every durable file of the plugin.
 
     The new file gets the mode of the file it replaces, else the process umask's default (like ReMe's own files).
     ``sync_dir=False`` skips the directory fsync after the rename: only for replacing a record whose old content is
-    an acceptable state after a power loss (the data itself is always fsynced first, so either version is complete).
+    an acceptable state after a power loss (the data itself is always fsynced first, so either version is complete),
+    or for files a later write in the same directory makes durable together (a view snapshot's parts).
     Raises StorageError naming ``path``; the temporary file is removed on any failure.
     """
     tmp: Path | None = None
@@ -108,7 +119,10 @@ def atomic_write(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
         with os.fdopen(fd, "wb") as handle:
             if mode is not None:
                 os.fchmod(handle.fileno(), mode)
-            handle.write(data)
+            if callable(data):
+                data(handle)
+            else:
+                handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
@@ -133,10 +147,10 @@ TEMP_FILE = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
 
 
 def remove_temp_files(directories: list[Path], pattern: re.Pattern = TEMP_FILE,
-                      keep: frozenset[Path] = frozenset()) -> list[Path]:
+                      keep: frozenset[Path] = frozenset(), older_than: float | None = None) -> list[Path]:
     """Remove leftover temporary files matching ``pattern`` directly in ``directories`` (a kill during an atomic
-    write leaves them), except the paths in ``keep``; the caller holds the workspace lock, so no write of ours is in
-    progress. Returns the removed paths."""
+    write leaves them), except the paths in ``keep`` and, with ``older_than`` (a time), files modified since then;
+    the caller holds the workspace lock, so no write of ours is in progress. Returns the removed paths."""
     removed = []
     for directory in directories:
         try:
@@ -144,7 +158,8 @@ def remove_temp_files(directories: list[Path], pattern: re.Pattern = TEMP_FILE,
         except (FileNotFoundError, NotADirectoryError):
             continue
         for entry in entries:
-            if pattern.match(entry.name) and entry.is_file(follow_symlinks=False) and Path(entry.path) not in keep:
+            if pattern.match(entry.name) and entry.is_file(follow_symlinks=False) and Path(entry.path) not in keep \
+                    and (older_than is None or entry.stat(follow_symlinks=False).st_mtime < older_than):
                 Path(entry.path).unlink(missing_ok=True)
                 removed.append(Path(entry.path))
     return removed
@@ -383,12 +398,18 @@ class OperationJournal:
 
     def put(self, op: Operation, *, sync_dir: bool = True) -> None:
         """Durably write (or overwrite) a record (``sync_dir``: see ``set_status``); a final record's open file is
-        removed once the final one's rename is durable."""
+        removed once the final one's rename is durable. An open record may replace a final one (an abandoned write
+        retried): its open file is written first, then the final file removed; a kill between leaves the final one
+        as the record, which the next identical retry reopens again."""
         open_records = self._scan()  # scope directories of the earlier layout are converted before the first write
         scope_dir, key = self._scope_dir(op.scope), (op.scope, op.key)
         if op.status in OPEN_STATES:
             write_json(self._open_path(op.scope, op.key), op.__dict__, sync_dir=sync_dir)
             open_records[key] = op
+            final = self._path(op.scope, op.key)
+            if final.exists():  # a final record reopened (the identical retry of an abandoned write): the open
+                final.unlink()  # file is durable first; until the final one is gone, that one is the record
+                fsync_dir(scope_dir)
         else:
             write_json(self._path(op.scope, op.key), op.__dict__, sync_dir=sync_dir)
             open_records.pop(key, None)
@@ -631,3 +652,14 @@ class CheckpointStore:
 
     def put(self, request_id: str, checkpoint: dict) -> None:
         write_json(self.path(request_id), checkpoint)
+
+    def check_records(self) -> dict[str, str]:
+        """Every checkpoint that cannot be read (path -> cause): the full check a reindex reports (a checkpoint is
+        read, and a damaged one set aside, only by the import it belongs to)."""
+        damaged = {}
+        for path in sorted(self.directory.glob("*.json")) if self.directory.is_dir() else []:
+            try:
+                read_json(path)
+            except DamagedRecord as exc:
+                damaged[str(path)] = exc.cause
+        return damaged

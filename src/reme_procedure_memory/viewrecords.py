@@ -89,21 +89,21 @@ def persisted_record(node: FileNode, chunks: list[FileChunk], vector_of: Callabl
     return {"node": node.model_dump(mode="json"), "chunks": dumped_chunks}
 
 
-def chunk_of(dumped: dict) -> FileChunk:
+def chunk_of(dumped: dict, vector: bool = True) -> FileChunk:
     """A persisted chunk (see ``persisted_record``): an inline vector (log entries) becomes its embedding, a view of
-    the decoded bytes (the store copies it into its matrix)."""
+    the decoded bytes (the store copies it into its matrix); ``vector=False`` drops it (another vector space)."""
     dumped = dict(dumped)
     encoded = dumped.pop("vector", None)
     chunk = slim(FileChunk.model_validate(dumped))
     chunk.id = sys.intern(chunk.id)
-    if isinstance(encoded, str):
+    if vector and isinstance(encoded, str):
         chunk.embedding = np.frombuffer(base64.b64decode(encoded), dtype="<f2")
     return chunk
 
 
-def files_of(records: list[dict]) -> list[tuple[FileNode, list[FileChunk]]]:
-    """Persisted records as upsert arguments."""
-    return [(FileNode.model_validate(r["node"]), [chunk_of(c) for c in r["chunks"]]) for r in records]
+def files_of(records: list[dict], vectors: bool = True) -> list[tuple[FileNode, list[FileChunk]]]:
+    """Persisted records as upsert arguments (``vectors=False``: without their vectors)."""
+    return [(FileNode.model_validate(r["node"]), [chunk_of(c, vectors) for c in r["chunks"]]) for r in records]
 
 
 def _encode_metadata(rows: list[dict]) -> dict:

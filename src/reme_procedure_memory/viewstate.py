@@ -9,7 +9,8 @@ Layout of ``<metadata>/file_store/<store>_<version>.view/`` (``g`` is the snapsh
                               frame with its content checksum
     <g>.vectors.<array>.npy   the vector index, one plain ``.npy`` per array of ``VectorMatrix.export``
     <g>.bm25.<array>.npy      the keyword index, one ``.npy`` per array of ``ProcedureBM25Index.snapshot``
-    <g>.log                   the changes since snapshot ``g``: entries ``[u32 length][u32 crc32][JSON]``
+    <g>.log                   the changes since snapshot ``g``: entries ``[u32 length][u32 crc32][JSON]``; an
+                              upsert names the vector space of its inline vectors (``vector_space``)
 
 Format 2 (plugin versions before it; read, and replaced by a format-3 snapshot at the next dump) had no ``parts``:
 ``<g>.records.jsonl.zst`` (one JSON line per file: {"node", "chunks"}), ``<g>.vectors.npz`` and ``<g>.bm25.npz``.
@@ -41,12 +42,11 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from uuid import uuid4
 
 import numpy as np
 import zstandard
 
-from .store import fsync_dir
+from .store import StorageError, atomic_write, fsync_dir
 from .viewrecords import RecordColumns, gc_paused
 
 FORMAT = 3
@@ -129,6 +129,8 @@ class ViewState:
         manifest_path = self.directory / MANIFEST
         if not manifest_path.is_file():
             self.generation, self.log_entries = 0, 0
+            if self.directory.is_dir() and any(p.name[:1].isdigit() for p in self.directory.iterdir()):
+                raise ViewStateError(f"{manifest_path} is missing beside the files of a snapshot")
             return None
         try:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
@@ -213,7 +215,9 @@ class ViewState:
                         yield json.loads(line)
 
     def _read_log(self) -> list[dict]:
-        """The log's valid entries; a torn or corrupt tail is cut off the file."""
+        """The log's valid entries; a torn or corrupt tail is cut off the file. An entry is valid when its length
+        is not 0 (no entry is empty: zero bytes, whose CRC-32 is 0, are what a power loss may leave), its bytes match
+        their CRC-32 and they are a JSON object with an ``op``; the first one that is not starts the tail."""
         path = self._path("log")
         entries: list[dict] = []
         if not path.is_file():
@@ -224,9 +228,15 @@ class ViewState:
         while offset + _HEADER.size <= len(data):
             length, crc = _HEADER.unpack_from(data, offset)
             payload = data[offset + _HEADER.size: offset + _HEADER.size + length]
-            if len(payload) != length or zlib.crc32(payload) != crc:
+            if not length or len(payload) != length or zlib.crc32(payload) != crc:
                 break
-            entries.append(json.loads(payload))
+            try:
+                entry = json.loads(payload)
+            except ValueError:  # a payload whose CRC-32 matches by chance
+                break
+            if not isinstance(entry, dict) or entry.get("op") not in ("upsert", "delete"):
+                break
+            entries.append(entry)
             offset += _HEADER.size + length
         if offset != len(data):
             with open(path, "r+b") as handle:
@@ -253,27 +263,23 @@ class ViewState:
         for entry in entries:
             payload = json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
             out += _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
-        with open(self._path("log"), "ab") as handle:
-            handle.write(out)
+        path = self._path("log")
+        try:
+            with open(path, "ab") as handle:
+                handle.write(out)
+        except OSError as exc:
+            raise StorageError(exc.errno, exc.strerror or str(exc), str(path)) from exc
         self.log_entries += len(entries)
 
     def _publish(self, target: Path, write: Callable[[Any], None]) -> None:
-        """Write ``target`` through ``write(binary file)`` under a temporary name, flush it to disk, rename it."""
-        tmp = target.with_name(f".{target.name}.{uuid4().hex}.tmp")
-        try:
-            with open(tmp, "wb") as handle:
-                write(handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, target)
-        finally:
-            tmp.unlink(missing_ok=True)
+        """Write ``target`` through ``write(binary file)`` atomically (``store.atomic_write``); the renames become
+        durable with the directory fsync after the manifest's (all of them are in this directory)."""
+        atomic_write(target, write, sync_dir=False)
 
     def write_snapshot(self, columns: dict[str, list], vectors: dict[str, np.ndarray], bm25: dict[str, np.ndarray],
                        meta: dict) -> None:
         """Make the record ``columns`` (``RecordColumns.encoded()``) + the vector index arrays + the BM25 arrays the new
         generation (format 3)."""
-        self.directory.mkdir(parents=True, exist_ok=True)
         generation = self.generation + 1
         parts: dict[str, dict] = {}
 
@@ -298,7 +304,10 @@ class ViewState:
         manifest = {**meta, "format": FORMAT, "generation": generation, "records": len(columns["path"]),
                     "chunks": len(columns["id"]), "dimensions": int(vectors["vectors"].shape[1]), "parts": parts}
         self._publish(self.directory / MANIFEST, lambda h: h.write(json.dumps(manifest, indent=1).encode()))
-        fsync_dir(self.directory)
+        try:
+            fsync_dir(self.directory)
+        except OSError as exc:
+            raise StorageError(exc.errno, exc.strerror or str(exc), str(self.directory / MANIFEST)) from exc
         self.generation, self.log_entries = generation, 0
         self._remove_other_generations()
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +36,7 @@ from .schema import (
     ProcedureError,
     canonical_name,
     check_name,
+    version_of,
 )
 from .store import (
     ABANDONED,
@@ -115,6 +117,15 @@ def check_sources(workspace: Path, run: Run) -> None:
             raise ProcedureError(ErrorCode.NOT_FOUND, f"Source trajectory {source} no longer exists.")
 
 
+def already_exists(rel: str, note: str = "", **extra) -> ProcedureError:
+    return ProcedureError(
+        ErrorCode.ALREADY_EXISTS,
+        f"{rel} already exists{note}. Read it and use procedure_update with its expected_version, or choose another "
+        "meaningful filename.",
+        path=rel, **extra,
+    )
+
+
 class WritePath:
     """Create and update experiences for a live run (see the module docstring)."""
 
@@ -151,12 +162,7 @@ class WritePath:
             if existing is not None:
                 return {**await self._replay(run, existing, op), **renamed}
             if memory.files.read_bytes(rel) is not None or self._reserved(rel):
-                raise ProcedureError(
-                    ErrorCode.ALREADY_EXISTS,
-                    f"{rel} already exists{note}. Read it and use procedure_update with its expected_version, or "
-                    "choose another meaningful filename.",
-                    path=rel, **renamed,
-                )
+                raise already_exists(rel, note, **renamed)
             return {**await self._commit(run, op), **renamed}
 
     async def update(self, run: Run, raw: dict[str, Any]) -> dict[str, Any]:
@@ -228,9 +234,9 @@ class WritePath:
             run.write_failed(op, code, message)
             raise ProcedureError(
                 code,
-                f"{message} The write did not complete. Retry later with a new operation_key; if it keeps failing, "
-                "finish the segment: the import then stops, and once the cause is fixed a resume runs this segment "
-                "again.",
+                f"{message} The write did not complete. Retry the identical call (the same operation_key) later; if "
+                "it keeps failing, finish the segment: the import then stops, and once the cause is fixed a resume "
+                "runs this segment again.",
                 path=op.path, operation_key=op.key,
             ) from None
         return await self._index_published(run, op)
@@ -277,7 +283,9 @@ class WritePath:
             )
         if existing.status == INTENT:
             recover_intent(existing, memory.files, memory.journal)
-        if existing.status in (SUPERSEDED, ABANDONED):
+        if existing.status == ABANDONED:
+            return await self._retry_abandoned(run, existing)
+        if existing.status == SUPERSEDED:
             raise ProcedureError(
                 ErrorCode.STALE_VERSION,
                 f"This write was {existing.status} ({existing.error}). Read {existing.path} again and write with a "
@@ -296,3 +304,20 @@ class WritePath:
                 path=existing.path,
             )
         return await self._index_published(run, existing)
+
+    async def _retry_abandoned(self, run: Run, op: Operation) -> dict[str, Any]:
+        """The identical retry of a write that never became durable (its publish failed, or a crash dropped its
+        intent) publishes it now when its precondition still holds: a create's name is free, an update's file is
+        still at its expected version. Otherwise it is refused like a new write, and a failure of it stays on the
+        run until a later write of the path or of the content succeeds."""
+        current = self.memory.files.read_bytes(op.path)
+        if op.tool == "create" and (current is not None or self._reserved(op.path)):
+            raise already_exists(op.path)
+        if op.tool == "update" and (current is None or version_of(current) != op.expected_version):
+            raise ProcedureError(
+                ErrorCode.STALE_VERSION,
+                f"{op.path} changed after this write failed ({op.error}); read it again and write with a new "
+                "operation_key.",
+                path=op.path,
+            )
+        return await self._commit(run, replace(op, status=INTENT, error="", segment=run.segment))
