@@ -28,9 +28,11 @@ task query and each view (``when_to_use``, ``when_to_use_content``), ``procedure
 
 Beside it, the reference: ReMe's released experiences of the same tasks
 (``../shared/data/experience-library/bfcl_qwen3_8b.jsonl``, extracted by ReMe's earlier procedural memory with
-Qwen3-8B, matched by ``metadata.task_query`` = the task) are stored as experience files in a second workspace
-(``description`` = the first sentence of ``content``) and searched with the same queries, views and metrics; and the
-plugin's figures are repeated for the same matched tasks. Only 3 of the 40 base tasks have released experiences.
+Qwen3-8B, matched by ``metadata.task_query`` = the task) are placed as experience files in a second workspace
+(``_library.py``: ``description`` = the first sentence of ``content``, each citing a stand-in trajectory copied into
+that workspace; the run stops unless all are indexed and searchable) and searched with the same queries, views and
+metrics; and the plugin's figures are repeated for the same matched tasks. Only 3 of the 40 base tasks have released
+experiences.
 
 Embeddings: ``EMBEDDING_*`` when ``EMBEDDING_BASE_URL`` is set, else the shared hash embedding server
 (``tools/embed_server.py``, plumbing only: it ranks worse than BM25 alone). ``--local-model`` starts the shared
@@ -50,13 +52,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from _library import index_placed, load_library, place_library, queries_of  # noqa: E402  (benchmarks/_library.py)
 from _machine import describe  # noqa: E402  (benchmarks/_machine.py)
 from _shared import find_shared  # noqa: E402  (benchmarks/_shared.py)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
 VIEWS = ("when_to_use", "when_to_use_content")
-SENTENCE = re.compile(r"^(.+?[.!?])(\s|$)")
+LIBRARY = Path("data/experience-library/bfcl_qwen3_8b.jsonl")  # inside the shared directory
 
 
 # -- tasks ----------------------------------------------------------------------------------------------------------
@@ -79,7 +82,7 @@ def task_of(path: Path) -> str:
     return next((str(m.get("content") or "").strip() for m in messages if m.get("role") == "user"), "")
 
 
-def load_tasks(shared: Path, names: list[str], limit: int | None, library: dict[str, list[dict]]) -> list[dict]:
+def load_tasks(shared: Path, names: list[str], limit: int | None, library: set[str]) -> list[dict]:
     """Trajectories and their tasks: the named ones, else all of base/ with the reference tasks first."""
     base = shared / "data" / "trajectories" / "base"
     paths = [base / n for n in names] if names else sorted(base.iterdir(), key=lambda p: int(re.findall(r"\d+", p.name)[-1]))
@@ -87,17 +90,6 @@ def load_tasks(shared: Path, names: list[str], limit: int | None, library: dict[
     if not names:  # the tasks with released reference experiences first, so a small --limit includes them
         tasks.sort(key=lambda t: t["task"] not in library)
     return tasks[:limit] if limit else tasks
-
-
-def load_library(shared: Path) -> dict[str, list[dict]]:
-    """ReMe's released experiences grouped by their task query."""
-    library: dict[str, list[dict]] = {}
-    path = shared / "data" / "experience-library" / "bfcl_qwen3_8b.jsonl"
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            record = json.loads(line)
-            library.setdefault(record["metadata"]["task_query"].strip(), []).append(record)
-    return library
 
 
 # -- metrics --------------------------------------------------------------------------------------------------------
@@ -229,28 +221,18 @@ async def extract(args, tasks: list[dict], workdir: Path, tokenizer: Path) -> di
         await app.close()
 
 
-async def reference(args, tasks: list[dict], library: dict[str, list[dict]], workdir: Path, tokenizer: Path) -> dict:
-    """ReMe's released experiences of the same tasks, stored as experience files and searched alike."""
-    from reme_procedure_memory.schema import Experience
-
-    directory = workdir / "reference" / "procedures"
-    directory.mkdir(parents=True, exist_ok=True)
-    relevant: dict[str, set[str]] = {}
-    for n, task in enumerate(tasks):
-        for m, record in enumerate(library.get(task["task"], [])):
-            first = record["content"].strip().splitlines()[0]
-            found = SENTENCE.match(first)
-            experience = Experience.model_validate({
-                "description": (found.group(1) if found else first)[:300], "when-to-use": record["when_to_use"],
-                "content": record["content"], "sources": [f"session/trajectories/{task['path'].name}"],
-            })
-            name = f"task-{n:03d}-{m}.json"
-            (directory / name).write_bytes(experience.to_bytes())
-            relevant.setdefault(task["task"], set()).add(f"procedures/{name}")
-    app = application(workdir / "reference", tokenizer, args, with_model=False)
+async def reference(args, tasks: list[dict], library: Path, workdir: Path, tokenizer: Path) -> dict:
+    """ReMe's released experiences of the same tasks, placed as experience files (``_library.py``) and searched
+    alike."""
+    wanted = {t["task"] for t in tasks}
+    experiences = [e for e in load_library(library) if e["query"] in wanted]
+    relevant = queries_of(experiences)
+    workspace = workdir / "reference"
+    place_library(workspace, experiences, library)
+    app = application(workspace, tokenizer, args, with_model=False)
     await app.start()
     try:
-        await app.run_job("procedure_reindex")
+        await index_placed(app, experiences)
         queries = [t["task"] for t in tasks if t["task"] in relevant]
         return {"relevant": relevant, "ranked": await search_all(app, queries), "tasks": queries}
     finally:
@@ -330,8 +312,8 @@ def main() -> None:
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     shared = find_shared(args.shared)
-    library = load_library(shared)
-    tasks = load_tasks(shared, args.trajectories, args.limit, library)
+    library = shared / LIBRARY
+    tasks = load_tasks(shared, args.trajectories, args.limit, set(queries_of(load_library(library))))
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="extraction-"))
     workdir.mkdir(parents=True, exist_ok=True)
     tokenizer = Path(os.environ.get("PROCEDURE_TOKENIZER_SOURCE") or shared / "data/tokenizers/qwen3/tokenizer.json")
