@@ -10,10 +10,11 @@ Run from the repository root, in a venv with the plugin installed, against any O
     python benchmarks/extraction.py --local-model --limit 3                  # the shared 1.5B model (real-llm/)
 
 Trajectories: the BFCL multi-turn conversations of ``../shared/data/trajectories/base/`` (``.jsonl``, ``.json``,
-``.md``, ``.log``); the first user message of each is its task. Every trajectory is imported, one after the other,
-into ONE shared workspace through the real ``procedure_auto_memory`` job (the one-shot CLI's job) of an in-process
-``Application`` with ``plugins=["procedure-memory"]`` and ReMe's configured agent wrapper and model. Then, for each
-task query and each view (``when_to_use``, ``when_to_use_content``), ``procedure_search`` (limit 10) is run, and:
+``.md``, ``.log``; parsed by ``_turns.py``); the first user message of each is its task. Every trajectory is imported,
+one after the other, into ONE shared workspace through the real ``procedure_auto_memory`` job (the one-shot CLI's job)
+of an in-process ``Application`` with ``plugins=["procedure-memory"]`` and ReMe's configured agent wrapper and model.
+Then, for each task query and each view (``when_to_use``, ``when_to_use_content``), ``procedure_search`` (limit 10)
+is run, and:
 
 * valid experiences per trajectory: experience files that parse as valid experiences and cite the trajectory's copy
   in ``sources`` (invalid files are counted apart);
@@ -55,6 +56,7 @@ from pathlib import Path
 from _library import index_placed, load_library, place_library, queries_of  # noqa: E402  (benchmarks/_library.py)
 from _machine import describe  # noqa: E402  (benchmarks/_machine.py)
 from _shared import find_shared  # noqa: E402  (benchmarks/_shared.py)
+from _turns import read_turns  # noqa: E402  (benchmarks/_turns.py)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
@@ -67,19 +69,8 @@ LIBRARY = Path("data/experience-library/bfcl_qwen3_8b.jsonl")  # inside the shar
 
 def task_of(path: Path) -> str:
     """The first user message of a BFCL conversation in any of the four shared formats."""
-    text = path.read_text(encoding="utf-8")
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        messages = [json.loads(line) for line in text.splitlines() if line.strip()]
-    elif suffix == ".json":
-        messages = json.loads(text)["messages"]
-    elif suffix == ".md":
-        found = re.search(r"^## user\n\n(.*?)\n\n", text, re.M | re.S)
-        return found.group(1).strip() if found else ""
-    else:  # .log: "<time> INFO user: <text>"
-        found = re.search(r" INFO user: (.*)$", text, re.M)
-        return found.group(1).strip() if found else ""
-    return next((str(m.get("content") or "").strip() for m in messages if m.get("role") == "user"), "")
+    turns = read_turns(path)
+    return turns[0].message if turns else ""
 
 
 def load_tasks(shared: Path, names: list[str], limit: int | None, library: set[str]) -> list[dict]:
