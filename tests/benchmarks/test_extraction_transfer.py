@@ -1,6 +1,7 @@
-"""The benchmarks' trajectory parser (``benchmarks/_turns.py``) and their placement of ReMe's released experience
-library (``benchmarks/_library.py``, used by ``retrieval.py`` and ``extraction.py``) through the real
-``procedure_reindex`` and ``procedure_search`` jobs (fake embeddings only).
+"""The transfer mode of ``benchmarks/extraction.py``: the trajectory parser (``_turns.py``), the split and metrics
+(``_transfer.py``), the reference library's placement (``_library.py``), and the whole mode end to end through the
+real ``procedure_auto_memory``, ``procedure_reindex`` and ``procedure_search`` jobs of in-process Applications (a
+scripted agent and fake embeddings only) on a case whose answer is known by construction.
 
 Run: ``pytest -q tests/benchmarks``. The parser is also checked on the real trajectories of ``../shared/data`` when
 it exists; everything else uses files built here or ``tests/fixtures``.
@@ -9,17 +10,21 @@ it exists; everything else uses files built here or ``tests/fixtures``.
 from __future__ import annotations
 
 import json
+import random
 import re
 import sys
 from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import extraction  # noqa: E402
 from _library import index_placed, load_library, place_library, source_record  # noqa: E402
+from _transfer import (cases_of, copies_of, names, split, summarize, turn_metrics,  # noqa: E402
+                       verdict)
 from _turns import Turn, parse_turns, read_turns  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -194,6 +199,87 @@ def test_the_task_is_the_first_user_message(path):
     assert extraction.task_of(path) == first_user_message(path).strip() != ""
 
 
+# -- split and metrics ----------------------------------------------------------------------------------------------
+
+
+def test_the_split_is_by_number_and_puts_every_format_in_both_halves():
+    suffixes = (".jsonl", ".md", ".log", ".json")  # as the shared files rotate them
+    paths = [Path(f"multi_turn_base_{n}{suffixes[n % 4]}") for n in range(40)]
+    random.Random(7).shuffle(paths)
+    train, test = split(paths)
+    assert [int(p.stem.rsplit("_", 1)[1]) for p in train] == list(range(20))
+    assert [int(p.stem.rsplit("_", 1)[1]) for p in test] == list(range(20, 40))
+    assert {p.suffix for p in train} == {p.suffix for p in test} == set(suffixes)
+    assert split(list(reversed(paths))) == (train, test)
+    assert split([Path("t_3.md"), Path("t_1.md"), Path("t_2.md")]) == ([Path("t_1.md"), Path("t_2.md")],
+                                                                        [Path("t_3.md")])
+
+
+@pytest.mark.parametrize("text,function,expected", [
+    ("Run cd .. first", "cd", True),
+    ("GorillaFileSystem.cd(folder='x')", "cd", True),
+    ("mount the cdrom", "cd", False),
+    ("call get_user_ids", "get_user_id", False),
+    ("then `ls`.", "ls", True),
+    ("Cd into it", "cd", False),
+    ("use post_tweet, then comment", "post_tweet", True),
+    ("repost_tweet", "post_tweet", False),
+])
+def test_a_function_is_named_only_as_a_whole_identifier(text, function, expected):
+    assert names(text, function) is expected
+
+
+def test_turn_metrics_by_k():
+    texts = ["use cd then ls", "nothing relevant", "mkdir here, and cd again"]
+    metrics = turn_metrics(["cd", "mkdir", "mv"], texts, [5, 7, 11])
+    assert metrics[1] == {"coverage": 1 / 3, "full": False, "results": 1, "named_none": 0, "tokens": 5}
+    assert metrics[3] == {"coverage": 2 / 3, "full": False, "results": 3, "named_none": 1, "tokens": 23}
+    assert turn_metrics(["cd"], texts, [5, 7, 11])[1]["full"] is True
+    empty = turn_metrics(["cd"], [], [])
+    assert empty[3] == {"coverage": 0.0, "full": False, "results": 0, "named_none": 0, "tokens": 0}
+    with pytest.raises(ValueError):
+        turn_metrics([], texts, [1, 1, 1])
+
+
+def test_summary_means_over_turns_and_shares_over_results():
+    per_turn = [turn_metrics(["cd"], ["cd"], [4]), turn_metrics(["mv", "cp"], ["mv", "x", "y"], [2, 3, 5])]
+    s = summarize(per_turn)
+    assert s["turns"] == 2
+    assert s["coverage@1"] == 0.75 and s["coverage@3"] == 0.75
+    assert s["full@1"] == 0.5 and s["full@3"] == 0.5
+    assert (s["names_none_count@1"], s["results@1"], s["names_none@1"]) == (0, 2, 0.0)
+    assert (s["names_none_count@3"], s["results@3"], s["names_none@3"]) == (2, 4, 0.5)
+    assert s["tokens@1"] == 3.0 and s["tokens@3"] == 7.0
+    assert summarize([])["coverage@1"] is None
+
+
+def test_verdict_needs_kept_quality_and_fewer_tokens():
+    def views(coverage, none, tokens):
+        figures = {"coverage@1": coverage, "coverage@3": coverage, "full@1": 0.5, "full@3": 0.5,
+                   "names_none@1": none, "names_none@3": none, "tokens@1": tokens / 3, "tokens@3": tokens}
+        return {"when_to_use": figures, "when_to_use_content": figures}
+
+    before = views(0.5, 0.4, 300)
+    assert verdict(before, views(0.5, 0.4, 200))["when_to_use"]["pass"] is True
+    fell = verdict(before, views(0.4, 0.4, 200))["when_to_use"]
+    assert (fell["pass"], fell["worse"]) == (False, ["coverage@1", "coverage@3"])
+    assert verdict(before, views(0.5, 0.5, 200))["when_to_use"]["worse"] == ["names_none@1", "names_none@3"]
+    same_tokens = verdict(before, views(0.6, 0.3, 300))["when_to_use_content"]
+    assert (same_tokens["quality_kept"], same_tokens["tokens_fell"], same_tokens["pass"]) == (True, False, False)
+
+
+def test_copies_of_finds_imported_test_trajectories(tmp_path):
+    test = [tmp_path / "a.jsonl", tmp_path / "b.md"]
+    test[0].write_text("one\n")
+    test[1].write_text("two\n")
+    copies = tmp_path / "ws" / "session" / "trajectories"
+    copies.mkdir(parents=True)
+    (copies / "b-2.md").write_text("two\n")
+    (copies / "c.md").write_text("three\n")
+    assert copies_of(test, copies) == ["b.md"]
+    assert copies_of(test, tmp_path / "missing") == []
+
+
 # -- the reference library's placement ------------------------------------------------------------------------------
 
 
@@ -222,3 +308,153 @@ async def test_index_placed_refuses_experiences_whose_source_is_missing(make_app
     async with make_app(workspace=ws) as app:
         with pytest.raises(RuntimeError, match="did not index the 3 placed experiences"):
             await index_placed(app, experiences)
+
+
+# -- the transfer mode end to end -----------------------------------------------------------------------------------
+
+
+def jsonl(turns: list[Turn]) -> str:
+    lines = [{"role": "system", "content": "You are an assistant."}]
+    for turn in turns:
+        lines.append({"role": "user", "content": turn.message})
+        for n, name in enumerate(turn.calls):
+            lines.append({"role": "assistant", "content": None, "tool_calls": [
+                {"id": f"c{n}", "type": "function", "function": {"name": name, "arguments": ""}}]})
+            lines.append({"role": "tool", "tool_call_id": f"c{n}", "name": name, "content": "None"})
+        lines.append({"role": "assistant", "content": "Done with this request."})
+    return "".join(json.dumps(line) + "\n" for line in lines)
+
+
+def markdown(turns: list[Turn]) -> str:
+    parts = ["# Session\n\n## system\n\nYou are an assistant.\n"]
+    for turn in turns:
+        parts.append(f"\n## user\n\n{turn.message}\n")
+        parts += [f"\n**assistant → tool** `{name}()`\n\n```\nNone\n```\n" for name in turn.calls]
+        parts.append("\n## assistant\n\nDone with this request.\n")
+    return "".join(parts)
+
+
+def log(turns: list[Turn]) -> str:
+    lines = ["2026-11-03T09:00:00 INFO system: You are an assistant."]
+    for turn in turns:
+        lines.append(f"2026-11-03T09:00:01 INFO user: {turn.message}")
+        for name in turn.calls:
+            lines += [f"2026-11-03T09:00:02 INFO agent tool_call {name}()",
+                      f"2026-11-03T09:00:03 DEBUG tool {name} -> None"]
+        lines.append("2026-11-03T09:00:04 INFO assistant: Done with this request.")
+    return "\n".join(lines) + "\n"
+
+
+def json_file(turns: list[Turn]) -> str:
+    return json.dumps({"id": "t", "messages": [json.loads(line) for line in jsonl(turns).splitlines()]}, indent=1)
+
+
+ARCHIVE = Turn("Archive the zorblax quarterly ledger", ("zorblax_open", "ledger_archive"))
+PUBLISH = Turn("Publish the plinth gazette bulletin", ("gazette_publish",))
+TEST_A = Turn("Please archive the zorblax quarterly ledger again", ("zorblax_open", "ledger_archive", "ledger_verify"))
+TEST_B = Turn("Publish the plinth gazette bulletin now", ("gazette_publish",))
+TEST_C = Turn("Say hello", ())
+TEST_D = Turn("Fetch the marmalade for the ledger gazette", ("marmalade_fetch",))
+
+
+def build_case(root: Path) -> tuple[list[Path], Path]:
+    """Two training trajectories (numbers 0, 1) and two test ones (2, 3) in the four formats, and a library of two
+    released experiences, one of them extracted from a test turn (B)."""
+    root.mkdir()
+    files = [("multi_turn_base_0.jsonl", jsonl, [ARCHIVE]), ("multi_turn_base_1.md", markdown, [PUBLISH]),
+             ("multi_turn_base_2.log", log, [TEST_A, TEST_B]), ("multi_turn_base_3.json", json_file, [TEST_C, TEST_D])]
+    paths = []
+    for name, render, turns in files:
+        paths.append(root / name)
+        paths[-1].write_text(render(turns), encoding="utf-8")
+        assert read_turns(paths[-1]) == turns
+    library = root / "library.jsonl"
+    library.write_text("".join(json.dumps(row) + "\n" for row in [
+        {"when_to_use": "When the zorblax ledger or the gazette must be archived",
+         "content": "Use zorblax_open then ledger_verify.", "metadata": {"task_query": "Archive something old"}},
+        {"when_to_use": "When the plinth gazette bulletin must be published", "content": "Call gazette_publish.",
+         "metadata": {"task_query": TEST_B.message}},
+    ]), encoding="utf-8")
+    return paths, library
+
+
+def experience_tokens(path: Path, tokenizer: Path) -> int:
+    record = json.loads(path.read_text(encoding="utf-8"))
+    text = "\n".join([record["description"], record["when-to-use"], record["content"]])
+    return len(Tokenizer.from_file(str(tokenizer)).encode(text).ids)
+
+
+def smoke_args(*extra: str):
+    return extraction.parse_args(["--smoke", "--embedding-dimensions", "64", *extra])
+
+
+def test_the_transfer_figures_of_a_case_known_by_construction(tmp_path, word_tokenizer):
+    paths, library = build_case(tmp_path / "data")
+    workdir = tmp_path / "run"
+    out = extraction.transfer(smoke_args(), paths, library, word_tokenizer, workdir)
+
+    assert out["split"] == {"train": ["multi_turn_base_0.jsonl", "multi_turn_base_1.md"],
+                            "test": ["multi_turn_base_2.log", "multi_turn_base_3.json"]}
+    assert out["cases"] == 3  # C led to no call
+    assert out["extraction"]["valid_experiences"] == 2 and out["extraction"]["complete"] == 2
+    ws = workdir / "ws"
+    e_archive, e_publish = "procedures/multi-turn-base-0.json", "procedures/multi-turn-base-1.json"
+    tokens = {p: experience_tokens(ws / p, word_tokenizer) for p in (e_archive, e_publish)}
+    plugin = out["plugin"]
+    assert plugin["index"] == {"indexed": 2, "invalid_files": []} and plugin["pending"] == []
+    for view in extraction.VIEWS:
+        a, b, d = plugin["turns"]
+        assert [t["message"] for t in (a, b, d)] == [TEST_A.message, TEST_B.message, TEST_D.message]
+        assert a[view]["paths"][0] == e_archive and b[view]["paths"][0] == e_publish
+        assert sorted(d[view]["paths"]) == sorted([e_archive, e_publish])
+        assert a[view]["tokens"][0] == tokens[e_archive] and b[view]["tokens"][0] == tokens[e_publish]
+        s = plugin["views"][view]
+        assert s["turns"] == 3
+        assert s["coverage@1"] == s["coverage@3"] == round((2 / 3 + 1 + 0) / 3, 3)
+        assert s["full@1"] == s["full@3"] == round(1 / 3, 3)
+        assert (s["names_none_count@1"], s["results@1"]) == (1, 3)  # D's first result names none
+        assert (s["names_none_count@3"], s["results@3"]) == (4, 6)  # and the other experience of every turn
+        assert s["tokens@3"] == tokens[e_archive] + tokens[e_publish]
+
+    reference = out["reference"]
+    assert (reference["experiences"], reference["excluded"]) == (1, 1)  # the experience of test turn B is left out
+    for view in extraction.VIEWS:
+        s = reference["views"][view]
+        assert s["coverage@1"] == s["coverage@3"] == round((2 / 3 + 0 + 0) / 3, 3)  # names zorblax_open, ledger_verify
+        assert s["full@3"] == 0.0
+        assert (s["names_none_count@3"], s["results@3"]) == (2, 3)
+
+
+def test_a_kept_workspace_is_evaluated_alike_later_and_one_holding_test_trajectories_is_refused(
+        tmp_path, word_tokenizer):
+    paths, library = build_case(tmp_path / "data")
+    first = extraction.transfer(smoke_args(), paths, library, word_tokenizer, tmp_path / "run")
+    later = extraction.transfer(smoke_args("--workspace", str(tmp_path / "run" / "ws")), paths, library,
+                                word_tokenizer, tmp_path / "later")
+    assert "extraction" not in later
+    assert later["plugin"]["views"] == first["plugin"]["views"]
+    assert later["plugin"]["turns"] == first["plugin"]["turns"]
+
+    leaky = tmp_path / "leaky"
+    (leaky / "session" / "trajectories").mkdir(parents=True)
+    (leaky / "session" / "trajectories" / "copy.log").write_bytes(paths[2].read_bytes())
+    with pytest.raises(SystemExit, match="multi_turn_base_2.log"):
+        extraction.transfer(smoke_args("--workspace", str(leaky)), paths, library, word_tokenizer, tmp_path / "x")
+
+
+def test_the_smoke_mode_runs_end_to_end_and_compare_reads_its_json(tmp_path):
+    answer = tmp_path / "smoke.json"
+    out = extraction.main(["--smoke", "--json", str(answer)])
+    transfer = out["transfer"]
+    assert transfer["cases"] > 0 and transfer["plugin"]["index"]["invalid_files"] == []
+    assert transfer["plugin"]["views"]["when_to_use"]["turns"] == transfer["cases"]
+    assert json.loads(answer.read_text())["transfer"]["reference"]["views"] == transfer["reference"]["views"]
+    same = extraction.main(["--compare", str(answer), str(answer)])
+    assert same["plugin"]["when_to_use"] == {"quality_kept": True, "tokens_fell": False, "pass": False, "worse": []}
+
+
+def test_cases_are_the_turns_with_calls(tmp_path):
+    paths, _ = build_case(tmp_path / "data")
+    assert [(c["trajectory"], c["turn"], c["functions"]) for c in cases_of(paths[2:])] == [
+        ("multi_turn_base_2.log", 0, list(TEST_A.functions)), ("multi_turn_base_2.log", 1, ["gazette_publish"]),
+        ("multi_turn_base_3.json", 1, ["marmalade_fetch"])]
