@@ -21,6 +21,8 @@ the pure parts (split, naming, per-turn and summary metrics, verdict) are tested
   name none of the turn's functions; tokens@k = the tokens of the top-k texts together, counted with the configured
   tokenizer (``tokenizer_source``). **Per view**: means over the turns of coverage@k, the share of turns fully
   covered, the share of returned top-k results that name none (with their count), and the mean tokens@k per turn.
+* **Bounds** (``ceiling``), to tell retrieval from content: the coverage if every experience of the workspace were
+  handed for every turn, and the coverage of a text naming every function the training half called.
 """
 
 from __future__ import annotations
@@ -116,6 +118,20 @@ def summarize(per_turn: list[dict[int, dict]], ks=KS) -> dict:
     return out
 
 
+def ceiling(cases: list[dict], texts: list[str]) -> dict:
+    """Mean coverage and share of turns fully covered if all ``texts`` were handed for every case."""
+    whole = "\n".join(texts)
+    per_turn = [turn_metrics(case["functions"], [whole], [0], ks=(1,))[1] for case in cases]
+    n = len(per_turn) or 1
+    return {"coverage": round(sum(t["coverage"] for t in per_turn) / n, 3),
+            "full": round(sum(t["full"] for t in per_turn) / n, 3)}
+
+
+def training_calls(train: list[Path]) -> str:
+    """One text naming every function the trajectories ``train`` called (for ``ceiling``)."""
+    return " ".join(sorted({f for case in cases_of(train) for f in case["functions"]}))
+
+
 QUALITY = ("coverage@1", "coverage@3", "full@1", "full@3")  # higher is better
 NOISE = ("names_none@1", "names_none@3")  # lower is better
 
@@ -138,9 +154,14 @@ def verdict(before: dict, after: dict) -> dict:
 
 async def search_cases(app, cases: list[dict], k: int = max(KS)) -> dict:
     """Ask every case through ``procedure_search`` on both views of a started ``app``; returns ``{"views": {view:
-    summary}, "turns": [case + {view: [{path, tokens}]}], "pending": paths the search reported unindexed}``.
-    RuntimeError if a search fails or answers without its vector list."""
+    summary}, "turns": [case + {view: [{path, tokens}]}], "pending": paths the search reported unindexed,
+    "ceiling": the bound of all the workspace's valid experiences}``. RuntimeError if a search fails or answers
+    without its vector list."""
+    from reme_procedure_memory.experiences import StoredExperience
+
     memory = app.context.components["procedure_memory"]["default"]
+    everything = [experience_text(item.experience.fields()) for item in memory.files.scan()
+                  if isinstance(item, StoredExperience)]
     token_cache: dict[str, int] = {}
     turns, per_view, pending = [], {view: [] for view in VIEWS}, set()
     for case in cases:
@@ -166,7 +187,7 @@ async def search_cases(app, cases: list[dict], k: int = max(KS)) -> dict:
                          **{f"coverage@{at}": m["coverage"] for at, m in metrics.items()}}
         turns.append(row)
     return {"views": {view: summarize(rows) for view, rows in per_view.items()}, "turns": turns,
-            "pending": sorted(pending)}
+            "pending": sorted(pending), "ceiling": {"experiences": len(everything), **ceiling(cases, everything)}}
 
 
 # -- report ---------------------------------------------------------------------------------------------------------

@@ -79,11 +79,12 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from _library import (TRAJECTORY_DIR, index_placed, load_library, place_library,  # noqa: E402  (benchmarks/_library.py)
+from _library import (TRAJECTORY_DIR, index_placed, load_library, place_library,  # benchmarks/_library.py
                       queries_of)
 from _machine import describe  # noqa: E402  (benchmarks/_machine.py)
 from _shared import find_shared  # noqa: E402  (benchmarks/_shared.py)
-from _transfer import cases_of, copies_of, search_cases, split, table, verdict  # noqa: E402  (benchmarks/_transfer.py)
+from _transfer import (cases_of, ceiling, copies_of, search_cases, split, table,  # benchmarks/_transfer.py
+                       training_calls, verdict)
 from _turns import read_turns  # noqa: E402  (benchmarks/_turns.py)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -406,7 +407,7 @@ def transfer(args, trajectories: list[Path], library: Path, tokenizer: Path, wor
     if not test:
         raise SystemExit(f"the transfer mode needs at least two trajectories, got {len(trajectories)}")
     out: dict = {"split": {"train": [p.name for p in train], "test": [p.name for p in test]},
-                 "cases": len(cases_of(test))}
+                 "cases": len(cases_of(test)), "training_calls": ceiling(cases_of(test), [training_calls(train)])}
     print(f"split: {len(train)} training trajectories ({train[0].name} .. {train[-1].name}), {len(test)} test "
           f"({test[0].name} .. {test[-1].name}); {out['cases']} test turns with tool calls")
     if not args.reference_only:
@@ -426,7 +427,14 @@ def transfer(args, trajectories: list[Path], library: Path, tokenizer: Path, wor
     rows.append((f"ReMe released ({out['reference']['experiences']})", out["reference"]["views"]))
     print(f"\ntransfer to the test half ({out['cases']} turns; released experiences of test tasks excluded: "
           f"{out['reference']['excluded']}):\n\n{table(rows)}")
+    bound = out["training_calls"]
+    print(f"\nbounds: a text naming every function the training half called covers {bound['coverage']:.3f} "
+          f"(full {bound['full']:.3f})")
     for label in ("plugin", "reference"):
+        if label in out:
+            bound = out[label]["ceiling"]
+            print(f"{label}: all {bound['experiences']} experiences handed for every turn cover "
+                  f"{bound['coverage']:.3f} (full {bound['full']:.3f})")
         if out.get(label, {}).get("pending"):
             print(f"{label}: the search reported {len(out[label]['pending'])} unindexed experiences")
     return out

@@ -23,8 +23,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import extraction  # noqa: E402
 from _library import index_placed, load_library, place_library, source_record  # noqa: E402
-from _transfer import (cases_of, copies_of, names, split, summarize, turn_metrics,  # noqa: E402
-                       verdict)
+from _transfer import (cases_of, ceiling, copies_of, names, split, summarize,  # noqa: E402
+                       training_calls, turn_metrics, verdict)
 from _turns import Turn, parse_turns, read_turns  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
@@ -253,6 +253,12 @@ def test_summary_means_over_turns_and_shares_over_results():
     assert summarize([])["coverage@1"] is None
 
 
+def test_ceiling_hands_every_text_for_every_turn():
+    cases = [{"functions": ["cd", "mv"]}, {"functions": ["grep"]}, {"functions": ["wc"]}]
+    assert ceiling(cases, ["use cd", "then grep", "mv it"]) == {"coverage": round(2 / 3, 3), "full": round(2 / 3, 3)}
+    assert ceiling(cases, []) == {"coverage": 0.0, "full": 0.0}
+
+
 def test_verdict_needs_kept_quality_and_fewer_tokens():
     def views(coverage, none, tokens):
         figures = {"coverage@1": coverage, "coverage@3": coverage, "full@1": 0.5, "full@3": 0.5,
@@ -416,8 +422,13 @@ def test_the_transfer_figures_of_a_case_known_by_construction(tmp_path, word_tok
         assert (s["names_none_count@3"], s["results@3"]) == (4, 6)  # and the other experience of every turn
         assert s["tokens@3"] == tokens[e_archive] + tokens[e_publish]
 
+    bound = {"coverage": round((2 / 3 + 1 + 0) / 3, 3), "full": round(1 / 3, 3)}  # what E0 and E1 name
+    assert plugin["ceiling"] == {"experiences": 2, **bound} and out["training_calls"] == bound
+    assert training_calls(paths[:2]) == "gazette_publish ledger_archive zorblax_open"
+
     reference = out["reference"]
     assert (reference["experiences"], reference["excluded"]) == (1, 1)  # the experience of test turn B is left out
+    assert reference["ceiling"] == {"experiences": 1, "coverage": round(2 / 9, 3), "full": 0.0}
     for view in extraction.VIEWS:
         s = reference["views"][view]
         assert s["coverage@1"] == s["coverage@3"] == round((2 / 3 + 0 + 0) / 3, 3)  # names zorblax_open, ledger_verify
