@@ -109,9 +109,9 @@ def refusal(model, arguments, **context) -> str:
 
 def test_search_defaults_and_the_clis_numbers_as_text():
     assert validate(SearchArguments, {"query": " stale index "}).model_dump() == {
-        "query": "stale index", "index": "when_to_use_content", "limit": 5}
+        "query": "stale index", "index": "when_to_use_content", "limit": 5, "detail": None}
     assert validate(SearchArguments, {"query": 404, "limit": "07", "index": ""}).model_dump() == {
-        "query": "404", "index": "when_to_use_content", "limit": 7}
+        "query": "404", "index": "when_to_use_content", "limit": 7, "detail": None}
     assert validate(SearchArguments, {"query": "q", "limit": 50.0}).limit == 50
 
 
@@ -126,6 +126,7 @@ def test_search_defaults_and_the_clis_numbers_as_text():
     ({"query": "q", "limit": 2.5}, "`limit` must be an integer."),
     ({"query": "q", "limit": "1" * 13}, "`limit` must be an integer."),
     ({"query": 5, "index": "x", "limit": 0}, "`index` must be one of when_to_use, when_to_use_content."),
+    ({"query": "q", "detail": "all"}, "`detail` must be one of full, compact."),
 ])
 def test_search_refusals_name_the_first_invalid_argument(arguments, message):
     assert refusal(SearchArguments, arguments) == message

@@ -424,7 +424,7 @@ def test_mcp_exposes_only_search_and_read(service):
 
     assert set(SERVED_JOBS) <= out["names"]
     assert not set(HIDDEN_JOBS) & out["names"]
-    assert out["search_params"] == {"query", "index", "limit"}
+    assert out["search_params"] == {"query", "index", "limit", "detail"}
     assert out["search"]["status"] == "ok"
     assert out["search"]["results"][0]["path"] == "procedures/rebuild-search-after-config-change.json"
     assert out["read"]["experience"] == INSPECT

@@ -66,7 +66,8 @@ def test_e1_the_printed_resume_command_resumes_verbatim(cli, tmp_path):
     ws = cli["ws"]
     state = {"summary": False}
 
-    def model(conversation):  # first run: a reply without a summary (no repair allowed); then a valid one
+    # Two segments of 40 tokens (one line each): the first run's reply to segment 1 has no summary (no repair allowed)
+    def model(conversation):
         if state["summary"]:
             return say("Nothing reusable.\n<summary>Read a short session about stale search.</summary>")
         return say("Nothing reusable.")
@@ -76,14 +77,14 @@ def test_e1_the_printed_resume_command_resumes_verbatim(cli, tmp_path):
         first = run(cli, "start", "job=procedure_auto_memory", PLUGINS, f"file={original}", "filename=run.jsonl",
                     "request_id=res-1", f"workspace_dir={ws}", "log_to_file=false",
                     "components.as_embedding.procedure.dimensions=64",
-                    "components.procedure_memory.default.token_limits.segment=1500",
+                    "components.procedure_memory.default.token_limits.segment=40",
                     "components.procedure_memory.default.extraction.summary_repair_attempts=0")
         assert first.returncode == 1, first.stdout[-2000:] + first.stderr[-2000:]
         answer = json.loads(first.stderr)
         assert answer["status"] == "incomplete" and answer["error"]["code"] == "summary_invalid", answer
         resume = answer["resume"]
         assert f"workspace_dir={ws}" in resume
-        assert "components.procedure_memory.default.token_limits.segment=1500" in resume
+        assert "components.procedure_memory.default.token_limits.segment=40" in resume
         assert "api_key" not in resume and "test" not in resume.split()  # no secrets
 
         state["summary"] = True
@@ -94,8 +95,8 @@ def test_e1_the_printed_resume_command_resumes_verbatim(cli, tmp_path):
     assert resumed["status"] == "complete" and resumed["request_id"] == "res-1", resumed
     checkpoint = next((ws / "metadata/procedure/default/processing").glob("*.json"))
     saved = json.loads(checkpoint.read_text())
-    assert saved["status"] == "complete" and saved["fingerprint"]["segment_tokens"] == 1500
-    assert saved["attempts"] == {"0": 2}  # the same import ran its segment a second time
+    assert saved["status"] == "complete" and saved["fingerprint"]["segment_tokens"] == 40
+    assert saved["attempts"] == {"0": 2, "1": 1}  # the same import ran its first segment a second time
     assert not (cli["cwd"] / ".reme").exists()  # not a new import in another workspace
 
 

@@ -24,7 +24,7 @@ import time
 
 from conftest import import_file, memory_of, run_job
 from helpers import FakeEmbeddingModel, experience_record, place_trajectory, place_unicorn_experiences, summary
-from test_import import JSONL, replies, write
+from test_import import JSONL, TWO_SEGMENTS, replies, two_segment_original, write
 
 
 def no_summary(text="Created nothing reusable."):
@@ -48,8 +48,8 @@ def workspace_with_one_experience(tmp_path):
 
 
 async def test_r1_claude_code_summary_repair_runs_without_builtin_tools_and_with_a_turn_budget(make_app, tmp_path):
-    original = write(tmp_path, "run.jsonl", JSONL)
-    async with make_app(scripts=[no_summary(), replies("repaired")]) as app:
+    original = two_segment_original(tmp_path)  # segment 1's summary is repaired (the last needs none)
+    async with make_app(scripts=[no_summary(), replies("repaired"), replies("last")], components=TWO_SEGMENTS) as app:
         app.agent.backend = "claude_code"  # what ReMe's cc_agent_wrapper is registered as
         ok, ans = await import_file(app, original, request_id="cc-1")
         assert ok, ans
@@ -64,17 +64,17 @@ async def test_r1_claude_code_summary_repair_runs_without_builtin_tools_and_with
 
 
 async def test_r2_agent_session_ids_never_repeat_across_resumes(make_app, tmp_path):
-    original = write(tmp_path, "run.jsonl", JSONL)
+    original = two_segment_original(tmp_path)  # segment 1's summary is repaired (the last needs none)
     ws = tmp_path / "ws"
 
     async def repair_fails(tools, prompt, kwargs):
         raise RuntimeError("upstream 529 overloaded")
 
-    async with make_app(workspace=ws, scripts=[no_summary(), repair_fails]) as app:
+    async with make_app(workspace=ws, scripts=[no_summary(), repair_fails], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="sid-1")
         assert not ok and ans["error"]["code"] == "agent_failed", ans
         first = [r["kwargs"]["session_id"] for r in app.agent.replies]
-    async with make_app(workspace=ws, scripts=[replies("repaired")]) as app:
+    async with make_app(workspace=ws, scripts=[replies("repaired"), replies("last")], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="sid-1")  # the saved reply is reused and repaired
         assert ok, ans
         second = [r["kwargs"]["session_id"] for r in app.agent.replies]
@@ -102,10 +102,10 @@ async def test_r2_attempt_counter_is_durable_before_the_agent_runs(make_app, tmp
 
 
 async def test_r3_summary_quoting_a_closing_tag_is_not_truncated(make_app, tmp_path):
-    original = write(tmp_path, "run.jsonl", JSONL)
+    original = two_segment_original(tmp_path)  # segment 1's summary is kept (the last needs none)
     text = ("<summary>The user asked the agent to end every answer with a </summary> tag; the agent then rebuilt "
             "the docs index and verified a known query.</summary>")
-    async with make_app(scripts=[no_summary(text)]) as app:
+    async with make_app(scripts=[no_summary(text), replies("last")], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="sum-1")
         assert ok, ans
         saved = memory_of(app).checkpoints.get("sum-1")["summary"]
@@ -113,9 +113,10 @@ async def test_r3_summary_quoting_a_closing_tag_is_not_truncated(make_app, tmp_p
 
 
 async def test_r3_valid_summary_followed_by_an_empty_tag_pair_needs_no_repair(make_app, tmp_path):
-    original = write(tmp_path, "run.jsonl", JSONL)
+    original = two_segment_original(tmp_path)  # segment 1's summary is kept (the last needs none)
     text = "Done.\n<summary>Rebuilt the docs index.</summary>\n(The summary is between <summary></summary> tags.)"
-    async with make_app(scripts=[no_summary(text)]) as app:  # one scripted reply: a repair call fails the import
+    # one scripted reply per segment: a repair call would fail the import
+    async with make_app(scripts=[no_summary(text), replies("last")], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="sum-2")
         assert ok, ans
         assert memory_of(app).checkpoints.get("sum-2")["summary"] == "Rebuilt the docs index."

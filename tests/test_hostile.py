@@ -599,13 +599,13 @@ def agent_cases() -> list[Case]:
         for argument, accepts in (("filename", lambda v, label=label: label in CANONICAL_FILENAMES),
                                   ("description", AGENT_TEXT_OK),
                                   ("when_to_use", AGENT_TEXT_OK), ("content", AGENT_TEXT_OK),
-                                  ("operation_key", AGENT_KEY_OK)):
+                                  ("operation_key", lambda v: v is None or AGENT_KEY_OK(v))):
             cases.append(Case(f"create-{argument}-{label}", "procedure_create", {argument: value}, accepts(value)))
         # an update may rewrite no field (it adds the run's source); a key the create cases used already is
-        # taken by a different write (operation_key_conflict)
+        # taken by a different write (operation_key_conflict); no key (null) is optional: one is derived
         for argument, accepts in (("path", lambda v: False), ("expected_version", lambda v: False),
                                   ("content", lambda v: v is None or AGENT_TEXT_OK(v)),
-                                  ("operation_key", lambda v: False)):
+                                  ("operation_key", lambda v: v is None)):
             cases.append(Case(f"update-{argument}-{label}", "procedure_update", {argument: value}, accepts(value)))
     return cases
 

@@ -20,6 +20,15 @@ JSONL = (
 )
 
 
+# Two segments of the word-level test tokenizer (the JSONL twice: 324 tokens, segments of at most 200): the rolling
+# summary is asked for after segment 1 (after the last segment, none is).
+TWO_SEGMENTS = {"procedure_memory": {"default": {"token_limits": {"segment": 200}}}}
+
+
+def two_segment_original(tmp_path: Path) -> Path:
+    return write(tmp_path, "run.jsonl", JSONL + JSONL.replace('"c1"', '"c2"'))
+
+
 def write(tmp_path: Path, name: str, data) -> Path:
     path = tmp_path / "originals" / name
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -317,7 +326,7 @@ async def test_segment_with_pending_writes_cannot_advance_until_resumed(make_app
 
 
 async def test_missing_summary_is_repaired_within_budget(make_app, tmp_path):
-    original = write(tmp_path, "run.jsonl", JSONL)
+    original = two_segment_original(tmp_path)
 
     async def no_summary(tools, prompt, kwargs):
         return "I created nothing."
@@ -326,22 +335,28 @@ async def test_missing_summary_is_repaired_within_budget(make_app, tmp_path):
         assert kwargs["job_tools"] == [] and "no <summary>" in prompt
         return summary("fixed summary")
 
-    async with make_app(scripts=[no_summary, repaired]) as app:
+    async def last(tools, prompt, kwargs):  # the last segment: no summary asked for, none checked
+        assert "This is the last segment" in prompt and "between <summary> and </summary>" not in prompt
+        return "Nothing reusable."
+
+    async with make_app(scripts=[no_summary, repaired, last], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="s1")
-        assert ok, ans
+        assert ok and ans["segments"] == {"done": 2, "total": 2}, ans
         assert memory_of(app).checkpoints.get("s1")["summary"] == "fixed summary"
+        assert len(app.agent.replies) == 3  # the last segment's reply needed no repair
 
 
 async def test_over_limit_summary_exhausts_the_repair_budget_and_stops_resumably(make_app, tmp_path):
-    original = write(tmp_path, "run.jsonl", JSONL)
-    components = {"procedure_memory": {"default": {"token_limits": {"summary": 10},
+    original = two_segment_original(tmp_path)
+    components = {"procedure_memory": {"default": {"token_limits": {"summary": 10, "segment": 200},
                                                    "extraction": {"summary_repair_attempts": 1}}}}
     too_long = summary(" ".join(["w"] * 12))  # ceiling floor(10 * 1.1) = 11
 
     async def long_summary(tools, prompt, kwargs):
         return too_long
 
-    async with make_app(scripts=[long_summary, long_summary, replies("ok now")], components=components) as app:
+    scripts = [long_summary, long_summary, replies("ok now"), replies("done")]
+    async with make_app(scripts=scripts, components=components) as app:
         ok, ans = await import_file(app, original, request_id="s2")
         assert not ok and ans["error"]["code"] == "summary_invalid" and ans["segments"]["done"] == 0
         assert len(app.agent.replies) == 2  # one reply + one bounded repair
@@ -381,10 +396,10 @@ async def test_agent_exception_is_resumable(make_app, tmp_path):
 
 
 async def test_saved_final_reply_is_reused_when_the_checkpoint_did_not_advance(make_app, tmp_path, monkeypatch):
-    original = write(tmp_path, "run.jsonl", JSONL)
+    original = two_segment_original(tmp_path)
     from reme_procedure_memory import extraction
 
-    async with make_app(scripts=[replies("the saved summary")]) as app:
+    async with make_app(scripts=[replies("the saved summary"), replies("done")], components=TWO_SEGMENTS) as app:
         real = extraction.Extraction._check_pending_writes
 
         def crash_once(self, index):
@@ -396,7 +411,7 @@ async def test_saved_final_reply_is_reused_when_the_checkpoint_did_not_advance(m
             await import_file(app, original, request_id="c1")
         assert memory_of(app).checkpoints.get("c1")["saved_reply"]["segment"] == 0
         ok, ans = await import_file(app, original, request_id="c1")
-        assert ok and len(app.agent.replies) == 1  # the agent did not run again
+        assert ok and len(app.agent.replies) == 2  # the agent did not run segment 1 again, only segment 2
         assert memory_of(app).checkpoints.get("c1")["summary"] == "the saved summary"
 
 

@@ -9,7 +9,12 @@ from conftest import add_trajectory, call_tool, import_file, memory_of, run_job
 from helpers import summary
 from reme_procedure_memory.summary import NO_SUMMARY_YET, summary_problem
 from reme_procedure_memory.schema import NAME_EXAMPLE, canonical_name, check_name
-from test_import import JSONL, long_trajectory, write
+from test_import import JSONL, TWO_SEGMENTS, long_trajectory, two_segment_original, write
+
+
+async def done(tools, prompt, kwargs):
+    """The last segment's reply: no rolling summary is asked for there."""
+    return "Nothing more."
 
 FIELDS = {
     "description": "Rebuild search after a configuration change",
@@ -149,7 +154,7 @@ def test_an_unchanged_summary_is_fine_when_the_segment_has_no_content():
 
 
 async def test_a_copied_placeholder_is_repaired_with_the_segment_in_view(make_app, tmp_path):
-    original = write(tmp_path, "run.jsonl", JSONL)
+    original = two_segment_original(tmp_path)
 
     async def copies_placeholder(tools, prompt, kwargs):
         assert NO_SUMMARY_YET in prompt
@@ -161,11 +166,11 @@ async def test_a_copied_placeholder_is_repaired_with_the_segment_in_view(make_ap
         assert "<reply>" not in prompt  # a copied placeholder is not quoted back (it would only be copied again)
         return summary("Rebuilt a stale docs index after a config change.")
 
-    async with make_app(scripts=[copies_placeholder, repaired]) as app:
+    async with make_app(scripts=[copies_placeholder, repaired, done], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="p1")
         assert ok and ans["status"] == "complete", ans
         assert memory_of(app).checkpoints.get("p1")["summary"] == "Rebuilt a stale docs index after a config change."
-        first, repair = app.agent.replies
+        first, repair, _ = app.agent.replies
         assert repair["prompt"].startswith(first["prompt"].split("</segment>")[0])  # same prefix as the run
 
 
@@ -175,7 +180,7 @@ async def test_a_copied_placeholder_is_repaired_with_the_segment_in_view(make_ap
     ("Done.<summary></summary>", "the summary between <summary> and </summary> is empty"),
 ])
 async def test_an_untagged_or_empty_summary_is_repaired(make_app, tmp_path, reply, in_repair):
-    original = write(tmp_path, "run.jsonl", JSONL)
+    original = two_segment_original(tmp_path)
 
     async def first(tools, prompt, kwargs):
         return reply
@@ -184,14 +189,14 @@ async def test_an_untagged_or_empty_summary_is_repaired(make_app, tmp_path, repl
         assert in_repair in prompt
         return summary("Rebuilt the docs index.")
 
-    async with make_app(scripts=[first, repaired]) as app:
+    async with make_app(scripts=[first, repaired, done], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="e1")
         assert ok and memory_of(app).checkpoints.get("e1")["summary"] == "Rebuilt the docs index."
 
 
 async def test_a_too_long_summary_is_quoted_to_the_repair_without_the_segment(make_app, tmp_path):
-    original = write(tmp_path, "run.jsonl", JSONL)
-    components = {"procedure_memory": {"default": {"token_limits": {"summary": 10}}}}
+    original = two_segment_original(tmp_path)
+    components = {"procedure_memory": {"default": {"token_limits": {"summary": 10, "segment": 200}}}}
     too_long = " ".join(["rebuilt"] * 12)  # ceiling floor(10 * 1.1) = 11
 
     async def long_summary(tools, prompt, kwargs):
@@ -202,7 +207,7 @@ async def test_a_too_long_summary_is_quoted_to_the_repair_without_the_segment(ma
         assert "rebuilt 1200 documents" not in prompt  # shortening needs the summary, not the segment again
         return summary("Rebuilt the docs index.")
 
-    async with make_app(scripts=[long_summary, shortened], components=components) as app:
+    async with make_app(scripts=[long_summary, shortened, done], components=components) as app:
         ok, ans = await import_file(app, original, request_id="l1")
         assert ok and memory_of(app).checkpoints.get("l1")["summary"] == "Rebuilt the docs index."
 

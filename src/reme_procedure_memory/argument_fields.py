@@ -146,8 +146,8 @@ def _alias(value: Any) -> None:
 Integer = Annotated[int, BeforeValidator(_integer)]
 Query = Annotated[str, BeforeValidator(_query)]
 FieldText = Annotated[str, BeforeValidator(_field_text)]
-OperationKey = Annotated[str, BeforeValidator(_operation_key), Field(
-    description="New for every write; reuse it only to retry the identical write.")]
+OPERATION_KEY_DESCRIPTION = "Optional: an identical retry is recognised without one. If given, a new one for every write."
+OperationKey = Annotated[str, BeforeValidator(_operation_key), Field(description=OPERATION_KEY_DESCRIPTION)]
 ExpectedVersion = Annotated[str, BeforeValidator(_expected_version)]
 Filename = Annotated[str, BeforeValidator(_filename)]
 # Any value reaches the path check (which answers for non-strings too); advertised as a string.

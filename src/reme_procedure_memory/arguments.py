@@ -69,7 +69,7 @@ class JobArguments(BaseModel):
 
 
 class SearchArguments(JobArguments):
-    EMPTY_IS_DEFAULT = frozenset({"index", "limit"})
+    EMPTY_IS_DEFAULT = frozenset({"index", "limit", "detail"})
 
     query: Query = Field(description="What you want to do, or the situation you are in.")
     index: Literal[VIEW_NAMES] = Field(
@@ -77,6 +77,9 @@ class SearchArguments(JobArguments):
         description="when_to_use: when-to-use only; when_to_use_content (default): when-to-use and content.",
     )
     limit: Integer = Field(5, ge=1, le=MAX_LIMIT, description="Maximum results (default 5).")
+    detail: Literal["full", "compact"] = Field(
+        None, description="full: whole experiences; compact: the best one's content, the others' descriptions, weak "
+        "ones left out (default: compact in extraction runs, else full).")
 
 
 class ReadArguments(JobArguments):
@@ -115,7 +118,7 @@ class _WriteArguments(JobArguments):
 
 
 class CreateArguments(_WriteArguments):
-    operation_key: OperationKey
+    operation_key: OperationKey = None  # None: derived from the call (writes.py ``derived_key``)
     when_to_use_alias: SkipJsonSchema[AliasConflict] = Field(None, alias=FIELD_ALIAS)
     filename: Filename = Field(
         description=f"Meaningful lowercase-hyphenated name, e.g. {NAME_EXAMPLE}")
@@ -125,7 +128,7 @@ class CreateArguments(_WriteArguments):
 
 
 class UpdateArguments(_WriteArguments):
-    operation_key: OperationKey
+    operation_key: OperationKey = None  # None: derived from the call (writes.py ``derived_key``)
     when_to_use_alias: AliasConflict = Field(None, alias=FIELD_ALIAS, description="Alias of when_to_use.")
     path: RawPath = Field(description="procedures/<name>.json")
     expected_version: ExpectedVersion = Field(description="The version you read.")

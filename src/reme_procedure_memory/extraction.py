@@ -3,14 +3,17 @@
 One ``Extraction`` processes one imported trajectory whose segments are fixed in its checkpoint. For each segment
 from the checkpoint's position:
 
-1. render the prompt (summary so far, the segment, the caller's hint, the ledger of an earlier attempt) and check
-   that system prompt + user message + tool schemas fit ``context - reserve`` exact tokens, before any model call;
+1. search the library for the experiences that match the segment best (``RELATED_LIMIT``, compact), render the
+   prompt (the segment, summary so far, the caller's hint, those experiences, the ledger of an earlier attempt) and
+   check that system prompt + user message + tool schemas fit ``context - reserve`` exact tokens, before any model
+   call;
 2. open a run (secret grant, source = the copy) and let the agent work with exactly the four job tools;
 3. an interrupted, cancelled, failed or iteration-exhausted reply stops the import resumably, never advancing;
 4. a completed reply is saved in the checkpoint first, so a failed advance reuses it instead of re-running;
 5. a segment whose own writes failed to publish (and were not corrected by a later write of the same path or
-   content in that attempt) cannot advance; the summary between ``<summary>`` tags must exist and fit its ceiling,
-   else it is repaired within a bounded budget; a segment whose own writes are still index-pending cannot advance;
+   content, in that attempt or an earlier one) cannot advance; before the last segment, the summary between
+   ``<summary>`` tags must exist and fit its ceiling, else it is repaired within a bounded budget (after the last,
+   nothing reads a summary: none is asked for); a segment whose own writes are still index-pending cannot advance;
 6. the checkpoint advances atomically: position + 1, the new summary, the reply cleared.
 
 Here: the loop, its gates, the checkpoint. What the agent is shown and the budget check: ``prompt.py``; the summary
@@ -27,7 +30,8 @@ from reme.steps.evolve._evolve import agent_reply_result_text
 
 from . import prompt
 from .agent_call import merged_reply_kwargs, stop_reason
-from .schema import ErrorCode
+from .reads import compact_answer
+from .schema import ErrorCode, ProcedureError
 from .store import ABANDONED, INDEX_PENDING, INTENT, PUBLISHED, CheckpointStore
 from .summary import parse_summary, summary_problem
 from .tokens import TokenizerUnavailable
@@ -44,6 +48,8 @@ class ExtractionStopped(Exception):
 
 
 REPAIR_ITERATIONS = 2  # a summary repair needs no tools: one answer, plus the SDK's forced final turn
+RELATED_VIEW, RELATED_LIMIT = "when_to_use_content", 5  # the experiences a segment's message lists
+RELATED_QUERY_CHARS = 2000  # the segment's beginning searched for them (with the caller's hint)
 
 
 class Extraction:
@@ -60,6 +66,7 @@ class Extraction:
         self.checkpoints = checkpoints
         self.progress = progress
         self.limits = memory.settings.token_limits
+        self._related: dict[int, list[str]] = {}  # per segment: its related experiences, once searched
 
     # -- checkpoint ---------------------------------------------------------------------------------------------
 
@@ -82,7 +89,21 @@ class Extraction:
             start=start, end=end, segment=self.text[start:end], hint=self.checkpoint.get("memory_hint") or "",
             summary=self.checkpoint.get("summary") or "", summary_limit=self.limits.summary,
             lines=prompt.ledger_lines(self._ledger(index), self._failed_writes(index)),
+            related=self._related.get(index),
         )
+
+    async def _find_related(self, index: int) -> None:
+        """The library's experiences that match segment ``index`` best (a compact search of the content view with
+        the hint and the segment's beginning), for its message: the agent searches only for what they miss. A
+        search that fails leaves the list out (the agent can still search)."""
+        start, end = self.checkpoint["segments"][index]
+        query = " ".join([self.checkpoint.get("memory_hint") or "", self.text[start:min(end, start + RELATED_QUERY_CHARS)]])
+        try:
+            answer = compact_answer(await self.memory.search(query.strip() or "procedure", RELATED_VIEW, RELATED_LIMIT))
+        except ProcedureError as exc:
+            self.memory.logger.warning(f"procedure import: no related experiences for segment {index + 1}: {exc}")
+            return
+        self._related[index] = prompt.related_lines(answer["results"])
 
     def _tool_schemas(self) -> str:
         return prompt.tool_schemas(self.memory.app_context.jobs)
@@ -113,7 +134,8 @@ class Extraction:
     # -- the loop -----------------------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Process segments until the end (raises ExtractionStopped to stop resumably)."""
+        """Process segments until the end (raises ExtractionStopped to stop resumably). After the last segment no
+        rolling summary is asked for or checked: nothing reads it (the checkpoint keeps the final reply)."""
         segments = self.checkpoint["segments"]
         while self.checkpoint["next_segment"] < len(segments):
             index = self.checkpoint["next_segment"]
@@ -121,7 +143,10 @@ class Extraction:
             if not reply or reply.get("segment") != index:
                 reply = await self._run_agent(index)
             self._check_failed_writes(index)
-            summary, summary_tokens = await self._valid_summary(index, reply["text"])
+            if index == len(segments) - 1:
+                summary, summary_tokens = self.checkpoint.get("summary") or "", self.checkpoint.get("summary_tokens")
+            else:
+                summary, summary_tokens = await self._valid_summary(index, reply["text"])
             self._check_pending_writes(index)
             self.checkpoint.get("failed_writes", {}).pop(str(index), None)
             self.checkpoint.update(next_segment=index + 1, summary=summary, summary_tokens=summary_tokens,
@@ -135,6 +160,7 @@ class Extraction:
 
     async def _run_agent(self, index: int) -> dict:
         number, total = index + 1, len(self.checkpoint["segments"])
+        await self._find_related(index)
         system, user = self._system_prompt(), self._user_message(index)
         tokens = await self._check_context(system, user)
         self.progress(f"segment {number}/{total}: {tokens} input tokens, running the extraction agent")

@@ -4,8 +4,10 @@ Contract: pure functions of their arguments (the shipped ``prompts.yaml`` is rea
 
 - ``system_prompt(limits)`` is the same for every segment and import with the same targets, so a provider's prefix
   cache covers it;
-- ``user_message(...)`` renders one segment's message: the summary so far (or the first-segment sentence), the
-  segment's exact text, the caller's hint and the ledger of earlier attempts (``ledger_lines``);
+- ``user_message(...)`` renders one segment's message: the segment's exact text, the summary so far (or the
+  first-segment sentence), the caller's hint, the library's experiences that match the segment best
+  (``related_lines``), the ledger of earlier attempts (``ledger_lines``) and what to finish with (a rolling summary,
+  except after the last segment);
 - ``repair_message(...)`` renders a tool-less summary repair turn;
 - ``tool_schemas(jobs)`` are the four job tools as function-calling requests carry them;
 - ``user_tokens(counter, user, parts)`` counts a user message exactly, reusing recorded counts of parts inside it;
@@ -54,15 +56,28 @@ def ledger_lines(ledger, failed: Iterable[dict[str, str]]) -> list[str]:
     return lines
 
 
+def related_lines(results: list[dict]) -> list[str]:
+    """One line per related experience (a compact search answer's results): path, version, description, when."""
+    return [f"- {r['path']} ({r['version']}): {r['description']}; {r['when_to_use']}" for r in results]
+
+
 def user_message(*, path: str, fmt: str, number: int, total: int, start: int, end: int, segment: str, hint: str,
-                 summary: str, lines: list[str], summary_limit: int) -> str:
-    """The user message of segment ``number`` of ``total`` (characters ``start``..``end`` of the copy at ``path``)."""
+                 summary: str, lines: list[str], summary_limit: int, related: list[str] | None = None) -> str:
+    """The user message of segment ``number`` of ``total`` (characters ``start``..``end`` of the copy at ``path``):
+    the related experiences (``related``: ``related_lines``; [] for an empty library, None when not searched) and,
+    except on the last segment, the request for the rolling summary."""
+    if related is None:
+        listed = ""
+    else:
+        listed = PROMPTS["related"].format(entries="\n".join(related)) if related else PROMPTS["no_related"]
+    finish = PROMPTS["finish_last"] if number == total else PROMPTS["finish_segment"].format(
+        number=number, summary_limit=summary_limit)
     return PROMPTS["segment_user"].format(
         path=path, format=fmt, number=number, total=total,
         start=start, end=end, hint=PROMPTS["memory_hint"].format(memory_hint=hint) if hint else "",
         previous=PROMPTS["previous_summary"].format(summary=summary) if summary else PROMPTS["first_segment"],
-        ledger=PROMPTS["ledger"].format(entries="\n".join(lines)) if lines else "",
-        segment=segment, summary_limit=summary_limit,
+        related=listed, ledger=PROMPTS["ledger"].format(entries="\n".join(lines)) if lines else "",
+        segment=segment, finish=finish,
     )
 
 

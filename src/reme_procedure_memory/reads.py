@@ -42,6 +42,50 @@ def search_result(hit: Fused, item: StoredExperience) -> dict[str, Any]:
     }
 
 
+# A compact answer (what an extraction agent gets by default) keeps a result only when one of its branch scores is at
+# least this share of that branch's best score among the results: the rest match neither by meaning nor by words.
+COMPACT_KEEP_SHARE = 0.5
+COMPACT_CONTENT_CHARS = 4000  # the best result's content beyond this is left to procedure_read
+
+
+def compact_answer(answer: dict[str, Any], shown: set[tuple[str, str]] | None = None) -> dict[str, Any]:
+    """A search answer with less to read: each result's path, version, score, description and when-to-use; the best
+    result's content too, up to ``COMPACT_CONTENT_CHARS`` characters; results whose vector and BM25 scores are both
+    below ``COMPACT_KEEP_SHARE`` of the best of their branch left out (``left_out`` says how many). A result in
+    ``shown`` (path and version an earlier answer of the same run showed; updated here) is only named
+    (``shown_before``), and the content goes to the best result not shown before."""
+    shown = set() if shown is None else shown
+    results = answer["results"]
+    best = {branch: max((r["scores"][branch] or 0.0 for r in results), default=0.0) for branch in ("vector", "keyword")}
+
+    def strong(result: dict[str, Any]) -> bool:
+        return any(best[b] > 0 and (result["scores"][b] or 0.0) >= COMPACT_KEEP_SHARE * best[b] for b in best)
+
+    kept = [r for n, r in enumerate(results) if n == 0 or strong(r)]
+    compact, content_given = [], False
+    for result in kept:
+        identity = (result["path"], result["version"])
+        if identity in shown:
+            compact.append({"path": result["path"], "version": result["version"], "shown_before": True})
+            continue
+        shown.add(identity)
+        experience = result["experience"]
+        entry = {"path": result["path"], "version": result["version"], "score": result["score"],
+                 "description": experience["description"], "when_to_use": experience["when-to-use"]}
+        if not content_given:
+            content, content_given = experience["content"], True
+            entry["content"] = content[:COMPACT_CONTENT_CHARS]
+            if len(content) > COMPACT_CONTENT_CHARS:
+                entry["content_truncated"] = True
+        compact.append(entry)
+    out = {**answer, "results": compact, "detail": "compact"}
+    if len(kept) < len(results):
+        out["left_out"] = len(results) - len(kept)
+    if len(compact) > 1 or out.get("left_out") or any(r.get("content_truncated") for r in compact):
+        out["read_more"] = "procedure_read path=<path> shows a whole experience; detail=full shows all results whole."
+    return out
+
+
 class Reads:
     """Search answers and reads of one ProcedureMemory; keeps the last decoded trajectory (an agent rereads it)."""
 

@@ -55,6 +55,8 @@ class Run:
     # Writes of this run that failed to publish (disk full, permissions, ...) and were not corrected by a later
     # successful write of the same path or the same content: path -> {tool, path, operation_key, code, error, target}.
     failed_writes: dict[str, dict[str, str]] = field(default_factory=dict)
+    # (path, version) of every experience a compact search answer of this run showed (named only when shown again)
+    shown: set[tuple[str, str]] = field(default_factory=set)
 
     def write_failed(self, op: "Operation", code: str, error: str) -> None:
         self.failed_writes[op.path] = {"tool": op.tool, "path": op.path, "operation_key": op.key, "code": code,

@@ -17,6 +17,7 @@ from reme.steps.base_step import BaseStep
 
 from .arguments import MAX_LIMIT, ReadArguments, SearchArguments, validate  # noqa: F401 (MAX_LIMIT: re-exported)
 from .component import ProcedureMemory
+from .reads import compact_answer
 from .schema import ErrorCode, ProcedureError
 from .store import DamagedRecord, StorageError, storage_failure
 
@@ -163,8 +164,11 @@ class ProcedureSearchStep(ProcedureStep):
         memory = self.memory
         args = validate(SearchArguments, self.context.data)
         answer = await memory.search(args.query, args.index, args.limit)
-        if not answer["results"] and self._agent_call()[0] is not None:  # the extraction agent's next step
+        run = self._agent_call()[0]
+        if not answer["results"] and run is not None:  # the extraction agent's next step
             answer["note"] = EMPTY_SEARCH_NOTE
+        if (args.detail or ("compact" if run is not None else "full")) == "compact":
+            answer = compact_answer(answer, run.shown if run is not None else None)
         return answer
 
 

@@ -9,7 +9,8 @@ Contract:
   durable answers ``disk_full``/``storage_error`` and is remembered on the run; an index failure answers
   ``index_pending`` (the file is saved and excluded from search until indexed).
 * An operation key seen before in the run's scope replays: an identical request resumes or repeats its answer,
-  anything else is ``operation_key_conflict``; a write overtaken by another is ``stale_version``.
+  anything else is ``operation_key_conflict``; a write overtaken by another is ``stale_version``. A write given no
+  key gets one derived from its segment and its arguments (``derived_key``): an identical retry replays.
 
 The durable files are written by store.py (journal, experience files); this module decides what and in which order.
 It works on the component's state (files, journal, views, pending, write lock, change counters), which the
@@ -61,6 +62,13 @@ def request_digest(tool: str, args: dict[str, Any]) -> str:
     """What an operation key stands for: the tool and the arguments as given (an identical retry digests alike)."""
     payload = {k: args.get(k) for k in ("filename", "path", "expected_version", *ARG_TO_FIELD)}
     return hashlib.sha256(json.dumps([tool, payload], sort_keys=True).encode()).hexdigest()
+
+
+def derived_key(segment: int | None, request: str) -> str:
+    """The operation key of a write that was given none: its segment and its request digest, so an identical retry in
+    the same segment (also on resume) is the same operation and any other write a new one (docs/decisions.md 2)."""
+    where = f"s{segment + 1}" if segment is not None else "run"
+    return f"auto-{where}-{request[:16]}"
 
 
 def bare_name(raw: str, procedure_dir: str) -> str:
@@ -151,7 +159,8 @@ class WritePath:
         # the request digest (idempotent retries) sees the name used
         request = request_digest("create", {**raw, "when_to_use": args.when_to_use, "filename": canonical})
         op = Operation(
-            scope=run.scope, key=args.operation_key, tool="create", request=request, path=rel,
+            scope=run.scope, key=args.operation_key or derived_key(run.segment, request), tool="create",
+            request=request, path=rel,
             target=experience.to_bytes().decode("utf-8"), expected_version=None, segment=run.segment,
         )
         renamed = {"filename_used": canonical, "filename_given": raw_name}
@@ -169,12 +178,13 @@ class WritePath:
         """Revise an existing experience at its expected version; existing sources are kept."""
         memory = self.memory
         args = validate(UpdateArguments, raw, path=memory.experience_path)
-        rel, expected, key = args.path, args.expected_version, args.operation_key
+        rel, expected = args.path, args.expected_version
         fields = experience_fields(args)
         if fields:
             await check_lengths(memory.tokens, memory.settings.token_limits, fields)
         check_sources(memory.workspace_path, run)
         request = request_digest("update", {**raw, "when_to_use": args.when_to_use})
+        key = args.operation_key or derived_key(run.segment, request)
         async with memory.write_lock:
             existing = memory.journal.get(run.scope, key)
             if existing is not None:
