@@ -1,4 +1,4 @@
-"""Downstream benchmark (issue 24): does an agent given the plugin's experiences do better on BFCL tasks it has not seen?
+"""Downstream benchmark (issue 24): does a solver given the plugin's experiences do better on BFCL tasks it never saw?
 
 Solves BFCL v4 ``multi_turn_base`` tasks with any OpenAI-compatible chat endpoint in function-calling mode, executes
 every call with BFCL's own simulated APIs (``execute_multi_turn_func_call``) and scores each task with BFCL's own
@@ -92,7 +92,8 @@ def bfcl() -> SimpleNamespace:
     ``bfcl_eval.model_handler.utils`` imports the Java and JavaScript call parsers, which need ``tree_sitter`` 0.21
     while agentscope (ReMe) needs a current one; multi-turn tasks never parse Java or JavaScript, so those two modules
     are replaced by stubs that raise if called. Everything used here is bfcl-eval's code, unchanged."""
-    for name, function in (("java_parser", "parse_java_function_call"), ("js_parser", "parse_javascript_function_call")):
+    parsers = (("java_parser", "parse_java_function_call"), ("js_parser", "parse_javascript_function_call"))
+    for name, function in parsers:
         module_name = f"bfcl_eval.model_handler.parser.{name}"
         if module_name not in sys.modules:
             stub = ModuleType(module_name)
@@ -655,7 +656,8 @@ def report(summary: dict, settings: dict) -> str:
     lines = [f"\n{'arm':8} {'pass':>9} {'rate':>6} {'req/task':>9} {'prompt/task':>12} {'compl/task':>11} "
              f"{'mem tok/inj turn':>17} {'mem tok/turn':>13}  failing error types"]
     for arm, s in summary["arms"].items():
-        lines.append(f"{arm:8} {s['passed']:>4}/{s['tasks']:<4} {s['pass_rate'] if s['pass_rate'] is not None else '-':>6} "
+        rate = s["pass_rate"] if s["pass_rate"] is not None else "-"
+        lines.append(f"{arm:8} {s['passed']:>4}/{s['tasks']:<4} {rate:>6} "
                      f"{s['requests_per_task']!s:>9} {s['prompt_tokens_per_task']!s:>12} "
                      f"{s['completion_tokens_per_task']!s:>11} {s['memory_tokens_per_injected_turn']!s:>17} "
                      f"{s['memory_tokens_per_turn']!s:>13}  "
@@ -868,9 +870,14 @@ def command_run(args) -> None:
 
 
 def rollout_jsonl(task: Task, messages: list[dict]) -> bytes:
-    """A rollout as a trajectory file in the shared trajectories' JSONL form (system line, then the chat)."""
-    system = {"role": "system", "content": f"You are an assistant with tools from: {', '.join(task.entry['involved_classes'])}."}
-    return "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in [system, *messages]).encode("utf-8")
+    """A rollout as a trajectory file in the shared trajectories' JSONL form: a system line naming the API classes,
+    then the chat, each ``tool`` message with the ``name`` of the call it answers."""
+    classes = ", ".join(task.entry["involved_classes"])
+    names = {c["id"]: c["function"]["name"] for m in messages for c in m.get("tool_calls") or []}
+    lines = [{"role": "system", "content": f"You are an assistant with tools from: {classes}."}]
+    lines += [{**m, "name": names[m["tool_call_id"]]} if m.get("role") == "tool" and m.get("tool_call_id") in names
+              else m for m in messages]
+    return "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in lines).encode("utf-8")
 
 
 def command_build(args) -> None:
@@ -978,7 +985,7 @@ def main(argv=None) -> None:
     sub = p.add_subparsers(dest="command", required=True)
 
     def common(q):
-        q.add_argument("--shared", type=Path, default=None, help="the shared directory (default: found beside the repo)")
+        q.add_argument("--shared", type=Path, default=None, help="the shared directory (default: beside the repo)")
         q.add_argument("--local-model", action="store_true", help="start the shared 1.5B model adapter (real-llm/)")
         q.add_argument("--real-llm-dir", type=Path, default=cache)
         q.add_argument("--model", type=Path, default=None, help="GGUF for --local-model")

@@ -275,3 +275,15 @@ def test_parse_ids_ranges_and_names():
         "multi_turn_base_3", "multi_turn_base_4", "multi_turn_base_5", "multi_turn_base_9"]
     with pytest.raises(ValueError):
         downstream.parse_ids("multi_turn_long_context_1")
+
+
+def test_rollout_trajectory_names_each_tool_result_and_the_api_classes(tasks):
+    conversation = [{"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": None, "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+                    {"role": "tool", "content": "[]", "tool_call_id": "c1"},
+                    {"role": "assistant", "content": "Done."}]
+    lines = [json.loads(line) for line in downstream.rollout_jsonl(tasks[T0], conversation).decode().splitlines()]
+    assert lines[0] == {"role": "system", "content": "You are an assistant with tools from: TwitterAPI, GorillaFileSystem."}
+    assert lines[3] == {"role": "tool", "content": "[]", "tool_call_id": "c1", "name": "ls"}
+    assert lines[1:3] + lines[4:] == conversation[:2] + conversation[3:]
