@@ -4,9 +4,9 @@ reference halves of ``extraction.py`` use this one placement).
 The library (``shared/data/experience-library/bfcl_qwen3_8b.jsonl``: ``when_to_use``, ``content`` and
 ``metadata.task_query`` per line) comes without the trajectories it was extracted from, but an experience file is
 served only if every one of its ``sources`` names an existing copy directly in ``session/trajectories/`` (README,
-"Experiences"). So ``place_library`` writes one small stand-in trajectory, ``session/trajectories/<library
-stem>-source.jsonl`` (one chat message naming the library file and its SHA-256), byte for byte as built by
-``source_record``, and every placed experience cites it. ``index_placed`` then runs the real ``procedure_reindex``
+"Experiences"). So ``place_library`` copies the library file itself, byte for byte, to
+``session/trajectories/<library name>`` (what the experiences were made from, as far as this data goes; it also lets
+``downstream.py`` see which tasks the library has seen) and every placed experience cites it. ``index_placed`` then runs the real ``procedure_reindex``
 job and fails loudly unless every placed file was indexed and each comes back from ``procedure_search`` for its own
 when-to-use.
 
@@ -17,9 +17,9 @@ Each library line becomes ``procedures/exp-<line number>.json``: ``when-to-use``
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
+import shutil
 from pathlib import Path
 
 TRAJECTORY_DIR = "session/trajectories"  # where imports leave their copies (the plugin's default layout)
@@ -70,23 +70,14 @@ def queries_of(experiences: list[dict]) -> dict[str, set[str]]:
     return out
 
 
-def source_record(library: Path) -> bytes:
-    """The stand-in trajectory's bytes: one JSONL chat message naming ``library`` and its SHA-256."""
-    digest = hashlib.sha256(library.read_bytes()).hexdigest()
-    message = {"role": "system", "content": f"Stands for the trajectories the released experience library "
-                                            f"{library.name} (sha256 {digest}) was extracted from; they are not "
-                                            f"shipped with it."}
-    return (json.dumps(message, ensure_ascii=False) + "\n").encode("utf-8")
-
-
 def place_library(workspace: Path, experiences: list[dict], library: Path) -> str:
-    """Write the stand-in trajectory and one valid experience file per item of ``experiences`` (from
-    ``load_library(library)``) into ``workspace``; returns the source path every file cites."""
+    """Copy ``library`` into ``workspace``'s trajectory directory and write one valid experience file per item of
+    ``experiences`` (from ``load_library(library)``) citing it; returns the source path every file cites."""
     from reme_procedure_memory.schema import Experience
 
-    source = f"{TRAJECTORY_DIR}/{library.stem}-source.jsonl"
+    source = f"{TRAJECTORY_DIR}/{library.name}"
     (workspace / TRAJECTORY_DIR).mkdir(parents=True, exist_ok=True)
-    (workspace / source).write_bytes(source_record(library))
+    shutil.copyfile(library, workspace / source)
     (workspace / PROCEDURE_DIR).mkdir(parents=True, exist_ok=True)
     for exp in experiences:
         experience = Experience.model_validate({"description": exp["description"], "when-to-use": exp["when_to_use"],

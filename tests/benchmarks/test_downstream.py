@@ -1,0 +1,289 @@
+"""The downstream benchmark harness (``benchmarks/downstream.py``, issue 24) in CI, so that it cannot rot.
+
+Real: BFCL's tasks, its API simulators (execution) and its multi-turn checker (bfcl-eval, installed ``--no-deps``),
+the driver's HTTP client talking to OpenAI-compatible chat servers on 127.0.0.1 that the tests start and stop,
+ReMe Applications with the plugin and the ``procedure_search`` / ``procedure_reindex`` jobs. The scripted "models"
+answer from the conversation they are sent (ground-truth replay, no call at all, or the replay minus one call); the
+embedding model is the tests' hashed bag of words, served over HTTP as a provider is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import downstream  # noqa: E402  (benchmarks/downstream.py)
+from helpers import EmbeddingEndpoint, experience_record, place_trajectory, write_word_tokenizer  # noqa: E402
+
+T0, T1, T5 = "multi_turn_base_0", "multi_turn_base_1", "multi_turn_base_5"
+
+
+@pytest.fixture(scope="module")
+def lib():
+    return downstream.bfcl()
+
+
+@pytest.fixture(scope="module")
+def tasks(lib):
+    return downstream.load_tasks(lib)
+
+
+@pytest.fixture
+def embeddings(monkeypatch):
+    """The hashed bag-of-words provider over HTTP, configured as ``EMBEDDING_*`` (what the harness reads)."""
+    with EmbeddingEndpoint(64) as endpoint:
+        monkeypatch.setenv("EMBEDDING_BACKEND", "openai")
+        monkeypatch.setenv("EMBEDDING_MODEL_NAME", "hash")
+        monkeypatch.setenv("EMBEDDING_API_KEY", "x")
+        monkeypatch.setenv("EMBEDDING_BASE_URL", endpoint.base_url)
+        yield endpoint
+
+
+def run(settings: downstream.RunSettings, workdir: Path, lib) -> dict:
+    return asyncio.run(downstream.run(settings, workdir, lib))
+
+
+def flat(turns):
+    return [call for turn in turns for step in turn for call in step]
+
+
+# -- smoke: the scripted endpoints, BFCL's execution and checker ----------------------------------------------------
+
+
+def test_smoke_ground_truth_replay_passes_every_task_and_the_silent_endpoint_none():
+    out = {mode: o["summary"] for mode, o in downstream.smoke([T0, T1]).items()}
+    assert out["ground_truth"]["tasks"] == 2 and out["ground_truth"]["passed"] == 2
+    assert out["silent"]["tasks"] == 2 and out["silent"]["passed"] == 0
+    assert out["silent"]["error_types"] == {"multi_turn:empty_turn_model_response": 2}
+    # both tasks have 4 turns: a request with the turn's calls and one that ends it (ground truth), or one (silent)
+    assert out["ground_truth"]["requests_per_task"] == 8
+    assert out["silent"]["requests_per_task"] == 4
+
+
+def test_the_calls_executed_are_the_endpoints_and_bfcl_fails_a_missing_call(lib, tasks, tmp_path):
+    ids = [T0, T1]
+    outcomes = {}
+    for mode in ("ground_truth", "drop_last"):
+        with downstream.ScriptedEndpoint(mode, [tasks[t] for t in ids], lib) as endpoint:
+            settings = downstream.RunSettings(ids, ["none"], {"none": endpoint.base_url})
+            outcomes[mode] = run(settings, tmp_path / mode, lib)["results"]
+    for r in outcomes["ground_truth"]:
+        assert r["passed"]
+        # BFCL executed the endpoint's tool calls: as many as the ground truth has (positionals become keywords)
+        assert len(flat(r["decoded"])) == len(flat([tasks[r["id"]].ground_truth])) > 0
+        assert r["bfcl_result"][0][0] and isinstance(r["bfcl_result"][0][-1], str)  # calls, then the closing text
+    for r in outcomes["drop_last"]:
+        assert not r["passed"]
+        if len(tasks[r["id"]].ground_truth[-1]) == 1:  # the last turn left without any call
+            assert r["error_type"] == "multi_turn:empty_turn_model_response"
+        else:
+            assert r["error_type"] in ("multi_turn:instance_state_mismatch", "multi_turn:execution_response_mismatch")
+        assert len(flat(r["decoded"])) == len(flat([tasks[r["id"]].ground_truth])) - 1
+
+
+def test_tool_call_of_names_positional_arguments_from_the_function_docs(tasks):
+    functions = tasks[T0].entry["function"]
+    assert downstream.tool_call_of("sort('final_report.pdf')", functions) == ("sort", {"file_name": "final_report.pdf"})
+    assert downstream.tool_call_of("mv(source='a', destination='b')", functions) == (
+        "mv", {"source": "a", "destination": "b"})
+
+
+# -- the plugin arm: the real search job, the block in the model's messages, a frozen workspace ---------------------
+
+
+def make_workspace(root: Path, tokenizer: Path, lib, experiences: dict[str, dict]) -> Path:
+    """A tiny indexed workspace: hand-placed experiences citing a real trajectory copy, then ``procedure_reindex``."""
+    from extraction import application
+
+    ws = root / "ws"
+    place_trajectory(ws)
+    (ws / "procedures").mkdir(parents=True)
+    for name, record in experiences.items():
+        (ws / "procedures" / name).write_text(json.dumps(record))
+
+    async def index():
+        app = application(ws, tokenizer, downstream.app_settings(64), with_model=False)
+        await app.start()
+        try:
+            answer = json.loads((await app.run_job("procedure_reindex")).answer)
+            assert answer["indexed"] == len(experiences) and not answer["invalid_files"], answer
+        finally:
+            await app.close()
+
+    asyncio.run(index())
+    return ws
+
+
+EXPERIENCES = {
+    "move-into-new-directory.json": experience_record(
+        "Move a file into a new directory", "When a file must be moved into a directory that may not exist yet",
+        "1. cd into the parent directory. 2. mkdir the directory. 3. mv the file into it."),
+    "search-file-with-grep.json": experience_record(
+        "Search a file for a phrase with grep", "When sections of a file pertaining to a phrase must be found",
+        "1. cd to the file's directory. 2. grep the file name with the pattern."),
+    "post-a-tweet.json": experience_record(
+        "Post a tweet about a file", "When a user wants a tweet posted", "authenticate_twitter, then post_tweet."),
+}
+
+
+@pytest.mark.parametrize("k,fields,inject", [(2, "all", "every"), (1, "when-to-use,content", "first")])
+def test_plugin_arm_block_reaches_the_model_and_the_workspace_is_unchanged(lib, tasks, tmp_path, embeddings,
+                                                                            k, fields, inject):
+    tokenizer = write_word_tokenizer(tmp_path / "tok" / "tokenizer.json")
+    ws = make_workspace(tmp_path, tokenizer, lib, EXPERIENCES)
+    before = downstream.digest(ws)
+    ids = [T0]
+    with downstream.ScriptedEndpoint("ground_truth", [tasks[T0]], lib) as plain, \
+            downstream.ScriptedEndpoint("ground_truth", [tasks[T0]], lib) as with_memory:
+        settings = downstream.RunSettings(ids, ["none", "plugin"], {"none": plain.base_url,
+                                                                     "plugin": with_memory.base_url},
+                                          workspace=ws, k=k, fields=downstream.parse_fields(fields), inject=inject,
+                                          tokenizer=tokenizer, dimensions=64)
+        result = run(settings, tmp_path / "work", lib)
+    assert downstream.digest(ws) == before
+    assert result["frozen"]["plugin"]["unchanged"] is True
+    assert result["frozen"]["plugin"]["memory_before"] == result["frozen"]["plugin"]["memory_after"]
+    assert result["memories"]["plugin"]["valid_experiences"] == 3
+    by_arm = {r["arm"]: r for r in result["results"]}
+    assert by_arm["none"]["passed"] and by_arm["plugin"]["passed"]  # the replay ignores the block
+    turns = tasks[T0].entry["question"]
+    injected = by_arm["plugin"]["memory"]
+    assert [m["turn"] for m in injected] == ([0, 1, 2, 3] if inject == "every" else [0])
+    assert all(len(m["paths"]) == k and m["tokens"] > 0 and m["vector_search"] for m in injected)
+    # the first turn: "Move 'final_report.pdf' ... to 'temp' directory ... create the directory"
+    assert injected[0]["paths"][0] == "procedures/move-into-new-directory.json"
+
+    def users(endpoint):
+        return [m["content"] for m in endpoint.requests[-1]["messages"] if m["role"] == "user"]
+
+    plain_users, memory_users = users(plain), users(with_memory)
+    assert plain_users == [t[0]["content"] for t in turns]  # no block without memory
+    for n, (message, original) in enumerate(zip(memory_users, plain_users)):
+        assert message.endswith(original)
+        if inject == "every" or n == 0:
+            block = message[: -len(original)]
+            assert block.startswith(downstream.BLOCK_HEAD) and downstream.BLOCK_TAIL in block
+            top = EXPERIENCES[injected[n]["paths"][0].split("/")[1]]
+            assert top["when-to-use"] in block and top["content"] in block
+            assert (top["description"] in block) == (fields == "all")
+            assert block.count("When to use: ") == k
+        else:
+            assert message == original
+    # the same tools in both arms; the memory arm's prompts are longer by its blocks
+    assert plain.requests[0]["tools"] == with_memory.requests[0]["tools"]
+    assert by_arm["plugin"]["prompt_tokens"] > by_arm["none"]["prompt_tokens"]
+    summary = result["summary"]
+    assert summary["arms"]["plugin"]["injected_turns"] == len(injected)
+    assert summary["paired"]["plugin"] == {"both": 1, "only_with": 0, "only_without": 0, "neither": 0, "tasks": 1,
+                                           "p": 1.0}
+
+
+def test_library_workspace_cites_a_real_copy_so_its_experiences_are_valid_and_found(lib, tasks, tmp_path, embeddings):
+    tokenizer = write_word_tokenizer(tmp_path / "tok" / "tokenizer.json")
+    library = tmp_path / "library.jsonl"
+    rows = [{"when_to_use": f"When {topic} is asked for", "content": f"Use {tool} first. Then check the result.",
+             "metadata": {"task_query": query}}
+            for topic, tool, query in (("a file listing", "ls", "List the files please, all of them now"),
+                                       ("a tweet", "post_tweet", tasks[T5].messages[1]),
+                                       ("a directory change", "cd", "Go into the documents folder right away"))]
+    library.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    info = asyncio.run(downstream.library_workspace(library, tmp_path / "lib-ws", tokenizer, 64))
+    assert info == {"experiences": 3, "indexed": 3}
+    assert (tmp_path / "lib-ws/session/trajectories" / library.name).read_bytes() == library.read_bytes()
+    # the run refuses the task whose (second-turn) message is a released task query, and runs another one
+    with downstream.ScriptedEndpoint("ground_truth", [tasks[T0], tasks[T5]], lib) as replay:
+        settings = downstream.RunSettings([T5], ["library"], {"library": replay.base_url}, library=library,
+                                          tokenizer=tokenizer, dimensions=64)
+        with pytest.raises(SystemExit, match=f"library: {T5}"):
+            run(settings, tmp_path / "w1", lib)
+        settings.task_ids = [T0]
+        result = run(settings, tmp_path / "w2", lib)
+    assert result["memories"]["library"]["valid_experiences"] == 3
+    assert result["memories"]["library"]["seen_tasks"] == [T5]
+    assert result["results"][0]["passed"] and result["frozen"]["library"]["unchanged"]
+    assert all(len(m["paths"]) == 3 for m in result["results"][0]["memory"])
+
+
+# -- honesty rules --------------------------------------------------------------------------------------------------
+
+
+def test_run_refuses_test_tasks_the_memory_has_seen(lib, tasks, tmp_path, embeddings):
+    tokenizer = write_word_tokenizer(tmp_path / "tok" / "tokenizer.json")
+    ws = make_workspace(tmp_path, tokenizer, lib, EXPERIENCES)
+    # a rollout of task 1 imported as a trajectory (the JSONL form the build step writes)
+    conversation = [m for turn in tasks[T1].entry["question"] for m in turn]
+    rollout = downstream.rollout_jsonl(tasks[T1], conversation)
+    place_trajectory(ws, "rollout_multi_turn_base_1.jsonl", rollout)
+    assert downstream.seen_task_ids(downstream.source_texts(ws), tasks) == {T1}
+    settings = downstream.RunSettings([T0, T1], ["none", "plugin"], {"none": "http://127.0.0.1:9/v1",
+                                                                      "plugin": "http://127.0.0.1:9/v1"},
+                                      workspace=ws, tokenizer=tokenizer, dimensions=64)
+    with pytest.raises(SystemExit, match=f"refused: .*plugin: {T1}"):
+        run(settings, tmp_path / "work", lib)
+
+
+def test_seen_tasks_match_json_escaped_messages_and_ignore_short_ones(tasks):
+    message = tasks[T5].messages[0]
+    assert downstream.seen_task_ids([json.dumps({"content": message})], tasks) >= {T5}
+    assert downstream.seen_task_ids(["nothing of the sort"], tasks) == set()
+    short = next(m for t in tasks.values() for m in t.messages if len(m) < downstream.MIN_MESSAGE_CHARS)
+    assert downstream.seen_task_ids([short], tasks) == set()
+
+
+# -- pure parts -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("only_with,only_without,p", [
+    (0, 0, 1.0), (1, 0, 1.0), (3, 3, 1.0), (0, 5, 0.0625), (6, 0, 0.03125), (2, 8, 0.109375),
+    (1, 9, 0.021484375), (10, 0, 0.001953125), (7, 3, 0.34375),
+])
+def test_mcnemar_exact_p_known_values(only_with, only_without, p):
+    # two-sided exact McNemar = binomial test of the discordant pairs at 1/2 (e.g. R: binom.test(2, 10)$p.value)
+    assert downstream.mcnemar_p(only_with, only_without) == pytest.approx(p, abs=1e-12)
+
+
+def test_paired_table_counts_the_four_cells_over_common_tasks():
+    with_memory = {"a": True, "b": True, "c": False, "d": False, "e": True}
+    without = {"a": True, "b": False, "c": True, "d": False}
+    assert downstream.paired_table(with_memory, without) == {"both": 1, "only_with": 1, "only_without": 1,
+                                                             "neither": 1, "tasks": 4, "p": 1.0}
+
+
+def test_memory_block_fields_order_and_marking():
+    experiences = [{"description": "D1", "when-to-use": "W1", "content": "C1"},
+                   {"description": "D2", "when-to-use": "W2", "content": "C2"}]
+    block = downstream.memory_block(experiences, downstream.FIELD_NAMES)
+    assert block == (f"{downstream.BLOCK_HEAD}\n[1] Description: D1\nWhen to use: W1\nContent: C1\n\n"
+                     f"[2] Description: D2\nWhen to use: W2\nContent: C2\n{downstream.BLOCK_TAIL}")
+    lean = downstream.memory_block(experiences[:1], downstream.parse_fields("when_to_use,content"))
+    assert "Description" not in lean and "W1" in lean and "C1" in lean
+    assert downstream.memory_block([], downstream.FIELD_NAMES) == ""
+    assert downstream.with_block("", "hi") == "hi" and downstream.with_block(block, "hi").endswith("\n\nhi")
+    with pytest.raises(ValueError):
+        downstream.parse_fields("when-to-use,steps")
+
+
+def test_parse_ids_ranges_and_names():
+    assert downstream.parse_ids("3-5,multi_turn_base_9,4") == [
+        "multi_turn_base_3", "multi_turn_base_4", "multi_turn_base_5", "multi_turn_base_9"]
+    with pytest.raises(ValueError):
+        downstream.parse_ids("multi_turn_long_context_1")
+
+
+def test_rollout_trajectory_names_each_tool_result_and_the_api_classes(tasks):
+    conversation = [{"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": None, "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
+                    {"role": "tool", "content": "[]", "tool_call_id": "c1"},
+                    {"role": "assistant", "content": "Done."}]
+    lines = [json.loads(line) for line in downstream.rollout_jsonl(tasks[T0], conversation).decode().splitlines()]
+    assert lines[0] == {"role": "system", "content": "You are an assistant with tools from: TwitterAPI, GorillaFileSystem."}
+    assert lines[3] == {"role": "tool", "content": "[]", "tool_call_id": "c1", "name": "ls"}
+    assert lines[1:3] + lines[4:] == conversation[:2] + conversation[3:]
