@@ -1,6 +1,6 @@
 """Extraction with fewer tokens and turns, same rules (issue 23, item 2), on the scripted agent and the real jobs.
 
-C1  in-run search answers are compact: path, version, score, description, when-to-use; the best result's content
+C1  in-run search answers are compact: path, version, similarity, description, when-to-use; the best result's content
     (bounded); results weak on both branches left out; a result the run was shown before only named;
     ``detail=full`` (and every service caller) gets whole ones
 C2  ``operation_key`` is optional: without one the key is derived from the segment and the arguments, so an
@@ -50,7 +50,7 @@ def test_c1_compact_answer_keeps_the_best_content_and_leaves_out_weak_results():
     assert compact["left_out"] == 2 and compact["detail"] == "compact" and "procedure_read" in compact["read_more"]
     best, other = compact["results"][0], compact["results"][1]
     assert best["content"] == "x" * COMPACT_CONTENT_CHARS and best["content_truncated"] is True
-    assert set(other) == {"path", "version", "score", "description", "when_to_use"}
+    assert set(other) == {"path", "version", "similarity", "description", "when_to_use"} and other["similarity"] == 0.45
 
 
 async def test_c1_the_extraction_agent_gets_compact_answers_and_service_callers_whole_ones(make_app, tmp_path):

@@ -49,7 +49,8 @@ COMPACT_CONTENT_CHARS = 4000  # the best result's content beyond this is left to
 
 
 def compact_answer(answer: dict[str, Any], shown: set[tuple[str, str]] | None = None) -> dict[str, Any]:
-    """A search answer with less to read: each result's path, version, score, description and when-to-use; the best
+    """A search answer with less to read: each result's path, version, similarity (the vector branch's cosine, when
+    it ran), description and when-to-use; the best
     result's content too, up to ``COMPACT_CONTENT_CHARS`` characters; results whose vector and BM25 scores are both
     below ``COMPACT_KEEP_SHARE`` of the best of their branch left out (``left_out`` says how many). A result in
     ``shown`` (path and version an earlier answer of the same run showed; updated here) is only named
@@ -70,8 +71,10 @@ def compact_answer(answer: dict[str, Any], shown: set[tuple[str, str]] | None = 
             continue
         shown.add(identity)
         experience = result["experience"]
-        entry = {"path": result["path"], "version": result["version"], "score": result["score"],
+        entry = {"path": result["path"], "version": result["version"],
                  "description": experience["description"], "when_to_use": experience["when-to-use"]}
+        if result["scores"]["vector"] is not None:  # fused RRF scores hardly differ; the cosine tells how close
+            entry["similarity"] = round(result["scores"]["vector"], 2)
         if not content_given:
             content, content_given = experience["content"], True
             entry["content"] = content[:COMPACT_CONTENT_CHARS]
