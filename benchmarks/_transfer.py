@@ -157,7 +157,7 @@ async def search_cases(app, cases: list[dict], k: int = max(KS)) -> dict:
     summary}, "turns": [case + {view: [{path, tokens}]}], "pending": paths the search reported unindexed,
     "ceiling": the bound of all the workspace's valid experiences}``. RuntimeError if a search fails or answers
     without its vector list."""
-    from reme_procedure_memory.experiences import StoredExperience
+    from reme_procedure_memory.storage.experiences import StoredExperience
 
     memory = app.context.components["procedure_memory"]["default"]
     everything = [experience_text(item.experience.fields()) for item in memory.files.scan()

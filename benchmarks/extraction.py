@@ -151,7 +151,7 @@ async def search_all(app, queries: list[str]) -> dict[str, dict[str, list[str]]]
 
 def scan(memory) -> tuple[dict[str, tuple[str, ...]], list[str]]:
     """Valid experiences (path -> sources) and invalid experience files of a workspace."""
-    from reme_procedure_memory.experiences import BadFile
+    from reme_procedure_memory.storage.experiences import BadFile
 
     valid, invalid = {}, []
     for item in memory.files.scan():
@@ -164,7 +164,7 @@ def scan(memory) -> tuple[dict[str, tuple[str, ...]], list[str]]:
 
 def revisions(memory, request_ids: list[str]) -> dict:
     """Writes of trajectories after the first: revisions of earlier experiences vs new files."""
-    from reme_procedure_memory.store import INDEXED, PUBLISHED, SUPERSEDED
+    from reme_procedure_memory.storage.journal import INDEXED, PUBLISHED, SUPERSEDED
 
     done = (INDEXED, PUBLISHED, SUPERSEDED)
     created_by: dict[str, int] = {}

@@ -48,7 +48,7 @@ async def plugin_parts(tokenizer_file: Path) -> dict[str, str]:
     sys.path.insert(0, str(REPO / "tests"))
     from helpers import FakeEmbeddingModel  # never called: the workspace is empty
 
-    from reme_procedure_memory.extraction import Extraction
+    from reme_procedure_memory.extraction.loop import Extraction
 
     with tempfile.TemporaryDirectory(prefix="prompt-overhead-") as workspace:
         app = Application(plugins=["procedure-memory"], workspace_dir=workspace, service={"backend": "cli"},

@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from reme_procedure_memory.store import ExperienceFiles
+from reme_procedure_memory.storage.experiences import ExperienceFiles
 
 
 def main() -> None:

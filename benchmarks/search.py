@@ -445,7 +445,7 @@ class Site:
     def write_journal_history(self, count: int) -> int:
         """Simulate the journal of a workspace whose experiences were all created by the tool: one final
         (``indexed``) record per existing experience, in the plugin's own record format (no fsync: a fixture)."""
-        from reme_procedure_memory.store import INDEXED, Operation
+        from reme_procedure_memory.storage.journal import INDEXED, Operation
 
         journal = self.memory.journal
         paths = self.memory.files.paths()[:count]

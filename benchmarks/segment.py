@@ -267,7 +267,7 @@ def time_segment(segment, text: str, budget: int, count) -> tuple[float, list[tu
 
 def time_segment_counted(text: str, budget: int, counter) -> tuple[float, list[tuple[int, int, int]]]:
     """(b): seconds of the import's segmentation, ``segment_counted`` with a ``SpanCounter``."""
-    from reme_procedure_memory.segmenter import segment_counted
+    from reme_procedure_memory.extraction.segmenter import segment_counted
     from reme_procedure_memory.tokens import SpanCounter
 
     gc.collect()
@@ -300,7 +300,7 @@ def time_context_checks(text: str, segmented, counter, summary: str) -> tuple[fl
     """(c) minus (b): the context check of every segment as ``Extraction._check_context`` does it (system prompt,
     user message around the segment and the rolling summary with their recorded counts, tool schemas), on the shipped
     prompts."""
-    from reme_procedure_memory.prompt import PROMPTS
+    from reme_procedure_memory.extraction.prompt import PROMPTS
 
     system = PROMPTS["system_prompt"].format(description=128, when_to_use=512, content=2048, summary=8192)
     schemas = json.dumps([{"type": "function", "function": {"name": f"tool_{i}", "description": "x" * 300,
@@ -386,7 +386,7 @@ def child(args) -> int:
         tokenizer.encode("warm up 你好", add_special_tokens=False)
         run = lambda: len(tokenizer.encode(text, add_special_tokens=False))  # noqa: E731
     else:
-        from reme_procedure_memory.segmenter import segment_counted
+        from reme_procedure_memory.extraction.segmenter import segment_counted
         from reme_procedure_memory.tokens import SpanCounter, TokenCounter
 
         counter = TokenCounter(str(tokenizer_path))
@@ -455,8 +455,8 @@ def main(argv=None) -> int:
     if args.child:
         return child(args)
 
-    from reme_procedure_memory import segmenter
-    from reme_procedure_memory.segmenter import segment
+    from reme_procedure_memory.extraction import segmenter as segmenter
+    from reme_procedure_memory.extraction.segmenter import segment
     from reme_procedure_memory.tokens import TokenCounter
 
     tokenizer_path = args.data / "tokenizers" / "qwen3" / "tokenizer.json"

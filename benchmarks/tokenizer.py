@@ -47,7 +47,7 @@ def main(argv=None) -> int:
     import Stemmer
     from reme.components.tokenizer import RegexTokenizer
 
-    from reme_procedure_memory.keyword_tokenizer import SnowballTokenizer
+    from reme_procedure_memory.search.keyword.tokenizer import SnowballTokenizer
 
     load_start = os.getloadavg()
     corpus = Corpus(args.seed)

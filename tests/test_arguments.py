@@ -15,17 +15,17 @@ import yaml
 from pydantic import Field, create_model
 
 from conftest import run_job
-from reme_procedure_memory.arguments import (
+from reme_procedure_memory.jobs.arguments import (
     MODELS,
     CreateArguments,
-    Integer,
     ReadArguments,
     SearchArguments,
     UpdateArguments,
     parameters,
     validate,
 )
-from reme_procedure_memory.schema import ProcedureError
+from reme_procedure_memory.jobs.fields import Integer
+from reme_procedure_memory.errors import ProcedureError
 
 MANIFEST = Path(__file__).resolve().parents[1] / "plugin.yaml"
 

@@ -1,6 +1,6 @@
 """Kill at every durable write of a create and an update, resume: nothing lost, nothing duplicated.
 
-A kill is simulated in-process: the k-th durable write (``store.atomic_write``: the journal intent, the experience
+A kill is simulated in-process: the k-th durable write (``storage.atomic.atomic_write``: the journal intent, the experience
 publish, the ``published`` and ``indexed`` records) raises ``Killed`` (a BaseException, which no handler of the plugin
 catches) instead of happening, and the application is abandoned without closing (its views are never persisted); the
 workspace lock is released as the kernel releases a dead process's ``flock``. The resume is a new application on the
@@ -17,9 +17,9 @@ import os
 import pytest
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
-from reme_procedure_memory import store
+from reme_procedure_memory.storage import atomic
 from reme_procedure_memory.schema import ARG_TO_FIELD, Experience, version_of
-from reme_procedure_memory.store import INDEXED, PUBLISHED, SUPERSEDED
+from reme_procedure_memory.storage.journal import INDEXED, PUBLISHED, SUPERSEDED
 
 NAME = "rebuild-search.json"
 PATH = f"procedures/{NAME}"
@@ -75,7 +75,7 @@ async def test_kill_at_every_durable_write_then_resume(make_app, tmp_path, monke
     source = add_trajectory(app)
     created_version = version_of(target(FIELDS, source))
     done = []
-    real = store.atomic_write
+    real = atomic.atomic_write
 
     def dying_write(path, data, **kwargs):
         if len(done) == kill_at:
@@ -83,7 +83,7 @@ async def test_kill_at_every_durable_write_then_resume(make_app, tmp_path, monke
         done.append(path)
         return real(path, data, **kwargs)
 
-    monkeypatch.setattr(store, "atomic_write", dying_write)
+    monkeypatch.setattr(atomic, "atomic_write", dying_write)
     try:
         await write_both(app, memory.begin_run("req-1", [source]), created_version)
     except Killed:

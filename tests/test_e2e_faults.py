@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from helpers import EmbeddingEndpoint, experience_record, place_trajectory, write_word_tokenizer
-from reme_procedure_memory.store import WorkspaceLock
+from reme_procedure_memory.storage.lock import WorkspaceLock
 from test_agentscope_e2e import ChatEndpoint, say
 
 BIN = Path(sys.executable).parent

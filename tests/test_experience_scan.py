@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from helpers import experience_record, place_trajectory
-from reme_procedure_memory import experiences
-from reme_procedure_memory.experiences import BATCH, BadFile, ExperienceDirectory, StoredExperience
+from reme_procedure_memory.storage import experiences as experiences
+from reme_procedure_memory.storage.experiences import BATCH, BadFile, ExperienceDirectory, StoredExperience
 
 TRAJECTORIES = "session/trajectories"
 

@@ -16,7 +16,7 @@ import json
 
 from conftest import add_trajectory, call_tool, import_file, memory_of, run_job
 from helpers import experience_record, place_trajectory, summary
-from reme_procedure_memory.reads import COMPACT_CONTENT_CHARS, compact_answer
+from reme_procedure_memory.operations.reads import COMPACT_CONTENT_CHARS, compact_answer
 from test_import import JSONL, TWO_SEGMENTS, two_segment_original, write
 
 FIELDS = {"description": "Drain a node", "when_to_use": "Before rebooting a cluster node",

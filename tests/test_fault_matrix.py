@@ -1,7 +1,7 @@
 """The fault matrix (issue 19, item 6): a kill at every durable write of an import, a reindex and a start, then a
 restart (and a resume), compared with a clean run of the same work and with a fresh rebuild from the files alone.
 
-Durable writes are every call of ``store.atomic_write`` (journal records, experiences, checkpoints, import records,
+Durable writes are every call of ``storage.atomic.atomic_write`` (journal records, experiences, checkpoints, import records,
 the trajectory copy, every part and the manifest of a view snapshot) and of ``ViewState.append`` (a view's log). The
 ``k``-th one raises ``Killed`` (a BaseException no handler of the plugin catches): a write through the atomic writer
 leaves its half-written temporary file behind, an append leaves half its bytes (a torn tail). The killed application
@@ -26,7 +26,8 @@ import pytest
 
 from conftest import import_file, memory_of, run_job
 from helpers import summary
-from reme_procedure_memory import store, viewstate
+from reme_procedure_memory.storage import atomic
+from reme_procedure_memory.search.view import state as viewstate
 from reme_procedure_memory.schema import version_of
 from test_import import long_trajectory, write
 from test_trust import branch_scores, edit_by_hand, fresh_copy, indexed_corpus
@@ -46,7 +47,7 @@ class DurableWrites:
 
     def __init__(self, monkeypatch, kill_at: int | None = None) -> None:
         self.kill_at, self.done = kill_at, []
-        real_write, real_append = store.atomic_write, viewstate.ViewState.append
+        real_write, real_append = atomic.atomic_write, viewstate.ViewState.append
 
         def half_written(path: Path) -> None:  # what the atomic writer leaves when killed before its rename
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -65,8 +66,7 @@ class DurableWrites:
             self._maybe_die(state._path("log"), torn)
             return real_append(state, entries)
 
-        for module in (store, viewstate):
-            monkeypatch.setattr(module, "atomic_write", atomic_write)
+        monkeypatch.setattr(atomic, "atomic_write", atomic_write)  # the one atomic writer of every durable file
         monkeypatch.setattr(viewstate.ViewState, "append", append)
 
     def _maybe_die(self, path, leave_behind) -> None:

@@ -434,7 +434,7 @@ def snapshot(root: Path) -> dict[str, tuple[int, bytes]]:
 
 
 async def test_f6_a_refused_process_writes_nothing(make_app, tmp_path):
-    from reme_procedure_memory.store import WorkspaceBusy
+    from reme_procedure_memory.errors import WorkspaceBusy
 
     ws = tmp_path / "ws"
     async with make_app(workspace=ws) as app:

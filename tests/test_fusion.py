@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from reme_procedure_memory.vectors import VectorMatrix
-from reme_procedure_memory.views import rrf_fuse
+from reme_procedure_memory.search.vector.matrix import VectorMatrix
+from reme_procedure_memory.search.fusion import rrf_fuse
 
 
 def test_rrf_weighted_arithmetic():
@@ -65,7 +65,7 @@ def brute_force(truth: dict, rows: dict, query, limit: int) -> list[tuple[str, f
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_vector_matrix_ranks_exactly_like_brute_force_under_churn(data):
-    from reme_procedure_memory import vectors
+    from reme_procedure_memory.search.vector import matrix as vectors
 
     block_rows = vectors.BLOCK_ROWS
     vectors.BLOCK_ROWS = data.draw(st.sampled_from([4, 16, 64, 16_384]))  # many blocks too

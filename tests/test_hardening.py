@@ -248,7 +248,7 @@ async def test_r7_multi_megabyte_query_is_rejected_not_echoed(make_app):
 
 
 async def test_r8_copy_failure_answers_with_the_generated_request_id(make_app, tmp_path, monkeypatch):
-    from reme_procedure_memory import copies
+    from reme_procedure_memory.extraction import copies as copies
 
     original = write(tmp_path, "run.jsonl", JSONL)
 
@@ -280,7 +280,7 @@ async def test_r9_resume_command_survives_a_path_with_spaces(make_app, tmp_path)
 
 
 async def test_r10_context_check_counts_what_agentscope_really_sends(make_app, tmp_path, monkeypatch):
-    from reme_procedure_memory import extraction
+    from reme_procedure_memory.extraction import loop as extraction
     from test_agentscope_e2e import ChatEndpoint, llm_components, search_create_summarize, text_of, write_original
 
     counted = []
@@ -309,7 +309,7 @@ async def test_r10_context_check_counts_what_agentscope_really_sends(make_app, t
 
 
 async def test_r11_advertised_limit_maximum_is_the_limit_the_step_enforces(make_app):
-    from reme_procedure_memory.steps import MAX_LIMIT
+    from reme_procedure_memory.jobs.fields import MAX_LIMIT
 
     async with make_app() as app:
         schema = app.context.jobs["procedure_search"].parameters["properties"]["limit"]

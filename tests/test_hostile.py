@@ -760,7 +760,7 @@ async def test_the_guard_changes_only_this_applications_registry(make_app):
     from reme.components import R
     from reme.enumeration import ComponentEnum
 
-    from reme_procedure_memory.guard import PATH_ARGUMENTS, STORE_STEPS
+    from reme_procedure_memory.storage.guard import PATH_ARGUMENTS, STORE_STEPS
 
     async with make_app() as app:
         registry = app.context.registry

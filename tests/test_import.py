@@ -150,7 +150,7 @@ async def test_name_collisions_and_reservations(make_app, tmp_path):
         memory = memory_of(app)
         paths = [(await import_file(app, original))[1]["path"] for _ in range(2)]
         assert paths == ["session/trajectories/run.jsonl", "session/trajectories/run-2.jsonl"]  # no content dedup
-        from reme_procedure_memory.store import ImportRecord
+        from reme_procedure_memory.storage.imports import ImportRecord
 
         memory.imports.put(ImportRecord(request_id="held", source="/x/run.jsonl", filename="run.jsonl",
                                         path="session/trajectories/run-3.jsonl", sha256="0", size=0))
@@ -397,7 +397,7 @@ async def test_agent_exception_is_resumable(make_app, tmp_path):
 
 async def test_saved_final_reply_is_reused_when_the_checkpoint_did_not_advance(make_app, tmp_path, monkeypatch):
     original = two_segment_original(tmp_path)
-    from reme_procedure_memory import extraction
+    from reme_procedure_memory.extraction import loop as extraction
 
     async with make_app(scripts=[replies("the saved summary"), replies("done")], components=TWO_SEGMENTS) as app:
         real = extraction.Extraction._check_pending_writes

@@ -8,11 +8,22 @@ import os
 
 import pytest
 
-from reme_procedure_memory import store
-from reme_procedure_memory.store import (
-    INDEX_PENDING, INDEXED, INTENT, OPEN_STATES, OPEN_SUFFIX, PUBLISHED, SCOPE_SUFFIX, SUPERSEDED, Operation,
-    OperationJournal, write_json,
+from reme_procedure_memory.errors import DamagedRecord
+from reme_procedure_memory.storage import atomic, journal as journal_module
+from reme_procedure_memory.storage.records import load_record
+from reme_procedure_memory.storage.journal import (
+    INDEX_PENDING,
+    INDEXED,
+    INTENT,
+    OPEN_STATES,
+    OPEN_SUFFIX,
+    PUBLISHED,
+    SCOPE_SUFFIX,
+    SUPERSEDED,
+    Operation,
+    OperationJournal,
 )
+from reme_procedure_memory.storage.atomic import write_json
 
 
 def op(scope: str, key: str, status: str, created: float) -> Operation:
@@ -43,8 +54,8 @@ def by_path(directory) -> tuple[list[tuple[str, str]], set[str]]:
         if path.is_dir():
             continue
         try:
-            record = store.load_record(path, Operation)
-        except store.DamagedRecord:
+            record = load_record(path, Operation)
+        except DamagedRecord:
             damaged.add(str(path))
             continue
         if record is not None and record.status in OPEN_STATES:
@@ -56,8 +67,8 @@ def by_path(directory) -> tuple[list[tuple[str, str]], set[str]]:
 def reads(monkeypatch):
     """Names of the record files the journal reads through a directory descriptor."""
     names: list[str] = []
-    real = store.read_entry
-    monkeypatch.setattr(store, "read_entry", lambda name, dir_fd=None: (names.append(name), real(name, dir_fd))[1])
+    real = journal_module.read_entry
+    monkeypatch.setattr(journal_module, "read_entry", lambda name, dir_fd=None: (names.append(name), real(name, dir_fd))[1])
     return names
 
 
@@ -161,8 +172,8 @@ def test_a_final_record_keeps_its_open_file_until_its_directory_is_synced(tmp_pa
     assert [o.status for o in journal.records("s")] == [INDEXED]
     # a start now (a kill, no power loss) reads the final file, fsyncs the directory, then removes the open file
     synced = []
-    real = store.fsync_dir
-    monkeypatch.setattr(store, "fsync_dir", lambda d: (synced.append(d), real(d)))
+    real = journal_module.fsync_dir
+    monkeypatch.setattr(journal_module, "fsync_dir", lambda d: (synced.append(d), real(d)))
     restarted = OperationJournal(directory)
     assert restarted.open_records() == [] and final.parent in synced and not opened.exists()
     # in one session: the next write that fsyncs the directory removes it
@@ -202,7 +213,7 @@ def test_a_conversion_killed_at_any_durable_write_loses_and_duplicates_nothing(t
         write_json(earlier_path(earlier, record.scope, record.key), record.__dict__)
     expected = sorted((r.scope, r.key, r.status) for r in records if r.status in OPEN_STATES)
     written = []
-    real = store.atomic_write
+    real = atomic.atomic_write
 
     def dying_write(path, data, **kwargs):
         if len(written) == kill_at:
@@ -210,7 +221,7 @@ def test_a_conversion_killed_at_any_durable_write_loses_and_duplicates_nothing(t
         written.append(path)
         return real(path, data, **kwargs)
 
-    monkeypatch.setattr(store, "atomic_write", dying_write)
+    monkeypatch.setattr(atomic, "atomic_write", dying_write)
     try:
         OperationJournal(directory).open_records()
     except Killed:
@@ -240,6 +251,6 @@ def test_beside_a_damaged_final_record_the_open_file_stays(tmp_path):
     restarted = OperationJournal(directory)
     assert restarted.open_records() == [] and opened.exists()  # not open (a final file exists), but kept
     assert set(restarted.damaged) == {str(final)}  # and the damaged final record is reported
-    with pytest.raises(store.DamagedRecord):  # its import sets the final record aside ...
+    with pytest.raises(DamagedRecord):  # its import sets the final record aside ...
         restarted.get("s", "a")
     assert restarted.get("s", "a").status == PUBLISHED  # ... and then reads the earlier state

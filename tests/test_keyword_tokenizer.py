@@ -12,8 +12,8 @@ from hypothesis import given, settings, strategies as st
 from reme.components.tokenizer import RegexTokenizer
 
 from conftest import memory_of, run_job
-from reme_procedure_memory import keyword_tokenizer
-from reme_procedure_memory.keyword_tokenizer import SnowballTokenizer
+from reme_procedure_memory.search.keyword import tokenizer as keyword_tokenizer
+from reme_procedure_memory.search.keyword.tokenizer import SnowballTokenizer
 
 OLD_WORKSPACE = Path(__file__).parent / "fixtures" / "workspace-ed0ae2c"  # made by make_workspace_ed0ae2c.py
 
@@ -137,7 +137,7 @@ def chunk_stamps(memory) -> dict[str, set]:
 
 def count_clears(monkeypatch) -> list[int]:
     """Count Views.clear calls (observation only: the real method runs)."""
-    from reme_procedure_memory.views import Views
+    from reme_procedure_memory.search.views import Views
 
     calls, real = [], Views.clear
 

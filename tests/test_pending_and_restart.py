@@ -7,7 +7,7 @@ import pytest
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
 from helpers import EmbeddingEndpoint, experience_record, place_trajectory
-from reme_procedure_memory.store import WorkspaceBusy
+from reme_procedure_memory.errors import WorkspaceBusy
 
 FIELDS = {"description": "Drain a node", "when_to_use": "Before rebooting a cluster node",
           "content": "Cordon the node, drain workloads, then reboot."}

@@ -14,8 +14,8 @@ import pytest
 
 from conftest import memory_of, run_job
 from helpers import FakeEmbeddingModel, experience_record, place_trajectory
-from reme_procedure_memory import views as views_module
-from reme_procedure_memory.store import INDEXED, SCOPE_SUFFIX, Operation, OperationJournal
+from reme_procedure_memory.search import views as views_module
+from reme_procedure_memory.storage.journal import INDEXED, SCOPE_SUFFIX, Operation, OperationJournal
 
 N = 40
 ONE_SHOT_REINDEX = {"backend": "cli", "job": "procedure_reindex", "job_args": {}}

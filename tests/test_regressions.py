@@ -88,7 +88,7 @@ def test_f3_prefix_within_without_offsets_keeps_a_non_empty_prefix():
 # F4 -- valid JSONL whose strings hold raw U+2028 / U+2029 / U+0085 is rejected as malformed (str.splitlines).
 @pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\x85"])
 def test_f4_jsonl_lines_split_only_on_newline(sep):
-    from reme_procedure_memory.formats import decode_trajectory
+    from reme_procedure_memory.extraction.formats import decode_trajectory
 
     line = json.dumps({"role": "user", "content": f"first{sep}second"}, ensure_ascii=False)
     json.loads(line)  # a valid JSON value
@@ -98,7 +98,7 @@ def test_f4_jsonl_lines_split_only_on_newline(sep):
 
 # F5 -- an unexpected failure during an import answers plain text without the (possibly generated) request_id.
 async def test_f5_unexpected_import_failure_still_answers_json_with_the_request_id(make_app, tmp_path, monkeypatch):
-    from reme_procedure_memory import extraction
+    from reme_procedure_memory.extraction import loop as extraction
 
     original = write(tmp_path, "run.jsonl", JSONL)
 
@@ -116,13 +116,14 @@ async def test_f5_unexpected_import_failure_still_answers_json_with_the_request_
 # F6 -- a new journal scope directory is created without fsync of its parent: after power loss the intent
 # record written "before the publish" can vanish with its directory.
 def test_f6_new_journal_directories_are_made_durable(tmp_path, monkeypatch):
-    from reme_procedure_memory import store
+    from reme_procedure_memory.storage import atomic
+    from reme_procedure_memory.storage.journal import Operation, OperationJournal
 
     synced: list[Path] = []
-    real = store.fsync_dir
-    monkeypatch.setattr(store, "fsync_dir", lambda d: (synced.append(Path(d)), real(d)))
-    journal = store.OperationJournal(tmp_path / "operations")
+    real = atomic.fsync_dir
+    monkeypatch.setattr(atomic, "fsync_dir", lambda d: (synced.append(Path(d)), real(d)))  # every durable mkdir
+    journal = OperationJournal(tmp_path / "operations")
     (tmp_path / "operations").mkdir()
-    journal.put(store.Operation(scope="req", key="k", tool="create", request="r", path="procedures/a.json",
+    journal.put(Operation(scope="req", key="k", tool="create", request="r", path="procedures/a.json",
                                 target="{}", expected_version=None))
     assert tmp_path / "operations" in synced, synced

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import add_trajectory, call_tool, import_file, memory_of, run_job
 from helpers import summary
-from reme_procedure_memory.summary import NO_SUMMARY_YET, summary_problem
+from reme_procedure_memory.extraction.summary import NO_SUMMARY_YET, summary_problem
 from reme_procedure_memory.schema import NAME_EXAMPLE, canonical_name, check_name
 from test_import import JSONL, TWO_SEGMENTS, long_trajectory, two_segment_original, write
 
@@ -141,7 +141,7 @@ async def test_when_to_use_and_a_different_alias_are_ambiguous(make_app):
     ("<summary>Rebuilt the index.</summary>", "Rebuilt  the index", "more text", "unchanged"),
 ])
 def test_summary_problems(reply, previous, segment, fragment):
-    from reme_procedure_memory.summary import parse_summary
+    from reme_procedure_memory.extraction.summary import parse_summary
 
     problem = summary_problem(reply, parse_summary(reply), previous, segment)
     assert problem is not None and fragment in problem

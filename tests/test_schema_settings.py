@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from reme_procedure_memory.schema import Experience, InvalidExperience, check_name, parse_experience, version_of
+from reme_procedure_memory.schema import Experience, check_name, parse_experience, version_of
+from reme_procedure_memory.errors import InvalidExperience
 from reme_procedure_memory.settings import ProcedureSettings, TokenLimits, load_settings
 
 from helpers import experience_record

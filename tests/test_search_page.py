@@ -14,9 +14,10 @@ import pytest
 
 from conftest import memory_of, run_job
 from test_views import corpus, write_corpus
-from reme_procedure_memory.store import ExperienceFiles
-from reme_procedure_memory import views as views_module
-from reme_procedure_memory.views import MAX_CANDIDATES, VIEW_NAMES, rrf_fuse
+from reme_procedure_memory.storage.experiences import ExperienceFiles
+from reme_procedure_memory.search import views as views_module
+from reme_procedure_memory.search.views import MAX_CANDIDATES, VIEW_NAMES
+from reme_procedure_memory.search.fusion import rrf_fuse
 
 QUERIES = [query for _, _, query in corpus()[:8]] + ["deploy", "zebra nothing matches this"]
 
@@ -128,7 +129,7 @@ def test_steps_load_the_same_prompts_as_reme_with_one_lookup_per_class():
     from reme.components.prompt_handler import PromptHandler
     from reme.steps.evolve.auto_memory import AutoMemoryStep
 
-    from reme_procedure_memory.steps import ClassPrompts, ProcedureSearchStep
+    from reme_procedure_memory.jobs.steps import ClassPrompts, ProcedureSearchStep
 
     for step in (AutoMemoryStep, ProcedureSearchStep):
         expected = PromptHandler(language="en")

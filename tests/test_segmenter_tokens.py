@@ -8,8 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import QWEN_TOKENIZER
-from reme_procedure_memory.segmenter import SEGMENTER_VERSION, SegmentationError, segment
-from reme_procedure_memory.tokens import TokenCounter, TokenizerUnavailable, load_encoder
+from reme_procedure_memory.extraction.segmenter import SEGMENTER_VERSION, segment
+from reme_procedure_memory.errors import SegmentationError
+from reme_procedure_memory.tokens import TokenCounter, load_encoder
+from reme_procedure_memory.errors import TokenizerUnavailable
 
 
 class CountingCounter:
@@ -203,7 +205,7 @@ def test_count_around_known_spans_is_exact(qwen, pieces, data):
 @needs_qwen
 @pytest.mark.parametrize("name", sorted(p.name for p in TRAJECTORIES.iterdir()))
 def test_span_counter_segments_exactly_like_direct_counts_and_encodes_each_character_about_once(qwen, name):
-    from reme_procedure_memory.segmenter import segment_counted
+    from reme_procedure_memory.extraction.segmenter import segment_counted
     from reme_procedure_memory.tokens import SpanCounter
 
     text = (TRAJECTORIES / name).read_text(encoding="utf-8") * 8

@@ -7,7 +7,7 @@ import pytest
 
 from conftest import add_trajectory, call_tool, import_file, memory_of, run_job
 from helpers import experience_record, place_unicorn_experiences, summary
-from reme_procedure_memory.store import INDEXED, SUPERSEDED
+from reme_procedure_memory.storage.journal import INDEXED, SUPERSEDED
 
 
 async def test_configured_directories_and_session_dir(make_app, tmp_path):

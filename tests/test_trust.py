@@ -109,7 +109,7 @@ async def test_t1_every_upsert_log_entry_names_its_vector_space(make_app, tmp_pa
     edit_by_hand(ws, [corpus()[0][0]])
     async with make_app(workspace=ws) as app:
         space = memory_of(app).embedding_store.vector_space_id
-    from reme_procedure_memory.viewstate import ViewState
+    from reme_procedure_memory.search.view.state import ViewState
 
     for directory in sorted((ws / "metadata" / "file_store").glob("*.view")):
         *_, entries = ViewState(directory).read()
@@ -347,7 +347,7 @@ async def test_t3_every_reme_base_path_into_our_bm25_lock_finishes(make_app):
 
 
 def test_t3_the_readers_writer_lock_lets_its_writer_re_enter():
-    from reme_procedure_memory.locks import ReadWriteLock
+    from reme_procedure_memory.search.locks import ReadWriteLock
 
     lock = ReadWriteLock()
 
@@ -380,7 +380,7 @@ def test_t3_the_readers_writer_lock_lets_its_writer_re_enter():
 async def test_t4_a_start_that_cannot_save_its_views_says_what_to_do(make_app, tmp_path, monkeypatch, fault):
     """Not writable: the start appends a hand edit to the views' logs. Full disk: the views' state is gone, so the
     start writes new snapshots (each part fsynced; an append is not)."""
-    from reme_procedure_memory.cli_errors import StartupError
+    from reme_procedure_memory.errors import StartupError
 
     ws = await indexed_corpus(make_app, tmp_path / "ws")
     views = ws / "metadata" / "file_store"

@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reme_procedure_memory import vectors
-from reme_procedure_memory.quantization import LEVELS, query_levels
-from reme_procedure_memory.vectors import VectorMatrix
+from reme_procedure_memory.search.vector import matrix as vectors
+from reme_procedure_memory.search.vector.quantization import LEVELS, query_levels
+from reme_procedure_memory.search.vector.matrix import VectorMatrix
 from test_fusion import brute_force  # the float64 scan, ties by row
 
 DIMS = 64

@@ -10,7 +10,7 @@ from rank_bm25 import BM25Okapi
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
 from helpers import experience_record, place_trajectory
-from reme_procedure_memory.filestore import text_digest
+from reme_procedure_memory.search.view.records import text_digest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -120,8 +120,8 @@ async def test_search_scans_and_reads_result_files_off_the_event_loop(make_app, 
     service's event loop keeps answering other requests meanwhile)."""
     import threading
 
-    from reme_procedure_memory.filestore import ProcedureFileStore
-    from reme_procedure_memory.store import ExperienceFiles
+    from reme_procedure_memory.search.view.store import ProcedureFileStore
+    from reme_procedure_memory.storage.experiences import ExperienceFiles
 
     ws = tmp_path / "ws"
     write_corpus(ws)

@@ -46,7 +46,8 @@ def flip_byte(path, at: float = 0.5) -> None:
 
 
 async def test_every_damaged_or_torn_part_is_detected(make_app, tmp_path):
-    from reme_procedure_memory.viewstate import ViewState, ViewStateError
+    from reme_procedure_memory.search.view.state import ViewState
+    from reme_procedure_memory.errors import ViewStateError
 
     ws = tmp_path / "ws"
     write_corpus(ws)
@@ -78,8 +79,8 @@ async def test_a_damaged_column_is_rejected_even_with_a_matching_checksum(make_a
     write_corpus(ws)
     async with make_app(workspace=ws) as app:
         expected = view_content(app)
-    from reme_procedure_memory.viewrecords import restore_columns
-    from reme_procedure_memory.viewstate import ViewState
+    from reme_procedure_memory.search.view.records import restore_columns
+    from reme_procedure_memory.search.view.state import ViewState
 
     for d in view_dirs(ws):
         manifest = json.loads((d / "MANIFEST.json").read_text())

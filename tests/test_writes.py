@@ -6,7 +6,7 @@ import pytest
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
 from reme_procedure_memory.schema import version_of
-from reme_procedure_memory.store import INDEXED, SUPERSEDED, OperationJournal
+from reme_procedure_memory.storage.journal import INDEXED, SUPERSEDED, OperationJournal
 
 FIELDS = {
     "description": "Rebuild search after a configuration change",
@@ -204,7 +204,7 @@ async def test_stale_intent_is_dropped_on_restart(make_app, tmp_path):
         memory = memory_of(app)
         run = memory.begin_run("req-1", [add_trajectory(app)])
         ok, created = await create(app, run)
-        from reme_procedure_memory.store import Operation
+        from reme_procedure_memory.storage.journal import Operation
 
         # an update intent journaled against a version the file no longer has
         stale = Operation("req-1", "u-9", "update", "r", created["path"], "{}", "0" * 16)

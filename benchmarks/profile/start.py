@@ -3,7 +3,12 @@ import sys, time, asyncio, json, threading, gc, os
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__import__("os").path.abspath(__file__)), ".."))
 from pathlib import Path
 import search as B
-from reme_procedure_memory import store as S, filestore as F, viewstate as VS, vectors as V, recovery as R, views as VW, keyword as K, graph as G
+from reme_procedure_memory import store as S
+from reme_procedure_memory.search.view import store as F, state as VS, graph as G
+from reme_procedure_memory.search.vector import matrix as V
+from reme_procedure_memory.operations import recovery as R
+from reme_procedure_memory.search import views as VW
+from reme_procedure_memory.search.keyword import bm25 as K
 T = {}; L = threading.Lock()
 def acc(k, dt):
     with L: T[k] = T.get(k, 0.0) + dt
@@ -62,7 +67,7 @@ wrap(VW.Views, "dump", "rec: views.dump")
 wrap(S.ExperienceFiles, "paths", "rec: scan paths() scandir+sort")
 wrap(S.ExperienceFiles, "_read", "rec: scan _read total")  # before branch reconcile
 wrap(S.ExperienceFiles, "_judge", "rec: scan _judge (validate) total")
-from reme_procedure_memory import experiences as E  # noqa: E402
+from reme_procedure_memory.storage import experiences as E  # noqa: E402
 if hasattr(E, "read_ahead"):
     wrap_gen(E, "read_ahead", "rec: scan read_ahead (bytes, waits on readers)")
 wrap(S.ExperienceFiles, "_source_problem", "rec: _read source_problem")

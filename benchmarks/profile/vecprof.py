@@ -1,7 +1,7 @@
 import sys, time, os, statistics
 sys.path.insert(0, __import__("os").path.join(__import__("os").path.dirname(__import__("os").path.abspath(__file__)), "..", "..", "src"))
 import numpy as np
-from reme_procedure_memory import vectors as V
+from reme_procedure_memory.search.vector import matrix as V
 X = np.load("/tmp/profile-work/X.npy"); Q = np.load("/tmp/profile-work/Q.npy")
 N, D = X.shape
 threads = int(os.environ.get("SCREEN", V.SCREEN_THREADS)); V.SCREEN_THREADS = threads

@@ -20,7 +20,7 @@ src, what = sys.argv[1], sys.argv[2]
 sys.path.insert(0, os.path.abspath(src))  # before the installed package
 import numpy as np  # noqa: E402
 
-from reme_procedure_memory import vectors as V  # noqa: E402
+from reme_procedure_memory.search.vector import matrix as V  # noqa: E402
 
 work = os.environ.get("PROFILE_WORK", "/tmp/profile-work")  # where vec.py saved the vectors
 X, Q = np.load(f"{work}/X.npy"), np.load(f"{work}/Q.npy")

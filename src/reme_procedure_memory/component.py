@@ -28,26 +28,24 @@ from reme.components.base_component import BaseComponent
 from reme.components.embedding_store import BaseEmbeddingStore
 from reme.components.file_store import BaseFileStore
 
-from .cli_errors import install_cli_error_hook
-from .importer import run_import
-from .layout import Layout
-from .guard import install_guard
-from .reads import Reads
-from .recovery import Recovery, one_shot_reindex
-from .runs import Run, RunGrants
+from .cli import install_cli_error_hook
+from .errors import StartStorageError
+from .extraction.importer import run_import
+from .operations.reads import Reads
+from .operations.recovery import Recovery, one_shot_reindex
+from .operations.runs import Run, RunGrants
+from .operations.writes import WritePath
+from .search.views import Views
 from .settings import ProcedureSettings, load_settings
-from .store import (
-    CheckpointStore,
-    ImportRegistry,
-    ExperienceFiles,
-    OperationJournal,
-    StartStorageError,
-    WorkspaceLock,
-    ensure_dir,
-)
+from .storage.atomic import ensure_dir
+from .storage.checkpoints import CheckpointStore
+from .storage.experiences import ExperienceFiles
+from .storage.guard import install_guard
+from .storage.imports import ImportRegistry
+from .storage.journal import OperationJournal
+from .storage.layout import Layout
+from .storage.lock import WorkspaceLock
 from .tokens import TokenCounter
-from .views import Views
-from .writes import WritePath
 
 
 class ProcedureMemory(BaseComponent):

@@ -16,6 +16,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from .errors import InvalidExperience
+
 NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*\.json$")
 MAX_NAME_CHARS = 120
 VERSION_CHARS = 16
@@ -65,10 +67,6 @@ class Experience(BaseModel):
     def to_bytes(self) -> bytes:
         """Canonical file bytes: UTF-8, two-space indent, trailing newline."""
         return (json.dumps(self.fields(), ensure_ascii=False, indent=2) + "\n").encode("utf-8")
-
-
-class InvalidExperience(ValueError):
-    """A file that is not a valid experience; the message says what is wrong."""
 
 
 def _no_constant(name: str):
@@ -136,33 +134,3 @@ def canonical_name(raw: str) -> str | None:
     return name if check_name(name) is None else None
 
 
-class ErrorCode:
-    """Stable error codes of the job answers."""
-
-    INVALID_ARGUMENT = "invalid_argument"
-    PATH_OUTSIDE = "path_outside_allowed_directory"
-    NOT_FOUND = "not_found"
-    INVALID_EXPERIENCE = "invalid_experience"
-    ALREADY_EXISTS = "already_exists"
-    STALE_VERSION = "stale_version"
-    FIELD_TOO_LONG = "field_too_long"
-    NO_ACTIVE_RUN = "no_active_extraction_run"
-    OPERATION_KEY_CONFLICT = "operation_key_conflict"
-    INDEX_PENDING = "index_pending"
-    TOKENIZER_UNAVAILABLE = "tokenizer_unavailable"
-    NOT_AVAILABLE = "not_available"
-
-
-class ProcedureError(Exception):
-    """A failure the caller can act on: a code, a sentence, and optional details for the JSON answer."""
-
-    def __init__(self, code: str, message: str, *, status: str = "error", **details: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.status = status
-        self.details = details
-
-    def answer(self) -> dict[str, Any]:
-        """The JSON answer of this failure."""
-        return {"status": self.status, **self.details, "error": {"code": self.code, "message": self.message}}

@@ -6,7 +6,7 @@ import math
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from .cli_errors import StartupError
+from .errors import SettingsError
 
 DEFAULT_TOKENIZER_SOURCE = "Qwen/Qwen3.8-27B"
 MIB = 1024 * 1024
@@ -98,10 +98,6 @@ class ProcedureSettings(BaseModel):
         if set(value) != {"when_to_use", "when_to_use_content"} or not all(value.values()):
             raise ValueError("must name a file store for exactly when_to_use and when_to_use_content")
         return value
-
-
-class SettingsError(StartupError, ValueError):
-    """Invalid settings; the message names each bad key and the fix."""
 
 
 def load_settings(raw: dict, *, prefix: str) -> ProcedureSettings:

@@ -25,6 +25,8 @@ import threading
 from pathlib import Path
 from typing import Protocol
 
+from .errors import TokenizerUnavailable
+
 # Hugging Face Split-pre-tokenizer regexes under which no pre-token spans a line start (module docstring): Qwen2,
 # Qwen2.5 and Qwen3 use this one.
 LINE_SEPARATING_PATTERNS = frozenset({
@@ -36,10 +38,6 @@ def is_line_start(text: str, index: int) -> bool:
     """Whether ``index`` starts a line of ``text`` with a printable ASCII character other than space (``{``, a
     letter, a digit, ``#`` ...): the places where a line-separating tokenizer's counts add up."""
     return 0 < index < len(text) and text[index - 1] == "\n" and "!" <= text[index] <= "~"
-
-
-class TokenizerUnavailable(RuntimeError):
-    """The configured tokenizer could not be loaded; the message names the source and how to fix it."""
 
 
 class Encoder(Protocol):

@@ -1,0 +1,166 @@
+"""Every answer code and every exception of the plugin, declared once.
+
+``ErrorCode`` lists the codes of the JSON answers (a failed job answers ``{"status": "error" | "incomplete",
+"error": {"code", "message"}}``); ``ProcedureError`` carries one to the step that answers it. ``StartupError`` is what
+stops a start with one line on the CLI (``cli.py``). The rest are the internal failures each layer raises and the
+layer above turns into an answer code: storage (``StorageError`` → ``storage_failure`` → ``disk_full`` /
+``storage_error``; ``DamagedRecord`` → ``metadata_damaged``), the views (``IndexFailure``, ``ProviderUnavailable`` →
+``index_pending``; ``ViewStateError`` → a rebuild), extraction (``ExtractionStopped`` and the trajectory format and
+tokenizer errors → an ``incomplete`` import). ``tests/test_errors.py`` keeps README's table of codes equal to this.
+"""
+
+from __future__ import annotations
+
+import errno
+from pathlib import Path
+from typing import Any
+
+
+class InvalidExperience(ValueError):
+    """A file that is not a valid experience; the message says what is wrong."""
+
+
+class ErrorCode:
+    """Stable error codes of the job answers."""
+
+    INVALID_ARGUMENT = "invalid_argument"
+    PATH_OUTSIDE = "path_outside_allowed_directory"
+    NOT_FOUND = "not_found"
+    INVALID_EXPERIENCE = "invalid_experience"
+    ALREADY_EXISTS = "already_exists"
+    STALE_VERSION = "stale_version"
+    FIELD_TOO_LONG = "field_too_long"
+    NO_ACTIVE_RUN = "no_active_extraction_run"
+    OPERATION_KEY_CONFLICT = "operation_key_conflict"
+    INDEX_PENDING = "index_pending"
+    TOKENIZER_UNAVAILABLE = "tokenizer_unavailable"
+    NOT_AVAILABLE = "not_available"
+
+
+class ProcedureError(Exception):
+    """A failure the caller can act on: a code, a sentence, and optional details for the JSON answer."""
+
+    def __init__(self, code: str, message: str, *, status: str = "error", **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+        self.details = details
+
+    def answer(self) -> dict[str, Any]:
+        """The JSON answer of this failure."""
+        return {"status": self.status, **self.details, "error": {"code": self.code, "message": self.message}}
+
+
+class StartupError(Exception):
+    """An error that stops a start and that a user fixes from its one-line message (what, which key or holder,
+    how to fix). The CLI prints it as one line; in-process callers catch it like any exception."""
+
+
+class SettingsError(StartupError, ValueError):
+    """Invalid settings; the message names each bad key and the fix."""
+
+
+class ContainmentError(ProcedureError, ValueError, StartupError):
+    """A configured directory is not a real directory inside the workspace; the message names it and the link.
+    At start it is a StartupError (one line on the CLI); inside a job it is answered as JSON like any ProcedureError."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(ErrorCode.PATH_OUTSIDE, message)
+
+
+class StorageError(OSError):
+    """A durable write failed; ``filename`` is the destination, ``errno``/``strerror`` the cause."""
+
+    @property
+    def disk_full(self) -> bool:
+        return self.errno in DISK_FULL_ERRNOS
+
+
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def storage_failure(exc: OSError, what: str = "") -> tuple[str, str]:
+    """The error code and sentence of a failed durable write: ``disk_full`` (what to free) or ``storage_error``.
+
+    ``what`` names the write (e.g. "the copy of run.jsonl"); the destination comes from the exception.
+    """
+    target = exc.filename or "the workspace"
+    cause = f"{exc.strerror or type(exc).__name__} (errno {errno.errorcode.get(exc.errno, exc.errno)})"
+    subject = f"{what} ({target})" if what else str(target)
+    if exc.errno in DISK_FULL_ERRNOS:
+        return "disk_full", (
+            f"Writing {subject} failed: {cause}. Free space on the file system that holds "
+            f"{Path(str(target)).parent} (or raise the quota); nothing half-written was kept."
+        )
+    return "storage_error", (
+        f"Writing {subject} failed: {cause}. Make sure {Path(str(target)).parent} exists and is writable by this "
+        "process (permissions, a read-only mount, a failing disk); nothing half-written was kept."
+    )
+
+
+class StartStorageError(StartupError):
+    """A start could not write what it must (the views' state, a directory of the workspace): one line on the CLI,
+    ``<code>: <what failed and what to do>``, with the code (``disk_full`` or ``storage_error``) as ``code``."""
+
+    def __init__(self, exc: OSError) -> None:
+        self.code, message = storage_failure(exc)
+        super().__init__(f"{self.code}: {message} Then start again.")
+
+
+class DamagedRecord(ValueError):
+    """A metadata record that cannot be parsed; the message names the file and what to do."""
+
+    def __init__(self, path: Path, cause: str, set_aside: Path | None = None) -> None:
+        self.path, self.cause, self.set_aside = path, cause, set_aside
+        where = f"; it was set aside as {set_aside} (kept for inspection)" if set_aside else ""
+        super().__init__(f"The metadata file {path} is damaged ({cause}){where}")
+
+
+class WorkspaceBusy(StartupError, RuntimeError):
+    """Another process (or another application in this process) holds the workspace."""
+
+
+class TokenizerUnavailable(RuntimeError):
+    """The configured tokenizer could not be loaded; the message names the source and how to fix it."""
+
+
+class UnsupportedTrajectory(ValueError):
+    """The file's format is not one the import reads."""
+
+
+class MalformedTrajectory(ValueError):
+    """The file claims a supported format but its content does not match it."""
+
+
+class SegmentationError(ValueError):
+    """The text cannot be segmented within the budget (e.g. one character counts more tokens than the budget)."""
+
+
+class ExtractionStopped(Exception):
+    """The import stopped resumably; code and message say why and how to go on (``details`` go into the answer)."""
+
+    def __init__(self, code: str, message: str, **details: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.details = details
+
+
+class IndexFailure(RuntimeError):
+    """Indexing an experience failed; the path has been removed from both views."""
+
+
+class ProviderUnavailable(IndexFailure):
+    """The embedding provider timed out, raised, or returned no vector at all: retrying other texts now is futile.
+
+    ``certain`` is False when a single text got no vector: the provider may just refuse that one text.
+    """
+
+    def __init__(self, message: str, *, certain: bool = True) -> None:
+        super().__init__(message)
+        self.certain = certain
+
+
+class ViewStateError(RuntimeError):
+    """The persisted view state is missing a part or inconsistent: discard it and rebuild the view."""

@@ -1,0 +1,312 @@
+"""The per-segment extraction run: prompt, context budget, agent call, rolling summary and its repair, checkpoint.
+
+One ``Extraction`` processes one imported trajectory whose segments are fixed in its checkpoint. For each segment
+from the checkpoint's position:
+
+1. search the library for the experiences that match the segment best (``RELATED_LIMIT``, compact), render the
+   prompt (the segment, summary so far, the caller's hint, those experiences, the ledger of an earlier attempt) and
+   check that system prompt + user message + tool schemas fit ``context - reserve`` exact tokens, before any model
+   call;
+2. open a run (secret grant, source = the copy) and let the agent work with exactly the four job tools;
+3. an interrupted, cancelled, failed or iteration-exhausted reply stops the import resumably, never advancing;
+4. a completed reply is saved in the checkpoint first, so a failed advance reuses it instead of re-running;
+5. a segment whose own writes failed to publish (and were not corrected by a later write of the same path or
+   content, in that attempt or an earlier one) cannot advance; before the last segment, the summary between
+   ``<summary>`` tags must exist and fit its ceiling, else it is repaired within a bounded budget (after the last,
+   nothing reads a summary: none is asked for); a segment whose own writes are still index-pending cannot advance;
+6. the checkpoint advances atomically: position + 1, the new summary, the reply cleared.
+
+Here: the loop, its gates, the checkpoint. What the agent is shown and the budget check: ``prompt.py``; the summary
+rules: ``summary.py``; agent call kwargs and stop reasons: ``agent_call.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import Callable
+
+from reme.steps.evolve._evolve import agent_reply_result_text
+
+from ..errors import ErrorCode, ExtractionStopped, ProcedureError, TokenizerUnavailable
+from ..operations.reads import compact_answer
+from ..storage.checkpoints import CheckpointStore
+from ..storage.journal import ABANDONED, INDEX_PENDING, INTENT, PUBLISHED
+from . import prompt
+from .agent_call import merged_reply_kwargs, stop_reason
+from .summary import parse_summary, summary_problem
+
+REPAIR_ITERATIONS = 2  # a summary repair needs no tools: one answer, plus the SDK's forced final turn
+RELATED_VIEW, RELATED_LIMIT = "when_to_use_content", 5  # the experiences a segment's message lists
+RELATED_QUERY_CHARS = 2000  # the segment's beginning searched for them (with the caller's hint)
+
+
+class Extraction:
+    """Processes the remaining segments of one import; see the module docstring."""
+
+    def __init__(self, memory, wrapper, record, text: str, fmt: str, checkpoint: dict,
+                 checkpoints: CheckpointStore, progress: Callable[[str], None]) -> None:
+        self.memory = memory
+        self.wrapper = wrapper
+        self.record = record
+        self.text = text
+        self.format = fmt
+        self.checkpoint = checkpoint
+        self.checkpoints = checkpoints
+        self.progress = progress
+        self.limits = memory.settings.token_limits
+        self._related: dict[int, list[str]] = {}  # per segment: its related experiences, once searched
+
+    # -- checkpoint ---------------------------------------------------------------------------------------------
+
+    def _save(self) -> None:
+        self.checkpoints.put(self.record.request_id, self.checkpoint)
+
+    def _ledger(self, index: int):
+        """The operation ledger of a segment: its journaled writes (durable before each publish), oldest first."""
+        return [op for op in self.memory.journal.records(self.record.request_id) if op.segment == index]
+
+    # -- prompts ------------------------------------------------------------------------------------------------
+
+    def _system_prompt(self) -> str:
+        return prompt.system_prompt(self.limits)
+
+    def _user_message(self, index: int) -> str:
+        start, end = self.checkpoint["segments"][index]
+        return prompt.user_message(
+            path=self.record.path, fmt=self.format, number=index + 1, total=len(self.checkpoint["segments"]),
+            start=start, end=end, segment=self.text[start:end], hint=self.checkpoint.get("memory_hint") or "",
+            summary=self.checkpoint.get("summary") or "", summary_limit=self.limits.summary,
+            lines=prompt.ledger_lines(self._ledger(index), self._failed_writes(index)),
+            related=self._related.get(index),
+        )
+
+    async def _find_related(self, index: int) -> None:
+        """The library's experiences that match segment ``index`` best (a compact search of the content view with
+        the hint and the segment's beginning), for its message: the agent searches only for what they miss. A
+        search that fails leaves the list out (the agent can still search)."""
+        start, end = self.checkpoint["segments"][index]
+        query = " ".join([self.checkpoint.get("memory_hint") or "", self.text[start:min(end, start + RELATED_QUERY_CHARS)]])
+        try:
+            answer = compact_answer(await self.memory.search(query.strip() or "procedure", RELATED_VIEW, RELATED_LIMIT))
+        except ProcedureError as exc:
+            self.memory.logger.warning(f"procedure import: no related experiences for segment {index + 1}: {exc}")
+            return
+        self._related[index] = prompt.related_lines(answer["results"])
+
+    def _tool_schemas(self) -> str:
+        return prompt.tool_schemas(self.memory.app_context.jobs)
+
+    def _user_tokens(self, user: str, index: int) -> int:
+        """The segment and the rolling summary inside the message keep the counts recorded when they were cut and
+        validated (if the checkpoint has them)."""
+        start, end = self.checkpoint["segments"][index]
+        counts = self.checkpoint.get("segment_counts")
+        return prompt.user_tokens(self.memory.tokens, user, (
+            (self.text[start:end], counts[index] if counts else None),
+            (self.checkpoint.get("summary") or "", self.checkpoint.get("summary_tokens"))))
+
+    async def _check_context(self, system: str, user: str, *, tools: bool = True) -> int:
+        """Exact tokens of the initial input; raise ExtractionStopped before any model call when it does not fit."""
+        tokens, index = self.memory.tokens, self.checkpoint["next_segment"]
+        schemas = self._tool_schemas() if tools else ""
+        try:
+            sizes = await asyncio.to_thread(
+                lambda: [tokens.count(system), self._user_tokens(user, index), tokens.count(schemas)])
+        except TokenizerUnavailable as exc:
+            raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+        total, problem = prompt.budget_problem(sizes, self.limits)
+        if problem:
+            raise ExtractionStopped("context_budget_exceeded", problem)
+        return total
+
+    # -- the loop -----------------------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Process segments until the end (raises ExtractionStopped to stop resumably). After the last segment no
+        rolling summary is asked for or checked: nothing reads it (the checkpoint keeps the final reply)."""
+        segments = self.checkpoint["segments"]
+        while self.checkpoint["next_segment"] < len(segments):
+            index = self.checkpoint["next_segment"]
+            reply = self.checkpoint.get("saved_reply")
+            if not reply or reply.get("segment") != index:
+                reply = await self._run_agent(index)
+            self._check_failed_writes(index)
+            if index == len(segments) - 1:
+                summary, summary_tokens = self.checkpoint.get("summary") or "", self.checkpoint.get("summary_tokens")
+            else:
+                summary, summary_tokens = await self._valid_summary(index, reply["text"])
+            self._check_pending_writes(index)
+            self.checkpoint.get("failed_writes", {}).pop(str(index), None)
+            self.checkpoint.update(next_segment=index + 1, summary=summary, summary_tokens=summary_tokens,
+                                   saved_reply=None)
+            self._save()
+            done = self.written()
+            self.progress(
+                f"segment {index + 1}/{len(segments)} done: {len(done['created'])} created, "
+                f"{len(done['updated'])} updated so far",
+            )
+
+    async def _run_agent(self, index: int) -> dict:
+        number, total = index + 1, len(self.checkpoint["segments"])
+        await self._find_related(index)
+        system, user = self._system_prompt(), self._user_message(index)
+        tokens = await self._check_context(system, user)
+        self.progress(f"segment {number}/{total}: {tokens} input tokens, running the extraction agent")
+        attempts = self.checkpoint.setdefault("attempts", {})
+        attempts[str(index)] = attempts.get(str(index), 0) + 1
+        self._save()  # durable before the agent runs: a kill mid-run still counts the attempt
+        run = self.memory.begin_run(self.record.request_id, [self.record.path], segment=index)
+        run.carry_failures(self._failed_writes(index))  # an earlier attempt's failures stay until a write corrects them
+        kwargs = merged_reply_kwargs(self.wrapper, run, self.memory.settings.extraction.max_iters)
+        try:
+            result = await self.wrapper.reply(user, system_prompt=system, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the SDK failed or its own budget ran out: resumable
+            subtype = getattr(exc, "subtype", "")
+            code = "agent_budget_exhausted" if subtype == "error_max_turns" else "agent_failed"
+            raise ExtractionStopped(
+                code, f"The extraction agent failed on segment {number}/{total}: {type(exc).__name__}: {exc}",
+            ) from exc
+        finally:
+            self.memory.end_run(run)
+            # the segment's uncorrected failed writes: they gate the segment and the next attempt's ledger shows them
+            self.checkpoint.setdefault("failed_writes", {})[str(index)] = list(run.failed_writes.values())
+            self._save()
+        reason = stop_reason(result)
+        if reason:
+            code = "agent_budget_exhausted" if "exceed_max_iters" in reason else "agent_interrupted"
+            raise ExtractionStopped(code, f"Segment {number}/{total} did not finish: {reason}.")
+        reply = {"segment": index, "text": agent_reply_result_text(result)}
+        self.checkpoint["saved_reply"] = reply
+        self._save()
+        return reply
+
+    async def _valid_summary(self, index: int, reply: str) -> tuple[str, int]:
+        """The reply's summary and its exact token count, repaired by the agent (no tools) at most
+        ``summary_repair_attempts`` times."""
+        ceiling = self.limits.ceiling(self.limits.summary)
+        attempts = self.memory.settings.extraction.summary_repair_attempts
+        start, end = self.checkpoint["segments"][index]
+        previous, segment = self.checkpoint.get("summary") or "", self.text[start:end]
+        for attempt in range(attempts + 1):
+            summary = parse_summary(reply)
+            problem = summary_problem(reply, summary, previous, segment)
+            # What the repair needs to see: the reply when it may hold the summary (no tags, or too long), the
+            # segment when the reply holds none (no tags, empty, a placeholder, unchanged). A placeholder or an
+            # unchanged summary is never quoted: it would only be copied back.
+            quote = summary is None and "<summary>" not in (reply or "")
+            show_segment = True
+            if problem is None:
+                try:
+                    size = await self.memory.tokens.acount(summary)
+                except TokenizerUnavailable as exc:
+                    raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+                if size <= ceiling:
+                    return summary, size
+                problem = f"the summary has {size} tokens; the limit is {self.limits.summary}."
+                quote, show_segment = True, False  # shortening needs the summary, not the segment
+            if attempt == attempts:
+                break
+            reply = await self._repair(index, reply if quote else "", problem, attempt + 1, show_segment)
+        self.checkpoint["saved_reply"] = None  # the next resume lets the agent run this segment again
+        self._save()
+        raise ExtractionStopped(
+            "summary_invalid",
+            f"Segment {index + 1}: the rolling summary is still invalid after {attempts} repair attempts "
+            f"({problem}). Resume with the same request_id to run the segment again.",
+        )
+
+    async def _repair(self, index: int, reply: str, problem: str, attempt: int, show_segment: bool) -> str:
+        """One tool-less repair turn: the problem, the quoted reply (when given) and, when the summary must be
+        written from the segment, the segment's own message. Its input is checked against the context budget."""
+        number, total = index + 1, len(self.checkpoint["segments"])
+        message = prompt.repair_message(
+            segment_message=self._user_message(index) if show_segment else "", number=number, total=total,
+            problem=problem, reply=reply, summary_limit=self.limits.summary,
+        )
+        system = self._system_prompt()
+        await self._check_context(system, message, tools=False)
+        self.progress(f"segment {index + 1}: repairing the rolling summary (attempt {attempt})")
+        kwargs = merged_reply_kwargs(self.wrapper, None, REPAIR_ITERATIONS)
+        try:
+            result = await self.wrapper.reply(message, system_prompt=system, **kwargs)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise ExtractionStopped("agent_failed", f"Summary repair failed: {type(exc).__name__}: {exc}") from exc
+        reason = stop_reason(result)
+        if reason:
+            raise ExtractionStopped("agent_interrupted", f"Summary repair did not finish: {reason}.")
+        return agent_reply_result_text(result)
+
+    def _failed_writes(self, index: int) -> list[dict[str, str]]:
+        """Failed, uncorrected writes of the segment's last attempt (as saved in the checkpoint)."""
+        return list((self.checkpoint.get("failed_writes") or {}).get(str(index)) or [])
+
+    def _check_failed_writes(self, index: int) -> None:
+        """A segment whose last attempt has failed writes it did not correct cannot advance: nothing it meant to
+        save may be lost silently. The next attempt runs with these failures in its ledger."""
+        failed = self._failed_writes(index)
+        if not failed:
+            return
+        self.checkpoint["saved_reply"] = None  # resume lets the agent run the segment again
+        self._save()
+        raise failed_writes_stopped(failed, index + 1, len(self.checkpoint["segments"]))
+
+    def _check_pending_writes(self, index: int) -> None:
+        """A segment whose own writes are still index-pending cannot advance."""
+        written = {op.path for op in self._ledger(index) if op.status in (PUBLISHED, INDEX_PENDING)}
+        pending = sorted(written & set(self.memory.pending))
+        if pending:
+            self.checkpoint["saved_reply"] = None  # resume lets the agent correct them
+            self._save()
+            raise ExtractionStopped(
+                "pending_writes",
+                f"Segment {index + 1} has writes that are not indexed yet: {', '.join(pending)}. Resume with the "
+                "same request_id: the agent runs the segment again with its operation ledger and corrects them.",
+            )
+
+    def written(self) -> dict[str, list[str]]:
+        """Experiences created and updated by this import (its journaled, published writes), each path once."""
+        return written_paths(self.memory.journal.records(self.record.request_id))
+
+
+def written_paths(ops) -> dict[str, list[str]]:
+    """Paths created and updated by journaled operations (oldest first) that were published, each path once."""
+    created, updated = {}, {}
+    for op in ops:
+        if op.status in (INTENT, ABANDONED):
+            continue
+        if op.tool == "create":
+            created[op.path] = True
+        elif op.path not in created:
+            updated[op.path] = True
+    return {"created": list(created), "updated": list(updated)}
+
+
+def failed_writes_stopped(failed: list[dict[str, str]], number: int, total: int) -> ExtractionStopped:
+    """The stop of segment ``number`` of ``total`` whose last attempt left these failed writes uncorrected."""
+    code = "disk_full" if any(f["code"] == "disk_full" for f in failed) else "write_failed"
+    listed = "; ".join(f"{f['tool']} {f['path']}: {f['error']}" for f in failed)
+    failed = [{k: v for k, v in f.items() if k != "target"} for f in failed]  # the target version is internal
+    return ExtractionStopped(
+        code,
+        f"Segment {number}/{total}: {len(failed)} write(s) of the extraction agent failed and were not saved: "
+        f"{listed} Fix the cause, then resume with the same request_id: the agent runs segment {number} again "
+        "and sees these failed writes in its operation ledger.",
+        failed_writes=failed,
+    )
+
+
+def make_progress(logger) -> Callable[[str], None]:
+    """Progress to ReMe's log and, in a terminal, to stderr."""
+    tty = sys.stderr.isatty()
+
+    def report(message: str) -> None:
+        logger.info(f"procedure import: {message}")
+        if tty:
+            print(f"[procedure-memory] {message}", file=sys.stderr, flush=True)
+
+    return report

@@ -1,0 +1,210 @@
+"""Job arguments, declared once: one pydantic model per job, the source of both validation and the advertised schema.
+
+ReMe validates no job arguments (HTTP, MCP and the CLI pass anything through; the CLI sends ``007`` as a string), so
+every job validates its own through its model. ``parameters(model)`` is the schema the job advertises in plugin.yaml
+(what agents, MCP clients and AgentScope's ``jsonschema`` check see); a test keeps the two equal. It stays as plain as
+ReMe's tool adapters expect: no ``title``, no ``default`` (applied here, stated in the descriptions), no ``anyOf``.
+
+``validate(model, arguments)`` answers the model, or ``ProcedureError(invalid_argument, <sentence>)`` for the first
+invalid argument in field order (the order the checks always had). Absent or ``None`` means "the default". Checks
+that need the configuration (experience path, experience filename) come through the validation context and raise
+their own ``ProcedureError`` in field order.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.json_schema import SkipJsonSchema
+
+from ..errors import ErrorCode, ProcedureError
+from ..schema import FIELD_ALIAS, NAME_EXAMPLE
+from ..search.views import VIEW_NAMES
+from .fields import (
+    MAX_LIMIT,
+    AliasConflict,
+    Conflict,
+    ExpectedVersion,
+    FieldText,
+    Filename,
+    ImportFile,
+    ImportFilename,
+    ImportText,
+    Integer,
+    OperationKey,
+    Query,
+    RawPath,
+    RequestId,
+    new_request_id,
+)
+
+
+class JobArguments(BaseModel):
+    """Base of the job models: unknown keys (injected grants, ``tool_context_id``) are ignored here and refused by
+    the advertised ``additionalProperties: false`` where the caller validates the schema (AgentScope)."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"additionalProperties": False})
+    # Optional arguments where "" (the CLI's ``limit=``) means "use the default"; where any false value (0, [],
+    # false) does, as it always did for ``kind``. Elsewhere "" is refused like any other blank text.
+    EMPTY_IS_DEFAULT: ClassVar[frozenset[str]] = frozenset()
+    FALSY_IS_DEFAULT: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = {k: v for k, v in data.items() if v is not None}
+        for name, info in cls.model_fields.items():
+            key = info.alias or name
+            if info.is_required():
+                data.setdefault(key, None)  # absent: the field's own check answers, in field order
+            elif key in data and ((name in cls.EMPTY_IS_DEFAULT and data[key] == "")
+                                  or (name in cls.FALSY_IS_DEFAULT and not data[key])):
+                del data[key]
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
+    def _before(cls, data: Any) -> Any:
+        return cls._normalise(data)
+
+
+class SearchArguments(JobArguments):
+    EMPTY_IS_DEFAULT = frozenset({"index", "limit", "detail"})
+
+    query: Query = Field(description="What you want to do, or the situation you are in.")
+    index: Literal[VIEW_NAMES] = Field(
+        "when_to_use_content",
+        description="when_to_use: when-to-use only; when_to_use_content (default): when-to-use and content.",
+    )
+    limit: Integer = Field(5, ge=1, le=MAX_LIMIT, description="Maximum results (default 5).")
+    detail: Literal["full", "compact"] = Field(
+        None, description="full: whole experiences; compact: the best one's content, the others' descriptions, weak "
+        "ones left out (default: compact in extraction runs, else full).")
+
+
+class ReadArguments(JobArguments):
+    """Offset and length concern trajectories only: for an experience they are not read (nor checked)."""
+
+    EMPTY_IS_DEFAULT = frozenset({"offset", "length"})
+    FALSY_IS_DEFAULT = frozenset({"kind"})
+
+    kind: Literal["experience", "trajectory"] = Field("experience", description="experience (default) or trajectory.")
+    offset: Integer = Field(0, ge=0, description="Trajectory only: first character (default 0).")
+    length: Integer = Field(8192, ge=1, description="Trajectory only: characters to read (default 8192).")
+    path: RawPath = Field(description="Workspace-relative path of an experience or a copied trajectory.")
+
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        data = super()._normalise(data)
+        if isinstance(data, dict) and data.get("kind", "experience") == "experience":
+            data = {k: v for k, v in data.items() if k not in ("offset", "length")}
+        return data
+
+
+class _WriteArguments(JobArguments):
+    """``when-to-use`` (the experience file's own key, which a model that has just read one sends) is read as
+    ``when_to_use``; both with different texts are refused."""
+
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get(FIELD_ALIAS) is not None:
+            alias, value = data[FIELD_ALIAS], data.get("when_to_use")
+            data = {k: v for k, v in data.items() if k != FIELD_ALIAS}
+            if value is not None and value != alias:
+                data[FIELD_ALIAS] = Conflict()
+            else:
+                data["when_to_use"] = alias
+        return super()._normalise(data)
+
+
+class CreateArguments(_WriteArguments):
+    operation_key: OperationKey = None  # None: derived from the call (writes.py ``derived_key``)
+    when_to_use_alias: SkipJsonSchema[AliasConflict] = Field(None, alias=FIELD_ALIAS)
+    filename: Filename = Field(
+        description=f"Meaningful lowercase-hyphenated name, e.g. {NAME_EXAMPLE}")
+    description: FieldText = Field(description="One line: what this experience is.")
+    when_to_use: FieldText = Field(description="The situation in which to apply it.")
+    content: FieldText = Field(description="What to do, step by step.")
+
+
+class UpdateArguments(_WriteArguments):
+    operation_key: OperationKey = None  # None: derived from the call (writes.py ``derived_key``)
+    when_to_use_alias: AliasConflict = Field(None, alias=FIELD_ALIAS, description="Alias of when_to_use.")
+    path: RawPath = Field(description="procedures/<name>.json")
+    expected_version: ExpectedVersion = Field(description="The version you read.")
+    description: FieldText = None
+    when_to_use: FieldText = None
+    content: FieldText = None
+
+
+class AutoMemoryArguments(JobArguments):
+    """``reme start job=procedure_auto_memory file=... filename=...``: a one-shot CLI job, not an agent tool."""
+
+    model_config = ConfigDict(json_schema_extra=None)  # advertised without additionalProperties: CLI only
+    EMPTY_IS_DEFAULT = frozenset({"request_id"})
+    FALSY_IS_DEFAULT = frozenset({"memory_hint", "source_id"})
+
+    file: ImportFile
+    filename: ImportFilename
+    request_id: RequestId = Field(default_factory=new_request_id)
+    memory_hint: ImportText = ""
+    source_id: ImportText = ""
+
+
+class ReindexArguments(JobArguments):
+    """``procedure_reindex`` takes no argument (and ignores any)."""
+
+    model_config = ConfigDict(json_schema_extra=None)
+
+
+MODELS: dict[str, type[JobArguments]] = {
+    "procedure_search": SearchArguments,
+    "procedure_read": ReadArguments,
+    "procedure_create": CreateArguments,
+    "procedure_update": UpdateArguments,
+    "procedure_auto_memory": AutoMemoryArguments,
+    "procedure_reindex": ReindexArguments,
+}
+
+
+def validate(model: type[JobArguments], arguments: dict[str, Any], **context: Any) -> Any:
+    """The validated arguments, or ProcedureError(invalid_argument) naming the first invalid one."""
+    try:
+        return model.model_validate(arguments, context=context)
+    except ValidationError as exc:
+        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, _sentence(model, exc.errors()[0])) from None
+
+
+def _sentence(model: type[JobArguments], error: dict[str, Any]) -> str:
+    """One sentence for one pydantic error, naming the argument as the caller wrote it."""
+    name = str(error["loc"][0]) if error["loc"] else "arguments"
+    kind, ctx = error["type"], error.get("ctx") or {}
+    if kind == "invalid_argument":
+        return ctx["message"]
+    if kind in ("greater_than_equal", "less_than_equal"):
+        bounds = parameters(model)["properties"][name]
+        low, high = bounds.get("minimum"), bounds.get("maximum")
+        within = f"between {low} and {high}" if high is not None else f"at least {low}"
+        return f"`{name}` must be {within} (got {error['input']})."
+    if kind == "literal_error":
+        choices = model.model_json_schema()["properties"][name]["enum"]
+        return f"`{name}` must be one of {', '.join(choices)}."
+    return f"`{name}`: {error['msg']}."  # not reached by the models' own types
+
+
+def parameters(model: type[JobArguments]) -> dict[str, Any]:
+    """The JSON schema a job advertises (``parameters`` in plugin.yaml): pydantic's, without titles and defaults (and
+    without the model's docstring: the job has its own description)."""
+    schema = _plain(model.model_json_schema(by_alias=True))
+    schema.pop("description", None)
+    return schema
+
+
+def _plain(node: Any) -> Any:
+    if isinstance(node, dict):
+        return {k: _plain(v) for k, v in node.items() if k not in ("title", "default")}
+    if isinstance(node, list):
+        return [_plain(v) for v in node]
+    return node

@@ -1,0 +1,235 @@
+"""Thin ReMe steps: validate arguments, delegate to the ProcedureMemory component, answer JSON.
+
+ReMe validates no job arguments (HTTP, MCP and CLI pass anything through), so every step validates its own through
+the job's model in arguments.py (create and update: in the write path, which tests also call directly). Every
+answer is a JSON object in ``Response.answer`` (agents and MCP callers see only the answer); failures also set
+``success=False``. The component instance is chosen by step config only (``procedure_memory: <name>``), never by
+the caller.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from reme.components.prompt_handler import PromptHandler
+from reme.steps.base_step import BaseStep
+
+from ..component import ProcedureMemory
+from ..errors import DamagedRecord, ErrorCode, ProcedureError, StorageError, storage_failure
+from ..operations.reads import compact_answer
+from .arguments import ReadArguments, SearchArguments, validate  # noqa: F401 (MAX_LIMIT: re-exported)
+
+# Said to the extraction agent when its search finds nothing (small models took an empty list as "done").
+EMPTY_SEARCH_NOTE = (
+    "No experience matches yet: if the segment shows a reusable procedure for this, create it with procedure_create."
+)
+
+
+def check_unicode(arguments: dict[str, Any]) -> None:
+    """Refuse any text argument (also nested in lists and objects) that is not valid Unicode.
+
+    JSON (HTTP, MCP) can carry a lone surrogate such as ``"\\ud800"`` and a command line can carry undecodable
+    bytes; such text cannot be tokenized, embedded, written as UTF-8 or used as a file name.
+    """
+    stack = [(name, value) for name, value in arguments.items() if isinstance(name, str)]
+    while stack:
+        name, value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                raise ProcedureError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"`{name}` is not valid Unicode text: character {exc.start} is a lone surrogate "
+                    f"({value[exc.start]!r}). Send UTF-8 text; nothing was read or written.",
+                ) from None
+        elif isinstance(value, (list, tuple)):
+            stack += [(name, item) for item in value]
+        elif isinstance(value, dict):
+            stack += [(name, item) for item in value.values()]
+
+
+class ClassPrompts(PromptHandler):
+    """ReMe's prompt handler with each class's prompt file looked up once per process.
+
+    ReMe builds a job's steps anew for every call, and ``BaseStep.__init__`` loads the prompts of every class in the
+    step's MRO: an ``inspect.getfile`` and two ``stat`` calls per class, per request. The files are part of the
+    installed code, so the prompts found for a class the first time are reused (the same merge: string entries,
+    same overwrite rule).
+    """
+
+    _by_class: dict[type, dict[str, str]] = {}
+
+    @classmethod
+    def of(cls, handler: PromptHandler) -> "ClassPrompts":
+        """A ClassPrompts with ``handler``'s language and prompts."""
+        prompts = cls(language=handler.language)
+        prompts.data = dict(handler.data)
+        return prompts
+
+    def load_prompt_by_class(self, cls: type, overwrite: bool = True) -> "ClassPrompts":
+        found = self._by_class.get(cls)
+        if found is None:
+            found = self._by_class[cls] = PromptHandler().load_prompt_by_class(cls).data
+        self.load_prompt_dict(found, overwrite)
+        return self
+
+
+class ProcedureStep(BaseStep):
+    """Base of the plugin's steps: component lookup and the JSON answer contract."""
+
+    @property
+    def prompt(self) -> PromptHandler:
+        return self.__dict__["prompt"]
+
+    @prompt.setter
+    def prompt(self, handler: PromptHandler) -> None:
+        # BaseStep.__init__ sets a fresh PromptHandler, then loads the class prompts into it: swap in the cached kind
+        self.__dict__["prompt"] = handler if isinstance(handler, ClassPrompts) else ClassPrompts.of(handler)
+
+    @property
+    def memory(self) -> ProcedureMemory:
+        name = self.kwargs.get("procedure_memory", "default")
+        component = (self.app_context.components.get("procedure_memory") or {}).get(name)
+        if not isinstance(component, ProcedureMemory):
+            raise ProcedureError(
+                ErrorCode.NOT_AVAILABLE,
+                f"components.procedure_memory.{name} is not configured; enable plugins='[\"procedure-memory\"]'.",
+            )
+        return component
+
+    def arg(self, name: str) -> Any:
+        assert self.context is not None
+        return self.context.get(name)
+
+    tool: str = ""  # the job tool this step serves to extraction agents ("" for CLI-only jobs)
+
+    async def execute(self) -> None:
+        """Answer one JSON object. Inside an extraction run, a call identical to one the run already got an answer
+        for, with nothing changed since, gets that answer again with a nudge instead of running again."""
+        assert self.context is not None
+        run, key = self._agent_call()
+        repeated = run.repeated(key, self.memory.generation) if run is not None else None
+        if repeated is not None:
+            success, answer = repeated
+        else:
+            answer, success = await self._answer()
+            if run is not None:
+                run.remember(key, self.memory.generation, success, answer)
+        self.context.response.success = success
+        self.context.response.answer = json.dumps(answer, ensure_ascii=False)
+
+    def _agent_call(self):
+        """(live run, call identity) when an extraction agent makes this call, else (None, "")."""
+        if not self.tool:
+            return None, ""
+        try:
+            memory = self.memory
+        except ProcedureError:
+            return None, ""
+        run = memory.grants.live_run(
+            self.arg("tool_context_id"), self.arg("_procedure_grant"), self.arg("_procedure_sources"),
+        )
+        return (run, run.call_key(self.tool, self.context.data)) if run is not None else (None, "")
+
+    async def _answer(self) -> tuple[dict[str, Any], bool]:
+        try:
+            check_unicode(self.context.data)
+            answer = await self.run()
+            return answer, answer.get("status") not in ("incomplete", "error")
+        except ProcedureError as exc:
+            return exc.answer(), False
+        except (StorageError, DamagedRecord) as exc:  # a full disk, an unwritable directory, a damaged record
+            self.logger.exception(f"{self.name} failed: {exc}")
+            code, message = (storage_failure(exc) if isinstance(exc, StorageError)
+                             else ("metadata_damaged", f"{exc}. Run the same command again to continue."))
+            return {"status": "error", "error": {"code": code, "message": message}}, False
+        except Exception as exc:  # still one JSON answer (agents and MCP see only the answer); logged in full
+            self.logger.exception(f"{self.name} failed: {exc}")
+            error = {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}
+            return {"status": "error", "error": error}, False
+
+    async def run(self) -> dict[str, Any]:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class ProcedureSearchStep(ProcedureStep):
+    """``procedure_search query=... index=when_to_use|when_to_use_content limit=5``."""
+
+    tool = "procedure_search"
+
+    async def run(self) -> dict[str, Any]:
+        memory = self.memory
+        args = validate(SearchArguments, self.context.data)
+        answer = await memory.search(args.query, args.index, args.limit)
+        run = self._agent_call()[0]
+        if not answer["results"] and run is not None:  # the extraction agent's next step
+            answer["note"] = EMPTY_SEARCH_NOTE
+        if (args.detail or ("compact" if run is not None else "full")) == "compact":
+            answer = compact_answer(answer, run.shown if run is not None else None)
+        return answer
+
+
+class ProcedureReadStep(ProcedureStep):
+    """``procedure_read path=procedures/x.json`` or ``kind=trajectory path=... offset=0 length=8192``."""
+
+    tool = "procedure_read"
+
+    async def run(self) -> dict[str, Any]:
+        memory = self.memory
+        args = validate(ReadArguments, self.context.data)
+        if args.kind == "experience":
+            return memory.read_experience(args.path)
+        return await memory.read_trajectory(args.path, args.offset, args.length)
+
+
+class _WriteStep(ProcedureStep):
+    """Create/update: only with the live grant of an active extraction run (injected, never from the model)."""
+
+    def run_of_call(self):
+        return self.memory.grants.run_for(
+            self.arg("tool_context_id"), self.arg("_procedure_grant"), self.arg("_procedure_sources"),
+        )
+
+    def write_args(self) -> dict[str, Any]:
+        assert self.context is not None
+        return dict(self.context.data)
+
+
+class ProcedureCreateStep(_WriteStep):
+    """``procedure_create filename description when_to_use content operation_key`` (agent tool only)."""
+
+    tool = "procedure_create"
+
+    async def run(self) -> dict[str, Any]:
+        run = self.run_of_call()
+        return await self.memory.create(run, self.write_args())
+
+
+class ProcedureUpdateStep(_WriteStep):
+    """``procedure_update path expected_version [fields] operation_key`` (agent tool only)."""
+
+    tool = "procedure_update"
+
+    async def run(self) -> dict[str, Any]:
+        run = self.run_of_call()
+        return await self.memory.update(run, self.write_args())
+
+
+class ProcedureReindexStep(ProcedureStep):
+    """``reme start job=procedure_reindex plugins='["procedure-memory"]'``."""
+
+    async def run(self) -> dict[str, Any]:
+        return await self.memory.reindex()
+
+
+class ProcedureAutoMemoryStep(ProcedureStep):
+    """``reme start job=procedure_auto_memory file=/abs/run.jsonl filename=run.jsonl [request_id=...]``.
+
+    The agent wrapper is pinned by step config (``agent_wrapper: default``), so callers cannot redirect it.
+    """
+
+    async def run(self) -> dict[str, Any]:
+        assert self.context is not None
+        return await self.memory.import_trajectory(self.agent_wrapper, dict(self.context.data))

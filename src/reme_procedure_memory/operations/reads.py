@@ -1,0 +1,234 @@
+"""Reads: the answers of the read-only jobs (``procedure_search``, ``procedure_read``).
+
+Contract: nothing here writes. A search answer holds full current experiences read from their files at answer time
+(never the indexed text), each with its path, version and fused and per-branch scores; files pending an index are
+excluded from results and listed in ``pending_indexes`` (``index_complete=false``); a vector branch that failed is
+reported as ``vector_search.available=false`` beside BM25-only results. Experience paths are validated against the
+procedure directory (containment in paths.py; the file itself by ``ExperienceFiles.read``, the one validation search,
+read and update share). Trajectory excerpts count decoded characters and are capped by characters and exact tokens.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ErrorCode, ProcedureError, TokenizerUnavailable
+from ..schema import check_name
+from ..storage.experiences import BadFile, StoredExperience
+from ..storage.paths import resolve_inside
+
+if TYPE_CHECKING:
+    from ..component import ProcedureMemory
+    from ..search.fusion import Fused
+    from ..storage.experiences import ExperienceFiles
+
+
+def search_result(hit: Fused, item: StoredExperience) -> dict[str, Any]:
+    """One result of a search answer: the current experience with its path, version and scores."""
+    return {
+        "path": item.path,
+        "version": item.version,
+        "score": hit.score,
+        "scores": {
+            "rrf": hit.score,
+            "vector": hit.vector_score,
+            "vector_rank": hit.vector_rank,
+            "keyword": hit.keyword_score,
+            "keyword_rank": hit.keyword_rank,
+        },
+        "experience": item.experience.fields(),
+    }
+
+
+# A compact answer (what an extraction agent gets by default) keeps a result only when one of its branch scores is at
+# least this share of that branch's best score among the results: the rest match neither by meaning nor by words.
+COMPACT_KEEP_SHARE = 0.5
+COMPACT_CONTENT_CHARS = 4000  # the best result's content beyond this is left to procedure_read
+
+
+def compact_answer(answer: dict[str, Any], shown: set[tuple[str, str]] | None = None) -> dict[str, Any]:
+    """A search answer with less to read: each result's path, version, similarity (the vector branch's cosine, when
+    it ran), description and when-to-use; the best
+    result's content too, up to ``COMPACT_CONTENT_CHARS`` characters; results whose vector and BM25 scores are both
+    below ``COMPACT_KEEP_SHARE`` of the best of their branch left out (``left_out`` says how many). A result in
+    ``shown`` (path and version an earlier answer of the same run showed; updated here) is only named
+    (``shown_before``), and the content goes to the best result not shown before."""
+    shown = set() if shown is None else shown
+    results = answer["results"]
+    best = {branch: max((r["scores"][branch] or 0.0 for r in results), default=0.0) for branch in ("vector", "keyword")}
+
+    def strong(result: dict[str, Any]) -> bool:
+        return any(best[b] > 0 and (result["scores"][b] or 0.0) >= COMPACT_KEEP_SHARE * best[b] for b in best)
+
+    kept = [r for n, r in enumerate(results) if n == 0 or strong(r)]
+    compact, content_given = [], False
+    for result in kept:
+        identity = (result["path"], result["version"])
+        if identity in shown:
+            compact.append({"path": result["path"], "version": result["version"], "shown_before": True})
+            continue
+        shown.add(identity)
+        experience = result["experience"]
+        entry = {"path": result["path"], "version": result["version"],
+                 "description": experience["description"], "when_to_use": experience["when-to-use"]}
+        if result["scores"]["vector"] is not None:  # fused RRF scores hardly differ; the cosine tells how close
+            entry["similarity"] = round(result["scores"]["vector"], 2)
+        if not content_given:
+            content, content_given = experience["content"], True
+            entry["content"] = content[:COMPACT_CONTENT_CHARS]
+            if len(content) > COMPACT_CONTENT_CHARS:
+                entry["content_truncated"] = True
+        compact.append(entry)
+    out = {**answer, "results": compact, "detail": "compact"}
+    if len(kept) < len(results):
+        out["left_out"] = len(results) - len(kept)
+    if len(compact) > 1 or out.get("left_out") or any(r.get("content_truncated") for r in compact):
+        out["read_more"] = "procedure_read path=<path> shows a whole experience; detail=full shows all results whole."
+    return out
+
+
+class Reads:
+    """Search answers and reads of one ProcedureMemory; keeps the last decoded trajectory (an agent rereads it)."""
+
+    def __init__(self, memory: ProcedureMemory) -> None:
+        self.memory = memory
+        self._decoded: tuple[tuple, str] | None = None  # (path, size, mtime) and text of the last trajectory read
+
+    def forget(self) -> None:
+        """Drop the cached trajectory text (at close)."""
+        self._decoded = None
+
+    async def search(self, query: str, view: str, limit: int) -> dict[str, Any]:
+        """Hybrid search of one view; full current experiences with path, version and scores.
+
+        Hits of pending files are skipped; a hit whose file was edited by hand into an invalid one since indexing is
+        excluded and reported (``pending_indexes``), never served stale. The page's files are read in the search's
+        one scan-thread call (``Views.search_page``), past missing and invalid files until ``limit`` are valid; a
+        second worker call reads further candidates only if a file read there turned pending meanwhile.
+        """
+        memory = self.memory
+        views = memory.views
+        assert views is not None
+        await memory.recovery.ensure_reconciled()
+        await memory.recovery.retries.maybe_start()
+        files = memory.files  # one validation context for this answer's reads
+
+        def first_page(fused: list[Fused]) -> tuple[list[Fused], list[tuple[Fused, Any]], int]:
+            return (fused, *self._read_page(files, fused, 0, limit))
+
+        (fused, read, position), vector_error = await memory.recovery.without_rebuild(
+            lambda: views.search_page(view, query, limit, memory.settings.vector_weight, first_page),
+        )
+        results = []
+        while True:
+            for hit, item in read:
+                if hit.path in memory.pending:  # it turned pending while the files were read
+                    continue
+                if item is None:
+                    continue
+                if isinstance(item, BadFile):  # edited by hand since indexing: exclude and report, never stale
+                    memory.recovery.mark_invalid(item)
+                    continue
+                results.append(search_result(hit, item))
+            if len(results) >= limit or position >= len(fused):
+                break
+            read, position = await asyncio.to_thread(self._read_page, files, fused, position, limit - len(results))
+        answer: dict[str, Any] = {
+            "status": "ok",
+            "index": view,
+            "query": query,
+            "results": results,
+            "index_complete": not memory.pending,
+            "pending_indexes": [memory.pending_entry(p) for p in sorted(memory.pending)],
+        }
+        if vector_error:
+            answer["vector_search"] = {"available": False, "error": vector_error}
+        return answer
+
+    def _read_page(self, files: ExperienceFiles, fused: list[Fused], start: int,
+                   wanted: int) -> tuple[list[tuple[Fused, Any]], int]:
+        """Read the files of the candidates from ``fused[start]`` on, skipping pending files, until ``wanted`` of
+        them are valid experiences (blocking: a worker thread). Returns each candidate read with what
+        ``ExperienceFiles.read`` gave (an experience, a BadFile or None) and the position after the last one read."""
+        pending = self.memory.pending
+        read: list[tuple[Fused, Any]] = []
+        position = start
+        while wanted > 0 and position < len(fused):
+            hit = fused[position]
+            position += 1
+            if hit.path in pending:
+                continue
+            item = files.read(hit.path)
+            read.append((hit, item))
+            if isinstance(item, StoredExperience):
+                wanted -= 1
+        return read, position
+
+    def experience_path(self, raw) -> str:
+        """Validate an experience path argument: ``<procedure_dir>/<valid name>.json`` inside the directory.
+
+        An entry of the directory under an invalid name, or a symbolic link, is left to the shared file validation
+        (``ExperienceFiles.read``), so read and update answer what search reports in ``pending_indexes``.
+        """
+        memory = self.memory
+        listed = memory.files.listed(raw.strip() if isinstance(raw, str) else raw)
+        if listed is not None:
+            return listed
+        rel, _ = resolve_inside(memory.workspace_path, memory.settings.procedure_dir, raw, what="experience")
+        parent, _, name = rel.rpartition("/")
+        problem = check_name(name)
+        if parent != memory.settings.procedure_dir or problem:
+            raise ProcedureError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"`path` must be {memory.settings.procedure_dir}/<name>.json; {problem or 'no subdirectories'}",
+            )
+        return rel
+
+    def experience(self, raw_path) -> dict[str, Any]:
+        """One experience with its current version."""
+        rel = self.experience_path(raw_path)
+        item = self.memory.files.read(rel)
+        if item is None:
+            raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}.", path=rel)
+        if isinstance(item, BadFile):
+            raise ProcedureError(
+                ErrorCode.INVALID_EXPERIENCE, f"{rel} is not a valid experience: {item.error}",
+                path=rel, version=item.version,
+            )
+        return {"status": "ok", "kind": "experience", "path": rel, "version": item.version,
+                "experience": item.experience.fields()}
+
+    async def trajectory(self, raw_path, offset: int, length: int) -> dict[str, Any]:
+        """An excerpt of a copied trajectory by decoded characters, capped by characters and exact tokens."""
+        memory = self.memory
+        rel, target = resolve_inside(memory.workspace_path, memory.trajectory_rel_dir, raw_path, what="trajectory")
+        if not target.is_file():
+            raise ProcedureError(ErrorCode.NOT_FOUND, f"No trajectory at {rel}.", path=rel)
+        text = await self._decoded_text(rel, target)
+        length = min(length, memory.settings.read_max_chars)
+        excerpt = text[offset:offset + length]
+        try:
+            capped = await asyncio.to_thread(memory.tokens.prefix_within, excerpt, memory.settings.read_max_tokens)
+            tokens = await memory.tokens.acount(capped)
+        except TokenizerUnavailable as exc:
+            raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+        end = min(len(text), offset) + len(capped)
+        return {
+            "status": "ok", "kind": "trajectory", "path": rel, "offset": offset, "length": len(capped),
+            "total_chars": len(text), "tokens": tokens, "truncated_by_token_cap": len(capped) < len(excerpt),
+            "next_offset": end if end < len(text) else None, "text": capped,
+        }
+
+    async def _decoded_text(self, rel: str, target: Path) -> str:
+        """The decoded trajectory, cached for the last file read (an agent reads one trajectory many times)."""
+        stat = target.stat()
+        key = (str(target), stat.st_size, stat.st_mtime_ns)
+        if self._decoded is None or self._decoded[0] != key:
+            try:
+                text = (await asyncio.to_thread(target.read_bytes)).decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"{rel} is not UTF-8 text: {exc}", path=rel) from None
+            self._decoded = (key, text)
+        return self._decoded[1]

@@ -1,0 +1,312 @@
+"""Recovery and maintenance of the two views: start-up reconciliation, the reindex job, pending retries.
+
+Contract (what every path below guarantees):
+
+* The views agree with the experience files: every valid file is one record per view at its current version (with a
+  vector), unless it is *pending* — listed in ``memory.pending`` with its version and error, excluded from search and
+  reported — and no record survives for a vanished or invalid file. Invalid files are pending, never indexed.
+* Journal intents left by a crash are resolved (rolled forward or dropped) before the views are touched; after the
+  views are settled, every open journal record is resolved against the file (superseded / index_pending / indexed).
+* Views holding records of another BM25 tokenizer are emptied and rebuilt; never mixed.
+* Indexing is bulk: many files go to ``Views.index`` in big batches; a provider outage marks the rest pending at once
+  (one timeout per round), a rejected text is isolated per file in its batch.
+* Single pass: a process started to run the reindex job (``reme start job=procedure_reindex``) does not index at
+  start-up; the job's rebuild is the one pass (journal recovery still runs at start). Anything else that needs the
+  views in such a process reconciles first (``ensure_reconciled``).
+* A reindex clears and rebuilds both views under the write lock while searches wait (``without_rebuild``); it never
+  writes experience or trajectory files. All durable writes go through store.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
+
+from ..errors import IndexFailure, ProviderUnavailable
+from ..schema import version_of
+from ..search.views import VIEW_NAMES
+from ..storage.experiences import BadFile, StoredExperience
+from ..storage.journal import INDEX_PENDING, INDEXED, INTENT, SUPERSEDED, recover_intent
+
+if TYPE_CHECKING:
+    from ..component import ProcedureMemory
+
+T = TypeVar("T")
+
+# Files per ``Views.index`` call when indexing many: few calls (each embeds and upserts in bulk), bounded memory.
+BATCH = 1000
+
+DAMAGED_RECORD_FIX = (
+    "Resume the import it belongs to (the same reme start job=procedure_auto_memory command): it stops once with "
+    "metadata_damaged, sets the file aside as <file>.damaged and continues on the next resume."
+)
+
+
+def one_shot_reindex(app_context, name: str) -> bool:
+    """Whether this process is ``reme start job=...`` of a job that rebuilds the views of component ``name``: its
+    start-up then leaves the indexing to that job (one pass instead of two)."""
+    if app_context is None:
+        return False
+    config = app_context.app_config
+    service = config.service
+    job = config.jobs.get(getattr(service, "job", None) or "") if service.backend == "cli" else None
+    return job is not None and any(
+        step.backend == "procedure_reindex_step" and (getattr(step, "procedure_memory", None) or "default") == name
+        for step in job.steps
+    )
+
+
+class Recovery:
+    """Recovery and maintenance of one ProcedureMemory component (see the module docstring)."""
+
+    def __init__(self, memory: "ProcedureMemory") -> None:
+        self.memory = memory
+        self.deferred = False  # start-up indexing left to the process's reindex job (single pass)
+        self._views_ready: asyncio.Event | None = None
+        self._rebuilds = 0  # incremented by every reindex: a search that overlapped one searches again
+        self.retries = PendingRetries(self)
+
+    # -- start and stop -----------------------------------------------------------------------------------------
+
+    async def start(self, *, defer: bool) -> dict[str, Any]:
+        """Recover the journal and reconcile the views; with ``defer`` (the process runs the reindex job), only
+        recover the journal and leave the indexing to the job. Returns the start-up report."""
+        self._views_ready = asyncio.Event()  # cleared while a reindex rebuilds the views from scratch
+        self._views_ready.set()
+        if defer:
+            self.recover_intents()
+            self.deferred = True
+            report = {"files": None, "indexing": "deferred to the procedure_reindex job of this process"}
+        else:
+            report = await self.reconcile()
+        self.retries.last = time.monotonic()  # the start just tried every pending file
+        return report
+
+    async def stop(self) -> None:
+        """Cancel a pending-retry round still running."""
+        await self.retries.stop()
+
+    async def ensure_reconciled(self) -> None:
+        """Reconcile now if start-up deferred it and no reindex has run since (under the write lock)."""
+        if not self.deferred:
+            return
+        async with self.memory.write_lock:
+            if self.deferred:
+                await self.reconcile()
+
+    # -- reconciliation -----------------------------------------------------------------------------------------
+
+    def recover_intents(self) -> None:
+        """Roll journal intents forward or drop them; note damaged journal records (skipped, reported)."""
+        memory = self.memory
+        files, journal = memory.files, memory.journal
+        for op in journal.open_records():
+            if op.status == INTENT:
+                recover_intent(op, files, journal)
+        memory.damaged_metadata.update(journal.damaged)
+
+    async def reconcile(self) -> dict[str, Any]:
+        """Make both views agree with the experience files, after recovering journal intents.
+
+        Intents are rolled forward or dropped; views indexed by another BM25 tokenizer are emptied first (every file
+        is then indexed again); files whose version (or vector) is missing from a view are indexed in bulk; records
+        of vanished or invalid files are removed; failures are listed in ``pending``.
+        """
+        memory = self.memory
+        views = memory.views
+        assert views is not None
+        self.recover_intents()
+        retokenize = views.foreign_tokenizer()
+        if retokenize:
+            memory.logger.info(f"rebuilding {retokenize} from the experience files: the BM25 tokenizer changed")
+            await views.clear()
+        indexed = {view: views.indexed(view) for view in VIEW_NAMES}
+        on_disk: set[str] = set()
+        stale: list[StoredExperience] = []
+        memory.pending.clear()
+        for item in memory.files.scan():
+            on_disk.add(item.path)
+            if isinstance(item, BadFile):
+                self.mark_invalid(item)
+            elif any(indexed[v].get(item.path) != (item.version, True) for v in VIEW_NAMES):
+                stale.append(item)
+        gone = sorted({p for v in VIEW_NAMES for p in indexed[v]} - (on_disk - set(memory.pending)))
+        await views.remove(gone)
+        await self.index_many(stale)
+        self.settle_journal()
+        if stale or gone or retokenize:
+            await views.dump()
+        self.deferred = False
+        return {"files": len(on_disk), "reindexed": len(stale), "removed": len(gone), "pending": len(memory.pending),
+                "tokenizer_changed": retokenize}
+
+    def settle_journal(self) -> None:
+        """Resolve every open journal record against its file once the views are settled."""
+        memory = self.memory
+        files, journal = memory.files, memory.journal
+        for op in journal.open_records():
+            current = files.read_bytes(op.path)
+            if current is None or version_of(current) != op.target_version:
+                journal.set_status(op, SUPERSEDED, "the file no longer holds this write's content")
+            elif op.path in memory.pending:
+                journal.set_status(op, INDEX_PENDING, memory.pending[op.path]["error"])
+            else:
+                journal.set_status(op, INDEXED)
+
+    async def index_many(self, items: list[StoredExperience]) -> list[str]:
+        """Index many experiences in bulk; isolate failures per file into ``pending``. Returns indexed paths.
+
+        When the provider is unavailable (one call timed out, raised or returned nothing), the remaining files are
+        marked pending at once: one outage costs one provider timeout per round, not one per file.
+        """
+        memory = self.memory
+        views = memory.views
+        assert views is not None
+        done: list[str] = []
+        for start in range(0, len(items), BATCH):
+            batch = items[start:start + BATCH]
+            try:
+                await views.index([(s, memory._mtime(s.path)) for s in batch])
+                done.extend(s.path for s in batch)
+                for s in batch:
+                    memory.pending.pop(s.path, None)
+                continue
+            except ProviderUnavailable as exc:
+                for stored in items[start:]:
+                    memory.pending[stored.path] = {"version": stored.version, "error": str(exc)}
+                return done
+            except IndexFailure:
+                pass
+            for stored in batch:
+                try:
+                    await views.index([(stored, memory._mtime(stored.path))])
+                    done.append(stored.path)
+                    memory.pending.pop(stored.path, None)
+                except IndexFailure as exc:
+                    memory.pending[stored.path] = {"version": stored.version, "error": str(exc)}
+        return done
+
+    # -- reindex ------------------------------------------------------------------------------------------------
+
+    async def reindex(self) -> dict[str, Any]:
+        """Rebuild both views from the experience JSON files; never touches experience or trajectory files."""
+        assert self._views_ready is not None
+        async with self.memory.write_lock:
+            self._views_ready.clear()  # searches wait instead of answering from half-built views
+            self._rebuilds += 1
+            try:
+                return await self._rebuild()
+            finally:
+                self._views_ready.set()
+
+    async def _rebuild(self) -> dict[str, Any]:
+        """The body of ``reindex`` (caller holds the write lock and has paused searches)."""
+        memory = self.memory
+        views = memory.views
+        assert views is not None
+        memory.mark_changed()
+        started = time.monotonic()
+        await views.clear()
+        memory.pending.clear()
+        valid: list[StoredExperience] = []
+        invalid: list[dict[str, str]] = []
+        for item in memory.files.scan():
+            if isinstance(item, BadFile):
+                invalid.append({"path": item.path, "version": item.version, "error": item.error})
+                self.mark_invalid(item)
+            else:
+                valid.append(item)
+        indexed = await self.index_many(valid)
+        await views.dump()
+        if self.deferred:  # the start left the journal's open records to this pass
+            self.settle_journal()
+            self.deferred = False
+        memory.damaged_metadata.update(memory.journal.check_records())  # the start read only open records
+        memory.damaged_metadata.update(memory.checkpoints.check_records())  # only their imports read them
+        invalid_paths = {i["path"] for i in invalid}
+        failed = [self.pending_entry(p) for p in sorted(memory.pending) if p not in invalid_paths]
+        return {
+            "status": "complete" if not failed else "incomplete",
+            "indexed": len(indexed),
+            "invalid_files": invalid,
+            "pending_indexes": failed,
+            "damaged_metadata": self.damaged_records(),
+            "seconds": round(time.monotonic() - started, 3),
+        }
+
+    async def without_rebuild(self, search: Callable[[], Awaitable[T]]) -> T:
+        """``await search()`` on complete views: wait while a reindex runs, and search again when one overlapped."""
+        assert self._views_ready is not None
+        while True:
+            await self._views_ready.wait()
+            rebuilds = self._rebuilds
+            result = await search()
+            if rebuilds == self._rebuilds and self._views_ready.is_set():
+                return result
+
+    # -- pending files ------------------------------------------------------------------------------------------
+
+    def mark_invalid(self, item: BadFile) -> None:
+        """An invalid file is excluded from both views and reported as pending until it is fixed."""
+        self.memory.pending[item.path] = {"version": item.version, "error": f"invalid experience: {item.error}"}
+
+    def pending_entry(self, path: str) -> dict[str, str]:
+        """A pending file as reported in answers: path, version, error."""
+        entry = self.memory.pending[path]
+        return {"path": path, "version": entry["version"], "error": entry["error"]}
+
+    def damaged_records(self) -> list[dict[str, str]]:
+        """Damaged metadata records that were skipped and are still in place (not yet set aside by their import)."""
+        memory = self.memory
+        return [{"path": memory.to_workspace_relative(path), "error": cause, "fix": DAMAGED_RECORD_FIX}
+                for path, cause in sorted(memory.damaged_metadata.items()) if Path(path).exists()]
+
+
+class PendingRetries:
+    """Background rounds that re-index pending valid files (searches start them; see ``maybe_start``)."""
+
+    def __init__(self, recovery: Recovery) -> None:
+        self.recovery = recovery
+        self.last = 0.0  # when the last round (or the start) tried every pending file
+        self._task: asyncio.Task | None = None
+
+    async def maybe_start(self) -> None:
+        """Start a round at most once per ``pending_retry_seconds`` and one round at a time. The round runs in the
+        background under the write lock with the write timeout; the search that started it waits for it at most one
+        search-embedding timeout, later searches do not wait."""
+        memory = self.recovery.memory
+        if not memory.pending or (self._task is not None and not self._task.done()):
+            return
+        if time.monotonic() - self.last < memory.settings.pending_retry_seconds:
+            return
+        self.last = time.monotonic()
+        self._task = asyncio.create_task(self._round())
+        await asyncio.wait({self._task}, timeout=memory.settings.search_embedding_timeout_seconds)
+
+    async def stop(self) -> None:
+        """Cancel a round still running."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        self._task = None
+
+    async def _round(self) -> None:
+        recovery, memory = self.recovery, self.recovery.memory
+        try:
+            async with memory.write_lock:
+                self.last = time.monotonic()
+                memory.mark_changed()
+                retry = []
+                for path in list(memory.pending):
+                    item = memory.files.read(path)
+                    if item is None:
+                        memory.pending.pop(path, None)
+                    elif isinstance(item, BadFile):
+                        recovery.mark_invalid(item)
+                    else:
+                        retry.append(item)
+                await recovery.index_many(retry)
+        except Exception as exc:  # a structural failure: the files stay pending; the next round tries again
+            memory.logger.exception(f"procedure memory: retrying pending indexes failed: {exc}")

@@ -1,0 +1,322 @@
+"""The write path: validation of a write, journal → publish → index, replay of an operation key.
+
+Contract:
+
+* Only a live run writes: the steps find it with ``RunGrants.run_for`` (runs.py), which fails closed.
+* ``WritePath.create``/``update`` validate the arguments through their models (arguments.py; the filename and path
+  checks know ``procedure_dir``), count the fields exactly (``field_too_long``: nothing is written), then, under the
+  component's write lock, journal the intent, publish the file and index both views. A publish that cannot be made
+  durable answers ``disk_full``/``storage_error`` and is remembered on the run; an index failure answers
+  ``index_pending`` (the file is saved and excluded from search until indexed).
+* An operation key seen before in the run's scope replays: an identical request resumes or repeats its answer,
+  anything else is ``operation_key_conflict``; a write overtaken by another is ``stale_version``. A write given no
+  key gets one derived from its segment and its arguments (``derived_key``): an identical retry replays.
+
+The durable files are written by store.py (journal, experience files); this module decides what and in which order.
+It works on the component's state (files, journal, views, pending, write lock, change counters), which the
+component owns and shares with recovery.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ErrorCode, IndexFailure, ProcedureError, TokenizerUnavailable, storage_failure
+from ..jobs.arguments import CreateArguments, UpdateArguments, validate
+from ..schema import ARG_TO_FIELD, FIELD_TO_ARG, NAME_EXAMPLE, Experience, canonical_name, check_name, version_of
+from ..settings import TokenLimits
+from ..storage.experiences import BadFile, StoredExperience
+from ..storage.journal import (
+    ABANDONED,
+    INDEX_PENDING,
+    INDEXED,
+    INTENT,
+    PUBLISHED,
+    SUPERSEDED,
+    Operation,
+    recover_intent,
+)
+from ..tokens import TokenCounter
+from .runs import Run
+
+if TYPE_CHECKING:
+    from ..component import ProcedureMemory
+
+
+def request_digest(tool: str, args: dict[str, Any]) -> str:
+    """What an operation key stands for: the tool and the arguments as given (an identical retry digests alike)."""
+    payload = {k: args.get(k) for k in ("filename", "path", "expected_version", *ARG_TO_FIELD)}
+    return hashlib.sha256(json.dumps([tool, payload], sort_keys=True).encode()).hexdigest()
+
+
+def derived_key(segment: int | None, request: str) -> str:
+    """The operation key of a write that was given none: its segment and its request digest, so an identical retry in
+    the same segment (also on resume) is the same operation and any other write a new one (docs/decisions.md 2)."""
+    where = f"s{segment + 1}" if segment is not None else "run"
+    return f"auto-{where}-{request[:16]}"
+
+
+def bare_name(raw: str, procedure_dir: str) -> str:
+    """The filename as given, stripped and without a leading ``<procedure_dir>/``."""
+    name, prefix = raw.strip(), procedure_dir + "/"
+    return name[len(prefix):] if name.startswith(prefix) else name
+
+
+def canonical_filename(raw: str, procedure_dir: str) -> str:
+    """The canonical spelling of an experience filename (``schema.canonical_name``), or invalid_argument."""
+    name = bare_name(raw, procedure_dir)
+    canonical = canonical_name(name)
+    if canonical is None:
+        problem = check_name(name) or "it has no canonical lowercase-hyphenated spelling"
+        raise ProcedureError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"Invalid `filename` {raw!r}: {problem}. Use letters a-z and digits 0-9 in words joined by "
+            f"hyphens, ending in .json, e.g. {NAME_EXAMPLE}.",
+        )
+    return canonical
+
+
+def experience_fields(args: CreateArguments | UpdateArguments) -> dict[str, str]:
+    """The experience fields given, keyed as in the file."""
+    return {field: getattr(args, arg) for arg, field in ARG_TO_FIELD.items() if getattr(args, arg) is not None}
+
+
+async def check_lengths(tokens: TokenCounter, limits: TokenLimits, fields: dict[str, str]) -> None:
+    """Count fields exactly; over an acceptance ceiling, ask for a shorter field (targets only are shown)."""
+    names = list(fields)
+    try:
+        counts = await tokens.acount_many([fields[n] for n in names])
+    except TokenizerUnavailable as exc:
+        raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+    too_long = []
+    for name, count in zip(names, counts):
+        target = limits.field_target(name)
+        if count > limits.ceiling(target):
+            too_long.append({"field": FIELD_TO_ARG[name], "tokens": count, "limit": target})
+    if too_long:
+        parts = ", ".join(f"`{t['field']}` has {t['tokens']} tokens (limit {t['limit']})" for t in too_long)
+        raise ProcedureError(
+            ErrorCode.FIELD_TOO_LONG,
+            f"Nothing was written: {parts}. Shorten the field(s) to the limit and call again with a new "
+            "operation_key.",
+            fields=too_long,
+        )
+
+
+def check_sources(workspace: Path, run: Run) -> None:
+    """The run's source trajectories must still exist when it writes."""
+    for source in run.sources:
+        if not (workspace / source).is_file():
+            raise ProcedureError(ErrorCode.NOT_FOUND, f"Source trajectory {source} no longer exists.")
+
+
+def already_exists(rel: str, note: str = "", **extra) -> ProcedureError:
+    return ProcedureError(
+        ErrorCode.ALREADY_EXISTS,
+        f"{rel} already exists{note}. Read it and use procedure_update with its expected_version, or choose another "
+        "meaningful filename.",
+        path=rel, **extra,
+    )
+
+
+class WritePath:
+    """Create and update experiences for a live run (see the module docstring)."""
+
+    def __init__(self, memory: "ProcedureMemory") -> None:
+        self.memory = memory
+
+    # -- create and update --------------------------------------------------------------------------------------
+
+    async def create(self, run: Run, raw: dict[str, Any]) -> dict[str, Any]:
+        """Create a new experience (journal, publish, index both views).
+
+        The filename is used in its canonical spelling (``schema.canonical_name``); when that differs from what the
+        agent wrote, the answer says so (``filename_used``). ``already_exists`` applies to the canonical name.
+        """
+        memory, directory = self.memory, self.memory.settings.procedure_dir
+        args = validate(CreateArguments, raw, filename=lambda name: canonical_filename(name, directory))
+        raw_name, canonical = raw["filename"], args.filename
+        rel = memory.files.rel(canonical)
+        fields = experience_fields(args)
+        await check_lengths(memory.tokens, memory.settings.token_limits, fields)
+        check_sources(memory.workspace_path, run)
+        experience = Experience.model_validate({**fields, "sources": list(run.sources)})
+        # the request digest (idempotent retries) sees the name used
+        request = request_digest("create", {**raw, "when_to_use": args.when_to_use, "filename": canonical})
+        op = Operation(
+            scope=run.scope, key=args.operation_key or derived_key(run.segment, request), tool="create",
+            request=request, path=rel,
+            target=experience.to_bytes().decode("utf-8"), expected_version=None, segment=run.segment,
+        )
+        renamed = {"filename_used": canonical, "filename_given": raw_name}
+        renamed = renamed if canonical != bare_name(raw_name, directory) else {}
+        note = f" (the filename {raw_name!r} is used as {canonical})" if renamed else ""
+        async with memory.write_lock:
+            existing = memory.journal.get(run.scope, op.key)
+            if existing is not None:
+                return {**await self._replay(run, existing, op), **renamed}
+            if memory.files.read_bytes(rel) is not None or self._reserved(rel):
+                raise already_exists(rel, note, **renamed)
+            return {**await self._commit(run, op), **renamed}
+
+    async def update(self, run: Run, raw: dict[str, Any]) -> dict[str, Any]:
+        """Revise an existing experience at its expected version; existing sources are kept."""
+        memory = self.memory
+        args = validate(UpdateArguments, raw, path=memory.experience_path)
+        rel, expected = args.path, args.expected_version
+        fields = experience_fields(args)
+        if fields:
+            await check_lengths(memory.tokens, memory.settings.token_limits, fields)
+        check_sources(memory.workspace_path, run)
+        request = request_digest("update", {**raw, "when_to_use": args.when_to_use})
+        key = args.operation_key or derived_key(run.segment, request)
+        async with memory.write_lock:
+            existing = memory.journal.get(run.scope, key)
+            if existing is not None:
+                probe = Operation(run.scope, key, "update", request, rel, existing.target, expected)
+                return await self._replay(run, existing, probe)
+            current = memory.files.read(rel)
+            if current is None:
+                raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}; use procedure_create.", path=rel)
+            if isinstance(current, BadFile):  # never rewritten: whoever placed it fixes it by hand
+                raise ProcedureError(
+                    ErrorCode.INVALID_EXPERIENCE,
+                    f"{rel} is not a valid experience ({current.error}); it cannot be updated by the agent.",
+                    path=rel, version=current.version,
+                )
+            if current.version != expected:
+                raise ProcedureError(
+                    ErrorCode.STALE_VERSION,
+                    f"{rel} is at version {current.version}, not {expected}. Read it again and retry with the "
+                    "current expected_version and a new operation_key.",
+                    path=rel, current_version=current.version,
+                )
+            merged = {**current.experience.fields(), **fields}
+            merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))
+            experience = Experience.model_validate(merged)
+            op = Operation(
+                scope=run.scope, key=key, tool="update", request=request, path=rel,
+                target=experience.to_bytes().decode("utf-8"), expected_version=expected, segment=run.segment,
+            )
+            return await self._commit(run, op)
+
+    # -- journal → publish → index --------------------------------------------------------------------------------
+
+    def _reserved(self, rel: str) -> bool:
+        """Whether an unfinished create intent holds this name."""
+        return any(op.path == rel and op.status == INTENT for op in self.memory.journal.open_records())
+
+    async def _commit(self, run: Run, op: Operation) -> dict[str, Any]:
+        """Journal the intent, publish the file, then index it (caller holds the write lock).
+
+        A write that cannot be made durable (a full disk, a directory that is not writable — the journal's or the
+        experience directory) answers ``disk_full``/``storage_error`` and is remembered on the run: its segment
+        cannot advance until a later write of the same path or content succeeds (see ``Run.failed_writes``).
+        """
+        memory = self.memory
+        memory.mark_changed()
+        try:
+            memory.journal.put(op)
+            try:
+                memory.files.publish(op.path, op.target_bytes)
+            except OSError as exc:
+                if memory.files.read_bytes(op.path) != op.target_bytes:  # resolve the intent: it holds no name now
+                    memory.journal.set_status(op, ABANDONED, f"publish failed: {storage_failure(exc)[1]}")
+                    raise
+            memory.journal.set_status(op, PUBLISHED)
+        except OSError as exc:
+            code, message = storage_failure(exc, f"the write of {op.path}")
+            run.write_failed(op, code, message)
+            raise ProcedureError(
+                code,
+                f"{message} The write did not complete. Retry the identical call (the same operation_key) later; if "
+                "it keeps failing, finish the segment: the import then stops, and once the cause is fixed a resume "
+                "runs this segment again.",
+                path=op.path, operation_key=op.key,
+            ) from None
+        return await self._index_published(run, op)
+
+    async def _index_published(self, run: Run, op: Operation) -> dict[str, Any]:
+        memory = self.memory
+        assert memory.views is not None
+        memory.mark_changed()
+        stored = memory.files.read(op.path)
+        assert isinstance(stored, StoredExperience) and stored.version == op.target_version
+        run.write_succeeded(op)  # published: an index failure is reported (and gated) as pending instead
+        try:
+            await memory.views.index([(stored, memory._mtime(op.path))])
+        except Exception as exc:
+            if not isinstance(exc, IndexFailure):  # structural: exclusion itself failed; keep the record, fail loud
+                memory.pending[op.path] = {"version": stored.version, "error": f"{type(exc).__name__}: {exc}"}
+                memory.journal.set_status(op, INDEX_PENDING, f"{type(exc).__name__}: {exc}")
+                raise
+            memory.pending[op.path] = {"version": stored.version, "error": str(exc)}
+            memory.journal.set_status(op, INDEX_PENDING, str(exc))
+            raise ProcedureError(
+                ErrorCode.INDEX_PENDING,
+                f"{op.path} was saved (version {stored.version}) but could not be indexed: {exc}. The file is "
+                "excluded from search until it is indexed. Retry this identical call for a temporary failure; "
+                "if the content itself is rejected, procedure_read it and procedure_update it with its current "
+                "expected_version and a new operation_key.",
+                status="index_pending", path=op.path, version=stored.version, operation_key=op.key,
+            ) from None
+        memory.pending.pop(op.path, None)
+        memory.journal.set_status(op, INDEXED)
+        memory._writes += 1
+        memory.journal.supersede_path(op.path, keep=op)
+        status = "created" if op.tool == "create" else "updated"
+        return {"status": status, "path": op.path, "version": stored.version, "operation_key": op.key,
+                "sources": list(stored.experience.sources)}
+
+    async def _replay(self, run: Run, existing: Operation, op: Operation) -> dict[str, Any]:
+        """An operation key seen before: an identical retry resumes it, anything else is a conflict."""
+        memory = self.memory
+        if not existing.same_request(op):
+            raise ProcedureError(
+                ErrorCode.OPERATION_KEY_CONFLICT,
+                f"operation_key {op.key!r} was already used for a different write; use a new operation_key.",
+            )
+        if existing.status == INTENT:
+            recover_intent(existing, memory.files, memory.journal)
+        if existing.status == ABANDONED:
+            return await self._retry_abandoned(run, existing)
+        if existing.status == SUPERSEDED:
+            raise ProcedureError(
+                ErrorCode.STALE_VERSION,
+                f"This write was {existing.status} ({existing.error}). Read {existing.path} again and write with a "
+                "new operation_key.",
+                path=existing.path,
+            )
+        current = memory.files.read_bytes(existing.path)
+        if existing.status == INDEXED:
+            return {"status": "created" if existing.tool == "create" else "updated", "path": existing.path,
+                    "version": existing.target_version, "operation_key": existing.key, "replayed": True}
+        if current != existing.target_bytes:
+            memory.journal.set_status(existing, SUPERSEDED, "the file changed after this write")
+            raise ProcedureError(
+                ErrorCode.STALE_VERSION,
+                f"{existing.path} changed after this write; read it again and write with a new operation_key.",
+                path=existing.path,
+            )
+        return await self._index_published(run, existing)
+
+    async def _retry_abandoned(self, run: Run, op: Operation) -> dict[str, Any]:
+        """The identical retry of a write that never became durable (its publish failed, or a crash dropped its
+        intent) publishes it now when its precondition still holds: a create's name is free, an update's file is
+        still at its expected version. Otherwise it is refused like a new write, and a failure of it stays on the
+        run until a later write of the path or of the content succeeds."""
+        current = self.memory.files.read_bytes(op.path)
+        if op.tool == "create" and (current is not None or self._reserved(op.path)):
+            raise already_exists(op.path)
+        if op.tool == "update" and (current is None or version_of(current) != op.expected_version):
+            raise ProcedureError(
+                ErrorCode.STALE_VERSION,
+                f"{op.path} changed after this write failed ({op.error}); read it again and write with a new "
+                "operation_key.",
+                path=op.path,
+            )
+        return await self._commit(run, replace(op, status=INTENT, error="", segment=run.segment))

@@ -1,0 +1,252 @@
+"""The two hybrid search views over ReMe file stores, and weighted RRF.
+
+* ``when_to_use`` indexes the when-to-use text; ``when_to_use_content`` indexes when-to-use + "\\n\\n" + content.
+* Each experience is exactly one record (one FileNode with one FileChunk) in each view; chunk id ``<view>:<path>``,
+  ``metadata.version`` is the file version the record was built from, ``metadata.tokenizer`` the identity of the
+  view's BM25 tokenizer (see keyword_tokenizer.py): records of another tokenizer make the view inconsistent.
+* Each view is its own file store with its own BM25 index and file graph; both share one embedding store (cache).
+* The plugin embeds record texts itself, under a timeout, before upserting: an embedding failure never leaves a
+  BM25-only record behind. Any indexing failure removes the path from both views and raises IndexFailure.
+* Search fuses the vector and BM25 candidate lists with weighted RRF (always RRF, also when one list is empty).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Callable, TypeVar
+
+from reme.schema import FileChunk, FileNode
+
+from ..errors import IndexFailure, ProviderUnavailable
+from ..storage.experiences import StoredExperience
+from .executors import keyword_executor, scan_executor
+from .fusion import Fused, rrf_fuse
+from .keyword.tokenizer import tokenizer_identity
+from .view.store import ProcedureFileStore
+
+VIEW_NAMES = ("when_to_use", "when_to_use_content")
+MAX_CANDIDATES = 200
+BULK_BATCH = 200
+PARALLEL_ROWS = 32_768  # above this many rows a view's BM25 runs beside its matrix scan (see _fused_page)
+T = TypeVar("T")
+
+
+def view_text(view: str, stored: StoredExperience) -> str:
+    """The text a view indexes for an experience."""
+    exp = stored.experience
+    if view == "when_to_use":
+        return exp.when_to_use
+    if view == "when_to_use_content":
+        return exp.when_to_use + "\n\n" + exp.content
+    raise ValueError(f"unknown view {view!r}")
+
+
+def chunk_id(view: str, path: str) -> str:
+    """The one record id of ``path`` in ``view``."""
+    return f"{view}:{path}"
+
+
+class Views:
+    """Both views of one ProcedureMemory component.
+
+    Embedding calls have two timeouts: ``timeout`` for writes, start, reindex and pending retries (they must index),
+    ``search_timeout`` (short) for a search's query vector. After a provider failure, searches skip the vector list
+    for ``cooldown`` seconds; after that, exactly one search at a time probes the provider while the others answer
+    from BM25 at once, so a hanging provider never stalls searches in waves. Writes always try the provider.
+    """
+
+    def __init__(self, stores: dict[str, ProcedureFileStore], embedding_store, timeout: float, cooldown: float,
+                 search_timeout: float | None = None) -> None:
+        self.stores = stores
+        self.embedding_store = embedding_store
+        self.timeout = timeout
+        self.search_timeout = timeout if search_timeout is None else search_timeout
+        self.cooldown = cooldown
+        self.vector_down_until = 0.0
+        self.vector_down_reason = ""  # set while the provider is considered down (until a call succeeds)
+        self._probing = False  # one search is testing whether the provider recovered
+        self._failed_calls = 0  # consecutive failed embedding calls
+        self.tokenizers = {view: self._tokenizer_identity(store) for view, store in stores.items()}
+
+    @staticmethod
+    def _tokenizer_identity(store: ProcedureFileStore) -> str:
+        index = store.keyword_index
+        if index is None:
+            return "none"
+        return tokenizer_identity(index.tokenizer, index._tokenizer_fingerprint())
+
+    def foreign_tokenizer(self) -> list[str]:
+        """Views holding records tokenized by another tokenizer than the current one (also: records made before
+        the identity was recorded, also those of an earlier plugin's view files, which the store found but did not
+        load). Their BM25 tokens cannot be mixed with the current ones: rebuild."""
+        return [
+            view for view in VIEW_NAMES
+            if self.stores[view].previous_layout or any(c.metadata.get("tokenizer") != self.tokenizers[view] for c in self.stores[view].file_chunks.values())
+        ]
+
+    # -- embeddings ---------------------------------------------------------------------------------------------
+
+    async def embed(self, texts: list[str], timeout: float | None = None) -> list:
+        """Vectors of ``texts`` via the shared cache; raise IndexFailure on a provider failure or timeout
+        (``timeout`` defaults to the write timeout)."""
+        if not texts:
+            return []
+        timeout = self.timeout if timeout is None else timeout
+        try:
+            try:
+                vectors = await asyncio.wait_for(self.embedding_store.get_embeddings(texts), timeout)
+            except asyncio.TimeoutError:
+                raise ProviderUnavailable(f"embedding provider did not answer within {timeout:g} s") from None
+            except Exception as exc:  # provider errors are reported, never swallowed
+                raise ProviderUnavailable(f"embedding provider failed: {type(exc).__name__}: {exc}") from exc
+            missing = sum(1 for v in vectors if v is None)
+            if missing:
+                message = f"embedding provider returned no vector for {missing} of {len(texts)} texts"
+                if missing < len(texts):
+                    raise IndexFailure(message)
+                raise ProviderUnavailable(message, certain=len(texts) > 1)
+        except IndexFailure as exc:
+            self._failed_calls += 1
+            # One text the provider refuses (a single missing vector) says nothing about the provider; a timeout,
+            # an exception, a whole batch without vectors or a second failure in a row does.
+            if (isinstance(exc, ProviderUnavailable) and exc.certain) or self._failed_calls >= 2:
+                self.vector_down_until, self.vector_down_reason = time.monotonic() + self.cooldown, str(exc)
+            raise
+        self._failed_calls = 0
+        self.vector_down_until, self.vector_down_reason = 0.0, ""
+        return vectors
+
+    async def query_vector(self, query: str):
+        """The query's vector, or None with the reason when the provider is unavailable, cooling down, or being
+        probed by another search."""
+        if time.monotonic() < self.vector_down_until:
+            return None, f"{self.vector_down_reason} (vector search paused for up to {self.cooldown:g} s)"
+        if self._probing:
+            return None, f"{self.vector_down_reason} (another search is testing whether the provider recovered)"
+        probe = bool(self.vector_down_reason)  # the provider was down: this search is the one probe
+        self._probing = probe
+        try:
+            return (await self.embed([query], self.search_timeout))[0], None
+        except IndexFailure as exc:
+            return None, str(exc)
+        finally:
+            if probe:
+                self._probing = False
+
+    # -- writes -------------------------------------------------------------------------------------------------
+
+    def _records(self, view: str, stored: StoredExperience, vector, mtime: float) -> tuple[FileNode, list[FileChunk]]:
+        chunk = FileChunk(
+            id=chunk_id(view, stored.path),
+            path=stored.path,
+            start_line=1,
+            end_line=1,
+            text=view_text(view, stored),
+            embedding=vector,
+            metadata={"view": view, "version": stored.version, "tokenizer": self.tokenizers[view]},
+        )
+        node = FileNode(
+            path=stored.path,
+            st_mtime=mtime,
+            chunk_ids=[chunk.id],
+            front_matter={"name": stored.path.rsplit("/", 1)[-1], "description": stored.experience.description},
+        )
+        return node, [chunk]
+
+    async def index(self, items: list[tuple[StoredExperience, float]]) -> None:
+        """Index experiences (with their file mtimes) in both views; on failure remove them from both and raise."""
+        if not items:
+            return
+        texts = [view_text(view, stored) for stored, _ in items for view in VIEW_NAMES]
+        try:
+            vectors = await self._vectors(texts, [chunk_id(view, stored.path) for stored, _ in items
+                                                  for view in VIEW_NAMES])
+            for offset, view in enumerate(VIEW_NAMES):
+                batch = [
+                    self._records(view, stored, vectors[i * len(VIEW_NAMES) + offset], mtime)
+                    for i, (stored, mtime) in enumerate(items)
+                ]
+                await self.stores[view].upsert(batch)
+        except IndexFailure:
+            await self.remove([stored.path for stored, _ in items])
+            raise
+        except Exception as exc:  # e.g. a BM25 tokenizer error: exclude the file, report the cause
+            await self.remove([stored.path for stored, _ in items])
+            raise IndexFailure(f"{type(exc).__name__}: {exc}") from exc
+
+    async def _vectors(self, texts: list[str], ids: list[str]) -> list:
+        """Vectors of the record texts: the one a view already holds for the same record and text, else embedded."""
+        views = [ids_view.split(":", 1)[0] for ids_view in ids]
+        vectors = [self.stores[v].reusable_vector(i, t) for v, i, t in zip(views, ids, texts)]
+        missing = [n for n, vector in enumerate(vectors) if vector is None]
+        for n, vector in zip(missing, await self.embed([texts[n] for n in missing])):
+            vectors[n] = vector
+        return vectors
+
+    async def remove(self, paths: list[str]) -> None:
+        """Remove paths from both views (unknown paths are ignored)."""
+        if paths:
+            for view in VIEW_NAMES:
+                await self.stores[view].delete(paths)
+
+    async def clear(self) -> None:
+        """Empty both views."""
+        for view in VIEW_NAMES:
+            await self.stores[view].clear()
+
+    async def dump(self) -> None:
+        """Persist both views (chunks, BM25, graph)."""
+        for view in VIEW_NAMES:
+            await self.stores[view].dump()
+
+    # -- reads --------------------------------------------------------------------------------------------------
+
+    def indexed(self, view: str) -> dict[str, tuple[str, bool]]:
+        """``path -> (indexed version, has a vector)`` of every record in ``view``."""
+        store = self.stores[view]
+        held = store.vector_ids()
+        return {chunk.path: (str(chunk.metadata.get("version", "")), chunk.id in held)
+                for chunk in store.file_chunks.values()}
+
+    async def search(self, view: str, query: str, limit: int, vector_weight: float) -> tuple[list[Fused], str | None]:
+        """Fused candidates of ``view`` (best first, at least ``limit`` when available) and, if the vector branch
+        was unavailable, why."""
+        return await self.search_page(view, query, limit, vector_weight, lambda fused: fused)
+
+    async def search_page(self, view: str, query: str, limit: int, vector_weight: float,
+                          page: Callable[[list[Fused]], T]) -> tuple[T, str | None]:
+        """``page(fused candidates)`` and, if the vector branch was unavailable, why.
+
+        The query vector comes first, on the event loop (the shared embedding cache; the provider on a miss). Then
+        one scan-thread call does the rest: BM25, the matrix scan, the fusion and ``page`` (e.g. reading the result
+        files), so a search hands work to a thread once, never to the event loop.
+        """
+        store = self.stores[view]
+        candidates = min(MAX_CANDIDATES, max(50, limit * 5))
+        query_vector, vector_error = (await self.query_vector(query)) if vector_weight > 0 else (None, None)
+        loop = asyncio.get_running_loop()
+        found = await loop.run_in_executor(scan_executor(), _fused_page, store, query, query_vector, candidates,
+                                           vector_weight, page)
+        return found, vector_error
+
+
+def _fused_page(store: ProcedureFileStore, query: str, query_vector, candidates: int, vector_weight: float,
+                page: Callable[[list[Fused]], T]) -> T:
+    """BM25 and vector candidates of one view, fused, passed to ``page`` (blocking: runs in a scan thread).
+
+    Over a matrix of more than ``PARALLEL_ROWS`` rows BM25 runs in a keyword thread beside the scan (a search's
+    latency is then about the longer of the two, not their sum); below, both run here, one after the other: the
+    scan is short and a second hand-off would cost more than it saves.
+    """
+    keyword: list[tuple[str, float]] = []
+    beside = None  # BM25 running in a keyword thread
+    if vector_weight < 1:
+        if query_vector is not None and store.vectors is not None and len(store.vectors) > PARALLEL_ROWS:
+            beside = keyword_executor().submit(store.keyword_paths, query, candidates)
+        else:
+            keyword = store.keyword_paths(query, candidates)
+    vector = store.nearest_paths(query_vector, candidates) if query_vector is not None else []
+    if beside is not None:
+        keyword = beside.result()
+    return page(rrf_fuse(vector, keyword, vector_weight))

@@ -1,0 +1,293 @@
+"""The operation journal: a write-ahead log of the extraction agent's writes.
+
+Before an experience is published, its record (scoped operation key, destination, target bytes, expected version)
+is durable (``intent``); after it, the record moves to ``published``, then ``indexed`` / ``index_pending``, or ends
+``superseded`` / ``abandoned``. After a crash ``recover_intent`` rolls an intent forward when its precondition still
+holds, else drops it. Layout and fsync discipline: ``OperationJournal``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Iterator
+
+from ..errors import DamagedRecord, StorageError
+from ..schema import version_of
+from .atomic import fsync_dir, write_json
+from .experiences import ExperienceFiles, Link, entry_names, read_entry
+from .records import load_owned_record, load_record
+
+# Journal record states. "intent" is written before the publish; the others after it.
+INTENT, PUBLISHED, INDEXED, INDEX_PENDING, SUPERSEDED, ABANDONED = (
+    "intent", "published", "indexed", "index_pending", "superseded", "abandoned",
+)
+
+
+OPEN_STATES = (INTENT, PUBLISHED, INDEX_PENDING)
+
+
+@dataclass
+class Operation:
+    """One journaled write. ``scope`` is the extraction run's request id; ``key`` the agent's operation key."""
+
+    scope: str
+    key: str
+    tool: str  # "create" | "update"
+    request: str  # digest of the caller's arguments: an identical retry has the same digest
+    path: str
+    target: str  # the target file text (UTF-8)
+    expected_version: str | None
+    status: str = INTENT
+    error: str = ""
+    created_at: float = field(default_factory=time.time)
+    segment: int | None = None  # the extraction segment whose run made this write (its operation ledger)
+
+    @property
+    def target_bytes(self) -> bytes:
+        return self.target.encode("utf-8")
+
+    @property
+    def target_version(self) -> str:
+        return version_of(self.target_bytes)
+
+    def same_request(self, other: "Operation") -> bool:
+        """Whether ``other`` is an identical retry of this operation."""
+        return (self.tool, self.path, self.request) == (other.tool, other.path, other.request)
+
+
+OPEN_SUFFIX = ".open.json"  # the file of an open record; its final record is ``<digest>.json``
+
+
+SCOPE_SUFFIX = ".v2"  # a scope directory of this layout; an earlier one (``<digest>``) is converted at start
+
+
+class OperationJournal:
+    """Durable records of writes: ``operations/<scope digest>/<scoped key digest>.json``.
+
+    One directory per scope (an import's request id) makes a scope's records — its operation ledger — cheap to list.
+
+    An open record (intent, published, index_pending) is ``<digest>.open.json``; once final it is ``<digest>.json``,
+    and the open file is then removed. A start-up therefore reads only the open files (a long journal costs one
+    directory listing per scope, not one read per record). When both exist (the open file is removed only after the
+    final one's rename is durable: at once when its directory was fsynced, else after the next fsync of that
+    directory, at close, or at the next start), the final one is the record. A scope directory of the earlier
+    layout (``<digest>``, where an open record may be ``<digest>.json``) is read in full once, its open records moved
+    to their open files, and renamed ``<digest>.v2``. Damaged final records are not read by a start:
+    ``check_records`` (the reindex) and the import that owns them find them.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        # Records whose outcome is not final, by (scope, key): scanned once, then kept current by ``put``, so a
+        # write never lists the whole journal.
+        self._open: dict[tuple[str, str], Operation] | None = None
+        self._twins: dict[Path, set[Path]] = {}  # scope directory -> open files whose final record is not yet durable
+        self.damaged: dict[str, str] = {}  # damaged records skipped by a scan: path -> cause
+
+    def _scope_dir(self, scope: str) -> Path:
+        return self.directory / (hashlib.sha256(scope.encode("utf-8")).hexdigest()[:32] + SCOPE_SUFFIX)
+
+    def _path(self, scope: str, key: str) -> Path:
+        """The file of the record of a scoped key once final."""
+        digest = hashlib.sha256(f"{scope}\0{key}".encode("utf-8")).hexdigest()
+        return self._scope_dir(scope) / f"{digest}.json"
+
+    def _open_path(self, scope: str, key: str) -> Path:
+        """The file of the record of a scoped key while it is open."""
+        final = self._path(scope, key)
+        return final.with_name(final.name[: -len(".json")] + OPEN_SUFFIX)
+
+    def records(self, scope: str) -> list[Operation]:
+        """Every record of a scope (its import's ledger), oldest first. A damaged record is set aside and raised:
+        the import it belongs to stops once with ``metadata_damaged``."""
+        self._scan()  # scope directories of the earlier layout are converted before any read
+        chosen: dict[str, Path] = {}
+        for path in sorted(self._scope_dir(scope).glob("*.json")):
+            stem = _record_stem(path.name)
+            if stem not in chosen or not path.name.endswith(OPEN_SUFFIX):  # the final file is the record
+                chosen[stem] = path
+        found = [load_owned_record(path, Operation) for path in chosen.values()]
+        return sorted((op for op in found if op is not None), key=lambda op: op.created_at)
+
+    def get(self, scope: str, key: str) -> Operation | None:
+        """The record of a scoped key, or None (a damaged record is set aside and raised)."""
+        self._scan()  # scope directories of the earlier layout are converted before any read
+        op = load_owned_record(self._path(scope, key), Operation)
+        return op if op is not None else load_owned_record(self._open_path(scope, key), Operation)
+
+    def put(self, op: Operation, *, sync_dir: bool = True) -> None:
+        """Durably write (or overwrite) a record (``sync_dir``: see ``set_status``); a final record's open file is
+        removed once the final one's rename is durable. An open record may replace a final one (an abandoned write
+        retried): its open file is written first, then the final file removed; a kill between leaves the final one
+        as the record, which the next identical retry reopens again."""
+        open_records = self._scan()  # scope directories of the earlier layout are converted before the first write
+        scope_dir, key = self._scope_dir(op.scope), (op.scope, op.key)
+        if op.status in OPEN_STATES:
+            write_json(self._open_path(op.scope, op.key), op.__dict__, sync_dir=sync_dir)
+            open_records[key] = op
+            final = self._path(op.scope, op.key)
+            if final.exists():  # a final record reopened (the identical retry of an abandoned write): the open
+                final.unlink()  # file is durable first; until the final one is gone, that one is the record
+                fsync_dir(scope_dir)
+        else:
+            write_json(self._path(op.scope, op.key), op.__dict__, sync_dir=sync_dir)
+            open_records.pop(key, None)
+            self._twins.setdefault(scope_dir, set()).add(self._open_path(op.scope, op.key))
+        if sync_dir and scope_dir in self._twins:  # every rename in this directory is durable now
+            _unlink_all(self._twins.pop(scope_dir))
+
+    def set_status(self, op: Operation, status: str, error: str = "") -> None:
+        """Durably move a record to a new status (``op`` changes only once the record is on disk).
+
+        ``indexed`` after ``published``/``index_pending`` is written without the directory fsync: a power loss that
+        undoes its rename leaves the earlier record (complete, fsynced, and its open file still there), which every
+        start settles from the file and the views (``recovery.Recovery.settle_journal``), never rolls forward. See
+        docs/decisions.md.
+        """
+        settled = status == INDEXED and op.status in (PUBLISHED, INDEX_PENDING)
+        self.put(replace(op, status=status, error=error), sync_dir=not settled)
+        op.status, op.error = status, error
+
+    def open_records(self) -> list[Operation]:
+        """Records whose outcome is not final (intent, published, index_pending), oldest first. Damaged records are
+        skipped here (listed in ``damaged``): one import's damaged record never blocks a start or another import.
+
+        The first call reads the open files only (a journal of the earlier layout: every record, once, converting
+        it); it removes open files whose final record exists and reads (after fsyncing their directory); beside a
+        damaged final record the open file stays (the import that owns it sets the final one aside, then reads it).
+        """
+        return sorted(self._scan().values(), key=lambda op: op.created_at)
+
+    def _scan(self) -> dict[tuple[str, str], Operation]:
+        """The open records by (scope, key): read (and the layout converted) by the first call, then kept current."""
+        if self._open is None:
+            self._open = {}
+            for scope_dir, dir_fd, names in self._scopes():
+                earlier = not scope_dir.name.endswith(SCOPE_SUFFIX)
+                finals = {name for name in names if not name.endswith(OPEN_SUFFIX)}
+                stale = {name for name in names if name.endswith(OPEN_SUFFIX) and _record_stem(name) + ".json" in finals}
+                converted: list[tuple[Operation, Path]] = []
+                for name in names:
+                    is_open = name.endswith(OPEN_SUFFIX)
+                    if name in stale or not (is_open or earlier):
+                        continue
+                    op = self._read(scope_dir, dir_fd, name)
+                    if op is not None and op.status in OPEN_STATES:
+                        self._open[(op.scope, op.key)] = op
+                        if not is_open:
+                            converted.append((op, scope_dir / name))
+                settled = [name for name in sorted(stale) if self._read(scope_dir, dir_fd, _record_stem(name) + ".json")]
+                if settled:
+                    fsync_dir(scope_dir)  # their final records' renames are durable before the open files go
+                    _unlink_all(scope_dir / name for name in settled)
+                if earlier:
+                    self._convert(scope_dir, converted)
+        return self._open
+
+    def _convert(self, scope_dir: Path, converted: list[tuple[Operation, Path]]) -> None:
+        """Move the open records of a scope directory of the earlier layout to their open files, then rename it to
+        this layout's name. A kill meanwhile leaves both files of a record with the same content (the final-named
+        one is read) or the earlier name, and the next start converts again."""
+        for op, path in converted:
+            write_json(path.with_name(_record_stem(path.name) + OPEN_SUFFIX), op.__dict__)
+            path.unlink(missing_ok=True)
+        if converted:
+            fsync_dir(scope_dir)  # no earlier-layout open record comes back once the directory is renamed
+        target = scope_dir.with_name(scope_dir.name + SCOPE_SUFFIX)
+        if target.exists():  # only by hand: left as it is, read in full at every start
+            return
+        try:
+            os.rename(scope_dir, target)
+        except OSError as exc:
+            raise StorageError(exc.errno, exc.strerror or str(exc), str(target)) from exc
+        fsync_dir(self.directory)
+
+    def flush(self) -> None:
+        """Make the final records written without a directory fsync durable and remove their open files (at close)."""
+        for scope_dir in sorted(self._twins):
+            fsync_dir(scope_dir)
+            _unlink_all(self._twins.pop(scope_dir))
+
+    def check_records(self) -> dict[str, str]:
+        """Read every record (final ones too) and return the damaged ones (path -> cause), also kept in
+        ``damaged``: the full check a reindex reports."""
+        for scope_dir, dir_fd, names in self._scopes():
+            for name in names:
+                self._read(scope_dir, dir_fd, name)
+        return dict(self.damaged)
+
+    def _read(self, scope_dir: Path, dir_fd: int, name: str) -> Operation | None:
+        """The record file ``name`` of a scope directory, read through its descriptor (a link by its path, as it
+        is followed); None when absent or damaged (listed in ``damaged``)."""
+        path = scope_dir / name
+        raw = read_entry(name, dir_fd)  # None: removed meanwhile, or a directory
+        if raw is None:
+            return None
+        try:
+            return load_record(path, Operation, None if isinstance(raw, Link) else raw)
+        except DamagedRecord as exc:
+            self.damaged[str(path)] = exc.cause
+            return None
+
+    def _scopes(self) -> Iterator[tuple[Path, int, list[str]]]:
+        """``(directory, descriptor, record file names)`` of every scope directory ``<scope>/``, each directory
+        listed once and open while its step runs: a long journal is read without resolving a path per record."""
+        try:
+            with os.scandir(self.directory) as entries:
+                scopes = sorted(e.name for e in entries if e.is_dir())
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for scope in scopes:
+            try:
+                dir_fd = os.open(self.directory / scope, os.O_RDONLY | os.O_DIRECTORY)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            try:
+                yield self.directory / scope, dir_fd, entry_names(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+    def supersede_path(self, path: str, keep: Operation) -> None:
+        """Mark every open record of ``path`` except ``keep`` as superseded (a later write replaced its intent)."""
+        for op in self.open_records():
+            if op.path == path and (op.scope, op.key) != (keep.scope, keep.key):
+                self.set_status(op, SUPERSEDED, f"superseded by operation {keep.key!r}")
+
+
+def _record_stem(name: str) -> str:
+    """A record file's name without ``.open.json`` or ``.json``: the same for a record's open and final files."""
+    return name[: -len(OPEN_SUFFIX)] if name.endswith(OPEN_SUFFIX) else name[: -len(".json")]
+
+
+def _unlink_all(paths) -> None:
+    """Remove open files whose final records are durable; one that cannot be removed stays (the final file is read
+    first, and the next start tries again)."""
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            pass
+
+
+def recover_intent(op: Operation, files: ExperienceFiles, journal: OperationJournal) -> None:
+    """Resolve an ``intent`` left by a crash: roll the publish forward if its precondition holds, else drop it.
+
+    A create still applies when the file is absent; an update when the file still has ``expected_version``.
+    A file that already holds the target bytes means the publish happened before the crash.
+    """
+    current = files.read_bytes(op.path)
+    if current == op.target_bytes:
+        journal.set_status(op, PUBLISHED)
+        return
+    applies = current is None if op.tool == "create" else (
+        current is not None and version_of(current) == op.expected_version
+    )
+    if applies:
+        files.publish(op.path, op.target_bytes)
+        journal.set_status(op, PUBLISHED)
+    else:
+        journal.set_status(op, ABANDONED, "the file changed before this write was published")
