@@ -144,13 +144,16 @@ async def test_c3_the_segment_lists_the_related_experiences_and_the_last_asks_fo
         assert ok and ans["segments"] == {"done": 2, "total": 2}, ans
         version = memory_of(app).read_experience("procedures/rebuild-index.json")["version"]
     listed = prompts[0].split("match this segment best", 1)[1]
+    from reme_procedure_memory.extraction.prompt import shortened
+    assert shortened("when " * 50, 20) == "when when when when..." and shortened("short", 20) == "short"
     assert f"- procedures/rebuild-index.json ({version}): About rebuild-index.json; After changing" in listed
     assert "Begin with procedure_search" not in prompts[0]
     assert "between\n<summary> and </summary>" in prompts[0] or "between <summary> and </summary>" in prompts[0]
     assert "This is the last segment" in prompts[1] and "<summary> and </summary>" not in prompts[1]
     assert "The user rebuilt the docs index." in prompts[1]  # the rolling summary reaches the last segment
     system = app.agent.replies[0]["kwargs"]["system_prompt"]
-    assert "Before you write a procedure" in system and "nothing reusable needs no tool call" in system
+    assert "the runtime searched for you" in system and "nothing reusable needs no tool call" in system
+    assert "Name every tool or function the steps call" in system
     assert "Advice (not shown in the trajectory):" in system  # faithfulness: own advice marked as such
 
 

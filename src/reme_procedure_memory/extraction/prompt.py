@@ -56,9 +56,21 @@ def ledger_lines(ledger, failed: Iterable[dict[str, str]]) -> list[str]:
     return lines
 
 
+RELATED_WHEN_CHARS = 160  # of a related experience's when-to-use: enough to tell whether it covers a procedure
+
+
 def related_lines(results: list[dict]) -> list[str]:
-    """One line per related experience (a compact search answer's results): path, version, description, when."""
-    return [f"- {r['path']} ({r['version']}): {r['description']}; {r['when_to_use']}" for r in results]
+    """One line per related experience (a compact search answer's results): path, version, description, and the
+    beginning of its when-to-use."""
+    return [f"- {r['path']} ({r['version']}): {r['description']}; {shortened(r['when_to_use'], RELATED_WHEN_CHARS)}"
+            for r in results]
+
+
+def shortened(text: str, limit: int) -> str:
+    """``text`` cut to at most ``limit`` characters at a word boundary, with "..." when cut."""
+    if len(text) <= limit:
+        return text
+    return text[:limit].rsplit(" ", 1)[0].rstrip(" ,;:") + "..."
 
 
 def user_message(*, path: str, fmt: str, number: int, total: int, start: int, end: int, segment: str, hint: str,
