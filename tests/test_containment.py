@@ -217,7 +217,7 @@ async def test_c2_c3_hand_placed_files_follow_the_rules_of_written_ones_everywhe
 
 def ans_pending(app) -> list[dict]:
     memory = memory_of(app)
-    return [memory.pending_entry(p) for p in sorted(memory.pending)]
+    return memory.pending.entries()
 
 
 async def test_c3_a_deleted_source_excludes_the_experience_until_it_is_restored(make_app, tmp_path):

@@ -495,7 +495,7 @@ async def test_progress_goes_to_the_log_and_to_a_terminal(make_app, tmp_path, mo
             logged.append(message)
 
     async with make_app(scripts=[creates(name="a.json")] + [summarises()] * 20, components=components) as app:
-        monkeypatch.setattr(memory_of(app), "logger", Log())
+        monkeypatch.setattr(memory_of(app).workspace, "logger", Log())  # the import logs through the workspace
         ok, ans = await import_file(app, original)
         assert ok and ans["segments"]["total"] > 1
     assert [m.replace("procedure import: ", "[procedure-memory] ") for m in logged] == \

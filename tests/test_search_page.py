@@ -112,7 +112,7 @@ async def test_a_file_turning_pending_while_the_page_is_read_is_replaced_by_the_
             threads.append(threading.current_thread().name)
             item = real_read(self, rel_path)
             if rel_path == turning:
-                memory.pending[turning] = {"version": item.version, "error": "index failed meanwhile"}
+                memory.pending.mark(turning, item.version, "index failed meanwhile")
             return item
 
         monkeypatch.setattr(ExperienceFiles, "read", read)

@@ -250,4 +250,4 @@ async def test_superseded_failed_intent_after_correction(make_app):
                                     operation_key="fix-1")
         assert ok and fixed["status"] == "updated"
         assert memory.journal.get("req-1", "op-1").status == SUPERSEDED
-        assert memory.pending == {}
+        assert len(memory.pending) == 0

@@ -1,19 +1,17 @@
-"""ProcedureMemory: the component (type ``procedure_memory``) that owns the experience store, both views and runs.
+"""ProcedureMemory: the component (type ``procedure_memory``) that wires the workspace, both views and the operations.
 
-Lifecycle: the constructor validates settings and takes the workspace lock — ReMe builds every component before it
-starts any, so a second process is refused before any store could write. ``_start`` creates the directories, removes
-temporary files a kill left behind, recovers the operation journal and reconciles the experience files with both
-views (recovery.py; a process started to run the reindex job leaves the indexing to that job). ``_close`` compacts
-the views' BM25 after writes, closes the plugin's own stores (each persists itself when it closes) and only then
-releases the lock: no view file is written without it.
+Lifecycle: the constructor validates settings, checks the directories and takes the workspace lock — ReMe builds
+every component before it starts any, so a second process is refused before any store could write. ``_start``
+creates the directories, removes temporary files a kill left behind, opens the workspace with both views, recovers
+the operation journal and reconciles the experience files with the views (``operations/recovery.py``; a process
+started to run the reindex job leaves the indexing to that job). ``_close`` compacts the views' BM25 after writes,
+closes the plugin's own stores (each persists itself when it closes) and only then releases the lock: no view file
+is written without it.
 
-Steps are stateless and call the public coroutines here; every coroutine returns a JSON-able answer or raises
-ProcedureError. All writes (create, update, reindex, pending retries) are serialised by one lock. Job arguments are
-validated through their models in arguments.py. Where each concern lives: extraction runs and their grants in
-runs.py; the write path (create, update: journal -> publish -> index, replay) in writes.py; reconciliation, reindex
-and pending retries in recovery.py; search answers and reads in reads.py; the plugin's directories, their containment
-and leftover temporary files in layout.py; the views in views.py; durable files only in store.py; the import in
-importer.py and the per-segment agent run in extraction.py.
+What it owns: one ``Workspace`` (``workspace.py``: the shared state) and the operations built on it — ``grants``
+(extraction runs), ``reads`` (search answers and reads), ``write_path`` (create, update), ``recovery`` (reconcile,
+reindex, pending retries). Steps (``jobs/steps.py``) validate their arguments and call the public coroutines here;
+every one returns a JSON-able answer or raises ProcedureError.
 """
 
 from __future__ import annotations
@@ -38,14 +36,11 @@ from .operations.writes import WritePath
 from .search.views import Views
 from .settings import ProcedureSettings, load_settings
 from .storage.atomic import ensure_dir
-from .storage.checkpoints import CheckpointStore
-from .storage.experiences import ExperienceFiles
 from .storage.guard import install_guard
-from .storage.imports import ImportRegistry
-from .storage.journal import OperationJournal
 from .storage.layout import Layout
 from .storage.lock import WorkspaceLock
 from .tokens import TokenCounter
+from .workspace import Workspace
 
 
 class ProcedureMemory(BaseComponent):
@@ -66,21 +61,22 @@ class ProcedureMemory(BaseComponent):
         self.view_when_to_use_content = self.bind(
             self.settings.views["when_to_use_content"], BaseFileStore, optional=False,
         )
+        config = self.app_context.app_config if self.app_context is not None else None
+        session = config.session_dir if config is not None else "session"
+        self.layout = Layout(  # the directories the plugin owns (storage/layout.py)
+            root=self.workspace_path, name=self.name, metadata_dir=config.metadata_dir if config else "metadata",
+            procedure_dir=self.settings.procedure_dir,
+            trajectory_rel_dir=f"{session.rstrip('/')}/{self.settings.trajectory_subdir}",
+        )
         self.tokens = TokenCounter(self.settings.tokenizer_source)
-        self.views: Views | None = None
-        self.pending: dict[str, dict[str, str]] = {}
-        self.grants = RunGrants(self)  # live extraction runs (runs.py)
-        self.write_path = WritePath(self)  # journal -> publish -> index (writes.py)
-        self._write_lock: asyncio.Lock | None = None
+        self.workspace = Workspace(self.workspace_path, self.layout.state_dir, self.layout.trajectory_rel_dir,
+                                   self.settings, self.tokens, self.logger)
+        self.grants = RunGrants(self.workspace)  # live extraction runs (operations/runs.py)
+        self.recovery = Recovery(self.workspace)  # reconcile, reindex, pending retries (operations/recovery.py)
+        self.reads = Reads(self.workspace, self.recovery)  # search answers and reads (operations/reads.py)
+        self.write_path = WritePath(self.workspace)  # journal -> publish -> index (operations/writes.py)
         self._import_lock: asyncio.Lock | None = None
-        self.recovery = Recovery(self)
-        self.reads = Reads(self)  # search answers and reads (reads.py)
-        self._journal: OperationJournal | None = None
-        self._writes = 0
-        self._generation = 0  # see ``generation``
-        self.damaged_metadata: dict[str, str] = {}  # damaged metadata records skipped (not set aside): path -> cause
-        self.layout = Layout(self)  # the directories the plugin owns (layout.py)
-        self._built_at = time.time()  # ReMe's temporary files older than this are stale (layout.py)
+        self._built_at = time.time()  # ReMe's temporary files older than this are stale (storage/layout.py)
         if self.app_context is not None:  # before any component starts: nothing may be created through a link
             self.check_directories()
         # ReMe builds every component before it starts any: taking the lock here refuses a second process before any
@@ -88,45 +84,59 @@ class ProcedureMemory(BaseComponent):
         self._lock_file = WorkspaceLock(self.state_dir / "workspace.lock")
         self._lock_file.acquire()
 
-    # -- paths --------------------------------------------------------------------------------------------------
+    # -- paths and shared state (the workspace's) ---------------------------------------------------------------
 
     @property
     def state_dir(self) -> Path:
         """``<workspace>/<metadata_dir>/procedure/<name>``: imports, operations, processing, lock."""
-        return self.workspace_metadata_path / "procedure" / self.name
+        return self.layout.state_dir
 
     @property
     def trajectory_rel_dir(self) -> str:
         """``<session_dir>/<trajectory_subdir>``, workspace-relative."""
-        session = self.app_context.app_config.session_dir if self.app_context is not None else "session"
-        return f"{session.rstrip('/')}/{self.settings.trajectory_subdir}"
+        return self.layout.trajectory_rel_dir
 
     def check_directories(self) -> None:
-        """Fail unless every configured directory is a real directory inside the workspace (layout.py)."""
+        """Fail unless every configured directory is a real directory inside the workspace (storage/layout.py)."""
         self.layout.check_directories()
 
     def protected_directories(self) -> list[tuple[Path, bool, str]]:
-        """What ReMe's generic file jobs may not change or read (layout.py, used by guard.py)."""
+        """What ReMe's generic file jobs may not change or read (storage/layout.py, used by storage/guard.py)."""
         return self.layout.protected_directories()
 
     @property
-    def files(self) -> ExperienceFiles:
-        return ExperienceFiles(self.workspace_path, self.settings.procedure_dir, self.trajectory_rel_dir)
+    def files(self):
+        return self.workspace.files
 
     @property
-    def journal(self) -> OperationJournal:
-        """The operation journal (one instance per start: it caches the records that are not final)."""
-        if self._journal is None:
-            self._journal = OperationJournal(self.state_dir / "operations")
-        return self._journal
+    def journal(self):
+        return self.workspace.journal
 
     @property
-    def imports(self) -> ImportRegistry:
-        return ImportRegistry(self.state_dir / "imports")
+    def imports(self):
+        return self.workspace.imports
 
     @property
-    def checkpoints(self) -> CheckpointStore:
-        return CheckpointStore(self.state_dir / "processing")
+    def checkpoints(self):
+        return self.workspace.checkpoints
+
+    @property
+    def pending(self):
+        return self.workspace.pending
+
+    @property
+    def views(self) -> Views | None:
+        return self.workspace.views
+
+    @property
+    def damaged_metadata(self) -> dict[str, str]:
+        return self.workspace.damaged_metadata
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever files or views may have changed (writes, index retries, rebuilds): an identical tool call
+        counts as repeated only within one generation."""
+        return self.workspace.generation
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -136,6 +146,13 @@ class ProcedureMemory(BaseComponent):
         stores = [self.view_when_to_use, self.view_when_to_use_content]
         parts = [s.keyword_index for s in stores] + [s.file_graph for s in stores]
         return [c for c in [self.embedding_store, *parts, *stores] if isinstance(c, BaseComponent)]
+
+    def _remove_temp_files(self, copies: set[str], stale_before: float | None = None) -> list[str]:
+        """Leftover temporary files removed (storage/layout.py; never one of the imported ``copies``),
+        workspace-relative."""
+        stores = [s for s in (self.view_when_to_use, self.view_when_to_use_content) if hasattr(s, "reme_files")]
+        removed = self.layout.remove_temp_files(copies, [f for s in stores for f in s.reme_files()], stale_before)
+        return [self.workspace.relative(p) for p in removed]
 
     async def _start(self) -> None:
         self.check_directories()  # again: a link may have appeared since the application was built
@@ -153,16 +170,15 @@ class ProcedureMemory(BaseComponent):
             imports = self.imports
             copies = imports.reserved_paths()
             self.damaged_metadata.update(imports.damaged)
-            removed = self.layout.remove_temp_files(copies, stale_before=self._built_at)
+            removed = self._remove_temp_files(copies, stale_before=self._built_at)
             if removed:
                 self.logger.warning(f"procedure memory removed {len(removed)} leftover temporary files: {removed}")
-            self._write_lock = asyncio.Lock()
             self._import_lock = asyncio.Lock()
             stores = {"when_to_use": self.view_when_to_use, "when_to_use_content": self.view_when_to_use_content}
-            self.views = Views(
+            self.workspace.open(Views(
                 stores, self.embedding_store, self.settings.embedding_timeout_seconds,
                 self.settings.vector_cooldown_seconds, self.settings.search_embedding_timeout_seconds,
-            )
+            ))
             report = await self.recovery.start(defer=one_shot_reindex(self.app_context, self.name))
             if self.damaged_metadata:
                 self.logger.warning(
@@ -179,7 +195,7 @@ class ProcedureMemory(BaseComponent):
 
     async def _close(self) -> None:
         self.grants.clear()
-        journal, self._journal = self._journal, None
+        journal = self.workspace.close_journal()
         self.reads.forget()
         try:
             await self.recovery.stop()
@@ -188,7 +204,7 @@ class ProcedureMemory(BaseComponent):
                     journal.flush()  # no open file of a final record is left behind
                 except OSError as exc:  # harmless: the final file is read first, and the next start removes them
                     self.logger.warning(f"procedure memory: settling the journal's open files failed: {exc}")
-            if self._writes and self.views is not None:
+            if self.workspace.writes and self.views is not None:
                 # Updates leave lazily deleted BM25 documents behind; compact them before the stores persist.
                 for store in self.views.stores.values():
                     await store.optimize_index()
@@ -201,11 +217,11 @@ class ProcedureMemory(BaseComponent):
                         await store.close()
                     except Exception as exc:
                         self.logger.exception(f"procedure memory: closing {store.name} failed: {exc}")
-                self.layout.remove_temp_files(self.imports.reserved_paths())
+                self._remove_temp_files(self.imports.reserved_paths())
             finally:
                 self._lock_file.release()
 
-    # -- recovery and maintenance (recovery.py) ----------------------------------------------------------------
+    # -- recovery and maintenance (operations/recovery.py) -------------------------------------------------------
 
     async def reconcile(self) -> dict[str, Any]:
         """Make both views agree with the experience files (see ``Recovery.reconcile``)."""
@@ -215,47 +231,25 @@ class ProcedureMemory(BaseComponent):
         """Rebuild both views from the experience JSON files; never touches experience or trajectory files."""
         return await self.recovery.reindex()
 
-    def _mtime(self, rel_path: str) -> float:
-        try:
-            return self.files.abs(rel_path).stat().st_mtime
-        except FileNotFoundError:
-            return 0.0
-
-    def mark_changed(self) -> None:
-        """Files or views may have changed: advance ``generation``."""
-        self._generation += 1
-
-    @property
-    def write_lock(self) -> asyncio.Lock:
-        """Serialises every write: create, update, reindex, pending retries."""
-        assert self._write_lock is not None
-        return self._write_lock
-
-    def pending_entry(self, path: str) -> dict[str, str]:
-        """A pending file as reported in answers: path, version, error."""
-        return self.recovery.pending_entry(path)
-
-    # -- search and read ----------------------------------------------------------------------------------------
+    # -- search and read (operations/reads.py) ---------------------------------------------------------------------
 
     async def search(self, query: str, view: str, limit: int) -> dict[str, Any]:
-        """Hybrid search of one view; full current experiences with path, version and scores (reads.py)."""
+        """Hybrid search of one view; full current experiences with path, version and scores."""
         return await self.reads.search(query, view, limit)
 
     def experience_path(self, raw) -> str:
-        """Validate an experience path argument: ``<procedure_dir>/<valid name>.json`` (reads.py)."""
+        """Validate an experience path argument: ``<procedure_dir>/<valid name>.json``."""
         return self.reads.experience_path(raw)
 
     def read_experience(self, raw_path) -> dict[str, Any]:
-        """One experience with its current version (reads.py)."""
+        """One experience with its current version."""
         return self.reads.experience(raw_path)
 
     async def read_trajectory(self, raw_path, offset: int, length: int) -> dict[str, Any]:
-        """An excerpt of a copied trajectory by decoded characters, capped by exact tokens (reads.py)."""
+        """An excerpt of a copied trajectory by decoded characters, capped by exact tokens."""
         return await self.reads.trajectory(raw_path, offset, length)
 
-    # -- extraction runs (runs.py) and writes (writes.py) ------------------------------------------------------
-
-    # A tool call finds its live run through ``grants`` (``live_run``, ``run_for``: runs.py).
+    # -- extraction runs (operations/runs.py) and writes (operations/writes.py) ------------------------------------
 
     def begin_run(self, scope: str, sources: list[str], segment: int | None = None) -> Run:
         """Open an extraction run whose tools may write citing ``sources`` (see ``RunGrants.begin_run``)."""
@@ -265,25 +259,19 @@ class ProcedureMemory(BaseComponent):
         """Revoke a run's grant."""
         self.grants.end_run(run)
 
-    @property
-    def generation(self) -> int:
-        """Changes whenever files or views may have changed (writes, index retries, rebuilds): an identical tool call
-        counts as repeated only within one generation."""
-        return self._generation
+    async def create(self, run: Run, args, raw: dict[str, Any]) -> dict[str, Any]:
+        """Create a new experience for a live run (validated ``args``; see ``WritePath.create``)."""
+        return await self.write_path.create(run, args, raw)
 
-    async def create(self, run: Run, args: dict[str, Any]) -> dict[str, Any]:
-        """Create a new experience for a live run (see ``WritePath.create``)."""
-        return await self.write_path.create(run, args)
-
-    async def update(self, run: Run, args: dict[str, Any]) -> dict[str, Any]:
+    async def update(self, run: Run, args, raw: dict[str, Any]) -> dict[str, Any]:
         """Revise an experience at its expected version for a live run (see ``WritePath.update``)."""
-        return await self.write_path.update(run, args)
+        return await self.write_path.update(run, args, raw)
 
-    # -- trajectory import --------------------------------------------------------------------------------------
+    # -- trajectory import (extraction/importer.py) ----------------------------------------------------------------
 
-    async def import_trajectory(self, wrapper, args: dict[str, Any]) -> dict[str, Any]:
-        """Copy one local trajectory and extract from it (see importer.py); one import at a time per process."""
+    async def import_trajectory(self, wrapper, args) -> dict[str, Any]:
+        """Copy one local trajectory and extract from it (validated ``args``); one import at a time per process."""
         assert self._import_lock is not None
         await self.recovery.ensure_reconciled()
         async with self._import_lock:
-            return await run_import(self, wrapper, args)
+            return await run_import(self.workspace, self.app_context, self.grants, self.reads, wrapper, args)

@@ -21,11 +21,15 @@ class InvalidExperience(ValueError):
 
 
 class ErrorCode:
-    """Stable error codes of the job answers."""
+    """Every code of a failed job answer (``docs/reference.md`` lists each with what to do; a test keeps the two
+    equal). Tool and read answers are ``status: error``; an import that can be resumed is ``status: incomplete``."""
 
+    # arguments and paths
     INVALID_ARGUMENT = "invalid_argument"
     PATH_OUTSIDE = "path_outside_allowed_directory"
     NOT_FOUND = "not_found"
+    NOT_AVAILABLE = "not_available"
+    # experiences and writes
     INVALID_EXPERIENCE = "invalid_experience"
     ALREADY_EXISTS = "already_exists"
     STALE_VERSION = "stale_version"
@@ -33,8 +37,35 @@ class ErrorCode:
     NO_ACTIVE_RUN = "no_active_extraction_run"
     OPERATION_KEY_CONFLICT = "operation_key_conflict"
     INDEX_PENDING = "index_pending"
+    # storage
+    DISK_FULL = "disk_full"
+    STORAGE_ERROR = "storage_error"
+    METADATA_DAMAGED = "metadata_damaged"
+    INTERNAL_ERROR = "internal_error"
+    # the import: its copy and checkpoint
+    REQUEST_ID_CONFLICT = "request_id_conflict"
+    FILE_TOO_LARGE = "file_too_large"
+    ORIGINAL_CHANGED = "original_changed"
+    COPY_CORRUPTED = "copy_corrupted"
+    COPY_PATH_TAKEN = "copy_path_taken"
+    UNSUPPORTED_FORMAT = "unsupported_format"
+    MALFORMED_INPUT = "malformed_input"
+    INCOMPATIBLE_CHECKPOINT = "incompatible_checkpoint"
     TOKENIZER_UNAVAILABLE = "tokenizer_unavailable"
-    NOT_AVAILABLE = "not_available"
+    SEGMENTATION_FAILED = "segmentation_failed"
+    # the import: its agent and its segments
+    CONTEXT_BUDGET_EXCEEDED = "context_budget_exceeded"
+    AGENT_UNAVAILABLE = "agent_unavailable"
+    AGENT_FAILED = "agent_failed"
+    AGENT_INTERRUPTED = "agent_interrupted"
+    AGENT_BUDGET_EXHAUSTED = "agent_budget_exhausted"
+    SUMMARY_INVALID = "summary_invalid"
+    PENDING_WRITES = "pending_writes"
+    WRITE_FAILED = "write_failed"
+
+    @classmethod
+    def all(cls) -> set[str]:
+        return {value for name, value in vars(cls).items() if name.isupper()}
 
 
 class ProcedureError(Exception):
@@ -89,11 +120,11 @@ def storage_failure(exc: OSError, what: str = "") -> tuple[str, str]:
     cause = f"{exc.strerror or type(exc).__name__} (errno {errno.errorcode.get(exc.errno, exc.errno)})"
     subject = f"{what} ({target})" if what else str(target)
     if exc.errno in DISK_FULL_ERRNOS:
-        return "disk_full", (
+        return ErrorCode.DISK_FULL, (
             f"Writing {subject} failed: {cause}. Free space on the file system that holds "
             f"{Path(str(target)).parent} (or raise the quota); nothing half-written was kept."
         )
-    return "storage_error", (
+    return ErrorCode.STORAGE_ERROR, (
         f"Writing {subject} failed: {cause}. Make sure {Path(str(target)).parent} exists and is writable by this "
         "process (permissions, a read-only mount, a failing disk); nothing half-written was kept."
     )

@@ -1,6 +1,6 @@
 """The byte-exact copy of an original trajectory, held by a reservation record before it exists.
 
-Contract of ``copy_original(memory, source, filename, request_id, source_id)``, keyed by ``request_id``:
+Contract of ``copy_original(workspace, source, filename, request_id, source_id)``, keyed by ``request_id``:
 
 * the original's bytes are copied to ``<session_dir>/<trajectory_subdir>/<filename>`` (``-2``, ``-3``, ... before the
   last extension when the name is taken on disk or reserved by another import), after a reservation record that
@@ -18,20 +18,24 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from ..errors import ErrorCode, ProcedureError
 from ..storage.imports import COPIED, ImportRecord, publish_copy
+
+if TYPE_CHECKING:
+    from ..workspace import Workspace
 from ..storage.paths import check_directory
 
 
-def copy_original(memory, source: str, filename: str, request_id: str, source_id: str) -> ImportRecord:
+def copy_original(workspace: Workspace, source: str, filename: str, request_id: str, source_id: str) -> ImportRecord:
     """Reserve a name, copy the original byte-exactly, verify it (or verify and reuse an earlier copy)."""
     original = Path(source)
-    registry = memory.imports
+    registry = workspace.imports
     record = registry.get(request_id)
     if record is not None and (record.source, record.filename) != (source, filename):
         raise ProcedureError(
-            "request_id_conflict",
+            ErrorCode.REQUEST_ID_CONFLICT,
             f"request_id {request_id!r} was used for file={record.source} filename={record.filename}; resume "
             "with the same file and filename, or use a new request_id.",
             request_id=request_id,
@@ -41,34 +45,34 @@ def copy_original(memory, source: str, filename: str, request_id: str, source_id
         if not original.is_file():
             raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"file={source} is not a regular file.")
         size = original.stat().st_size
-        if size > memory.settings.max_file_bytes:
+        if size > workspace.settings.max_file_bytes:
             raise ProcedureError(
-                "file_too_large",
-                f"file={source} has {size} bytes; the limit is {memory.settings.max_file_bytes} "
+                ErrorCode.FILE_TOO_LARGE,
+                f"file={source} has {size} bytes; the limit is {workspace.settings.max_file_bytes} "
                 "(components.procedure_memory.default.max_file_bytes). Nothing was copied.",
             )
         data = original.read_bytes()
         if record is not None and hashlib.sha256(data).hexdigest() != record.sha256:
             raise ProcedureError(
-                "original_changed",
+                ErrorCode.ORIGINAL_CHANGED,
                 f"file={source} changed since request_id {request_id!r} copied it (checksum differs); "
                 "changed bytes are rejected. Use a new request_id to import the new content.",
                 request_id=request_id, path=record.path,
             )
     if record is None:
-        record = rebuild_lost_record(memory, request_id, source, filename, source_id, data)
+        record = rebuild_lost_record(workspace, request_id, source, filename, source_id, data)
     if record is None:
         if data is None:
             raise ProcedureError(ErrorCode.NOT_FOUND, f"file={source} does not exist.")
-        directory = memory.workspace_path / memory.trajectory_rel_dir
-        name = allocate_copy_name(directory, filename, registry.reserved_paths(), memory.trajectory_rel_dir)
+        directory = workspace.root / workspace.trajectory_rel_dir
+        name = allocate_copy_name(directory, filename, registry.reserved_paths(), workspace.trajectory_rel_dir)
         record = ImportRecord(
-            request_id=request_id, source=source, filename=filename, path=f"{memory.trajectory_rel_dir}/{name}",
+            request_id=request_id, source=source, filename=filename, path=f"{workspace.trajectory_rel_dir}/{name}",
             sha256=hashlib.sha256(data).hexdigest(), size=len(data), source_id=source_id,
         )
         registry.put(record)  # the reservation keeps the name before the copy exists
-    memory.damaged_metadata.update(registry.damaged)
-    copy = memory.workspace_path / record.path
+    workspace.damaged_metadata.update(registry.damaged)
+    copy = workspace.root / record.path
     existing = hashlib.sha256(copy.read_bytes()).hexdigest() if copy.is_file() else None
     if existing == record.sha256:  # a verified copy, also one published just before a crash left it RESERVED
         if record.status != COPIED:
@@ -77,7 +81,7 @@ def copy_original(memory, source: str, filename: str, request_id: str, source_id
         return record
     if existing is not None and record.status != COPIED:
         raise ProcedureError(  # a file this import never wrote holds the reserved name: never overwrite it
-            "copy_path_taken",
+            ErrorCode.COPY_PATH_TAKEN,
             f"{record.path} already exists with other bytes and was not written by request_id {request_id!r}; "
             "move that file away or import with a new request_id.",
             request_id=request_id, path=record.path,
@@ -85,7 +89,7 @@ def copy_original(memory, source: str, filename: str, request_id: str, source_id
     if data is None:
         if existing is not None:
             raise ProcedureError(
-                "copy_corrupted",
+                ErrorCode.COPY_CORRUPTED,
                 f"The saved copy {record.path} no longer matches its recorded checksum and the original "
                 f"file={source} is gone; it cannot be recovered.",
                 request_id=request_id, path=record.path,
@@ -96,11 +100,11 @@ def copy_original(memory, source: str, filename: str, request_id: str, source_id
             "the original is required.",
             request_id=request_id,
         )
-    check_directory(memory.workspace_path, str(PurePosixPath(record.path).parent), setting="the trajectory directory")
+    check_directory(workspace.root, str(PurePosixPath(record.path).parent), setting="the trajectory directory")
     publish_copy(copy, data)  # first copy, or the repair of our own copy from the unchanged original
     if hashlib.sha256(copy.read_bytes()).hexdigest() != record.sha256:
         raise ProcedureError(
-            "copy_corrupted", f"The copy {record.path} does not match the original's checksum.",
+            ErrorCode.COPY_CORRUPTED, f"The copy {record.path} does not match the original's checksum.",
             request_id=request_id, path=record.path,
         )
     record.status = COPIED
@@ -108,14 +112,14 @@ def copy_original(memory, source: str, filename: str, request_id: str, source_id
     return record
 
 
-def rebuild_lost_record(memory, request_id: str, source: str, filename: str, source_id: str,
+def rebuild_lost_record(workspace: Workspace, request_id: str, source: str, filename: str, source_id: str,
                         data: bytes | None) -> ImportRecord | None:
     """The import record of a request id that existed before (its checkpoint or a set-aside damaged record proves
     it) but whose record is gone: rebuilt around the copy it made — the checkpoint's path, else the first
     unreserved ``filename``, ``-2``, ... holding the same bytes — so a resume never copies the original again.
     None when there is no such import or no such copy."""
-    registry = memory.imports
-    checkpoint = memory.checkpoints.get(request_id)
+    registry = workspace.imports
+    checkpoint = workspace.checkpoints.get(request_id)
     if checkpoint is None and not registry.was_set_aside(request_id):
         return None
     sha = hashlib.sha256(data).hexdigest() if data is not None else None
@@ -126,7 +130,7 @@ def rebuild_lost_record(memory, request_id: str, source: str, filename: str, sou
         sha = saved
     if sha is None:
         return None
-    directory, rel_dir = memory.workspace_path / memory.trajectory_rel_dir, memory.trajectory_rel_dir
+    directory, rel_dir = workspace.root / workspace.trajectory_rel_dir, workspace.trajectory_rel_dir
     reserved = registry.reserved_paths()
     candidates = [checkpoint["path"]] if checkpoint is not None and checkpoint.get("path") else []
     number = 1
@@ -134,13 +138,13 @@ def rebuild_lost_record(memory, request_id: str, source: str, filename: str, sou
         candidates.append(f"{rel_dir}/{numbered_name(filename, number)}")
         number += 1
     for rel in dict.fromkeys(candidates):
-        copy = memory.workspace_path / rel
+        copy = workspace.root / rel
         if rel in reserved or not copy.is_file() or hashlib.sha256(copy.read_bytes()).hexdigest() != sha:
             continue
         record = ImportRecord(request_id=request_id, source=source, filename=filename, path=rel, sha256=sha,
                               size=copy.stat().st_size, status=COPIED, source_id=source_id)
         registry.put(record)
-        memory.logger.warning(f"procedure import {request_id}: rebuilt its lost import record around {rel}")
+        workspace.logger.warning(f"procedure import {request_id}: rebuilt its lost import record around {rel}")
         return record
     return None
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..errors import (
@@ -29,7 +29,6 @@ from ..errors import (
     UnsupportedTrajectory,
     storage_failure,
 )
-from ..jobs.arguments import AutoMemoryArguments, validate
 from ..storage.imports import ImportRecord
 from ..tokens import SpanCounter
 from .copies import copy_original
@@ -38,55 +37,65 @@ from .loop import Extraction, make_progress
 from .resume import resume_command
 from .segmenter import SEGMENTER_VERSION, segment_counted
 
+if TYPE_CHECKING:
+    from ..operations.reads import Reads
+    from ..operations.runs import RunGrants
+    from ..workspace import Workspace
 
-def fingerprint(memory, record: ImportRecord) -> dict[str, Any]:
+
+def fingerprint(workspace: Workspace, record: ImportRecord) -> dict[str, Any]:
     """What fixes segmentation: a checkpoint resumes only under the same values."""
     return {
         "segmenter_version": SEGMENTER_VERSION,
-        "tokenizer_source": memory.settings.tokenizer_source,
-        "segment_tokens": memory.settings.token_limits.segment,
+        "tokenizer_source": workspace.settings.tokenizer_source,
+        "segment_tokens": workspace.settings.token_limits.segment,
         "sha256": record.sha256,
     }
 
 
-async def run_import(memory, wrapper, args: dict[str, Any]) -> dict[str, Any]:
-    """Copy one local trajectory and run the extraction over its remaining segments (resumable by request_id).
+async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads: Reads, wrapper,
+                     args) -> dict[str, Any]:
+    """Copy one local trajectory and run the extraction over its remaining segments (resumable by request_id);
+    ``args``: the job's validated arguments (``file``, ``filename``, ``request_id``, ``memory_hint``, ``source_id``).
 
     Every failure after the arguments are valid answers with the request id (generated or given) and the exact,
     shell-quoted command that resumes the import.
     """
-    source, filename, request_id, hint, source_id = import_args(args)
+    source, filename, request_id = str(Path(args.file).expanduser().absolute()), args.filename, args.request_id
+    hint, source_id = args.memory_hint, args.source_id
     answer: dict[str, Any] = {"request_id": request_id, "filename": filename}
     extraction: Extraction | None = None
 
     def incomplete(code: str, message: str, **details: Any) -> ProcedureError:
-        progress = progress_of(memory, extraction) if extraction is not None else {}
+        progress = progress_of(workspace, extraction) if extraction is not None else {}
         return ProcedureError(code, message, status="incomplete", **answer, **progress, **details,
-                              resume=resume_command(memory, source, filename, request_id))
+                              resume=resume_command(app_context, source, filename, request_id))
 
     try:
-        record = await asyncio.to_thread(copy_original, memory, source, filename, request_id, source_id)
+        record = await asyncio.to_thread(copy_original, workspace, source, filename, request_id, source_id)
         answer["path"] = record.path
-        data = await asyncio.to_thread((memory.workspace_path / record.path).read_bytes)
+        data = await asyncio.to_thread((workspace.root / record.path).read_bytes)
         try:
             text = decode_trajectory(data, filename)
         except UnsupportedTrajectory as exc:
-            raise ExtractionStopped("unsupported_format", f"{exc}. The saved copy {record.path} is kept.") from None
+            raise ExtractionStopped(ErrorCode.UNSUPPORTED_FORMAT,
+                                    f"{exc}. The saved copy {record.path} is kept.") from None
         except MalformedTrajectory as exc:
-            raise ExtractionStopped("malformed_input", f"{exc}. The saved copy {record.path} is kept.") from None
+            raise ExtractionStopped(ErrorCode.MALFORMED_INPUT,
+                                    f"{exc}. The saved copy {record.path} is kept.") from None
         answer["format"] = trajectory_format(filename)
-        checkpoint = await load_checkpoint(memory, record, text, hint)
+        checkpoint = await load_checkpoint(workspace, record, text, hint)
         if hint and hint != checkpoint.get("memory_hint"):  # a new focus applies to the remaining segments
             checkpoint["memory_hint"] = hint
-            memory.checkpoints.put(request_id, checkpoint)
-        extraction = Extraction(memory, wrapper, record, text, answer["format"], checkpoint, memory.checkpoints,
-                                make_progress(memory.logger))
+            workspace.checkpoints.put(request_id, checkpoint)
+        extraction = Extraction(workspace, grants, reads.search, app_context.jobs, wrapper, record, text,
+                                answer["format"], checkpoint, make_progress(workspace.logger))
         if checkpoint["next_segment"] < len(checkpoint["segments"]):
             if wrapper is None:
-                raise ExtractionStopped("agent_unavailable", "No agent_wrapper component is configured.")
+                raise ExtractionStopped(ErrorCode.AGENT_UNAVAILABLE, "No agent_wrapper component is configured.")
             await extraction.run()
         checkpoint["status"] = "complete"
-        memory.checkpoints.put(request_id, checkpoint)
+        workspace.checkpoints.put(request_id, checkpoint)
     except ProcedureError as exc:
         if exc.status == "error":  # refused before anything could be resumed (conflicts, bad files): keep it so
             exc.details = {**answer, **exc.details}
@@ -95,64 +104,65 @@ async def run_import(memory, wrapper, args: dict[str, Any]) -> dict[str, Any]:
     except ExtractionStopped as exc:
         raise incomplete(exc.code, exc.message, **exc.details) from None
     except DamagedRecord as exc:
-        memory.logger.warning(f"procedure import {request_id}: {exc}")
-        raise incomplete("metadata_damaged", f"{exc}. {damaged_record_fix(exc)}") from None
+        workspace.logger.warning(f"procedure import {request_id}: {exc}")
+        raise incomplete(ErrorCode.METADATA_DAMAGED, f"{exc}. {damaged_record_fix(exc)}") from None
     except StorageError as exc:  # a full disk or an unwritable directory while copying or checkpointing
-        memory.logger.exception(f"procedure import {request_id} failed: {exc}")
+        workspace.logger.exception(f"procedure import {request_id} failed: {exc}")
         code, message = storage_failure(exc)
         raise incomplete(code, f"{message} Then resume with the `resume` command.") from None
     except Exception as exc:  # unexpected: still answer with the request id
-        memory.logger.exception(f"procedure import {request_id} failed: {exc}")
-        raise incomplete("internal_error", f"{type(exc).__name__}: {exc}") from None
-    return {"status": "complete", **answer, **progress_of(memory, extraction)}
+        workspace.logger.exception(f"procedure import {request_id} failed: {exc}")
+        raise incomplete(ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}") from None
+    return {"status": "complete", **answer, **progress_of(workspace, extraction)}
 
 
-async def load_checkpoint(memory, record: ImportRecord, text: str, hint: str) -> dict[str, Any]:
+async def load_checkpoint(workspace: Workspace, record: ImportRecord, text: str, hint: str) -> dict[str, Any]:
     """The import's checkpoint: the saved one if its fingerprint matches, else (first run) a new one with the
     segment boundaries (and their exact token counts) fixed once. Raises ExtractionStopped (incompatible, tokenizer, segmentation) changing nothing."""
-    saved = memory.checkpoints.get(record.request_id)
-    expected = fingerprint(memory, record)
+    saved = workspace.checkpoints.get(record.request_id)
+    expected = fingerprint(workspace, record)
     if saved is not None:
         if saved["fingerprint"] != expected:
             changed = {k: (saved["fingerprint"].get(k), v) for k, v in expected.items()
                        if saved["fingerprint"].get(k) != v}
             raise ExtractionStopped(
-                "incompatible_checkpoint",
+                ErrorCode.INCOMPATIBLE_CHECKPOINT,
                 f"request_id {record.request_id!r} was processed with different segmentation settings {changed} "
                 "(recorded, current). Resume with the recorded settings (and the plugin version that created the "
                 "checkpoint), or import with a new request_id. Nothing was changed.",
             )
         return saved
     try:
-        spans = SpanCounter(memory.tokens, text)
-        counted = await asyncio.to_thread(segment_counted, text, memory.settings.token_limits.segment, spans.count)
+        spans = SpanCounter(workspace.tokens, text)
+        budget = workspace.settings.token_limits.segment
+        counted = await asyncio.to_thread(segment_counted, text, budget, spans.count)
     except TokenizerUnavailable as exc:
         raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
     except SegmentationError as exc:
-        raise ExtractionStopped("segmentation_failed", str(exc)) from None
+        raise ExtractionStopped(ErrorCode.SEGMENTATION_FAILED, str(exc)) from None
     checkpoint = {
         "request_id": record.request_id, "path": record.path, "fingerprint": expected, "plugin_version": __version__,
         "segments": [(start, end) for start, end, _ in counted], "next_segment": 0, "summary": "", "memory_hint": hint,
         "segment_counts": [tokens for _, _, tokens in counted],  # exact; the context check reuses them
         "saved_reply": None, "status": "processing",
     }
-    memory.checkpoints.put(record.request_id, checkpoint)
+    workspace.checkpoints.put(record.request_id, checkpoint)
     return checkpoint
 
 
-def progress_of(memory, extraction: Extraction) -> dict[str, Any]:
+def progress_of(workspace: Workspace, extraction: Extraction) -> dict[str, Any]:
     """Segments done, experiences written and writes still pending, for the answer."""
     checkpoint = extraction.checkpoint
     segments = {"segments": {"done": checkpoint["next_segment"], "total": len(checkpoint["segments"])}}
     try:
-        paths = {op.path for op in memory.journal.records(extraction.record.request_id)}
+        paths = {op.path for op in workspace.journal.records(extraction.record.request_id)}
         written = extraction.written()
     except DamagedRecord:  # reported by the failure this progress accompanies; set aside by now
         return segments
     return {
         **segments,
         "experiences": written,
-        "pending_writes": [memory.pending_entry(p) for p in sorted(paths & set(memory.pending))],
+        "pending_writes": workspace.pending.entries(paths),
     }
 
 
@@ -168,10 +178,3 @@ def damaged_record_fix(exc: DamagedRecord) -> str:
                 "move it back to its original name first.")
     return ("Run the same command again to continue; this import's operation ledger lacks that one record (the "
             "experience files are unaffected).")
-
-
-def import_args(args: dict[str, Any]) -> tuple[str, str, str, str, str]:
-    """(absolute source path, copy filename, request id, memory hint, source id), validated by their model."""
-    valid = validate(AutoMemoryArguments, args)
-    source = str(Path(valid.file).expanduser().absolute())
-    return source, valid.filename, valid.request_id, valid.memory_hint, valid.source_id

@@ -24,18 +24,23 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from reme.steps.evolve._evolve import agent_reply_result_text
 
 from ..errors import ErrorCode, ExtractionStopped, ProcedureError, TokenizerUnavailable
 from ..operations.reads import compact_answer
-from ..storage.checkpoints import CheckpointStore
 from ..storage.journal import ABANDONED, INDEX_PENDING, INTENT, PUBLISHED
 from . import prompt
 from .agent_call import merged_reply_kwargs, stop_reason
 from .summary import parse_summary, summary_problem
 
+if TYPE_CHECKING:
+    from ..operations.runs import RunGrants
+    from ..workspace import Workspace
+
+
+Search = Callable[[str, str, int], Awaitable[dict[str, Any]]]  # (query, view, limit) -> a search answer
 REPAIR_ITERATIONS = 2  # a summary repair needs no tools: one answer, plus the SDK's forced final turn
 RELATED_VIEW, RELATED_LIMIT = "when_to_use_content", 5  # the experiences a segment's message lists
 RELATED_QUERY_CHARS = 2000  # the segment's beginning searched for them (with the caller's hint)
@@ -44,27 +49,31 @@ RELATED_QUERY_CHARS = 2000  # the segment's beginning searched for them (with th
 class Extraction:
     """Processes the remaining segments of one import; see the module docstring."""
 
-    def __init__(self, memory, wrapper, record, text: str, fmt: str, checkpoint: dict,
-                 checkpoints: CheckpointStore, progress: Callable[[str], None]) -> None:
-        self.memory = memory
+    def __init__(self, workspace: Workspace, grants: RunGrants, search: Search, jobs, wrapper, record, text: str,
+                 fmt: str, checkpoint: dict, progress: Callable[[str], None]) -> None:
+        """``search``: the search answers of the workspace (``Reads.search``); ``jobs``: the application's jobs (the
+        four tools' schemas are counted in the context budget)."""
+        self.workspace = workspace
+        self.grants = grants
+        self.search = search
+        self.jobs = jobs
         self.wrapper = wrapper
         self.record = record
         self.text = text
         self.format = fmt
         self.checkpoint = checkpoint
-        self.checkpoints = checkpoints
         self.progress = progress
-        self.limits = memory.settings.token_limits
+        self.limits = workspace.settings.token_limits
         self._related: dict[int, list[str]] = {}  # per segment: its related experiences, once searched
 
     # -- checkpoint ---------------------------------------------------------------------------------------------
 
     def _save(self) -> None:
-        self.checkpoints.put(self.record.request_id, self.checkpoint)
+        self.workspace.checkpoints.put(self.record.request_id, self.checkpoint)
 
     def _ledger(self, index: int):
         """The operation ledger of a segment: its journaled writes (durable before each publish), oldest first."""
-        return [op for op in self.memory.journal.records(self.record.request_id) if op.segment == index]
+        return [op for op in self.workspace.journal.records(self.record.request_id) if op.segment == index]
 
     # -- prompts ------------------------------------------------------------------------------------------------
 
@@ -86,29 +95,30 @@ class Extraction:
         the hint and the segment's beginning), for its message: the agent searches only for what they miss. A
         search that fails leaves the list out (the agent can still search)."""
         start, end = self.checkpoint["segments"][index]
-        query = " ".join([self.checkpoint.get("memory_hint") or "", self.text[start:min(end, start + RELATED_QUERY_CHARS)]])
+        beginning = self.text[start:min(end, start + RELATED_QUERY_CHARS)]
+        query = " ".join([self.checkpoint.get("memory_hint") or "", beginning])
         try:
-            answer = compact_answer(await self.memory.search(query.strip() or "procedure", RELATED_VIEW, RELATED_LIMIT))
+            answer = compact_answer(await self.search(query.strip() or "procedure", RELATED_VIEW, RELATED_LIMIT))
         except ProcedureError as exc:
-            self.memory.logger.warning(f"procedure import: no related experiences for segment {index + 1}: {exc}")
+            self.workspace.logger.warning(f"procedure import: no related experiences for segment {index + 1}: {exc}")
             return
         self._related[index] = prompt.related_lines(answer["results"])
 
     def _tool_schemas(self) -> str:
-        return prompt.tool_schemas(self.memory.app_context.jobs)
+        return prompt.tool_schemas(self.jobs)
 
     def _user_tokens(self, user: str, index: int) -> int:
         """The segment and the rolling summary inside the message keep the counts recorded when they were cut and
         validated (if the checkpoint has them)."""
         start, end = self.checkpoint["segments"][index]
         counts = self.checkpoint.get("segment_counts")
-        return prompt.user_tokens(self.memory.tokens, user, (
+        return prompt.user_tokens(self.workspace.tokens, user, (
             (self.text[start:end], counts[index] if counts else None),
             (self.checkpoint.get("summary") or "", self.checkpoint.get("summary_tokens"))))
 
     async def _check_context(self, system: str, user: str, *, tools: bool = True) -> int:
         """Exact tokens of the initial input; raise ExtractionStopped before any model call when it does not fit."""
-        tokens, index = self.memory.tokens, self.checkpoint["next_segment"]
+        tokens, index = self.workspace.tokens, self.checkpoint["next_segment"]
         schemas = self._tool_schemas() if tools else ""
         try:
             sizes = await asyncio.to_thread(
@@ -117,7 +127,7 @@ class Extraction:
             raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
         total, problem = prompt.budget_problem(sizes, self.limits)
         if problem:
-            raise ExtractionStopped("context_budget_exceeded", problem)
+            raise ExtractionStopped(ErrorCode.CONTEXT_BUDGET_EXCEEDED, problem)
         return total
 
     # -- the loop -----------------------------------------------------------------------------------------------
@@ -156,27 +166,27 @@ class Extraction:
         attempts = self.checkpoint.setdefault("attempts", {})
         attempts[str(index)] = attempts.get(str(index), 0) + 1
         self._save()  # durable before the agent runs: a kill mid-run still counts the attempt
-        run = self.memory.begin_run(self.record.request_id, [self.record.path], segment=index)
+        run = self.grants.begin_run(self.record.request_id, [self.record.path], segment=index)
         run.carry_failures(self._failed_writes(index))  # an earlier attempt's failures stay until a write corrects them
-        kwargs = merged_reply_kwargs(self.wrapper, run, self.memory.settings.extraction.max_iters)
+        kwargs = merged_reply_kwargs(self.wrapper, run, self.workspace.settings.extraction.max_iters)
         try:
             result = await self.wrapper.reply(user, system_prompt=system, **kwargs)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the SDK failed or its own budget ran out: resumable
             subtype = getattr(exc, "subtype", "")
-            code = "agent_budget_exhausted" if subtype == "error_max_turns" else "agent_failed"
+            code = ErrorCode.AGENT_BUDGET_EXHAUSTED if subtype == "error_max_turns" else ErrorCode.AGENT_FAILED
             raise ExtractionStopped(
                 code, f"The extraction agent failed on segment {number}/{total}: {type(exc).__name__}: {exc}",
             ) from exc
         finally:
-            self.memory.end_run(run)
+            self.grants.end_run(run)
             # the segment's uncorrected failed writes: they gate the segment and the next attempt's ledger shows them
             self.checkpoint.setdefault("failed_writes", {})[str(index)] = list(run.failed_writes.values())
             self._save()
         reason = stop_reason(result)
         if reason:
-            code = "agent_budget_exhausted" if "exceed_max_iters" in reason else "agent_interrupted"
+            code = ErrorCode.AGENT_BUDGET_EXHAUSTED if "exceed_max_iters" in reason else ErrorCode.AGENT_INTERRUPTED
             raise ExtractionStopped(code, f"Segment {number}/{total} did not finish: {reason}.")
         reply = {"segment": index, "text": agent_reply_result_text(result)}
         self.checkpoint["saved_reply"] = reply
@@ -187,7 +197,7 @@ class Extraction:
         """The reply's summary and its exact token count, repaired by the agent (no tools) at most
         ``summary_repair_attempts`` times."""
         ceiling = self.limits.ceiling(self.limits.summary)
-        attempts = self.memory.settings.extraction.summary_repair_attempts
+        attempts = self.workspace.settings.extraction.summary_repair_attempts
         start, end = self.checkpoint["segments"][index]
         previous, segment = self.checkpoint.get("summary") or "", self.text[start:end]
         for attempt in range(attempts + 1):
@@ -200,7 +210,7 @@ class Extraction:
             show_segment = True
             if problem is None:
                 try:
-                    size = await self.memory.tokens.acount(summary)
+                    size = await self.workspace.tokens.acount(summary)
                 except TokenizerUnavailable as exc:
                     raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
                 if size <= ceiling:
@@ -213,7 +223,7 @@ class Extraction:
         self.checkpoint["saved_reply"] = None  # the next resume lets the agent run this segment again
         self._save()
         raise ExtractionStopped(
-            "summary_invalid",
+            ErrorCode.SUMMARY_INVALID,
             f"Segment {index + 1}: the rolling summary is still invalid after {attempts} repair attempts "
             f"({problem}). Resume with the same request_id to run the segment again.",
         )
@@ -235,10 +245,11 @@ class Extraction:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            raise ExtractionStopped("agent_failed", f"Summary repair failed: {type(exc).__name__}: {exc}") from exc
+            raise ExtractionStopped(ErrorCode.AGENT_FAILED,
+                                    f"Summary repair failed: {type(exc).__name__}: {exc}") from exc
         reason = stop_reason(result)
         if reason:
-            raise ExtractionStopped("agent_interrupted", f"Summary repair did not finish: {reason}.")
+            raise ExtractionStopped(ErrorCode.AGENT_INTERRUPTED, f"Summary repair did not finish: {reason}.")
         return agent_reply_result_text(result)
 
     def _failed_writes(self, index: int) -> list[dict[str, str]]:
@@ -258,19 +269,19 @@ class Extraction:
     def _check_pending_writes(self, index: int) -> None:
         """A segment whose own writes are still index-pending cannot advance."""
         written = {op.path for op in self._ledger(index) if op.status in (PUBLISHED, INDEX_PENDING)}
-        pending = sorted(written & set(self.memory.pending))
+        pending = sorted(written & set(self.workspace.pending))
         if pending:
             self.checkpoint["saved_reply"] = None  # resume lets the agent correct them
             self._save()
             raise ExtractionStopped(
-                "pending_writes",
+                ErrorCode.PENDING_WRITES,
                 f"Segment {index + 1} has writes that are not indexed yet: {', '.join(pending)}. Resume with the "
                 "same request_id: the agent runs the segment again with its operation ledger and corrects them.",
             )
 
     def written(self) -> dict[str, list[str]]:
         """Experiences created and updated by this import (its journaled, published writes), each path once."""
-        return written_paths(self.memory.journal.records(self.record.request_id))
+        return written_paths(self.workspace.journal.records(self.record.request_id))
 
 
 def written_paths(ops) -> dict[str, list[str]]:
@@ -288,7 +299,7 @@ def written_paths(ops) -> dict[str, list[str]]:
 
 def failed_writes_stopped(failed: list[dict[str, str]], number: int, total: int) -> ExtractionStopped:
     """The stop of segment ``number`` of ``total`` whose last attempt left these failed writes uncorrected."""
-    code = "disk_full" if any(f["code"] == "disk_full" for f in failed) else "write_failed"
+    code = ErrorCode.DISK_FULL if any(f["code"] == ErrorCode.DISK_FULL for f in failed) else ErrorCode.WRITE_FAILED
     listed = "; ".join(f"{f['tool']} {f['path']}: {f['error']}" for f in failed)
     failed = [{k: v for k, v in f.items() if k != "target"} for f in failed]  # the target version is internal
     return ExtractionStopped(

@@ -65,12 +65,12 @@ def _baseline_config(plugins: list[str]) -> dict:
         return resolve_plugin_runtime({"plugins": plugins}).config
 
 
-def cli_overrides(memory) -> list[str]:
+def cli_overrides(app_context) -> list[str]:
     """``key=value`` arguments that reproduce this process's effective configuration for an import: the workspace,
     the plugins, the application paths and every ``components...`` value that differs from what a bare command
     resolves to (CLI overrides, ``config=`` files, environment-derived values). Secret keys are never printed (they
     come from the environment or ``.env`` as before)."""
-    config = memory.app_context.app_config
+    config = app_context.app_config
     effective = config.model_dump()
     baseline = _baseline_config(list(config.plugins))
     args = [f"workspace_dir={config.workspace_dir}", f"plugins={json.dumps(list(config.plugins))}"]
@@ -84,8 +84,8 @@ def cli_overrides(memory) -> list[str]:
     return args
 
 
-def resume_command(memory, source: str, filename: str, request_id: str) -> str:
+def resume_command(app_context, source: str, filename: str, request_id: str) -> str:
     """The exact, shell-quoted command that resumes this import in this workspace with these settings."""
-    words = ["reme", "start", "job=procedure_auto_memory", *cli_overrides(memory), f"file={source}",
+    words = ["reme", "start", "job=procedure_auto_memory", *cli_overrides(app_context), f"file={source}",
              f"filename={filename}", f"request_id={request_id}"]
     return " ".join(shlex.quote(word) for word in words)

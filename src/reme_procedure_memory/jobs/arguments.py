@@ -181,7 +181,7 @@ def _sentence(model: type[JobArguments], error: dict[str, Any]) -> str:
     """One sentence for one pydantic error, naming the argument as the caller wrote it."""
     name = str(error["loc"][0]) if error["loc"] else "arguments"
     kind, ctx = error["type"], error.get("ctx") or {}
-    if kind == "invalid_argument":
+    if kind == ErrorCode.INVALID_ARGUMENT:
         return ctx["message"]
     if kind in ("greater_than_equal", "less_than_equal"):
         bounds = parameters(model)["properties"][name]

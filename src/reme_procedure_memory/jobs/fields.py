@@ -17,6 +17,7 @@ from pydantic import BeforeValidator, Field, ValidationInfo, WithJsonSchema
 from pydantic_core import PydanticCustomError
 from reme.steps.file_io import validate_filename_component
 
+from ..errors import ErrorCode
 from ..schema import NAME_EXAMPLE
 
 MAX_QUERY_CHARS = 4096
@@ -28,7 +29,7 @@ MAX_FILENAME_BYTES = 200  # leaves room under NAME_MAX (255) for "-N" and the at
 
 
 def _refuse(message: str) -> PydanticCustomError:
-    return PydanticCustomError("invalid_argument", "{message}", {"message": message})
+    return PydanticCustomError(ErrorCode.INVALID_ARGUMENT, "{message}", {"message": message})
 
 
 def _integer(value: Any, info: ValidationInfo) -> int:

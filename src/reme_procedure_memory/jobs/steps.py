@@ -1,7 +1,7 @@
 """Thin ReMe steps: validate arguments, delegate to the ProcedureMemory component, answer JSON.
 
 ReMe validates no job arguments (HTTP, MCP and CLI pass anything through), so every step validates its own through
-the job's model in arguments.py (create and update: in the write path, which tests also call directly). Every
+the job's model in ``arguments.py`` and hands the operation validated arguments. Every
 answer is a JSON object in ``Response.answer`` (agents and MCP callers see only the answer); failures also set
 ``success=False``. The component instance is chosen by step config only (``procedure_memory: <name>``), never by
 the caller.
@@ -18,7 +18,16 @@ from reme.steps.base_step import BaseStep
 from ..component import ProcedureMemory
 from ..errors import DamagedRecord, ErrorCode, ProcedureError, StorageError, storage_failure
 from ..operations.reads import compact_answer
-from .arguments import ReadArguments, SearchArguments, validate  # noqa: F401 (MAX_LIMIT: re-exported)
+from ..operations.writes import canonical_filename
+from .arguments import (
+    AutoMemoryArguments,
+    CreateArguments,
+    JobArguments,
+    ReadArguments,
+    SearchArguments,
+    UpdateArguments,
+    validate,
+)
 
 # Said to the extraction agent when its search finds nothing (small models took an empty list as "done").
 EMPTY_SEARCH_NOTE = (
@@ -143,11 +152,11 @@ class ProcedureStep(BaseStep):
         except (StorageError, DamagedRecord) as exc:  # a full disk, an unwritable directory, a damaged record
             self.logger.exception(f"{self.name} failed: {exc}")
             code, message = (storage_failure(exc) if isinstance(exc, StorageError)
-                             else ("metadata_damaged", f"{exc}. Run the same command again to continue."))
+                             else (ErrorCode.METADATA_DAMAGED, f"{exc}. Run the same command again to continue."))
             return {"status": "error", "error": {"code": code, "message": message}}, False
         except Exception as exc:  # still one JSON answer (agents and MCP see only the answer); logged in full
             self.logger.exception(f"{self.name} failed: {exc}")
-            error = {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}
+            error = {"code": ErrorCode.INTERNAL_ERROR, "message": f"{type(exc).__name__}: {exc}"}
             return {"status": "error", "error": error}, False
 
     async def run(self) -> dict[str, Any]:  # pragma: no cover - abstract
@@ -196,6 +205,13 @@ class _WriteStep(ProcedureStep):
         assert self.context is not None
         return dict(self.context.data)
 
+    def validated(self, model: type[JobArguments]):
+        """The call's arguments as ``model`` validated them (the filename and path checks know ``procedure_dir``)."""
+        memory = self.memory
+        directory = memory.settings.procedure_dir
+        return validate(model, self.write_args(), filename=lambda name: canonical_filename(name, directory),
+                        path=memory.experience_path)
+
 
 class ProcedureCreateStep(_WriteStep):
     """``procedure_create filename description when_to_use content operation_key`` (agent tool only)."""
@@ -204,7 +220,7 @@ class ProcedureCreateStep(_WriteStep):
 
     async def run(self) -> dict[str, Any]:
         run = self.run_of_call()
-        return await self.memory.create(run, self.write_args())
+        return await self.memory.create(run, self.validated(CreateArguments), self.write_args())
 
 
 class ProcedureUpdateStep(_WriteStep):
@@ -214,7 +230,7 @@ class ProcedureUpdateStep(_WriteStep):
 
     async def run(self) -> dict[str, Any]:
         run = self.run_of_call()
-        return await self.memory.update(run, self.write_args())
+        return await self.memory.update(run, self.validated(UpdateArguments), self.write_args())
 
 
 class ProcedureReindexStep(ProcedureStep):
@@ -232,4 +248,5 @@ class ProcedureAutoMemoryStep(ProcedureStep):
 
     async def run(self) -> dict[str, Any]:
         assert self.context is not None
-        return await self.memory.import_trajectory(self.agent_wrapper, dict(self.context.data))
+        args = validate(AutoMemoryArguments, dict(self.context.data))
+        return await self.memory.import_trajectory(self.agent_wrapper, args)

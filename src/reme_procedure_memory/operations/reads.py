@@ -20,9 +20,10 @@ from ..storage.experiences import BadFile, StoredExperience
 from ..storage.paths import resolve_inside
 
 if TYPE_CHECKING:
-    from ..component import ProcedureMemory
     from ..search.fusion import Fused
     from ..storage.experiences import ExperienceFiles
+    from ..workspace import Workspace
+    from .recovery import Recovery
 
 
 def search_result(hit: Fused, item: StoredExperience) -> dict[str, Any]:
@@ -92,8 +93,9 @@ def compact_answer(answer: dict[str, Any], shown: set[tuple[str, str]] | None = 
 class Reads:
     """Search answers and reads of one ProcedureMemory; keeps the last decoded trajectory (an agent rereads it)."""
 
-    def __init__(self, memory: ProcedureMemory) -> None:
-        self.memory = memory
+    def __init__(self, workspace: Workspace, recovery: Recovery) -> None:
+        self.workspace = workspace
+        self.recovery = recovery
         self._decoded: tuple[tuple, str] | None = None  # (path, size, mtime) and text of the last trajectory read
 
     def forget(self) -> None:
@@ -108,28 +110,28 @@ class Reads:
         one scan-thread call (``Views.search_page``), past missing and invalid files until ``limit`` are valid; a
         second worker call reads further candidates only if a file read there turned pending meanwhile.
         """
-        memory = self.memory
-        views = memory.views
+        ws, recovery = self.workspace, self.recovery
+        views = ws.views
         assert views is not None
-        await memory.recovery.ensure_reconciled()
-        await memory.recovery.retries.maybe_start()
-        files = memory.files  # one validation context for this answer's reads
+        await recovery.ensure_reconciled()
+        await recovery.retries.maybe_start()
+        files = ws.files  # one validation context for this answer's reads
 
         def first_page(fused: list[Fused]) -> tuple[list[Fused], list[tuple[Fused, Any]], int]:
             return (fused, *self._read_page(files, fused, 0, limit))
 
-        (fused, read, position), vector_error = await memory.recovery.without_rebuild(
-            lambda: views.search_page(view, query, limit, memory.settings.vector_weight, first_page),
+        (fused, read, position), vector_error = await recovery.without_rebuild(
+            lambda: views.search_page(view, query, limit, ws.settings.vector_weight, first_page),
         )
         results = []
         while True:
             for hit, item in read:
-                if hit.path in memory.pending:  # it turned pending while the files were read
+                if hit.path in ws.pending:  # it turned pending while the files were read
                     continue
                 if item is None:
                     continue
                 if isinstance(item, BadFile):  # edited by hand since indexing: exclude and report, never stale
-                    memory.recovery.mark_invalid(item)
+                    recovery.mark_invalid(item)
                     continue
                 results.append(search_result(hit, item))
             if len(results) >= limit or position >= len(fused):
@@ -140,8 +142,8 @@ class Reads:
             "index": view,
             "query": query,
             "results": results,
-            "index_complete": not memory.pending,
-            "pending_indexes": [memory.pending_entry(p) for p in sorted(memory.pending)],
+            "index_complete": not ws.pending,
+            "pending_indexes": ws.pending.entries(),
         }
         if vector_error:
             answer["vector_search"] = {"available": False, "error": vector_error}
@@ -152,7 +154,7 @@ class Reads:
         """Read the files of the candidates from ``fused[start]`` on, skipping pending files, until ``wanted`` of
         them are valid experiences (blocking: a worker thread). Returns each candidate read with what
         ``ExperienceFiles.read`` gave (an experience, a BadFile or None) and the position after the last one read."""
-        pending = self.memory.pending
+        pending = self.workspace.pending
         read: list[tuple[Fused, Any]] = []
         position = start
         while wanted > 0 and position < len(fused):
@@ -172,24 +174,24 @@ class Reads:
         An entry of the directory under an invalid name, or a symbolic link, is left to the shared file validation
         (``ExperienceFiles.read``), so read and update answer what search reports in ``pending_indexes``.
         """
-        memory = self.memory
-        listed = memory.files.listed(raw.strip() if isinstance(raw, str) else raw)
+        ws = self.workspace
+        listed = ws.files.listed(raw.strip() if isinstance(raw, str) else raw)
         if listed is not None:
             return listed
-        rel, _ = resolve_inside(memory.workspace_path, memory.settings.procedure_dir, raw, what="experience")
+        rel, _ = resolve_inside(ws.root, ws.settings.procedure_dir, raw, what="experience")
         parent, _, name = rel.rpartition("/")
         problem = check_name(name)
-        if parent != memory.settings.procedure_dir or problem:
+        if parent != ws.settings.procedure_dir or problem:
             raise ProcedureError(
                 ErrorCode.INVALID_ARGUMENT,
-                f"`path` must be {memory.settings.procedure_dir}/<name>.json; {problem or 'no subdirectories'}",
+                f"`path` must be {ws.settings.procedure_dir}/<name>.json; {problem or 'no subdirectories'}",
             )
         return rel
 
     def experience(self, raw_path) -> dict[str, Any]:
         """One experience with its current version."""
         rel = self.experience_path(raw_path)
-        item = self.memory.files.read(rel)
+        item = self.workspace.files.read(rel)
         if item is None:
             raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}.", path=rel)
         if isinstance(item, BadFile):
@@ -202,16 +204,16 @@ class Reads:
 
     async def trajectory(self, raw_path, offset: int, length: int) -> dict[str, Any]:
         """An excerpt of a copied trajectory by decoded characters, capped by characters and exact tokens."""
-        memory = self.memory
-        rel, target = resolve_inside(memory.workspace_path, memory.trajectory_rel_dir, raw_path, what="trajectory")
+        ws = self.workspace
+        rel, target = resolve_inside(ws.root, ws.trajectory_rel_dir, raw_path, what="trajectory")
         if not target.is_file():
             raise ProcedureError(ErrorCode.NOT_FOUND, f"No trajectory at {rel}.", path=rel)
         text = await self._decoded_text(rel, target)
-        length = min(length, memory.settings.read_max_chars)
+        length = min(length, ws.settings.read_max_chars)
         excerpt = text[offset:offset + length]
         try:
-            capped = await asyncio.to_thread(memory.tokens.prefix_within, excerpt, memory.settings.read_max_tokens)
-            tokens = await memory.tokens.acount(capped)
+            capped = await asyncio.to_thread(ws.tokens.prefix_within, excerpt, ws.settings.read_max_tokens)
+            tokens = await ws.tokens.acount(capped)
         except TokenizerUnavailable as exc:
             raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
         end = min(len(text), offset) + len(capped)

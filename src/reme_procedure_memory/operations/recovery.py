@@ -3,8 +3,9 @@
 Contract (what every path below guarantees):
 
 * The views agree with the experience files: every valid file is one record per view at its current version (with a
-  vector), unless it is *pending* — listed in ``memory.pending`` with its version and error, excluded from search and
-  reported — and no record survives for a vanished or invalid file. Invalid files are pending, never indexed.
+  vector), unless it is *pending* — listed in the workspace's ``pending`` with its version and error, excluded from
+  search and reported — and no record survives for a vanished or invalid file. Invalid files are pending, never
+  indexed.
 * Journal intents left by a crash are resolved (rolled forward or dropped) before the views are touched; after the
   views are settled, every open journal record is resolved against the file (superseded / index_pending / indexed).
 * Views holding records of another BM25 tokenizer are emptied and rebuilt; never mixed.
@@ -31,7 +32,7 @@ from ..storage.experiences import BadFile, StoredExperience
 from ..storage.journal import INDEX_PENDING, INDEXED, INTENT, SUPERSEDED, recover_intent
 
 if TYPE_CHECKING:
-    from ..component import ProcedureMemory
+    from ..workspace import Workspace
 
 T = TypeVar("T")
 
@@ -61,8 +62,8 @@ def one_shot_reindex(app_context, name: str) -> bool:
 class Recovery:
     """Recovery and maintenance of one ProcedureMemory component (see the module docstring)."""
 
-    def __init__(self, memory: "ProcedureMemory") -> None:
-        self.memory = memory
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
         self.deferred = False  # start-up indexing left to the process's reindex job (single pass)
         self._views_ready: asyncio.Event | None = None
         self._rebuilds = 0  # incremented by every reindex: a search that overlapped one searches again
@@ -92,7 +93,7 @@ class Recovery:
         """Reconcile now if start-up deferred it and no reindex has run since (under the write lock)."""
         if not self.deferred:
             return
-        async with self.memory.write_lock:
+        async with self.workspace.write_lock:
             if self.deferred:
                 await self.reconcile()
 
@@ -100,12 +101,12 @@ class Recovery:
 
     def recover_intents(self) -> None:
         """Roll journal intents forward or drop them; note damaged journal records (skipped, reported)."""
-        memory = self.memory
-        files, journal = memory.files, memory.journal
+        ws = self.workspace
+        files, journal = ws.files, ws.journal
         for op in journal.open_records():
             if op.status == INTENT:
                 recover_intent(op, files, journal)
-        memory.damaged_metadata.update(journal.damaged)
+        ws.damaged_metadata.update(journal.damaged)
 
     async def reconcile(self) -> dict[str, Any]:
         """Make both views agree with the experience files, after recovering journal intents.
@@ -114,44 +115,44 @@ class Recovery:
         is then indexed again); files whose version (or vector) is missing from a view are indexed in bulk; records
         of vanished or invalid files are removed; failures are listed in ``pending``.
         """
-        memory = self.memory
-        views = memory.views
+        ws = self.workspace
+        views = ws.views
         assert views is not None
         self.recover_intents()
         retokenize = views.foreign_tokenizer()
         if retokenize:
-            memory.logger.info(f"rebuilding {retokenize} from the experience files: the BM25 tokenizer changed")
+            ws.logger.info(f"rebuilding {retokenize} from the experience files: the BM25 tokenizer changed")
             await views.clear()
         indexed = {view: views.indexed(view) for view in VIEW_NAMES}
         on_disk: set[str] = set()
         stale: list[StoredExperience] = []
-        memory.pending.clear()
-        for item in memory.files.scan():
+        ws.pending.clear()
+        for item in ws.files.scan():
             on_disk.add(item.path)
             if isinstance(item, BadFile):
                 self.mark_invalid(item)
             elif any(indexed[v].get(item.path) != (item.version, True) for v in VIEW_NAMES):
                 stale.append(item)
-        gone = sorted({p for v in VIEW_NAMES for p in indexed[v]} - (on_disk - set(memory.pending)))
+        gone = sorted({p for v in VIEW_NAMES for p in indexed[v]} - (on_disk - set(ws.pending)))
         await views.remove(gone)
         await self.index_many(stale)
         self.settle_journal()
         if stale or gone or retokenize:
             await views.dump()
         self.deferred = False
-        return {"files": len(on_disk), "reindexed": len(stale), "removed": len(gone), "pending": len(memory.pending),
+        return {"files": len(on_disk), "reindexed": len(stale), "removed": len(gone), "pending": len(ws.pending),
                 "tokenizer_changed": retokenize}
 
     def settle_journal(self) -> None:
         """Resolve every open journal record against its file once the views are settled."""
-        memory = self.memory
-        files, journal = memory.files, memory.journal
+        ws = self.workspace
+        files, journal = ws.files, ws.journal
         for op in journal.open_records():
             current = files.read_bytes(op.path)
             if current is None or version_of(current) != op.target_version:
                 journal.set_status(op, SUPERSEDED, "the file no longer holds this write's content")
-            elif op.path in memory.pending:
-                journal.set_status(op, INDEX_PENDING, memory.pending[op.path]["error"])
+            elif op.path in ws.pending:
+                journal.set_status(op, INDEX_PENDING, ws.pending.error(op.path))
             else:
                 journal.set_status(op, INDEXED)
 
@@ -161,31 +162,31 @@ class Recovery:
         When the provider is unavailable (one call timed out, raised or returned nothing), the remaining files are
         marked pending at once: one outage costs one provider timeout per round, not one per file.
         """
-        memory = self.memory
-        views = memory.views
+        ws = self.workspace
+        views = ws.views
         assert views is not None
         done: list[str] = []
         for start in range(0, len(items), BATCH):
             batch = items[start:start + BATCH]
             try:
-                await views.index([(s, memory._mtime(s.path)) for s in batch])
+                await views.index([(s, ws.mtime(s.path)) for s in batch])
                 done.extend(s.path for s in batch)
                 for s in batch:
-                    memory.pending.pop(s.path, None)
+                    ws.pending.clear(s.path)
                 continue
             except ProviderUnavailable as exc:
                 for stored in items[start:]:
-                    memory.pending[stored.path] = {"version": stored.version, "error": str(exc)}
+                    ws.pending.mark(stored.path, stored.version, str(exc))
                 return done
             except IndexFailure:
                 pass
             for stored in batch:
                 try:
-                    await views.index([(stored, memory._mtime(stored.path))])
+                    await views.index([(stored, ws.mtime(stored.path))])
                     done.append(stored.path)
-                    memory.pending.pop(stored.path, None)
+                    ws.pending.clear(stored.path)
                 except IndexFailure as exc:
-                    memory.pending[stored.path] = {"version": stored.version, "error": str(exc)}
+                    ws.pending.mark(stored.path, stored.version, str(exc))
         return done
 
     # -- reindex ------------------------------------------------------------------------------------------------
@@ -193,7 +194,7 @@ class Recovery:
     async def reindex(self) -> dict[str, Any]:
         """Rebuild both views from the experience JSON files; never touches experience or trajectory files."""
         assert self._views_ready is not None
-        async with self.memory.write_lock:
+        async with self.workspace.write_lock:
             self._views_ready.clear()  # searches wait instead of answering from half-built views
             self._rebuilds += 1
             try:
@@ -203,16 +204,16 @@ class Recovery:
 
     async def _rebuild(self) -> dict[str, Any]:
         """The body of ``reindex`` (caller holds the write lock and has paused searches)."""
-        memory = self.memory
-        views = memory.views
+        ws = self.workspace
+        views = ws.views
         assert views is not None
-        memory.mark_changed()
+        ws.mark_changed()
         started = time.monotonic()
         await views.clear()
-        memory.pending.clear()
+        ws.pending.clear()
         valid: list[StoredExperience] = []
         invalid: list[dict[str, str]] = []
-        for item in memory.files.scan():
+        for item in ws.files.scan():
             if isinstance(item, BadFile):
                 invalid.append({"path": item.path, "version": item.version, "error": item.error})
                 self.mark_invalid(item)
@@ -223,10 +224,10 @@ class Recovery:
         if self.deferred:  # the start left the journal's open records to this pass
             self.settle_journal()
             self.deferred = False
-        memory.damaged_metadata.update(memory.journal.check_records())  # the start read only open records
-        memory.damaged_metadata.update(memory.checkpoints.check_records())  # only their imports read them
+        ws.damaged_metadata.update(ws.journal.check_records())  # the start read only open records
+        ws.damaged_metadata.update(ws.checkpoints.check_records())  # only their imports read them
         invalid_paths = {i["path"] for i in invalid}
-        failed = [self.pending_entry(p) for p in sorted(memory.pending) if p not in invalid_paths]
+        failed = ws.pending.entries(p for p in ws.pending if p not in invalid_paths)
         return {
             "status": "complete" if not failed else "incomplete",
             "indexed": len(indexed),
@@ -250,18 +251,13 @@ class Recovery:
 
     def mark_invalid(self, item: BadFile) -> None:
         """An invalid file is excluded from both views and reported as pending until it is fixed."""
-        self.memory.pending[item.path] = {"version": item.version, "error": f"invalid experience: {item.error}"}
-
-    def pending_entry(self, path: str) -> dict[str, str]:
-        """A pending file as reported in answers: path, version, error."""
-        entry = self.memory.pending[path]
-        return {"path": path, "version": entry["version"], "error": entry["error"]}
+        self.workspace.pending.mark(item.path, item.version, f"invalid experience: {item.error}")
 
     def damaged_records(self) -> list[dict[str, str]]:
         """Damaged metadata records that were skipped and are still in place (not yet set aside by their import)."""
-        memory = self.memory
-        return [{"path": memory.to_workspace_relative(path), "error": cause, "fix": DAMAGED_RECORD_FIX}
-                for path, cause in sorted(memory.damaged_metadata.items()) if Path(path).exists()]
+        ws = self.workspace
+        return [{"path": ws.relative(path), "error": cause, "fix": DAMAGED_RECORD_FIX}
+                for path, cause in sorted(ws.damaged_metadata.items()) if Path(path).exists()]
 
 
 class PendingRetries:
@@ -276,14 +272,14 @@ class PendingRetries:
         """Start a round at most once per ``pending_retry_seconds`` and one round at a time. The round runs in the
         background under the write lock with the write timeout; the search that started it waits for it at most one
         search-embedding timeout, later searches do not wait."""
-        memory = self.recovery.memory
-        if not memory.pending or (self._task is not None and not self._task.done()):
+        ws = self.recovery.workspace
+        if not ws.pending or (self._task is not None and not self._task.done()):
             return
-        if time.monotonic() - self.last < memory.settings.pending_retry_seconds:
+        if time.monotonic() - self.last < ws.settings.pending_retry_seconds:
             return
         self.last = time.monotonic()
         self._task = asyncio.create_task(self._round())
-        await asyncio.wait({self._task}, timeout=memory.settings.search_embedding_timeout_seconds)
+        await asyncio.wait({self._task}, timeout=ws.settings.search_embedding_timeout_seconds)
 
     async def stop(self) -> None:
         """Cancel a round still running."""
@@ -293,20 +289,20 @@ class PendingRetries:
         self._task = None
 
     async def _round(self) -> None:
-        recovery, memory = self.recovery, self.recovery.memory
+        recovery, ws = self.recovery, self.recovery.workspace
         try:
-            async with memory.write_lock:
+            async with ws.write_lock:
                 self.last = time.monotonic()
-                memory.mark_changed()
+                ws.mark_changed()
                 retry = []
-                for path in list(memory.pending):
-                    item = memory.files.read(path)
+                for path in list(ws.pending):
+                    item = ws.files.read(path)
                     if item is None:
-                        memory.pending.pop(path, None)
+                        ws.pending.clear(path)
                     elif isinstance(item, BadFile):
                         recovery.mark_invalid(item)
                     else:
                         retry.append(item)
                 await recovery.index_many(retry)
         except Exception as exc:  # a structural failure: the files stay pending; the next round tries again
-            memory.logger.exception(f"procedure memory: retrying pending indexes failed: {exc}")
+            ws.logger.exception(f"procedure memory: retrying pending indexes failed: {exc}")

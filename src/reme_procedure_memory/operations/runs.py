@@ -1,6 +1,6 @@
 """Extraction runs: the secret write grant their tools present, their scope and sources, and the answers they got.
 
-A ``Run`` lives from ``ProcedureMemory.begin_run`` to ``end_run`` (one agent attempt at one segment); ``RunGrants``
+A ``Run`` lives from ``RunGrants.begin_run`` to ``end_run`` (one agent attempt at one segment); ``RunGrants``
 holds the live ones and is the only way a write step finds its run (it fails closed). Besides the
 capability, it remembers the answers of its tool calls, so that a call identical to one already answered, with the
 workspace unchanged since, gets its earlier answer plus one sentence telling the agent to move on, instead of
@@ -18,8 +18,8 @@ from ..errors import ErrorCode, ProcedureError
 from ..storage.paths import resolve_inside
 
 if TYPE_CHECKING:
-    from ..component import ProcedureMemory
     from ..storage.journal import Operation
+    from ..workspace import Workspace
 
 INJECTED_KEYS = ("_procedure_grant", "_procedure_sources", "tool_context_id")
 # Answers the identical call would get again while nothing changes: the ones a run remembers. Transient failures
@@ -100,8 +100,8 @@ class Run:
 class RunGrants:
     """The live extraction runs of one component, by their tool context id."""
 
-    def __init__(self, memory: "ProcedureMemory") -> None:
-        self.memory = memory
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
         self._runs: dict[str, Run] = {}
 
     def begin_run(self, scope: str, sources: list[str], segment: int | None = None) -> Run:
@@ -110,7 +110,7 @@ class RunGrants:
         checked = []
         for source in dict.fromkeys(sources):
             rel, target = resolve_inside(
-                self.memory.workspace_path, self.memory.trajectory_rel_dir, source, what="trajectory",
+                self.workspace.root, self.workspace.trajectory_rel_dir, source, what="trajectory",
             )
             if not target.is_file():
                 raise ProcedureError(ErrorCode.NOT_FOUND, f"Source trajectory {rel} does not exist.")

@@ -3,18 +3,18 @@
 Contract:
 
 * Only a live run writes: the steps find it with ``RunGrants.run_for`` (runs.py), which fails closed.
-* ``WritePath.create``/``update`` validate the arguments through their models (arguments.py; the filename and path
-  checks know ``procedure_dir``), count the fields exactly (``field_too_long``: nothing is written), then, under the
-  component's write lock, journal the intent, publish the file and index both views. A publish that cannot be made
+* ``WritePath.create``/``update`` take arguments their step validated through the job's model (``jobs/arguments.py``;
+  the filename check is ``canonical_filename`` here, the path check the reads' ``experience_path``), count the fields
+  exactly (``field_too_long``: nothing is written), then, under the workspace's write lock, journal the intent,
+  publish the file and index both views. A publish that cannot be made
   durable answers ``disk_full``/``storage_error`` and is remembered on the run; an index failure answers
   ``index_pending`` (the file is saved and excluded from search until indexed).
 * An operation key seen before in the run's scope replays: an identical request resumes or repeats its answer,
   anything else is ``operation_key_conflict``; a write overtaken by another is ``stale_version``. A write given no
   key gets one derived from its segment and its arguments (``derived_key``): an identical retry replays.
 
-The durable files are written by store.py (journal, experience files); this module decides what and in which order.
-It works on the component's state (files, journal, views, pending, write lock, change counters), which the
-component owns and shares with recovery.
+The durable files are written by ``storage/`` (journal, experience files); this module decides what and in which
+order, on the shared state of the ``Workspace`` (files, journal, views, pending, write lock, change counters).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ErrorCode, IndexFailure, ProcedureError, TokenizerUnavailable, storage_failure
-from ..jobs.arguments import CreateArguments, UpdateArguments, validate
 from ..schema import ARG_TO_FIELD, FIELD_TO_ARG, NAME_EXAMPLE, Experience, canonical_name, check_name, version_of
 from ..settings import TokenLimits
 from ..storage.experiences import BadFile, StoredExperience
@@ -44,7 +43,7 @@ from ..tokens import TokenCounter
 from .runs import Run
 
 if TYPE_CHECKING:
-    from ..component import ProcedureMemory
+    from ..workspace import Workspace
 
 
 def request_digest(tool: str, args: dict[str, Any]) -> str:
@@ -80,8 +79,8 @@ def canonical_filename(raw: str, procedure_dir: str) -> str:
     return canonical
 
 
-def experience_fields(args: CreateArguments | UpdateArguments) -> dict[str, str]:
-    """The experience fields given, keyed as in the file."""
+def experience_fields(args) -> dict[str, str]:
+    """The experience fields given (validated create or update arguments), keyed as in the file."""
     return {field: getattr(args, arg) for arg, field in ARG_TO_FIELD.items() if getattr(args, arg) is not None}
 
 
@@ -126,24 +125,24 @@ def already_exists(rel: str, note: str = "", **extra) -> ProcedureError:
 class WritePath:
     """Create and update experiences for a live run (see the module docstring)."""
 
-    def __init__(self, memory: "ProcedureMemory") -> None:
-        self.memory = memory
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
 
     # -- create and update --------------------------------------------------------------------------------------
 
-    async def create(self, run: Run, raw: dict[str, Any]) -> dict[str, Any]:
-        """Create a new experience (journal, publish, index both views).
+    async def create(self, run: Run, args, raw: dict[str, Any]) -> dict[str, Any]:
+        """Create a new experience (journal, publish, index both views) from validated ``args`` (``raw``: the
+        arguments as given).
 
-        The filename is used in its canonical spelling (``schema.canonical_name``); when that differs from what the
+        The filename is used in its canonical spelling (``canonical_filename``); when that differs from what the
         agent wrote, the answer says so (``filename_used``). ``already_exists`` applies to the canonical name.
         """
-        memory, directory = self.memory, self.memory.settings.procedure_dir
-        args = validate(CreateArguments, raw, filename=lambda name: canonical_filename(name, directory))
+        ws, directory = self.workspace, self.workspace.settings.procedure_dir
         raw_name, canonical = raw["filename"], args.filename
-        rel = memory.files.rel(canonical)
+        rel = ws.files.rel(canonical)
         fields = experience_fields(args)
-        await check_lengths(memory.tokens, memory.settings.token_limits, fields)
-        check_sources(memory.workspace_path, run)
+        await check_lengths(ws.tokens, ws.settings.token_limits, fields)
+        check_sources(ws.root, run)
         experience = Experience.model_validate({**fields, "sources": list(run.sources)})
         # the request digest (idempotent retries) sees the name used
         request = request_digest("create", {**raw, "when_to_use": args.when_to_use, "filename": canonical})
@@ -155,31 +154,31 @@ class WritePath:
         renamed = {"filename_used": canonical, "filename_given": raw_name}
         renamed = renamed if canonical != bare_name(raw_name, directory) else {}
         note = f" (the filename {raw_name!r} is used as {canonical})" if renamed else ""
-        async with memory.write_lock:
-            existing = memory.journal.get(run.scope, op.key)
+        async with ws.write_lock:
+            existing = ws.journal.get(run.scope, op.key)
             if existing is not None:
                 return {**await self._replay(run, existing, op), **renamed}
-            if memory.files.read_bytes(rel) is not None or self._reserved(rel):
+            if ws.files.read_bytes(rel) is not None or self._reserved(rel):
                 raise already_exists(rel, note, **renamed)
             return {**await self._commit(run, op), **renamed}
 
-    async def update(self, run: Run, raw: dict[str, Any]) -> dict[str, Any]:
-        """Revise an existing experience at its expected version; existing sources are kept."""
-        memory = self.memory
-        args = validate(UpdateArguments, raw, path=memory.experience_path)
+    async def update(self, run: Run, args, raw: dict[str, Any]) -> dict[str, Any]:
+        """Revise an existing experience at its expected version (validated ``args``; ``raw``: as given); existing
+        sources are kept."""
+        ws = self.workspace
         rel, expected = args.path, args.expected_version
         fields = experience_fields(args)
         if fields:
-            await check_lengths(memory.tokens, memory.settings.token_limits, fields)
-        check_sources(memory.workspace_path, run)
+            await check_lengths(ws.tokens, ws.settings.token_limits, fields)
+        check_sources(ws.root, run)
         request = request_digest("update", {**raw, "when_to_use": args.when_to_use})
         key = args.operation_key or derived_key(run.segment, request)
-        async with memory.write_lock:
-            existing = memory.journal.get(run.scope, key)
+        async with ws.write_lock:
+            existing = ws.journal.get(run.scope, key)
             if existing is not None:
                 probe = Operation(run.scope, key, "update", request, rel, existing.target, expected)
                 return await self._replay(run, existing, probe)
-            current = memory.files.read(rel)
+            current = ws.files.read(rel)
             if current is None:
                 raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}; use procedure_create.", path=rel)
             if isinstance(current, BadFile):  # never rewritten: whoever placed it fixes it by hand
@@ -208,7 +207,7 @@ class WritePath:
 
     def _reserved(self, rel: str) -> bool:
         """Whether an unfinished create intent holds this name."""
-        return any(op.path == rel and op.status == INTENT for op in self.memory.journal.open_records())
+        return any(op.path == rel and op.status == INTENT for op in self.workspace.journal.open_records())
 
     async def _commit(self, run: Run, op: Operation) -> dict[str, Any]:
         """Journal the intent, publish the file, then index it (caller holds the write lock).
@@ -217,17 +216,17 @@ class WritePath:
         experience directory) answers ``disk_full``/``storage_error`` and is remembered on the run: its segment
         cannot advance until a later write of the same path or content succeeds (see ``Run.failed_writes``).
         """
-        memory = self.memory
-        memory.mark_changed()
+        ws = self.workspace
+        ws.mark_changed()
         try:
-            memory.journal.put(op)
+            ws.journal.put(op)
             try:
-                memory.files.publish(op.path, op.target_bytes)
+                ws.files.publish(op.path, op.target_bytes)
             except OSError as exc:
-                if memory.files.read_bytes(op.path) != op.target_bytes:  # resolve the intent: it holds no name now
-                    memory.journal.set_status(op, ABANDONED, f"publish failed: {storage_failure(exc)[1]}")
+                if ws.files.read_bytes(op.path) != op.target_bytes:  # resolve the intent: it holds no name now
+                    ws.journal.set_status(op, ABANDONED, f"publish failed: {storage_failure(exc)[1]}")
                     raise
-            memory.journal.set_status(op, PUBLISHED)
+            ws.journal.set_status(op, PUBLISHED)
         except OSError as exc:
             code, message = storage_failure(exc, f"the write of {op.path}")
             run.write_failed(op, code, message)
@@ -241,21 +240,21 @@ class WritePath:
         return await self._index_published(run, op)
 
     async def _index_published(self, run: Run, op: Operation) -> dict[str, Any]:
-        memory = self.memory
-        assert memory.views is not None
-        memory.mark_changed()
-        stored = memory.files.read(op.path)
+        ws = self.workspace
+        assert ws.views is not None
+        ws.mark_changed()
+        stored = ws.files.read(op.path)
         assert isinstance(stored, StoredExperience) and stored.version == op.target_version
         run.write_succeeded(op)  # published: an index failure is reported (and gated) as pending instead
         try:
-            await memory.views.index([(stored, memory._mtime(op.path))])
+            await ws.views.index([(stored, ws.mtime(op.path))])
         except Exception as exc:
             if not isinstance(exc, IndexFailure):  # structural: exclusion itself failed; keep the record, fail loud
-                memory.pending[op.path] = {"version": stored.version, "error": f"{type(exc).__name__}: {exc}"}
-                memory.journal.set_status(op, INDEX_PENDING, f"{type(exc).__name__}: {exc}")
+                ws.pending.mark(op.path, stored.version, f"{type(exc).__name__}: {exc}")
+                ws.journal.set_status(op, INDEX_PENDING, f"{type(exc).__name__}: {exc}")
                 raise
-            memory.pending[op.path] = {"version": stored.version, "error": str(exc)}
-            memory.journal.set_status(op, INDEX_PENDING, str(exc))
+            ws.pending.mark(op.path, stored.version, str(exc))
+            ws.journal.set_status(op, INDEX_PENDING, str(exc))
             raise ProcedureError(
                 ErrorCode.INDEX_PENDING,
                 f"{op.path} was saved (version {stored.version}) but could not be indexed: {exc}. The file is "
@@ -264,24 +263,24 @@ class WritePath:
                 "expected_version and a new operation_key.",
                 status="index_pending", path=op.path, version=stored.version, operation_key=op.key,
             ) from None
-        memory.pending.pop(op.path, None)
-        memory.journal.set_status(op, INDEXED)
-        memory._writes += 1
-        memory.journal.supersede_path(op.path, keep=op)
+        ws.pending.clear(op.path)
+        ws.journal.set_status(op, INDEXED)
+        ws.count_write()
+        ws.journal.supersede_path(op.path, keep=op)
         status = "created" if op.tool == "create" else "updated"
         return {"status": status, "path": op.path, "version": stored.version, "operation_key": op.key,
                 "sources": list(stored.experience.sources)}
 
     async def _replay(self, run: Run, existing: Operation, op: Operation) -> dict[str, Any]:
         """An operation key seen before: an identical retry resumes it, anything else is a conflict."""
-        memory = self.memory
+        ws = self.workspace
         if not existing.same_request(op):
             raise ProcedureError(
                 ErrorCode.OPERATION_KEY_CONFLICT,
                 f"operation_key {op.key!r} was already used for a different write; use a new operation_key.",
             )
         if existing.status == INTENT:
-            recover_intent(existing, memory.files, memory.journal)
+            recover_intent(existing, ws.files, ws.journal)
         if existing.status == ABANDONED:
             return await self._retry_abandoned(run, existing)
         if existing.status == SUPERSEDED:
@@ -291,12 +290,12 @@ class WritePath:
                 "new operation_key.",
                 path=existing.path,
             )
-        current = memory.files.read_bytes(existing.path)
+        current = ws.files.read_bytes(existing.path)
         if existing.status == INDEXED:
             return {"status": "created" if existing.tool == "create" else "updated", "path": existing.path,
                     "version": existing.target_version, "operation_key": existing.key, "replayed": True}
         if current != existing.target_bytes:
-            memory.journal.set_status(existing, SUPERSEDED, "the file changed after this write")
+            ws.journal.set_status(existing, SUPERSEDED, "the file changed after this write")
             raise ProcedureError(
                 ErrorCode.STALE_VERSION,
                 f"{existing.path} changed after this write; read it again and write with a new operation_key.",
@@ -309,7 +308,7 @@ class WritePath:
         intent) publishes it now when its precondition still holds: a create's name is free, an update's file is
         still at its expected version. Otherwise it is refused like a new write, and a failure of it stays on the
         run until a later write of the path or of the content succeeds."""
-        current = self.memory.files.read_bytes(op.path)
+        current = self.workspace.files.read_bytes(op.path)
         if op.tool == "create" and (current is not None or self._reserved(op.path)):
             raise already_exists(op.path)
         if op.tool == "update" and (current is None or version_of(current) != op.expected_version):

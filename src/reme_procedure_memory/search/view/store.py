@@ -25,6 +25,7 @@ backfill is disabled for these stores: a backfill would change chunk vectors beh
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
 from reme.components.file_store.local_file_store import LocalFileStore
@@ -152,6 +153,11 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
         return persisted_record(node, [self.file_chunks[cid] for cid in node.chunk_ids],
                                 lambda chunk: self.vector_of(chunk.id), inline)
 
+    def reme_files(self) -> list[Path]:
+        """The files ReMe's own persistence of this store, its BM25 index and graph would write (earlier plugin
+        versions did; a failed ReMe write leaves its temporary file beside them)."""
+        return [Path(self.chunks_path), Path(self.file_graph.legacy_file), Path(self.keyword_index.index_file)]
+
     def _check_backends(self) -> None:
         if not isinstance(self.keyword_index, ProcedureBM25Index) or not isinstance(self.file_graph,
                                                                                    ProcedureFileGraph):
@@ -259,7 +265,7 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
             arrays = self.keyword_index.snapshot()
             meta = {"vector_space": self.vector_space}
             await asyncio.to_thread(self.state.write_snapshot, records.encoded(), vectors, arrays, meta)
-            for legacy in (self.chunks_path, self.file_graph.legacy_file, self.keyword_index.index_file):
+            for legacy in self.reme_files():
                 legacy.unlink(missing_ok=True)  # the files of ReMe's own persistence (earlier plugin versions)
             self._pending, self._snapshot_due = self._pending[logged:], False
         elif self._pending:
