@@ -380,8 +380,8 @@ async def test_real_agentscope_agent_extracts_an_experience(make_app, tmp_path, 
             # the experience is searchable in both views.
             assert "This is the last segment" in first.prompt and "between <summary> and </summary>" not in first.prompt
             checkpoint = memory_of(app).checkpoints.get("as-001")
-            assert checkpoint["status"] == "complete"
-            assert checkpoint["summary"] == ""
+            assert checkpoint.status == "complete"
+            assert checkpoint.summary == ""
             for view in ("when_to_use", "when_to_use_content"):
                 ok, found = await run_job(app, "procedure_search", query="stale search configuration", index=view)
                 assert ok and found["results"][0]["path"] == f"procedures/{EXPERIENCE['filename']}"
@@ -412,8 +412,8 @@ async def test_iteration_budget_exhaustion_is_resumable(make_app, tmp_path):
             assert [c.forced_final for c in conversations] == [False, False, True]
             # The checkpoint did not advance, and the forced reply's <summary> was not taken.
             checkpoint = memory_of(app).checkpoints.get("budget-1")
-            assert checkpoint["next_segment"] == 0 and checkpoint["saved_reply"] is None
-            assert checkpoint["summary"] == ""
+            assert checkpoint.next_segment == 0 and checkpoint.saved_reply is None
+            assert checkpoint.summary == ""
             assert not any((ws / "procedures").iterdir())
 
         # Resume (new process state, same workspace) with a normal model and a larger iteration budget:
@@ -429,5 +429,5 @@ async def test_iteration_budget_exhaustion_is_resumable(make_app, tmp_path):
             assert ans["segments"] == {"done": 1, "total": 1}
             assert ans["experiences"]["created"] == [f"procedures/{EXPERIENCE['filename']}"]
             assert [c.step for c in endpoint.conversations()] == [0, 1, 2]
-            assert memory_of(app).checkpoints.get("budget-1")["next_segment"] == 1
+            assert memory_of(app).checkpoints.get("budget-1").next_segment == 1
             assert sorted(p.name for p in (ws / "procedures").iterdir()) == [EXPERIENCE["filename"]]

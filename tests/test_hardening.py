@@ -89,7 +89,7 @@ async def test_r2_attempt_counter_is_durable_before_the_agent_runs(make_app, tmp
 
     async def probe(tools, prompt, kwargs):
         memory = memory_of(app)
-        seen.append(memory.checkpoints.get("att-1").get("attempts"))  # what a SIGKILL now would leave on disk
+        seen.append(memory.checkpoints.get("att-1").attempts)  # what a SIGKILL now would leave on disk
         return summary("s")
 
     async with make_app(scripts=[probe]) as app:
@@ -108,7 +108,7 @@ async def test_r3_summary_quoting_a_closing_tag_is_not_truncated(make_app, tmp_p
     async with make_app(scripts=[no_summary(text), replies("last")], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="sum-1")
         assert ok, ans
-        saved = memory_of(app).checkpoints.get("sum-1")["summary"]
+        saved = memory_of(app).checkpoints.get("sum-1").summary
         assert "rebuilt the docs index" in saved, saved  # silently cut to "... end every answer with a"
 
 
@@ -119,7 +119,7 @@ async def test_r3_valid_summary_followed_by_an_empty_tag_pair_needs_no_repair(ma
     async with make_app(scripts=[no_summary(text), replies("last")], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="sum-2")
         assert ok, ans
-        assert memory_of(app).checkpoints.get("sum-2")["summary"] == "Rebuilt the docs index."
+        assert memory_of(app).checkpoints.get("sum-2").summary == "Rebuilt the docs index."
 
 
 # -- R4 -------------------------------------------------------------------------------------------------------------

@@ -254,7 +254,7 @@ async def test_multi_segment_rolling_summary_and_revisions(make_app, tmp_path):
             assert f"summary after segment {number - 1}" in seen[number - 1]
         checkpoint = memory_of(app).checkpoints.get("long")
         text = original.read_text()
-        assert "".join(text[s:e] for s, e in checkpoint["segments"]) == text  # lossless
+        assert "".join(text[s:e] for s, e in checkpoint.segments) == text  # lossless
         assert ans["experiences"] == {"created": ["procedures/rollout.json"], "updated": []}
         exp = json.loads((memory_of(app).workspace_path / "procedures/rollout.json").read_text())
         assert exp["content"].endswith(f"Step {total}.") and exp["sources"] == ["session/trajectories/run.jsonl"]
@@ -342,7 +342,7 @@ async def test_missing_summary_is_repaired_within_budget(make_app, tmp_path):
     async with make_app(scripts=[no_summary, repaired, last], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="s1")
         assert ok and ans["segments"] == {"done": 2, "total": 2}, ans
-        assert memory_of(app).checkpoints.get("s1")["summary"] == "fixed summary"
+        assert memory_of(app).checkpoints.get("s1").summary == "fixed summary"
         assert len(app.agent.replies) == 3  # the last segment's reply needed no repair
 
 
@@ -377,7 +377,7 @@ async def test_unfinished_agent_never_advances_the_checkpoint(make_app, tmp_path
         ok, ans = await import_file(app, original, request_id="u1")
         assert not ok and ans["status"] == "incomplete" and ans["segments"]["done"] == 0
         assert app.agent.replies[0]["kwargs"]["react_config"]["max_iters"] == 3
-        assert memory_of(app).checkpoints.get("u1")["saved_reply"] is None
+        assert memory_of(app).checkpoints.get("u1").saved_reply is None
         ok, ans = await import_file(app, original, request_id="u1")
         assert ok and ans["segments"]["done"] == 1
 
@@ -409,10 +409,10 @@ async def test_saved_final_reply_is_reused_when_the_checkpoint_did_not_advance(m
         monkeypatch.setattr(extraction.Extraction, "_check_pending_writes", crash_once)
         with pytest.raises(KeyboardInterrupt):
             await import_file(app, original, request_id="c1")
-        assert memory_of(app).checkpoints.get("c1")["saved_reply"]["segment"] == 0
+        assert memory_of(app).checkpoints.get("c1").saved_reply["segment"] == 0
         ok, ans = await import_file(app, original, request_id="c1")
         assert ok and len(app.agent.replies) == 2  # the agent did not run segment 1 again, only segment 2
-        assert memory_of(app).checkpoints.get("c1")["summary"] == "the saved summary"
+        assert memory_of(app).checkpoints.get("c1").summary == "the saved summary"
 
 
 async def test_context_budget_is_checked_before_any_model_call(make_app, tmp_path):
@@ -431,14 +431,14 @@ async def test_budgets_may_change_between_resumes_but_segmentation_may_not(make_
     async with make_app(workspace=ws, scripts=[], components=small) as app:
         ok, ans = await import_file(app, original, request_id="b1")
         assert ans["error"]["code"] == "context_budget_exceeded"
-        before = json.dumps(memory_of(app).checkpoints.get("b1"), sort_keys=True)
+        before = json.dumps(memory_of(app).checkpoints.get("b1").to_record(), sort_keys=True)
     bigger = {"procedure_memory": {"default": {"token_limits": {"segment": 80, "context": 262144, "reserve": 4096},
                                                "extraction": {"max_iters": 5}}}}
     other_segmentation = {"procedure_memory": {"default": {"token_limits": {"segment": 81}}}}
     async with make_app(workspace=ws, scripts=[], components=other_segmentation) as app:
         ok, ans = await import_file(app, original, request_id="b1")
         assert not ok and ans["error"]["code"] == "incompatible_checkpoint" and "segment_tokens" in ans["error"]["message"]
-        assert json.dumps(memory_of(app).checkpoints.get("b1"), sort_keys=True) == before  # nothing changed
+        assert json.dumps(memory_of(app).checkpoints.get("b1").to_record(), sort_keys=True) == before  # nothing changed
     async with make_app(workspace=ws, scripts=[summarises()] * 20, components=bigger) as app:
         ok, ans = await import_file(app, original, request_id="b1")
         assert ok and ans["status"] == "complete"
@@ -532,10 +532,10 @@ async def test_real_trajectories_in_every_format_multi_segment(make_app, tmp_pat
         assert (memory.workspace_path / ans["path"]).read_bytes() == original.read_bytes()
         checkpoint = memory.checkpoints.get(f"real-{name}")
         text = original.read_text(encoding="utf-8")
-        assert "".join(text[s:e] for s, e in checkpoint["segments"]) == text
-        assert all(memory.tokens.count(text[s:e]) <= 300 for s, e in checkpoint["segments"])
+        assert "".join(text[s:e] for s, e in checkpoint.segments) == text
+        assert all(memory.tokens.count(text[s:e]) <= 300 for s, e in checkpoint.segments)
         assert len(prompts) == ans["segments"]["total"] >= 2
-        for (s, e), prompt in zip(checkpoint["segments"], prompts):
+        for (s, e), prompt in zip(checkpoint.segments, prompts):
             assert text[s:e] in prompt  # every segment reached the agent whole, fields untouched
         assert ans["experiences"] == {"created": ["procedures/bfcl-session.json"], "updated": []}
 
@@ -589,13 +589,13 @@ async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_c
     async with make_app(workspace=ws, scripts=[], components=settings(2000)) as app:
         with_counts, encoded = await needed(app)
         checkpoint = memory_of(app).checkpoints.get("ctx-counts")
-        first = text[slice(*checkpoint["segments"][0])]
-        assert checkpoint["segment_counts"] == [memory_of(app).tokens.count(text[s:e])
-                                                for s, e in checkpoint["segments"]]
-        assert len(checkpoint["segments"]) >= 2
+        first = text[slice(*checkpoint.segments[0])]
+        assert checkpoint.segment_counts == [memory_of(app).tokens.count(text[s:e])
+                                                for s, e in checkpoint.segments]
+        assert len(checkpoint.segments) >= 2
         assert not any(first in t for t in encoded)  # the segment itself was never encoded again
-        del checkpoint["segment_counts"]  # a checkpoint written before the counts were kept
-        memory_of(app).checkpoints.put("ctx-counts", checkpoint)
+        checkpoint.segment_counts = None  # a checkpoint written before the counts were kept
+        memory_of(app).checkpoints.put(checkpoint)
     async with make_app(workspace=ws, scripts=[], components=settings(2000)) as app:
         without_counts, encoded = await needed(app)
         assert any(first in t for t in encoded)  # counted whole, as before
@@ -604,17 +604,17 @@ async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_c
         ok, ans = await import_file(app, original, request_id="ctx-counts")
         assert ok and ans["status"] == "complete", ans
         checkpoint = memory_of(app).checkpoints.get("ctx-counts")
-        assert checkpoint["summary_tokens"] == memory_of(app).tokens.count(checkpoint["summary"])
+        assert checkpoint.summary_tokens == memory_of(app).tokens.count(checkpoint.summary)
         # the rolling summary's validated count is reused too: back to segment 2 with a long summary
         summary = "\n".join(f"- step {i}: rebuilt the index of shard {i} and checked a known query" for i in range(40))
-        checkpoint.update(next_segment=1, summary=summary, status="processing",
-                          summary_tokens=memory_of(app).tokens.count(summary))
-        memory_of(app).checkpoints.put("ctx-counts", checkpoint)
+        checkpoint.next_segment, checkpoint.summary, checkpoint.status = 1, summary, "processing"
+        checkpoint.summary_tokens = memory_of(app).tokens.count(summary)
+        memory_of(app).checkpoints.put(checkpoint)
     async with make_app(workspace=ws, scripts=[], components=settings(2000)) as app:
         with_summary_count, encoded = await needed(app)
         assert not any(summary in t for t in encoded)
         checkpoint = memory_of(app).checkpoints.get("ctx-counts")
-        del checkpoint["summary_tokens"]
-        memory_of(app).checkpoints.put("ctx-counts", checkpoint)
+        checkpoint.summary_tokens = None
+        memory_of(app).checkpoints.put(checkpoint)
         without_summary_count, encoded = await needed(app)
         assert any(summary in t for t in encoded) and with_summary_count == without_summary_count

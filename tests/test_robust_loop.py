@@ -169,7 +169,7 @@ async def test_a_copied_placeholder_is_repaired_with_the_segment_in_view(make_ap
     async with make_app(scripts=[copies_placeholder, repaired, done], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="p1")
         assert ok and ans["status"] == "complete", ans
-        assert memory_of(app).checkpoints.get("p1")["summary"] == "Rebuilt a stale docs index after a config change."
+        assert memory_of(app).checkpoints.get("p1").summary == "Rebuilt a stale docs index after a config change."
         first, repair, _ = app.agent.replies
         assert repair["prompt"].startswith(first["prompt"].split("</segment>")[0])  # same prefix as the run
 
@@ -191,7 +191,7 @@ async def test_an_untagged_or_empty_summary_is_repaired(make_app, tmp_path, repl
 
     async with make_app(scripts=[first, repaired, done], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="e1")
-        assert ok and memory_of(app).checkpoints.get("e1")["summary"] == "Rebuilt the docs index."
+        assert ok and memory_of(app).checkpoints.get("e1").summary == "Rebuilt the docs index."
 
 
 async def test_a_too_long_summary_is_quoted_to_the_repair_without_the_segment(make_app, tmp_path):
@@ -209,7 +209,7 @@ async def test_a_too_long_summary_is_quoted_to_the_repair_without_the_segment(ma
 
     async with make_app(scripts=[long_summary, shortened, done], components=components) as app:
         ok, ans = await import_file(app, original, request_id="l1")
-        assert ok and memory_of(app).checkpoints.get("l1")["summary"] == "Rebuilt the docs index."
+        assert ok and memory_of(app).checkpoints.get("l1").summary == "Rebuilt the docs index."
 
 
 async def test_an_unchanged_summary_is_repaired_then_stops_resumably(make_app, tmp_path):
@@ -233,7 +233,7 @@ async def test_an_unchanged_summary_is_repaired_then_stops_resumably(make_app, t
         assert not ok and ans["error"]["code"] == "summary_invalid" and ans["segments"]["done"] == 1
         assert "previous summary unchanged" in ans["error"]["message"] and "request_id=u1" in ans["resume"]
         checkpoint = memory_of(app).checkpoints.get("u1")
-        assert checkpoint["next_segment"] == 1 and checkpoint["summary"] == "Segment one shows the rollout."
+        assert checkpoint.next_segment == 1 and checkpoint.summary == "Segment one shows the rollout."
 
 
 # -- identical calls in a loop --------------------------------------------------------------------------------------

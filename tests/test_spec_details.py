@@ -90,9 +90,9 @@ async def test_checkpoint_of_another_segmenter_version_is_incompatible(make_app,
         ok, ans = await import_file(app, original, request_id="old",
                                     )  # the agent is not scripted: the import stops after checkpointing
         checkpoint = memory.checkpoints.get("old")
-        assert checkpoint["fingerprint"]["segmenter_version"] == "1"
-        checkpoint["fingerprint"]["segmenter_version"] = "0"
-        memory.checkpoints.put("old", checkpoint)
+        assert checkpoint.fingerprint["segmenter_version"] == "1"
+        checkpoint.fingerprint["segmenter_version"] = "0"
+        memory.checkpoints.put(checkpoint)
         ok, ans = await import_file(app, original, request_id="old")
         assert not ok and ans["error"]["code"] == "incompatible_checkpoint"
         assert "segmenter_version" in ans["error"]["message"]

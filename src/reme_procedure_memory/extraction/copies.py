@@ -124,7 +124,7 @@ def rebuild_lost_record(workspace: Workspace, request_id: str, source: str, file
         return None
     sha = hashlib.sha256(data).hexdigest() if data is not None else None
     if checkpoint is not None:
-        saved = (checkpoint.get("fingerprint") or {}).get("sha256")
+        saved = checkpoint.fingerprint.get("sha256")
         if sha is not None and saved != sha:
             return None  # the checkpoint belongs to other bytes: the original-changed check applies later
         sha = saved
@@ -132,7 +132,7 @@ def rebuild_lost_record(workspace: Workspace, request_id: str, source: str, file
         return None
     directory, rel_dir = workspace.root / workspace.trajectory_rel_dir, workspace.trajectory_rel_dir
     reserved = registry.reserved_paths()
-    candidates = [checkpoint["path"]] if checkpoint is not None and checkpoint.get("path") else []
+    candidates = [checkpoint.path] if checkpoint is not None and checkpoint.path else []
     number = 1
     while (directory / numbered_name(filename, number)).exists():
         candidates.append(f"{rel_dir}/{numbered_name(filename, number)}")

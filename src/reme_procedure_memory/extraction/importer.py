@@ -29,6 +29,7 @@ from ..errors import (
     UnsupportedTrajectory,
     storage_failure,
 )
+from ..storage.checkpoints import COMPLETE, Checkpoint
 from ..storage.imports import ImportRecord
 from ..tokens import SpanCounter
 from .copies import copy_original
@@ -85,17 +86,17 @@ async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads
                                     f"{exc}. The saved copy {record.path} is kept.") from None
         answer["format"] = trajectory_format(filename)
         checkpoint = await load_checkpoint(workspace, record, text, hint)
-        if hint and hint != checkpoint.get("memory_hint"):  # a new focus applies to the remaining segments
-            checkpoint["memory_hint"] = hint
-            workspace.checkpoints.put(request_id, checkpoint)
+        if hint and hint != checkpoint.memory_hint:  # a new focus applies to the remaining segments
+            checkpoint.memory_hint = hint
+            workspace.checkpoints.put(checkpoint)
         extraction = Extraction(workspace, grants, reads.search, app_context.jobs, wrapper, record, text,
                                 answer["format"], checkpoint, make_progress(workspace.logger))
-        if checkpoint["next_segment"] < len(checkpoint["segments"]):
+        if not checkpoint.done:
             if wrapper is None:
                 raise ExtractionStopped(ErrorCode.AGENT_UNAVAILABLE, "No agent_wrapper component is configured.")
             await extraction.run()
-        checkpoint["status"] = "complete"
-        workspace.checkpoints.put(request_id, checkpoint)
+        checkpoint.status = COMPLETE
+        workspace.checkpoints.put(checkpoint)
     except ProcedureError as exc:
         if exc.status == "error":  # refused before anything could be resumed (conflicts, bad files): keep it so
             exc.details = {**answer, **exc.details}
@@ -116,15 +117,14 @@ async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads
     return {"status": "complete", **answer, **progress_of(workspace, extraction)}
 
 
-async def load_checkpoint(workspace: Workspace, record: ImportRecord, text: str, hint: str) -> dict[str, Any]:
+async def load_checkpoint(workspace: Workspace, record: ImportRecord, text: str, hint: str) -> Checkpoint:
     """The import's checkpoint: the saved one if its fingerprint matches, else (first run) a new one with the
     segment boundaries (and their exact token counts) fixed once. Raises ExtractionStopped (incompatible, tokenizer, segmentation) changing nothing."""
     saved = workspace.checkpoints.get(record.request_id)
     expected = fingerprint(workspace, record)
     if saved is not None:
-        if saved["fingerprint"] != expected:
-            changed = {k: (saved["fingerprint"].get(k), v) for k, v in expected.items()
-                       if saved["fingerprint"].get(k) != v}
+        if saved.fingerprint != expected:
+            changed = {k: (saved.fingerprint.get(k), v) for k, v in expected.items() if saved.fingerprint.get(k) != v}
             raise ExtractionStopped(
                 ErrorCode.INCOMPATIBLE_CHECKPOINT,
                 f"request_id {record.request_id!r} was processed with different segmentation settings {changed} "
@@ -140,20 +140,19 @@ async def load_checkpoint(workspace: Workspace, record: ImportRecord, text: str,
         raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
     except SegmentationError as exc:
         raise ExtractionStopped(ErrorCode.SEGMENTATION_FAILED, str(exc)) from None
-    checkpoint = {
-        "request_id": record.request_id, "path": record.path, "fingerprint": expected, "plugin_version": __version__,
-        "segments": [(start, end) for start, end, _ in counted], "next_segment": 0, "summary": "", "memory_hint": hint,
-        "segment_counts": [tokens for _, _, tokens in counted],  # exact; the context check reuses them
-        "saved_reply": None, "status": "processing",
-    }
-    workspace.checkpoints.put(record.request_id, checkpoint)
+    checkpoint = Checkpoint(
+        request_id=record.request_id, path=record.path, fingerprint=expected, plugin_version=__version__,
+        segments=[[start, end] for start, end, _ in counted], memory_hint=hint,
+        segment_counts=[tokens for _, _, tokens in counted],  # exact; the context check reuses them
+    )
+    workspace.checkpoints.put(checkpoint)
     return checkpoint
 
 
 def progress_of(workspace: Workspace, extraction: Extraction) -> dict[str, Any]:
     """Segments done, experiences written and writes still pending, for the answer."""
     checkpoint = extraction.checkpoint
-    segments = {"segments": {"done": checkpoint["next_segment"], "total": len(checkpoint["segments"])}}
+    segments = {"segments": {"done": checkpoint.next_segment, "total": checkpoint.total}}
     try:
         paths = {op.path for op in workspace.journal.records(extraction.record.request_id)}
         written = extraction.written()

@@ -50,7 +50,7 @@ class Extraction:
     """Processes the remaining segments of one import; see the module docstring."""
 
     def __init__(self, workspace: Workspace, grants: RunGrants, search: Search, jobs, wrapper, record, text: str,
-                 fmt: str, checkpoint: dict, progress: Callable[[str], None]) -> None:
+                 fmt: str, checkpoint: Checkpoint, progress: Callable[[str], None]) -> None:
         """``search``: the search answers of the workspace (``Reads.search``); ``jobs``: the application's jobs (the
         four tools' schemas are counted in the context budget)."""
         self.workspace = workspace
@@ -69,7 +69,7 @@ class Extraction:
     # -- checkpoint ---------------------------------------------------------------------------------------------
 
     def _save(self) -> None:
-        self.workspace.checkpoints.put(self.record.request_id, self.checkpoint)
+        self.workspace.checkpoints.put(self.checkpoint)
 
     def _ledger(self, index: int):
         """The operation ledger of a segment: its journaled writes (durable before each publish), oldest first."""
@@ -81,11 +81,11 @@ class Extraction:
         return prompt.system_prompt(self.limits)
 
     def _user_message(self, index: int) -> str:
-        start, end = self.checkpoint["segments"][index]
+        start, end = self.checkpoint.span(index)
         return prompt.user_message(
-            path=self.record.path, fmt=self.format, number=index + 1, total=len(self.checkpoint["segments"]),
-            start=start, end=end, segment=self.text[start:end], hint=self.checkpoint.get("memory_hint") or "",
-            summary=self.checkpoint.get("summary") or "", summary_limit=self.limits.summary,
+            path=self.record.path, fmt=self.format, number=index + 1, total=self.checkpoint.total,
+            start=start, end=end, segment=self.text[start:end], hint=self.checkpoint.memory_hint,
+            summary=self.checkpoint.summary, summary_limit=self.limits.summary,
             lines=prompt.ledger_lines(self._ledger(index), self._failed_writes(index)),
             related=self._related.get(index),
         )
@@ -94,9 +94,9 @@ class Extraction:
         """The library's experiences that match segment ``index`` best (a compact search of the content view with
         the hint and the segment's beginning), for its message: the agent searches only for what they miss. A
         search that fails leaves the list out (the agent can still search)."""
-        start, end = self.checkpoint["segments"][index]
+        start, end = self.checkpoint.span(index)
         beginning = self.text[start:min(end, start + RELATED_QUERY_CHARS)]
-        query = " ".join([self.checkpoint.get("memory_hint") or "", beginning])
+        query = " ".join([self.checkpoint.memory_hint, beginning])
         try:
             answer = compact_answer(await self.search(query.strip() or "procedure", RELATED_VIEW, RELATED_LIMIT))
         except ProcedureError as exc:
@@ -110,15 +110,15 @@ class Extraction:
     def _user_tokens(self, user: str, index: int) -> int:
         """The segment and the rolling summary inside the message keep the counts recorded when they were cut and
         validated (if the checkpoint has them)."""
-        start, end = self.checkpoint["segments"][index]
-        counts = self.checkpoint.get("segment_counts")
+        start, end = self.checkpoint.span(index)
+        counts = self.checkpoint.segment_counts
         return prompt.user_tokens(self.workspace.tokens, user, (
             (self.text[start:end], counts[index] if counts else None),
-            (self.checkpoint.get("summary") or "", self.checkpoint.get("summary_tokens"))))
+            (self.checkpoint.summary, self.checkpoint.summary_tokens)))
 
     async def _check_context(self, system: str, user: str, *, tools: bool = True) -> int:
         """Exact tokens of the initial input; raise ExtractionStopped before any model call when it does not fit."""
-        tokens, index = self.workspace.tokens, self.checkpoint["next_segment"]
+        tokens, index = self.workspace.tokens, self.checkpoint.next_segment
         schemas = self._tool_schemas() if tools else ""
         try:
             sizes = await asyncio.to_thread(
@@ -135,35 +135,35 @@ class Extraction:
     async def run(self) -> None:
         """Process segments until the end (raises ExtractionStopped to stop resumably). After the last segment no
         rolling summary is asked for or checked: nothing reads it (the checkpoint keeps the final reply)."""
-        segments = self.checkpoint["segments"]
-        while self.checkpoint["next_segment"] < len(segments):
-            index = self.checkpoint["next_segment"]
-            reply = self.checkpoint.get("saved_reply")
+        checkpoint = self.checkpoint
+        while not checkpoint.done:
+            index = checkpoint.next_segment
+            reply = checkpoint.saved_reply
             if not reply or reply.get("segment") != index:
                 reply = await self._run_agent(index)
             self._check_failed_writes(index)
-            if index == len(segments) - 1:
-                summary, summary_tokens = self.checkpoint.get("summary") or "", self.checkpoint.get("summary_tokens")
+            if index == checkpoint.total - 1:
+                summary, summary_tokens = checkpoint.summary, checkpoint.summary_tokens
             else:
                 summary, summary_tokens = await self._valid_summary(index, reply["text"])
             self._check_pending_writes(index)
-            self.checkpoint.get("failed_writes", {}).pop(str(index), None)
-            self.checkpoint.update(next_segment=index + 1, summary=summary, summary_tokens=summary_tokens,
-                                   saved_reply=None)
+            checkpoint.failed_writes.pop(str(index), None)
+            checkpoint.next_segment, checkpoint.saved_reply = index + 1, None
+            checkpoint.summary, checkpoint.summary_tokens = summary, summary_tokens
             self._save()
             done = self.written()
             self.progress(
-                f"segment {index + 1}/{len(segments)} done: {len(done['created'])} created, "
+                f"segment {index + 1}/{checkpoint.total} done: {len(done['created'])} created, "
                 f"{len(done['updated'])} updated so far",
             )
 
     async def _run_agent(self, index: int) -> dict:
-        number, total = index + 1, len(self.checkpoint["segments"])
+        number, total = index + 1, self.checkpoint.total
         await self._find_related(index)
         system, user = self._system_prompt(), self._user_message(index)
         tokens = await self._check_context(system, user)
         self.progress(f"segment {number}/{total}: {tokens} input tokens, running the extraction agent")
-        attempts = self.checkpoint.setdefault("attempts", {})
+        attempts = self.checkpoint.attempts
         attempts[str(index)] = attempts.get(str(index), 0) + 1
         self._save()  # durable before the agent runs: a kill mid-run still counts the attempt
         run = self.grants.begin_run(self.record.request_id, [self.record.path], segment=index)
@@ -182,14 +182,14 @@ class Extraction:
         finally:
             self.grants.end_run(run)
             # the segment's uncorrected failed writes: they gate the segment and the next attempt's ledger shows them
-            self.checkpoint.setdefault("failed_writes", {})[str(index)] = list(run.failed_writes.values())
+            self.checkpoint.failed_writes[str(index)] = list(run.failed_writes.values())
             self._save()
         reason = stop_reason(result)
         if reason:
             code = ErrorCode.AGENT_BUDGET_EXHAUSTED if "exceed_max_iters" in reason else ErrorCode.AGENT_INTERRUPTED
             raise ExtractionStopped(code, f"Segment {number}/{total} did not finish: {reason}.")
         reply = {"segment": index, "text": agent_reply_result_text(result)}
-        self.checkpoint["saved_reply"] = reply
+        self.checkpoint.saved_reply = reply
         self._save()
         return reply
 
@@ -198,8 +198,8 @@ class Extraction:
         ``summary_repair_attempts`` times."""
         ceiling = self.limits.ceiling(self.limits.summary)
         attempts = self.workspace.settings.extraction.summary_repair_attempts
-        start, end = self.checkpoint["segments"][index]
-        previous, segment = self.checkpoint.get("summary") or "", self.text[start:end]
+        start, end = self.checkpoint.span(index)
+        previous, segment = self.checkpoint.summary, self.text[start:end]
         for attempt in range(attempts + 1):
             summary = parse_summary(reply)
             problem = summary_problem(reply, summary, previous, segment)
@@ -220,7 +220,7 @@ class Extraction:
             if attempt == attempts:
                 break
             reply = await self._repair(index, reply if quote else "", problem, attempt + 1, show_segment)
-        self.checkpoint["saved_reply"] = None  # the next resume lets the agent run this segment again
+        self.checkpoint.saved_reply = None  # the next resume lets the agent run this segment again
         self._save()
         raise ExtractionStopped(
             ErrorCode.SUMMARY_INVALID,
@@ -231,7 +231,7 @@ class Extraction:
     async def _repair(self, index: int, reply: str, problem: str, attempt: int, show_segment: bool) -> str:
         """One tool-less repair turn: the problem, the quoted reply (when given) and, when the summary must be
         written from the segment, the segment's own message. Its input is checked against the context budget."""
-        number, total = index + 1, len(self.checkpoint["segments"])
+        number, total = index + 1, self.checkpoint.total
         message = prompt.repair_message(
             segment_message=self._user_message(index) if show_segment else "", number=number, total=total,
             problem=problem, reply=reply, summary_limit=self.limits.summary,
@@ -254,7 +254,7 @@ class Extraction:
 
     def _failed_writes(self, index: int) -> list[dict[str, str]]:
         """Failed, uncorrected writes of the segment's last attempt (as saved in the checkpoint)."""
-        return list((self.checkpoint.get("failed_writes") or {}).get(str(index)) or [])
+        return list(self.checkpoint.failed_writes.get(str(index)) or [])
 
     def _check_failed_writes(self, index: int) -> None:
         """A segment whose last attempt has failed writes it did not correct cannot advance: nothing it meant to
@@ -262,16 +262,16 @@ class Extraction:
         failed = self._failed_writes(index)
         if not failed:
             return
-        self.checkpoint["saved_reply"] = None  # resume lets the agent run the segment again
+        self.checkpoint.saved_reply = None  # resume lets the agent run the segment again
         self._save()
-        raise failed_writes_stopped(failed, index + 1, len(self.checkpoint["segments"]))
+        raise failed_writes_stopped(failed, index + 1, self.checkpoint.total)
 
     def _check_pending_writes(self, index: int) -> None:
         """A segment whose own writes are still index-pending cannot advance."""
         written = {op.path for op in self._ledger(index) if op.status in (PUBLISHED, INDEX_PENDING)}
         pending = sorted(written & set(self.workspace.pending))
         if pending:
-            self.checkpoint["saved_reply"] = None  # resume lets the agent correct them
+            self.checkpoint.saved_reply = None  # resume lets the agent correct them
             self._save()
             raise ExtractionStopped(
                 ErrorCode.PENDING_WRITES,

@@ -1,12 +1,81 @@
-"""Processing checkpoints: one JSON record per request id, replaced atomically at every step of an import."""
+"""Processing checkpoints: one typed, versioned JSON record per request id, replaced atomically at every step.
+
+A ``Checkpoint`` saves what a resume needs: the segment boundaries (and their exact token counts) fixed once, the
+position, the bounded rolling summary (and its token count), the processing fingerprint, the saved final reply of the
+segment being processed, per segment its attempts and uncorrected failed writes, and the import's status. Its
+``format`` says which layout the record has; records written before the format existed read as format 1 (the same
+fields). A record with unknown fields, missing required ones or wrong types is damaged (``DamagedRecord``), like
+one that does not parse.
+"""
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from ..errors import DamagedRecord
 from .atomic import write_json
 from .records import keyed_path, load_owned_record, read_json
+
+CHECKPOINT_FORMAT = 1
+PROCESSING, COMPLETE = "processing", "complete"
+
+
+@dataclass
+class Checkpoint:
+    """The processing state of one import (see the module docstring)."""
+
+    request_id: str
+    path: str  # the copy, workspace-relative
+    fingerprint: dict[str, Any]  # what fixes segmentation (importer.fingerprint)
+    plugin_version: str
+    segments: list[list[int]]  # [start, end) character offsets of each segment
+    next_segment: int = 0
+    summary: str = ""
+    summary_tokens: int | None = None  # exact tokens of ``summary`` when validated
+    memory_hint: str = ""
+    segment_counts: list[int] | None = None  # exact tokens of each segment (older records: None)
+    saved_reply: dict[str, Any] | None = None  # {segment, text} of a completed reply not yet advanced
+    status: str = PROCESSING
+    attempts: dict[str, int] = field(default_factory=dict)  # segment -> agent runs started
+    failed_writes: dict[str, list[dict[str, str]]] = field(default_factory=dict)  # segment -> uncorrected failures
+    format: int = CHECKPOINT_FORMAT
+
+    @classmethod
+    def from_record(cls, path: Path, record: dict[str, Any]) -> Checkpoint:
+        """The checkpoint of a parsed record; DamagedRecord when its fields do not fit."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(record) - known)
+        if unknown:
+            raise DamagedRecord(path, f"unexpected fields {unknown}")
+        try:
+            checkpoint = cls(**record)
+        except TypeError as exc:
+            raise DamagedRecord(path, f"missing fields: {exc}") from None
+        if checkpoint.format != CHECKPOINT_FORMAT:
+            raise DamagedRecord(path, f"checkpoint format {checkpoint.format!r} is not {CHECKPOINT_FORMAT} (written by "
+                                      "another plugin version)")
+        if not (isinstance(checkpoint.segments, list) and isinstance(checkpoint.next_segment, int)
+                and isinstance(checkpoint.summary, str) and isinstance(checkpoint.fingerprint, dict)):
+            raise DamagedRecord(path, "fields of the wrong type")
+        checkpoint.segments = [list(span) for span in checkpoint.segments]
+        return checkpoint
+
+    def to_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def span(self, index: int) -> tuple[int, int]:
+        start, end = self.segments[index]
+        return start, end
+
+    @property
+    def total(self) -> int:
+        return len(self.segments)
+
+    @property
+    def done(self) -> bool:
+        return self.next_segment >= len(self.segments)
 
 
 class CheckpointStore:
@@ -18,12 +87,13 @@ class CheckpointStore:
     def path(self, request_id: str) -> Path:
         return keyed_path(self.directory, request_id)
 
-    def get(self, request_id: str) -> dict | None:
+    def get(self, request_id: str) -> Checkpoint | None:
         """The checkpoint of ``request_id``, or None; a damaged one is set aside and raised (DamagedRecord)."""
-        return load_owned_record(self.path(request_id))
+        path = self.path(request_id)
+        return load_owned_record(path, lambda **record: Checkpoint.from_record(path, record))
 
-    def put(self, request_id: str, checkpoint: dict) -> None:
-        write_json(self.path(request_id), checkpoint)
+    def put(self, checkpoint: Checkpoint) -> None:
+        write_json(self.path(checkpoint.request_id), checkpoint.to_record())
 
     def check_records(self) -> dict[str, str]:
         """Every checkpoint that cannot be read (path -> cause): the full check a reindex reports (a checkpoint is
@@ -31,7 +101,9 @@ class CheckpointStore:
         damaged = {}
         for path in sorted(self.directory.glob("*.json")) if self.directory.is_dir() else []:
             try:
-                read_json(path)
+                record = read_json(path)
+                if record is not None:
+                    Checkpoint.from_record(path, record)
             except DamagedRecord as exc:
                 damaged[str(path)] = exc.cause
         return damaged
