@@ -36,8 +36,8 @@ from pathlib import Path
 
 from _machine import describe  # noqa: E402  (benchmarks/_machine.py)
 from _shared import REPO, find_shared  # noqa: E402
-import search  # noqa: E402
-from search import Corpus, experience_bytes  # noqa: E402
+import _corpus  # noqa: E402  (benchmarks/_corpus.py)
+from _corpus import Corpus, experience_bytes  # noqa: E402
 
 DIMENSIONS = 1024
 TARGET_RATIO = 1.3
@@ -107,7 +107,7 @@ def main() -> None:
     parser.add_argument("--shared", type=Path)
     args = parser.parse_args()
     shared = find_shared(args.shared, "tools/embed_server.py")
-    search.LIBRARY = shared / "data" / "experience-library" / "bfcl_qwen3_8b.jsonl"  # the corpus's texts
+    _corpus.LIBRARY = shared / "data" / "experience-library" / "bfcl_qwen3_8b.jsonl"  # the corpus's texts
     sources = args.src or [REPO / "src"]
     labels = args.label or [p.resolve().parent.name for p in sources]
     reme = str(Path(sys.executable).with_name("reme"))

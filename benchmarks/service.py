@@ -50,9 +50,12 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-import search  # benchmarks/search.py: corpus, fake embedding model, machine description
-from search import DIMENSIONS, Corpus, HashedProjectionEmbedding, experience_bytes, log, machine, revision
-from helpers import stop_process, wait_for_service  # tests/helpers.py, on the path search.py sets
+from _corpus import DIMENSIONS, Corpus, HashedProjectionEmbedding, experience_bytes, log, machine  # benchmarks/_corpus.py
+from _machine import revision  # benchmarks/_machine.py
+from _shared import REPO  # benchmarks/_shared.py
+
+sys.path.insert(0, str(REPO / "tests"))  # tests/helpers: the word-level tokenizer, starting and stopping a service
+from helpers import stop_process, wait_for_service, write_word_tokenizer  # noqa: E402
 
 TARGET_RATIO = 1.5
 CLIENTS = 8
@@ -219,7 +222,7 @@ def main(argv=None) -> int:
     load_start = os.getloadavg()
     root = Path(tempfile.mkdtemp(prefix="reme-proc-service-"))
     ws = root / "ws"
-    tokenizer = search.write_word_tokenizer(root / "tokenizer" / "tokenizer.json")
+    tokenizer = write_word_tokenizer(root / "tokenizer" / "tokenizer.json")
     corpus = Corpus(seed=args.seed)
     experiences = [corpus.experience(i) for i in range(args.n)]
     queries = [corpus.query(experiences) for _ in range(args.queries)]

@@ -10,7 +10,9 @@ from pathlib import Path
 import reme_procedure_memory
 from reme_procedure_memory.errors import ErrorCode
 
-REFERENCE = Path(__file__).resolve().parent.parent / "docs" / "reference.md"
+from helpers import REPO
+
+REFERENCE = REPO / "docs" / "reference.md"
 PACKAGE = Path(reme_procedure_memory.__file__).parent
 
 

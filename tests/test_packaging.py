@@ -28,7 +28,8 @@ import pytest
 import yaml
 from packaging.requirements import Requirement
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import REPO
+
 MANIFEST = REPO / "plugin.yaml"
 REME = Path(sys.executable).parent / "reme"
 PACKAGE = "reme_procedure_memory"

@@ -22,6 +22,8 @@ NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*\.json$")
 MAX_NAME_CHARS = 120
 VERSION_CHARS = 16
 TEXT_FIELDS = ("description", "when-to-use", "content")
+# The two search views: ``when_to_use`` indexes the when-to-use text, ``when_to_use_content`` when-to-use + content.
+VIEW_NAMES = ("when_to_use", "when_to_use_content")
 # Tool arguments use underscores (function-calling friendly); files use the spec's hyphenated key.
 ARG_TO_FIELD = {"description": "description", "when_to_use": "when-to-use", "content": "content"}
 FIELD_TO_ARG = {v: k for k, v in ARG_TO_FIELD.items()}

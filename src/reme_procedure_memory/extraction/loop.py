@@ -37,6 +37,7 @@ from .summary import parse_summary, summary_problem
 
 if TYPE_CHECKING:
     from ..operations.runs import RunGrants
+    from ..storage.checkpoints import Checkpoint
     from ..workspace import Workspace
 
 

@@ -19,8 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.json_schema import SkipJsonSchema
 
 from ..errors import ErrorCode, ProcedureError
-from ..schema import FIELD_ALIAS, NAME_EXAMPLE
-from ..search.views import VIEW_NAMES
+from ..schema import FIELD_ALIAS, NAME_EXAMPLE, VIEW_NAMES
 from .fields import (
     MAX_LIMIT,
     AliasConflict,

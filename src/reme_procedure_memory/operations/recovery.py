@@ -26,8 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
 from ..errors import IndexFailure, ProviderUnavailable
-from ..schema import version_of
-from ..search.views import VIEW_NAMES
+from ..schema import VIEW_NAMES, version_of
 from ..storage.experiences import BadFile, StoredExperience
 from ..storage.journal import INDEX_PENDING, INDEXED, INTENT, SUPERSEDED, recover_intent
 

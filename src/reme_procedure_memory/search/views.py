@@ -13,21 +13,20 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Callable, TypeVar
 
 from reme.schema import FileChunk, FileNode
 
-from ..errors import IndexFailure, ProviderUnavailable
+from ..errors import IndexFailure
+from ..schema import VIEW_NAMES
 from ..storage.experiences import StoredExperience
+from .embedding import EmbeddingClient
 from .executors import keyword_executor, scan_executor
 from .fusion import Fused, rrf_fuse
 from .keyword.tokenizer import tokenizer_identity
 from .view.store import ProcedureFileStore
 
-VIEW_NAMES = ("when_to_use", "when_to_use_content")
 MAX_CANDIDATES = 200
-BULK_BATCH = 200
 PARALLEL_ROWS = 32_768  # above this many rows a view's BM25 runs beside its matrix scan (see _fused_page)
 T = TypeVar("T")
 
@@ -48,25 +47,14 @@ def chunk_id(view: str, path: str) -> str:
 
 
 class Views:
-    """Both views of one ProcedureMemory component.
-
-    Embedding calls have two timeouts: ``timeout`` for writes, start, reindex and pending retries (they must index),
-    ``search_timeout`` (short) for a search's query vector. After a provider failure, searches skip the vector list
-    for ``cooldown`` seconds; after that, exactly one search at a time probes the provider while the others answer
-    from BM25 at once, so a hanging provider never stalls searches in waves. Writes always try the provider.
-    """
+    """Both views of one ProcedureMemory component; their embeddings come through ``embeddings``
+    (``EmbeddingClient``: timeouts, the provider's cooldown and probe)."""
 
     def __init__(self, stores: dict[str, ProcedureFileStore], embedding_store, timeout: float, cooldown: float,
                  search_timeout: float | None = None) -> None:
         self.stores = stores
         self.embedding_store = embedding_store
-        self.timeout = timeout
-        self.search_timeout = timeout if search_timeout is None else search_timeout
-        self.cooldown = cooldown
-        self.vector_down_until = 0.0
-        self.vector_down_reason = ""  # set while the provider is considered down (until a call succeeds)
-        self._probing = False  # one search is testing whether the provider recovered
-        self._failed_calls = 0  # consecutive failed embedding calls
+        self.embeddings = EmbeddingClient(embedding_store, timeout, cooldown, search_timeout)
         self.tokenizers = {view: self._tokenizer_identity(store) for view, store in stores.items()}
 
     @staticmethod
@@ -74,7 +62,7 @@ class Views:
         index = store.keyword_index
         if index is None:
             return "none"
-        return tokenizer_identity(index.tokenizer, index._tokenizer_fingerprint())
+        return tokenizer_identity(index.tokenizer, index.tokenizer_fingerprint())
 
     def foreign_tokenizer(self) -> list[str]:
         """Views holding records tokenized by another tokenizer than the current one (also: records made before
@@ -84,55 +72,6 @@ class Views:
             view for view in VIEW_NAMES
             if self.stores[view].previous_layout or any(c.metadata.get("tokenizer") != self.tokenizers[view] for c in self.stores[view].file_chunks.values())
         ]
-
-    # -- embeddings ---------------------------------------------------------------------------------------------
-
-    async def embed(self, texts: list[str], timeout: float | None = None) -> list:
-        """Vectors of ``texts`` via the shared cache; raise IndexFailure on a provider failure or timeout
-        (``timeout`` defaults to the write timeout)."""
-        if not texts:
-            return []
-        timeout = self.timeout if timeout is None else timeout
-        try:
-            try:
-                vectors = await asyncio.wait_for(self.embedding_store.get_embeddings(texts), timeout)
-            except asyncio.TimeoutError:
-                raise ProviderUnavailable(f"embedding provider did not answer within {timeout:g} s") from None
-            except Exception as exc:  # provider errors are reported, never swallowed
-                raise ProviderUnavailable(f"embedding provider failed: {type(exc).__name__}: {exc}") from exc
-            missing = sum(1 for v in vectors if v is None)
-            if missing:
-                message = f"embedding provider returned no vector for {missing} of {len(texts)} texts"
-                if missing < len(texts):
-                    raise IndexFailure(message)
-                raise ProviderUnavailable(message, certain=len(texts) > 1)
-        except IndexFailure as exc:
-            self._failed_calls += 1
-            # One text the provider refuses (a single missing vector) says nothing about the provider; a timeout,
-            # an exception, a whole batch without vectors or a second failure in a row does.
-            if (isinstance(exc, ProviderUnavailable) and exc.certain) or self._failed_calls >= 2:
-                self.vector_down_until, self.vector_down_reason = time.monotonic() + self.cooldown, str(exc)
-            raise
-        self._failed_calls = 0
-        self.vector_down_until, self.vector_down_reason = 0.0, ""
-        return vectors
-
-    async def query_vector(self, query: str):
-        """The query's vector, or None with the reason when the provider is unavailable, cooling down, or being
-        probed by another search."""
-        if time.monotonic() < self.vector_down_until:
-            return None, f"{self.vector_down_reason} (vector search paused for up to {self.cooldown:g} s)"
-        if self._probing:
-            return None, f"{self.vector_down_reason} (another search is testing whether the provider recovered)"
-        probe = bool(self.vector_down_reason)  # the provider was down: this search is the one probe
-        self._probing = probe
-        try:
-            return (await self.embed([query], self.search_timeout))[0], None
-        except IndexFailure as exc:
-            return None, str(exc)
-        finally:
-            if probe:
-                self._probing = False
 
     # -- writes -------------------------------------------------------------------------------------------------
 
@@ -180,7 +119,7 @@ class Views:
         views = [ids_view.split(":", 1)[0] for ids_view in ids]
         vectors = [self.stores[v].reusable_vector(i, t) for v, i, t in zip(views, ids, texts)]
         missing = [n for n, vector in enumerate(vectors) if vector is None]
-        for n, vector in zip(missing, await self.embed([texts[n] for n in missing])):
+        for n, vector in zip(missing, await self.embeddings.embed([texts[n] for n in missing])):
             vectors[n] = vector
         return vectors
 
@@ -211,7 +150,8 @@ class Views:
 
     async def search(self, view: str, query: str, limit: int, vector_weight: float) -> tuple[list[Fused], str | None]:
         """Fused candidates of ``view`` (best first, at least ``limit`` when available) and, if the vector branch
-        was unavailable, why."""
+        was unavailable, why: the fusion without reading any file (``benchmarks/search.py`` times it apart; answers
+        use ``search_page``)."""
         return await self.search_page(view, query, limit, vector_weight, lambda fused: fused)
 
     async def search_page(self, view: str, query: str, limit: int, vector_weight: float,
@@ -224,7 +164,7 @@ class Views:
         """
         store = self.stores[view]
         candidates = min(MAX_CANDIDATES, max(50, limit * 5))
-        query_vector, vector_error = (await self.query_vector(query)) if vector_weight > 0 else (None, None)
+        query_vector, vector_error = (await self.embeddings.query_vector(query)) if vector_weight > 0 else (None, None)
         loop = asyncio.get_running_loop()
         found = await loop.run_in_executor(scan_executor(), _fused_page, store, query, query_vector, candidates,
                                            vector_weight, page)

@@ -170,6 +170,10 @@ class ProcedureBM25Index(BM25Index):
             await super().clear()
             self._capacity.clear()
 
+    def tokenizer_fingerprint(self) -> str:
+        """ReMe's fingerprint of this index's tokenizer configuration (what its snapshot records)."""
+        return self._tokenizer_fingerprint()
+
     @property
     def deleted_fraction(self) -> float:
         """Share of document slots held by lazily deleted documents (what ``optimize_index`` reclaims)."""

@@ -3,7 +3,7 @@
 Contract of ``ViewSearches`` (a base of ``ProcedureFileStore``, whose records, vector matrix, its lock and keyword
 index it reads): ``nearest_paths``/``keyword_paths`` return the top ``limit`` records as ``(path, score)`` (blocking:
 a scan, under the matrix's read lock), for callers that run them in a scan thread of ``scan_executor`` (one per core,
-faiss on one OpenMP thread each: concurrent searches are the parallelism), never on the event loop (``Views.search``
+faiss on one OpenMP thread each: concurrent searches are the parallelism), never on the event loop (``Views.search_page``
 runs both and the fusion in one such call); ``nearest``/``vector_search`` keep ReMe's ``vector_search`` contract
 (chunks with ``vector`` and ``score``) in a scan thread, falling back to ReMe's stock scan for filtered searches.
 """
@@ -11,14 +11,25 @@ runs both and the fusion in one such call); ``nearest``/``vector_search`` keep R
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 from reme.schema import FileChunk
 
 from ..executors import scan_executor
+from ..keyword.bm25 import ProcedureBM25Index
+from ..locks import ReadWriteLock
+from ..vector.matrix import VectorMatrix
 
 
 class ViewSearches:
-    """Searches over a ``ProcedureFileStore``'s matrix and BM25 index (see the module docstring)."""
+    """Searches over a ``ProcedureFileStore``'s matrix and BM25 index (see the module docstring). What it reads of
+    the store that mixes it in is declared here."""
+
+    vectors: VectorMatrix | None
+    vectors_lock: ReadWriteLock
+    file_chunks: dict[str, FileChunk]
+    keyword_index: ProcedureBM25Index | None
+    embedding_store: Any
 
     def nearest_paths(self, query_embedding, limit: int) -> list[tuple[str, float]]:
         """Top ``limit`` records as ``(path, cosine)`` for an already computed query vector (blocking: a scan)."""

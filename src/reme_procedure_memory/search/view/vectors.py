@@ -12,17 +12,32 @@ from the matrix: the same candidates, cosine function, batches, scores and order
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import numpy as np
 from reme.components.file_store import local_file_store
 from reme.schema import FileChunk
 from reme.utils.jsonl_zst import read_jsonl_zst
 
+from ..locks import ReadWriteLock
 from ..vector.matrix import VectorMatrix
 from .records import slim, text_digest
 
 
 class ViewVectors:
-    """A view's vector matrix and reusable vectors (see the module docstring)."""
+    """A view's vector matrix and reusable vectors (see the module docstring). What it reads of the store that
+    mixes it in is declared here; ``ProcedureFileStore`` sets the first four, ReMe's ``LocalFileStore`` the rest."""
+
+    vectors: VectorMatrix | None  # the only holder of the records' vectors
+    vectors_lock: ReadWriteLock  # writers: mutations on the event loop; readers: scans in worker threads
+    vector_space: str  # the embedding vector space of ``vectors``
+    _reusable: dict[str, tuple[str, np.ndarray]]  # chunk id -> (text digest, vector) held before a clear
+    file_chunks: dict[str, FileChunk]
+    embedding_store: Any
+    embedding_dimensions: int
+    chunks_path: Path
+    encoding: str
 
     def _matrix(self) -> VectorMatrix:
         if self.vectors is None:

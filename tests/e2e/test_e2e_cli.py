@@ -1,0 +1,397 @@
+"""End-to-end: the real ``reme`` console script in subprocesses, a real HTTP/MCP service, a local embedding endpoint.
+
+Every process gets a temporary workspace (absolute ``workspace_dir``), ``log_to_file=false`` and a temporary cwd
+(holding an empty ``.env`` so no ``.env`` from a parent directory can override the test environment), so nothing is
+written into the repository. Embeddings come from ``EmbeddingEndpoint`` (an OpenAI-compatible ``/v1/embeddings``
+server on 127.0.0.1) through ReMe's real ``openai`` embedding backend; the tokenizer is a local ``tokenizer.json``.
+
+One server (``reme start``) is shared by all service tests (module-scoped fixture) and stopped by its own pid.
+Client calls are the documented ``reme <job> key=value ... host=127.0.0.1 port=<port>``: with a non-default port the
+client needs both ``host`` and ``port`` (ReMe falls back to 127.0.0.1:2333 when only one is known).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import httpx
+import pytest
+from reme_procedure_memory.schema import version_of
+
+from helpers import EmbeddingEndpoint, write_word_tokenizer
+from helpers.cli import (
+    CLEANUP,
+    DIMENSIONS,
+    HIDDEN_JOBS,
+    INSPECT,
+    REBUILD,
+    SERVED_JOBS,
+    TRAJECTORY,
+    Reme,
+    Service,
+    durable_state,
+    make_reme,
+    running_server,
+    snapshot,
+    write_experience,
+    write_trajectory,
+)
+
+# -- helpers ----------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def endpoint():
+    with EmbeddingEndpoint(DIMENSIONS) as server:
+        yield server
+
+
+@pytest.fixture
+def reme(tmp_path, endpoint) -> Reme:
+    return make_reme(tmp_path, endpoint, write_word_tokenizer(tmp_path / "tok" / "tokenizer.json"))
+
+
+# -- one-shot CLI jobs ------------------------------------------------------------------------------------------
+
+
+def test_reindex_job_indexes_valid_files_reports_invalid_ones_and_rewrites_nothing(reme, tmp_path, endpoint):
+    ws = tmp_path / "ws"
+    write_experience(ws, "rebuild-search-after-config-change.json", REBUILD)
+    write_experience(ws, "inspect-logs-before-rebuilding.json", INSPECT, compact=True)
+    (ws / "procedures" / "broken.json").write_bytes(b'{"description": "half a file",')
+    write_trajectory(ws)
+    before = snapshot(ws / "procedures", ws / "session")
+
+    proc = reme.start_job("procedure_reindex", ws)
+
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    answer = json.loads(proc.stdout)
+    assert answer["status"] == "complete"
+    assert answer["indexed"] == 2
+    assert [item["path"] for item in answer["invalid_files"]] == ["procedures/broken.json"]
+    assert "invalid JSON" in answer["invalid_files"][0]["error"]
+    assert answer["pending_indexes"] == []
+    assert endpoint.requests > 0, "the vectors must come from the configured embedding endpoint"
+    # Rebuilds never delete or rewrite experience or trajectory files (same bytes, same mtime).
+    assert snapshot(ws / "procedures", ws / "session") == before
+    assert not (tmp_path / "cwd" / ".reme").exists() and not (tmp_path / "cwd" / "logs").exists()
+
+
+@pytest.mark.parametrize("job", ["procedure_create", "procedure_update"])
+def test_cli_cannot_forge_a_write_grant(reme, tmp_path, job):
+    ws = tmp_path / "ws"
+    existing = write_experience(ws, "rebuild-search-after-config-change.json", REBUILD)
+    write_trajectory(ws)
+    forged = ["_procedure_grant=forged", "tool_context_id=forged", "operation_key=k",
+              "description=a", "when_to_use=b", "content=c"]
+    if job == "procedure_create":
+        args = ["filename=x.json", *forged]
+    else:
+        args = ["path=procedures/rebuild-search-after-config-change.json",
+                f"expected_version={version_of(existing)}", *forged]
+    before = durable_state(ws)
+
+    proc = reme.start_job(job, ws, *args)
+
+    assert proc.returncode != 0, proc.stdout
+    assert "no_active_extraction_run" in proc.stdout + proc.stderr
+    assert sorted(p.name for p in (ws / "procedures").iterdir()) == ["rebuild-search-after-config-change.json"]
+    assert durable_state(ws) == before
+
+
+# -- the two-terminal service flow ------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    """A workspace rebuilt by the one-shot reindex job, one more file added afterwards, then ``reme start``."""
+    root = tmp_path_factory.mktemp("service")
+    with EmbeddingEndpoint(DIMENSIONS) as endpoint:
+        reme = make_reme(root, endpoint, write_word_tokenizer(root / "tok" / "tokenizer.json"))
+        ws = root / "ws"
+        versions = {"rebuild-search-after-config-change.json":
+                    version_of(write_experience(ws, "rebuild-search-after-config-change.json", REBUILD))}
+        write_trajectory(ws)
+        reindex = reme.start_job("procedure_reindex", ws)
+        assert reindex.returncode == 0, reindex.stderr[-3000:]
+        assert json.loads(reindex.stdout)["indexed"] == 1
+        # Placed after the rebuild: only the startup reconcile can make these searchable.
+        for name, record in (("inspect-logs-before-rebuilding.json", INSPECT),
+                             ("clean-temporary-files-of-failed-build.json", CLEANUP)):
+            versions[name] = version_of(write_experience(ws, name, record))
+
+        with running_server(reme, ws, root / "server.log") as (proc, port):
+            yield Service(reme=reme, ws=ws, port=port, proc=proc, endpoint=endpoint, versions=versions)
+
+
+def test_cli_search_when_to_use_returns_the_experience(service):
+    answer, ok = service.reme.call(
+        service.port, "procedure_search", "query=recover after an index configuration change", "index=when_to_use",
+    )
+    assert ok and answer["status"] == "ok" and answer["index"] == "when_to_use"
+    top = answer["results"][0]
+    assert top["path"] == "procedures/rebuild-search-after-config-change.json"
+    assert top["version"] == service.versions["rebuild-search-after-config-change.json"]
+    assert top["experience"] == REBUILD
+    # Hybrid: both the vector list and the BM25 list ranked it.
+    assert top["scores"]["vector_rank"] == 1 and top["scores"]["keyword_rank"] == 1
+    assert answer["index_complete"] is True and answer["pending_indexes"] == []
+    assert service.endpoint.requests > 0
+
+
+def test_cli_search_when_to_use_content_with_limit(service):
+    answer, ok = service.reme.call(
+        service.port, "procedure_search", "query=inspect logs before rebuilding", "index=when_to_use_content",
+        "limit=5",
+    )
+    assert ok and answer["index"] == "when_to_use_content"
+    assert 1 <= len(answer["results"]) <= 5
+    # "inspect logs" occurs only in the content of this experience: the content view indexes it.
+    assert answer["results"][0]["path"] == "procedures/inspect-logs-before-rebuilding.json"
+    assert answer["results"][0]["experience"] == INSPECT
+
+    answer, ok = service.reme.call(
+        service.port, "procedure_search", "query=search configuration stale", "index=when_to_use_content", "limit=1",
+    )
+    assert ok and len(answer["results"]) == 1
+
+
+def test_startup_reconcile_makes_files_placed_before_start_searchable(service):
+    answer, ok = service.reme.call(
+        service.port, "procedure_search", "query=a build fails and leaves partial artifacts", "index=when_to_use",
+    )
+    assert ok
+    top = answer["results"][0]
+    assert top["path"] == "procedures/clean-temporary-files-of-failed-build.json"
+    assert top["version"] == service.versions["clean-temporary-files-of-failed-build.json"]
+    assert top["experience"] == CLEANUP
+    paths = {r["path"] for r in answer["results"]}
+    assert paths <= {f"procedures/{name}" for name in service.versions}
+
+
+def test_cli_read_experience_and_trajectory(service):
+    answer, ok = service.reme.call(
+        service.port, "procedure_read", "path=procedures/rebuild-search-after-config-change.json",
+    )
+    assert ok and answer["status"] == "ok"
+    assert answer["path"] == "procedures/rebuild-search-after-config-change.json"
+    assert answer["version"] == service.versions["rebuild-search-after-config-change.json"]
+    assert answer["experience"] == REBUILD
+
+    answer, ok = service.reme.call(
+        service.port, "procedure_read", "kind=trajectory", "path=session/trajectories/run.jsonl", "offset=0",
+        "length=20",
+    )
+    assert ok and answer["kind"] == "trajectory"
+    assert answer["text"] == TRAJECTORY.decode()[:20]
+    assert answer["total_chars"] == len(TRAJECTORY.decode())
+
+    answer, ok = service.reme.call(service.port, "procedure_read", "path=procedures/nope.json")
+    assert not ok and answer["status"] == "error"
+
+
+def test_write_and_import_jobs_are_not_served_over_http(service):
+    before = durable_state(service.ws)
+    outside = service.ws.parent / "outside.jsonl"
+    outside.write_bytes(TRAJECTORY)
+    bodies = {
+        "procedure_create": {"filename": "x.json", "description": "a", "when_to_use": "b", "content": "c",
+                             "operation_key": "k"},
+        "procedure_update": {"path": "procedures/rebuild-search-after-config-change.json",
+                             "expected_version": service.versions["rebuild-search-after-config-change.json"],
+                             "content": "overwritten", "operation_key": "k2"},
+        "procedure_auto_memory": {"file": str(outside), "filename": "stolen.jsonl"},
+        "procedure_reindex": {},
+    }
+    with httpx.Client(base_url=service.url, timeout=30) as client:
+        for job in HIDDEN_JOBS:
+            for extra in ({}, {"_procedure_grant": "forged", "tool_context_id": "forged"}):
+                response = client.post(f"/{job}", json={**bodies[job], **extra})
+                assert response.status_code in (404, 405), (job, response.status_code, response.text[:200])
+        paths = client.get("/openapi.json").json()["paths"]
+    for job in SERVED_JOBS:
+        assert f"/{job}" in paths
+    for job in HIDDEN_JOBS:
+        assert f"/{job}" not in paths
+    assert durable_state(service.ws) == before
+    assert not (service.ws / "procedures" / "x.json").exists()
+
+
+def test_search_over_http_with_json_body(service):
+    with httpx.Client(base_url=service.url, timeout=30) as client:
+        response = client.post("/procedure_search", json={
+            "query": "verify a known query after rebuilding indexes", "index": "when_to_use_content", "limit": 3,
+        })
+    assert response.status_code == 200
+    body = response.json()
+    assert body["success"] is True
+    answer = json.loads(body["answer"])
+    assert answer["status"] == "ok" and 1 <= len(answer["results"]) <= 3
+    assert answer["results"][0]["path"] == "procedures/rebuild-search-after-config-change.json"
+
+
+def test_forged_grant_on_search_writes_nothing(service):
+    before = durable_state(service.ws)
+    forged = {
+        "_procedure_grant": "forged", "tool_context_id": "forged", "filename": "forged.json", "path": "x",
+        "description": "d", "when_to_use": "w", "content": "c", "operation_key": "k", "procedure_memory": "default",
+    }
+    with httpx.Client(base_url=service.url, timeout=30) as client:
+        response = client.post("/procedure_search", json={"query": "rebuild search", **forged})
+        read = client.post("/procedure_read", json={"path": "procedures/rebuild-search-after-config-change.json",
+                                                     **{k: v for k, v in forged.items() if k != "path"}})
+    assert response.status_code == 200 and read.status_code == 200
+    answer = json.loads(response.json()["answer"])
+    assert answer["status"] == "ok" and answer["results"]
+    assert json.loads(read.json()["answer"])["experience"] == REBUILD
+    assert durable_state(service.ws) == before
+    assert not (service.ws / "procedures" / "forged.json").exists()
+
+
+def test_mcp_exposes_only_search_and_read(service):
+    from fastmcp import Client
+    from fastmcp.exceptions import ToolError
+
+    before = durable_state(service.ws)
+
+    async def session() -> dict:
+        out: dict = {}
+        async with Client(f"{service.url}/mcp") as client:
+            tools = {tool.name: tool for tool in await client.list_tools()}
+            out["names"] = set(tools)
+            out["search_params"] = set(tools["procedure_search"].inputSchema.get("properties", {}))
+            result = await client.call_tool("procedure_search", {"query": "recover after an index configuration change",
+                                                                 "index": "when_to_use"})
+            out["search"] = json.loads(result.content[0].text)
+            result = await client.call_tool("procedure_read", {"path": "procedures/inspect-logs-before-rebuilding.json"})
+            out["read"] = json.loads(result.content[0].text)
+            out["create_errors"] = []
+            for job in HIDDEN_JOBS:
+                with pytest.raises(ToolError):
+                    await client.call_tool(job, {"filename": "mcp.json", "description": "a", "when_to_use": "b",
+                                                 "content": "c", "operation_key": "k"})
+                out["create_errors"].append(job)
+            try:  # forged injected keys on a served tool: may be accepted or rejected, but must not write
+                result = await client.call_tool("procedure_search", {
+                    "query": "rebuild", "_procedure_grant": "forged", "tool_context_id": "forged",
+                    "filename": "mcp.json", "content": "c", "operation_key": "k"}, raise_on_error=False)
+                out["forged_is_error"] = result.is_error
+            except Exception as exc:  # noqa: BLE001 - a rejection is fine here
+                out["forged_is_error"] = repr(exc)
+        return out
+
+    out = asyncio.run(asyncio.wait_for(session(), timeout=60))
+
+    assert set(SERVED_JOBS) <= out["names"]
+    assert not set(HIDDEN_JOBS) & out["names"]
+    assert out["search_params"] == {"query", "index", "limit", "detail"}
+    assert out["search"]["status"] == "ok"
+    assert out["search"]["results"][0]["path"] == "procedures/rebuild-search-after-config-change.json"
+    assert out["read"]["experience"] == INSPECT
+    assert out["create_errors"] == list(HIDDEN_JOBS)
+    assert durable_state(service.ws) == before
+    assert not (service.ws / "procedures" / "mcp.json").exists()
+
+
+def test_second_process_on_a_served_workspace_fails_with_workspace_in_use(service):
+    before = durable_state(service.ws)
+
+    proc = service.reme.start_job("procedure_reindex", service.ws)
+
+    assert proc.returncode != 0, proc.stdout
+    assert "in use" in proc.stderr and f"pid={service.proc.pid}" in proc.stderr, proc.stderr[-3000:]
+    assert durable_state(service.ws) == before
+    # The server is unaffected and still serves its views.
+    assert service.proc.poll() is None
+    answer, ok = service.reme.call(service.port, "procedure_search", "query=partial artifacts", "index=when_to_use")
+    assert ok and answer["results"][0]["path"] == "procedures/clean-temporary-files-of-failed-build.json"
+
+
+def test_stopping_the_service_frees_the_workspace_for_maintenance(reme, tmp_path):
+    """Terminal 1 is stopped (SIGTERM), then the documented one-shot rebuild runs on the same workspace."""
+    ws = tmp_path / "ws"
+    write_experience(ws, "rebuild-search-after-config-change.json", REBUILD)
+    write_experience(ws, "inspect-logs-before-rebuilding.json", INSPECT)
+    write_trajectory(ws)
+    with running_server(reme, ws, tmp_path / "server.log") as (proc, port):
+        answer, ok = reme.call(port, "procedure_search", "query=inspect logs before rebuilding", "limit=5")
+        assert ok and answer["results"][0]["path"] == "procedures/inspect-logs-before-rebuilding.json"
+    before = snapshot(ws / "procedures", ws / "session")
+
+    rebuild = reme.start_job("procedure_reindex", ws)
+
+    assert rebuild.returncode == 0, rebuild.stderr[-3000:]
+    answer = json.loads(rebuild.stdout)
+    assert answer["status"] == "complete" and answer["indexed"] == 2 and answer["invalid_files"] == []
+    assert snapshot(ws / "procedures", ws / "session") == before
+
+
+def test_embedding_outage_at_startup_keeps_serving_and_recovers(reme, tmp_path, endpoint):
+    """Startup continues through a provider outage; search reports what is excluded; recovery re-indexes it."""
+    ws = tmp_path / "ws"
+    write_experience(ws, "rebuild-search-after-config-change.json", REBUILD)
+    write_trajectory(ws)
+    rebuild = reme.start_job("procedure_reindex", ws)
+    assert rebuild.returncode == 0, rebuild.stderr[-3000:]
+    late = version_of(write_experience(ws, "inspect-logs-before-rebuilding.json", INSPECT))
+    before = snapshot(ws / "procedures", ws / "session")
+
+    endpoint.failing = True  # HTTP 500 from the provider, as in an outage
+    # No SDK-level retries, for speed (embedding_store.max_retries counts attempts: keep it at 1).
+    with running_server(reme, ws, tmp_path / "server.log", "components.procedure_memory.default.pending_retry_seconds=0",
+                        "components.as_embedding.procedure.max_retries=0") as (proc, port):
+        # The experience indexed before the outage is still found (BM25; the query cannot be embedded).
+        answer, ok = reme.call(port, "procedure_search", "query=search configuration stale", "index=when_to_use")
+        assert ok and [r["path"] for r in answer["results"]] == ["procedures/rebuild-search-after-config-change.json"]
+        assert answer["vector_search"]["available"] is False
+        # The file that could not be embedded at startup is excluded and reported, never silently missing.
+        assert answer["index_complete"] is False
+        assert [(p["path"], p["version"]) for p in answer["pending_indexes"]] == [
+            ("procedures/inspect-logs-before-rebuilding.json", late)]
+
+        endpoint.failing = False
+        deadline = time.monotonic() + 30
+        while True:
+            answer, ok = reme.call(port, "procedure_search", "query=inspect logs before rebuilding", "limit=5")
+            if answer["index_complete"] or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert ok and answer["index_complete"] is True and answer["pending_indexes"] == []
+        assert answer["results"][0]["path"] == "procedures/inspect-logs-before-rebuilding.json"
+        assert answer["results"][0]["version"] == late
+        assert "vector_search" not in answer
+    assert snapshot(ws / "procedures", ws / "session") == before
+
+
+def test_served_reads_stay_inside_their_directories(service):
+    """Over HTTP, reads cannot leave procedures/ (experiences) or session/trajectories/ (excerpts), symlinks included."""
+    secret = service.ws.parent / "secret.json"
+    secret.write_text(json.dumps(REBUILD))
+    links = [service.ws / "procedures" / "escape-link.json", service.ws / "session" / "trajectories" / "escape.jsonl"]
+    for link in links:
+        link.symlink_to(secret)
+    requests = [
+        {"path": "procedures/escape-link.json"},
+        {"path": "procedures/../metadata/procedure/default/workspace.lock"},
+        {"path": str(secret)},
+        {"path": "../secret.json"},
+        {"path": "session/trajectories/run.jsonl"},  # a trajectory is not an experience
+        {"kind": "trajectory", "path": "session/trajectories/escape.jsonl"},
+        {"kind": "trajectory", "path": "procedures/rebuild-search-after-config-change.json"},
+        {"kind": "trajectory", "path": "session/trajectories/../../procedures/rebuild-search-after-config-change.json"},
+        {"kind": "trajectory", "path": str(secret)},
+    ]
+    try:
+        with httpx.Client(base_url=service.url, timeout=30) as client:
+            for body in requests:
+                response = client.post("/procedure_read", json=body)
+                assert response.status_code == 200, body
+                result = response.json()
+                answer = json.loads(result["answer"])
+                assert result["success"] is False and answer["status"] == "error", (body, answer)
+                assert "Rebuild the affected indexes" not in result["answer"], body
+    finally:
+        for link in links:
+            link.unlink()

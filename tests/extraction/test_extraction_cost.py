@@ -1,0 +1,171 @@
+"""Extraction with fewer tokens and turns, same rules (issue 23, item 2), on the scripted agent and the real jobs.
+
+C1  in-run search answers are compact: path, version, similarity, description, when-to-use; the best result's content
+    (bounded); results weak on both branches left out; a result the run was shown before only named;
+    ``detail=full`` (and every service caller) gets whole ones
+C2  ``operation_key`` is optional: without one the key is derived from the segment and the arguments, so an
+    identical retry (also on resume) is the same operation and a changed write a new one; a given key still wins
+C3  the segment's message lists the library's experiences that match it best (or says the library is empty), asks
+    to search before writing what they miss, and lets a segment with nothing reusable end at once
+C4  no rolling summary is asked for (or checked) after the last segment
+"""
+
+from __future__ import annotations
+
+import json
+
+from reme_procedure_memory.operations.reads import COMPACT_CONTENT_CHARS, compact_answer
+
+from conftest import add_trajectory, call_tool, import_file, memory_of, run_job
+from helpers import experience_record, place_trajectory, summary
+from helpers.corpus import JSONL, TWO_SEGMENTS, two_segment_original, write
+
+FIELDS = {"description": "Drain a node", "when_to_use": "Before rebooting a cluster node",
+          "content": "Cordon the node, drain workloads, then reboot."}
+
+
+def place(ws, name: str, when: str, content: str) -> None:
+    place_trajectory(ws)
+    (ws / "procedures").mkdir(parents=True, exist_ok=True)
+    (ws / "procedures" / name).write_text(json.dumps(experience_record(f"About {name}", when, content)))
+
+
+def result(path, vector, keyword, content="steps"):
+    return {"path": path, "version": "v", "score": 0.01, "scores": {"vector": vector, "keyword": keyword},
+            "experience": {"description": "d", "when-to-use": "w", "content": content, "sources": ["s"]}}
+
+
+# -- C1 -------------------------------------------------------------------------------------------------------------
+
+
+def test_c1_compact_answer_keeps_the_best_content_and_leaves_out_weak_results():
+    answer = {"status": "ok", "results": [
+        result("procedures/a.json", 0.80, 4.0, content="x" * (COMPACT_CONTENT_CHARS + 10)),
+        result("procedures/b.json", 0.45, 0.5),  # strong by meaning (0.45 >= 0.5 * 0.80)
+        result("procedures/c.json", 0.10, 2.5),  # strong by words (2.5 >= 0.5 * 4.0)
+        result("procedures/d.json", 0.30, 1.0),  # weak on both branches: left out
+        result("procedures/e.json", None, None),
+    ]}
+    compact = compact_answer(answer)
+    assert [r["path"] for r in compact["results"]] == ["procedures/a.json", "procedures/b.json", "procedures/c.json"]
+    assert compact["left_out"] == 2 and compact["detail"] == "compact" and "procedure_read" in compact["read_more"]
+    best, other = compact["results"][0], compact["results"][1]
+    assert best["content"] == "x" * COMPACT_CONTENT_CHARS and best["content_truncated"] is True
+    assert set(other) == {"path", "version", "similarity", "description", "when_to_use"} and other["similarity"] == 0.45
+
+
+async def test_c1_the_extraction_agent_gets_compact_answers_and_service_callers_whole_ones(make_app, tmp_path):
+    ws = tmp_path / "ws"
+    place(ws, "drain-node.json", "Before rebooting a cluster node", "Cordon the node, drain workloads, reboot.")
+    place(ws, "rotate-keys.json", "When credentials leak", "Rotate the keys and audit access.")
+    async with make_app(workspace=ws) as app:
+        run = memory_of(app).begin_run("req", [add_trajectory(app)])
+        ok, in_run = await call_tool(app, run, "procedure_search", query="reboot a cluster node drain")
+        assert ok and in_run["detail"] == "compact"
+        assert in_run["results"][0]["path"] == "procedures/drain-node.json"
+        assert in_run["results"][0]["content"] == "Cordon the node, drain workloads, reboot."
+        assert all("experience" not in r for r in in_run["results"])
+        ok, again = await call_tool(app, run, "procedure_search", query="drain the node before a reboot")
+        assert again["results"][0] == {"path": "procedures/drain-node.json", "version": in_run["results"][0]["version"],
+                                       "shown_before": True}  # shown earlier in this run: only named again
+        ok, whole = await call_tool(app, run, "procedure_search", query="reboot a cluster node drain", detail="full")
+        assert ok and whole["results"][0]["experience"]["content"] == "Cordon the node, drain workloads, reboot."
+        ok, service = await run_job(app, "procedure_search", query="reboot a cluster node drain")
+        assert ok and "detail" not in service and service["results"][0]["experience"]["sources"]
+        ok, asked = await run_job(app, "procedure_search", query="reboot a cluster node drain", detail="compact")
+        assert ok and asked["detail"] == "compact"
+
+
+# -- C2 -------------------------------------------------------------------------------------------------------------
+
+
+async def test_c2_without_an_operation_key_an_identical_retry_is_the_same_write(make_app):
+    async with make_app() as app:
+        run = memory_of(app).begin_run("req", [add_trajectory(app)], segment=1)
+        ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json", **FIELDS)
+        assert ok and created["status"] == "created" and created["operation_key"].startswith("auto-s2-")
+        ok, keyed = await call_tool(app, run, "procedure_create", filename="given.json", operation_key="mine",
+                                    **FIELDS)
+        assert ok and keyed["operation_key"] == "mine"  # a key the model gives still wins
+        ok, again = await call_tool(app, run, "procedure_create", filename="drain-node.json", **FIELDS)
+        assert ok and again.get("replayed") and again["operation_key"] == created["operation_key"]
+        ok, other = await call_tool(app, run, "procedure_create", filename="drain-node.json",
+                                    **{**FIELDS, "content": "Cordon, drain, reboot, uncordon."})
+        assert not ok and other["error"]["code"] == "already_exists"  # a changed write is a new operation
+        update = {"path": created["path"], "expected_version": created["version"], "content": "Cordon, drain."}
+        ok, updated = await call_tool(app, run, "procedure_update", **update)
+        assert ok and updated["status"] == "updated" and updated["operation_key"].startswith("auto-s2-")
+        await call_tool(app, run, "procedure_create", filename="other.json", **FIELDS)  # the workspace changes
+        ok, retried = await call_tool(app, run, "procedure_update", **update)
+        assert ok and retried.get("replayed") and retried["version"] == updated["version"]
+        journal = memory_of(app).journal
+        assert journal.get("req", created["operation_key"]).status in ("indexed", "superseded")
+
+
+async def test_c2_a_resumed_segment_that_repeats_a_keyless_write_replays_it(make_app, tmp_path):
+    original = write(tmp_path, "run.jsonl", JSONL)
+    calls = []
+
+    async def writes_then_fails(tools, prompt, kwargs):
+        calls.append(await tools.call("procedure_create", filename="drain-node.json", **FIELDS))
+        raise RuntimeError("the model endpoint went away")
+
+    async def writes_again(tools, prompt, kwargs):
+        calls.append(await tools.call("procedure_create", filename="drain-node.json", **FIELDS))
+        return "Done."
+
+    async with make_app(scripts=[writes_then_fails, writes_again]) as app:
+        ok, ans = await import_file(app, original, request_id="r1")
+        assert not ok and ans["error"]["code"] == "agent_failed"
+        ok, ans = await import_file(app, original, request_id="r1")
+        assert ok and ans["experiences"]["created"] == ["procedures/drain-node.json"], ans
+    assert calls[1][1].get("replayed") and calls[1][1]["operation_key"] == calls[0][1]["operation_key"]
+
+
+# -- C3 and C4 ------------------------------------------------------------------------------------------------------
+
+
+async def test_c3_the_segment_lists_the_related_experiences_and_the_last_asks_for_no_summary(make_app, tmp_path):
+    ws = tmp_path / "ws"
+    place(ws, "rebuild-index.json", "After changing the index config when search results look stale",
+          "Rebuild the index, then verify a known query.")
+    place(ws, "rotate-keys.json", "When credentials leak", "Rotate the keys and audit access.")
+    prompts = []
+
+    async def first(tools, prompt, kwargs):
+        prompts.append(prompt)
+        return summary("The user rebuilt the docs index.")
+
+    async def last(tools, prompt, kwargs):
+        prompts.append(prompt)
+        return "Nothing more to keep."
+
+    async with make_app(workspace=ws, scripts=[first, last], components=TWO_SEGMENTS) as app:
+        ok, ans = await import_file(app, two_segment_original(tmp_path), request_id="r1")
+        assert ok and ans["segments"] == {"done": 2, "total": 2}, ans
+        version = memory_of(app).read_experience("procedures/rebuild-index.json")["version"]
+    listed = prompts[0].split("match this segment best", 1)[1]
+    from reme_procedure_memory.extraction.prompt import shortened
+    assert shortened("when " * 50, 20) == "when when when when..." and shortened("short", 20) == "short"
+    assert f"- procedures/rebuild-index.json ({version}): About rebuild-index.json; After changing" in listed
+    assert "Begin with procedure_search" not in prompts[0]
+    assert "between\n<summary> and </summary>" in prompts[0] or "between <summary> and </summary>" in prompts[0]
+    assert "This is the last segment" in prompts[1] and "<summary> and </summary>" not in prompts[1]
+    assert "The user rebuilt the docs index." in prompts[1]  # the rolling summary reaches the last segment
+    system = app.agent.replies[0]["kwargs"]["system_prompt"]
+    assert "the runtime searched for you" in system and "nothing reusable needs no tool call" in system
+    assert "Name every tool or function the steps call" in system
+    assert "Advice (not shown in the trajectory):" in system  # faithfulness: own advice marked as such
+
+
+async def test_c3_an_empty_library_is_said_so_and_a_segment_may_end_without_a_tool_call(make_app, tmp_path):
+    original = write(tmp_path, "run.jsonl", JSONL)
+
+    async def nothing(tools, prompt, kwargs):
+        assert "The library holds no experience yet." in prompt
+        return "Nothing reusable."
+
+    async with make_app(scripts=[nothing]) as app:
+        ok, ans = await import_file(app, original, request_id="r1")
+        assert ok and ans["status"] == "complete" and ans["experiences"] == {"created": [], "updated": []}
+        assert app.agent.replies[0]["tools"].log == []  # no search was needed

@@ -1,0 +1,255 @@
+"""Test doubles the spec allows (embedding models, token counters, agents) and small builders.
+
+Everything else in the tests is real: ReMe Applications, Jobs, FileStores, BM25.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+
+TESTS = Path(__file__).resolve().parents[1]  # the tests directory
+REPO = TESTS.parent
+FIXTURES = TESTS / "fixtures"
+WORD = re.compile(r"\w+")
+
+
+def hashed_vector(text: str, dimensions: int, salt: str = "") -> list[float]:
+    """A deterministic bag-of-words vector: each lowercase word adds 1 at a hashed position (plumbing only); another
+    ``salt`` hashes the words elsewhere (another "model": other vectors for the same texts)."""
+    vec = np.zeros(dimensions, dtype=np.float32)
+    for word in WORD.findall(text.lower()):
+        vec[int(hashlib.md5((salt + word).encode()).hexdigest(), 16) % dimensions] += 1.0
+    if not vec.any():
+        vec[0] = 1.0
+    return vec.tolist()
+
+
+class FakeEmbeddingModel:
+    """Stands in for an AgentScope embedding model: ``await model(texts).embeddings``; can be made to fail. A
+    ``salt`` makes another model (its name is part of the vector space; its vectors differ)."""
+
+    def __init__(self, dimensions: int = 64, salt: str = "") -> None:
+        self.dimensions = dimensions
+        self.salt = salt
+        self.model = "fake-hashed-bow" + (f"-{salt}" if salt else "")
+        self.calls: list[list[str]] = []
+        self.fail_with: Exception | None = None
+        self.reject: set[str] = set()
+
+    async def __call__(self, inputs, **kwargs):
+        self.calls.append(list(inputs))
+        if self.fail_with is not None:
+            raise self.fail_with
+        for text in inputs:
+            if any(marker in text for marker in self.reject):
+                raise ValueError("provider rejected the input")
+        return SimpleNamespace(embeddings=[hashed_vector(t, self.dimensions, self.salt) for t in inputs])
+
+
+def write_word_tokenizer(path: Path) -> Path:
+    """A real ``tokenizers`` file whose tokens are words and single punctuation marks (exact and fast)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel(vocab={"[UNK]": 0}, unk_token="[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(), pre_tokenizers.Punctuation()])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tokenizer.save(str(path))
+    return path
+
+
+class EmbeddingEndpoint:
+    """A local OpenAI-compatible ``/v1/embeddings`` server on 127.0.0.1 (started and stopped by the test).
+
+    ``failing = True`` makes it answer HTTP 500 until set back to False; ``hanging = True`` makes every request
+    wait without answering until set back to False (or the endpoint stops). ``in_flight`` counts waiting requests.
+    """
+
+    def __init__(self, dimensions: int = 64) -> None:
+        self.dimensions = dimensions
+        self.failing = False
+        self.requests = 0
+        self.in_flight = 0
+        self._hang = threading.Event()
+        self._stopped = threading.Event()
+        self._count = threading.Lock()
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
+                with endpoint._count:
+                    endpoint.requests += 1
+                if endpoint._hang.is_set():
+                    with endpoint._count:
+                        endpoint.in_flight += 1
+                    while endpoint._hang.is_set() and not endpoint._stopped.wait(0.05):
+                        pass
+                    with endpoint._count:
+                        endpoint.in_flight -= 1
+                    if endpoint._stopped.is_set():
+                        return
+                if endpoint.failing:
+                    payload, code = {"error": {"message": "simulated outage", "type": "server_error"}}, 500
+                else:
+                    inputs = body.get("input")
+                    inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
+                    dims = int(body.get("dimensions") or endpoint.dimensions)
+                    payload = {
+                        "object": "list",
+                        "model": body.get("model", "fake"),
+                        "data": [
+                            {"object": "embedding", "index": i, "embedding": hashed_vector(t, dims)}
+                            for i, t in enumerate(inputs)
+                        ],
+                        "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                    }
+                    code = 200
+                data = json.dumps(payload).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def hanging(self) -> bool:
+        return self._hang.is_set()
+
+    @hanging.setter
+    def hanging(self, value: bool) -> None:
+        if value:
+            self._hang.set()
+        else:
+            self._hang.clear()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def __enter__(self) -> "EmbeddingEndpoint":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stopped.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def experience_record(description: str, when_to_use: str, content: str, sources=("session/trajectories/run.jsonl",)):
+    """The JSON object of an experience file."""
+    return {"description": description, "when-to-use": when_to_use, "content": content, "sources": list(sources)}
+
+
+def place_unicorn_experiences(ws: Path, count: int) -> None:
+    """Hand-place ``count`` valid experiences ``procedures/p<i>.json`` (distinct words each) citing ``run.jsonl``."""
+    place_trajectory(ws)
+    (ws / "procedures").mkdir(parents=True, exist_ok=True)
+    for i in range(count):
+        (ws / f"procedures/p{i}.json").write_text(json.dumps(experience_record(
+            f"d{i}", f"when the unicorn{i} service degrades", f"restart unicorn{i}")))
+
+
+def place_trajectory(ws: Path, name: str = "run.jsonl", data: bytes = b'{"role": "user", "content": "hi"}\n') -> str:
+    """Place a trajectory copy as an import leaves it (hand-placed experiences cite it); returns its path."""
+    path = ws / "session" / "trajectories" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists():
+        path.write_bytes(data)
+    return f"session/trajectories/{name}"
+
+
+# -- a scripted agent that drives the real job tools ---------------------------------------------------------------
+
+def wait_for_service(proc: subprocess.Popen, port: int, log: Path, timeout: float = 60) -> None:
+    """Return once ``reme start`` (``proc``, logging to ``log``) answers on 127.0.0.1:``port``; RuntimeError with the
+    log's tail if it exits first or does not answer within ``timeout`` seconds (tests and benchmarks share it)."""
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"reme start exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/openapi.json", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"reme start did not answer on port {port} within {timeout} s:\n{log.read_text()[-4000:]}")
+
+
+def stop_process(proc: subprocess.Popen, timeout: float = 20) -> None:
+    """Terminate a process this code started (by its handle), kill it if it has not exited within ``timeout``."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+from reme.components.agent_wrapper.base_agent_wrapper import BaseAgentWrapper  # noqa: E402
+
+
+class AgentTools:
+    """What a wrapper gives its model: the job tools named in ``job_tools``, with injected kwargs merged in."""
+
+    def __init__(self, wrapper: BaseAgentWrapper, kwargs: dict) -> None:
+        self.jobs = {job.name: job for job in wrapper._resolve_job_tools(kwargs.get("job_tools") or [])}
+        self.injected = wrapper._resolve_injected_job_kwargs(kwargs)
+        self.log: list[tuple[str, dict, bool, dict]] = []
+
+    async def call(self, name: str, **args) -> tuple[bool, dict]:
+        job = self.jobs[name]  # a tool the wrapper was not given raises KeyError
+        response = await job(**BaseAgentWrapper._merge_injected_job_kwargs(args, self.injected))
+        answer = json.loads(response.answer)
+        self.log.append((name, args, response.success, answer))
+        return response.success, answer
+
+
+class ScriptedAgent(BaseAgentWrapper):
+    """An agent wrapper whose "model" is a list of async scripts, one per reply.
+
+    Each script gets ``(tools, prompt, kwargs)`` and returns the final text, or a full result dict (to simulate
+    an interrupted or iteration-exhausted reply). Every reply is recorded in ``self.replies``.
+    """
+
+    def __init__(self, scripts=None, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.scripts = list(scripts or [])
+        self.replies: list[dict] = []
+
+    async def reply(self, inputs, **kwargs) -> dict:
+        kwargs = self._merged_kwargs(kwargs)
+        tools = AgentTools(self, kwargs)
+        self.replies.append({"prompt": inputs, "kwargs": kwargs, "tools": tools})
+        if not self.scripts:
+            raise AssertionError("the scripted agent was called more often than scripted")
+        outcome = await self.scripts.pop(0)(tools, inputs, kwargs)
+        if isinstance(outcome, dict):
+            return outcome
+        return {"session_id": kwargs.get("session_id"), "result": outcome, "usage": None,
+                "last_message": {"finished_reason": "completed", "content": [{"type": "text", "text": outcome}]}}
+
+
+def summary(text: str) -> str:
+    return f"Done.\n<summary>{text}</summary>"

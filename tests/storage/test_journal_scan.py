@@ -1,0 +1,255 @@
+"""The start-up scan of the operation journal (issue 9: a start reads a long journal through one descriptor per
+scope directory, and only the files of open records): the same open records as reading every record by its path;
+a scope directory of the earlier layout (every record ``<digest>.json``) is read in full once and converted; final
+records are checked by ``check_records`` (the reindex) and by the import that owns them."""
+
+import json
+import os
+
+import pytest
+from reme_procedure_memory.errors import DamagedRecord
+from reme_procedure_memory.storage import atomic, journal as journal_module
+from reme_procedure_memory.storage.atomic import write_json
+from reme_procedure_memory.storage.journal import (
+    INDEX_PENDING,
+    INDEXED,
+    INTENT,
+    OPEN_STATES,
+    OPEN_SUFFIX,
+    PUBLISHED,
+    SCOPE_SUFFIX,
+    SUPERSEDED,
+    Operation,
+    OperationJournal,
+)
+from reme_procedure_memory.storage.records import load_record
+
+
+def op(scope: str, key: str, status: str, created: float) -> Operation:
+    return Operation(scope=scope, key=key, tool="create", request="r", path=f"procedures/{key}.json", target="{}",
+                     expected_version=None, status=status, created_at=created)
+
+
+def stem(name: str) -> str:
+    return name[: -len(OPEN_SUFFIX)] if name.endswith(OPEN_SUFFIX) else name[: -len(".json")]
+
+
+def earlier_path(journal: OperationJournal, scope: str, key: str):
+    """Where the earlier layout kept the record of a scoped key (scope directory ``<digest>``)."""
+    path = journal._path(scope, key)
+    return path.parent.with_name(path.parent.name[: -len(SCOPE_SUFFIX)]) / path.name
+
+
+def by_path(directory) -> tuple[list[tuple[str, str]], set[str]]:
+    """(open records, damaged files) read record by record through ``load_record`` (the reference): of a record's
+    two files the final one is the record."""
+    chosen = {}
+    for path in sorted(directory.glob("*/*.json")):
+        key = (path.parent, stem(path.name))
+        if key not in chosen or not path.name.endswith(OPEN_SUFFIX):
+            chosen[key] = path
+    found, damaged = [], set()
+    for path in chosen.values():
+        if path.is_dir():
+            continue
+        try:
+            record = load_record(path, Operation)
+        except DamagedRecord:
+            damaged.add(str(path))
+            continue
+        if record is not None and record.status in OPEN_STATES:
+            found.append((record.created_at, record.scope, record.key))
+    return [(s, k) for _, s, k in sorted(found)], damaged
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """Names of the record files the journal reads through a directory descriptor."""
+    names: list[str] = []
+    real = journal_module.read_entry
+    monkeypatch.setattr(journal_module, "read_entry", lambda name, dir_fd=None: (names.append(name), real(name, dir_fd))[1])
+    return names
+
+
+def write_records(directory, count: int = 60) -> OperationJournal:
+    writer = OperationJournal(directory)
+    statuses = [INTENT, PUBLISHED, INDEXED, INDEX_PENDING, SUPERSEDED]
+    for number in range(count):
+        writer.put(op(f"scope-{number % 7}", f"key-{number}", statuses[number % 5], 1000.0 - number))
+    writer.flush()
+    return writer
+
+
+def test_open_records_equal_a_read_by_path_and_read_only_open_files(tmp_path, reads):
+    directory = tmp_path / "operations"
+    directory.mkdir()
+    write_records(directory)
+    scope_dir = next(p for p in sorted(directory.iterdir()) if p.is_dir())
+    (scope_dir / f"broken{OPEN_SUFFIX}").write_bytes(b'{"scope": "s", "key": ')  # truncated
+    (scope_dir / f"list{OPEN_SUFFIX}").write_text("[]")  # not an object
+    (scope_dir / f"extra{OPEN_SUFFIX}").write_text(json.dumps({"nonsense": 1}))  # unexpected fields
+    (scope_dir / "final-broken.json").write_bytes(b"{")  # a damaged final record: not read at start
+    (scope_dir / f"folder{OPEN_SUFFIX}").mkdir()  # a directory is not a record
+    target = scope_dir / "target.txt"
+    target.write_text(json.dumps(op("linked", "key-link", INTENT, 1.0).__dict__))
+    os.symlink(target, scope_dir / f"link{OPEN_SUFFIX}")  # read by its path, as before
+    (directory / "stray.json").write_text("{}")  # not inside a scope directory: not a record
+    reads.clear()
+
+    journal = OperationJournal(directory)
+    opened = [(o.scope, o.key) for o in journal.open_records()]
+    expected_open, expected_damaged = by_path(directory)
+    assert opened == expected_open
+    assert ("linked", "key-link") in opened and len(opened) == 36 + 1
+    assert reads and all(name.endswith(OPEN_SUFFIX) for name in reads)  # no final record was read
+    assert {os.path.basename(p) for p in journal.damaged} == {f"broken{OPEN_SUFFIX}", f"list{OPEN_SUFFIX}",
+                                                              f"extra{OPEN_SUFFIX}"}
+    assert set(journal.check_records()) == expected_damaged  # the reindex's full check: final ones too
+    assert {os.path.basename(p) for p in expected_damaged} >= {"final-broken.json"}
+
+
+def test_a_journal_of_the_earlier_layout_is_read_in_full_once_and_converted(tmp_path, reads):
+    directory = tmp_path / "operations"
+    records = [op(f"scope-{n % 4}", f"key-{n}", [INTENT, PUBLISHED, INDEXED, INDEX_PENDING, SUPERSEDED][n % 5],
+                  500.0 - n) for n in range(40)]
+    earlier = OperationJournal(directory)
+    for record in records:  # as the earlier version wrote them: every record under its final name
+        write_json(earlier_path(earlier, record.scope, record.key), record.__dict__)
+    (directory / "a-scope-by-hand").mkdir()  # any directory is a scope directory, as before
+    write_json(directory / "a-scope-by-hand" / "hand.json", op("by-hand", "h", INTENT, 0.5).__dict__)
+    expected_open, _ = by_path(directory)
+    assert len(expected_open) == 24 + 1
+
+    first = OperationJournal(directory)
+    assert [(o.scope, o.key) for o in first.open_records()] == expected_open
+    assert len(reads) == 41  # every record read once
+    assert sorted(p.name for p in directory.iterdir()) == sorted(
+        {earlier_path(earlier, r.scope, r.key).parent.name + SCOPE_SUFFIX for r in records} | {"a-scope-by-hand.v2"})
+    for record in records:  # converted: an open record lives in its open file only
+        is_open = record.status in OPEN_STATES
+        assert first._open_path(record.scope, record.key).exists() == is_open
+        assert first._path(record.scope, record.key).exists() != is_open
+    assert (directory / "a-scope-by-hand.v2" / f"hand{OPEN_SUFFIX}").is_file()
+    assert by_path(directory)[0] == expected_open
+
+    reads.clear()
+    second = OperationJournal(directory)
+    assert [(o.scope, o.key) for o in second.open_records()] == expected_open
+    assert len(reads) == 24 + 1  # the open files only
+    for record in records:
+        assert second.get(record.scope, record.key) == record
+    assert sorted((o.scope, o.key) for o in second.records("scope-1")) == sorted(
+        (r.scope, r.key) for r in records if r.scope == "scope-1")
+
+
+def test_a_conversion_killed_half_way_is_done_again(tmp_path):
+    directory = tmp_path / "operations"
+    record = op("s", "k", PUBLISHED, 1.0)
+    journal = OperationJournal(directory)
+    old = earlier_path(journal, "s", "k")
+    write_json(old, record.__dict__)  # earlier layout
+    write_json(old.with_name(old.name[: -len(".json")] + OPEN_SUFFIX), record.__dict__)  # its copy, then the kill
+    again = OperationJournal(directory)
+    assert again.open_records() == [record]
+    assert again._open_path("s", "k").exists() and not again._path("s", "k").exists() and not old.parent.exists()
+    again.set_status(record, INDEXED)
+    again.flush()
+    assert OperationJournal(directory).get("s", "k").status == INDEXED
+    assert not again._open_path("s", "k").exists()
+
+
+def test_a_final_record_keeps_its_open_file_until_its_directory_is_synced(tmp_path, monkeypatch):
+    directory = tmp_path / "operations"
+    journal = OperationJournal(directory)
+    first = op("s", "a", INTENT, 1.0)
+    journal.put(first)
+    journal.set_status(first, PUBLISHED)
+    journal.set_status(first, INDEXED)  # no directory fsync: the open file stays (a power loss may undo the rename)
+    final, opened = journal._path("s", "a"), journal._open_path("s", "a")
+    assert final.exists() and json.loads(opened.read_text())["status"] == PUBLISHED
+    assert journal.get("s", "a").status == INDEXED and journal.open_records() == []
+    assert [o.status for o in journal.records("s")] == [INDEXED]
+    # a start now (a kill, no power loss) reads the final file, fsyncs the directory, then removes the open file
+    synced = []
+    real = journal_module.fsync_dir
+    monkeypatch.setattr(journal_module, "fsync_dir", lambda d: (synced.append(d), real(d)))
+    restarted = OperationJournal(directory)
+    assert restarted.open_records() == [] and final.parent in synced and not opened.exists()
+    # in one session: the next write that fsyncs the directory removes it
+    second = op("s", "b", INTENT, 2.0)
+    journal.put(second)
+    journal.set_status(second, PUBLISHED)
+    journal.set_status(second, INDEXED)
+    assert journal._open_path("s", "b").exists()
+    journal.put(op("s", "c", INTENT, 3.0))
+    assert not journal._open_path("s", "b").exists() and journal._open_path("s", "c").exists()
+    assert [(o.key, o.status) for o in OperationJournal(directory).open_records()] == [("c", INTENT)]
+
+
+def test_a_final_status_synced_at_once_removes_its_open_file_at_once(tmp_path):
+    journal = OperationJournal(tmp_path / "operations")
+    record = op("s", "a", INTENT, 1.0)
+    journal.put(record)
+    journal.set_status(record, SUPERSEDED, "replaced")
+    assert not journal._open_path("s", "a").exists() and journal.get("s", "a").status == SUPERSEDED
+
+
+def test_no_journal_directory_means_no_open_records(tmp_path):
+    assert OperationJournal(tmp_path / "absent").open_records() == []
+
+
+class Killed(BaseException):
+    """The process died at a durable write."""
+
+
+@pytest.mark.parametrize("kill_at", range(6))
+def test_a_conversion_killed_at_any_durable_write_loses_and_duplicates_nothing(tmp_path, monkeypatch, kill_at):
+    directory = tmp_path / "operations"
+    records = [op(f"scope-{n % 2}", f"key-{n}", [INTENT, PUBLISHED, INDEXED, INDEX_PENDING][n % 4], 10.0 - n)
+               for n in range(8)]
+    earlier = OperationJournal(directory)
+    for record in records:
+        write_json(earlier_path(earlier, record.scope, record.key), record.__dict__)
+    expected = sorted((r.scope, r.key, r.status) for r in records if r.status in OPEN_STATES)
+    written = []
+    real = atomic.atomic_write
+
+    def dying_write(path, data, **kwargs):
+        if len(written) == kill_at:
+            raise Killed(str(path))
+        written.append(path)
+        return real(path, data, **kwargs)
+
+    monkeypatch.setattr(atomic, "atomic_write", dying_write)
+    try:
+        OperationJournal(directory).open_records()
+    except Killed:
+        pass
+    monkeypatch.undo()
+    assert len(written) == min(kill_at, len(expected))  # one write per open record; the kill happened there
+    resumed = OperationJournal(directory)
+    assert sorted((o.scope, o.key, o.status) for o in resumed.open_records()) == expected
+    assert all(p.name.endswith(SCOPE_SUFFIX) for p in directory.iterdir())  # every scope directory converted
+    for record in records:  # one record per key, where this layout keeps it
+        assert resumed.get(record.scope, record.key) == record
+        is_open = record.status in OPEN_STATES
+        assert resumed._open_path(record.scope, record.key).exists() == is_open
+        assert resumed._path(record.scope, record.key).exists() != is_open
+        assert len([r for r in resumed.records(record.scope) if r.key == record.key]) == 1
+
+
+def test_beside_a_damaged_final_record_the_open_file_stays(tmp_path):
+    directory = tmp_path / "operations"
+    journal = OperationJournal(directory)
+    record = op("s", "a", INTENT, 1.0)
+    journal.put(record)
+    journal.set_status(record, PUBLISHED)
+    journal.set_status(record, INDEXED)  # its open file stays until the directory is synced
+    final, opened = journal._path("s", "a"), journal._open_path("s", "a")
+    final.write_bytes(b"{")  # damaged afterwards, by something else
+    restarted = OperationJournal(directory)
+    assert restarted.open_records() == [] and opened.exists()  # not open (a final file exists), but kept
+    assert set(restarted.damaged) == {str(final)}  # and the damaged final record is reported
+    with pytest.raises(DamagedRecord):  # its import sets the final record aside ...
+        restarted.get("s", "a")
+    assert restarted.get("s", "a").status == PUBLISHED  # ... and then reads the earlier state
