@@ -41,6 +41,19 @@ def reminder_text() -> str:
     return InjectionConfig().template.format(runtime_state=state)
 
 
+def extraction_of(Extraction, memory, app, record):
+    """An ``Extraction`` of one empty segment, in this revision's form (``--plugin-src`` may be an older one)."""
+    if hasattr(memory, "workspace"):  # since the Workspace (issue 20): a typed checkpoint, the operations it needs
+        from reme_procedure_memory.storage.checkpoints import Checkpoint
+
+        checkpoint = Checkpoint(request_id=record.request_id, path=record.path, fingerprint={}, plugin_version="",
+                                segments=[[0, 0]])
+        return Extraction(memory.workspace, memory.grants, memory.reads.search, app.context.jobs, None, record, "",
+                          "jsonl", checkpoint, lambda message: None)
+    checkpoint = {"segments": [[0, 0]], "next_segment": 0, "summary": "", "memory_hint": ""}
+    return Extraction(memory, None, record, "", "jsonl", checkpoint, None, lambda message: None)
+
+
 async def plugin_parts(tokenizer_file: Path) -> dict[str, str]:
     """System prompt, empty-segment user message and tool schemas, rendered by the plugin's own code."""
     from reme.application import Application
@@ -59,8 +72,7 @@ async def plugin_parts(tokenizer_file: Path) -> dict[str, str]:
         try:
             memory = app.context.components["procedure_memory"]["default"]
             record = SimpleNamespace(path="session/trajectories/run.jsonl", request_id="overhead")
-            checkpoint = {"segments": [[0, 0]], "next_segment": 0, "summary": "", "memory_hint": ""}
-            extraction = Extraction(memory, None, record, "", "jsonl", checkpoint, None, lambda message: None)
+            extraction = extraction_of(Extraction, memory, app, record)
             try:
                 system = extraction._system_prompt()
             except TypeError:  # revisions before the segment-independent system prompt took the segment number

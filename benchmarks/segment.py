@@ -300,9 +300,10 @@ def time_context_checks(text: str, segmented, counter, summary: str) -> tuple[fl
     """(c) minus (b): the context check of every segment as ``Extraction._check_context`` does it (system prompt,
     user message around the segment and the rolling summary with their recorded counts, tool schemas), on the shipped
     prompts."""
-    from reme_procedure_memory.extraction.prompt import PROMPTS
+    from reme_procedure_memory.extraction import prompt
+    from reme_procedure_memory.settings import TokenLimits
 
-    system = PROMPTS["system_prompt"].format(description=128, when_to_use=512, content=2048, summary=8192)
+    system = prompt.system_prompt(TokenLimits())
     schemas = json.dumps([{"type": "function", "function": {"name": f"tool_{i}", "description": "x" * 300,
                                                             "parameters": {"type": "object"}}} for i in range(4)])
     counted = {"trajectory": 0, "other": 0}
@@ -318,10 +319,9 @@ def time_context_checks(text: str, segmented, counter, summary: str) -> tuple[fl
     counter.count = count
     try:
         for number, (start, end, tokens) in enumerate(segmented, 1):
-            user = PROMPTS["segment_user"].format(
-                path="session/trajectories/run.jsonl", format="jsonl", number=number, total=len(segmented),
-                start=start, end=end, hint="", previous=PROMPTS["previous_summary"].format(summary=summary),
-                ledger="", segment=text[start:end], summary_limit=8192)
+            user = prompt.user_message(
+                path="session/trajectories/run.jsonl", fmt="jsonl", number=number, total=len(segmented),
+                start=start, end=end, segment=text[start:end], hint="", summary=summary, lines=[], summary_limit=8192)
             at, summary_at = user.find(text[start:end]), user.find(summary)
             before = counted["other"]
             known = [(at, at + end - start, tokens), (summary_at, summary_at + len(summary), summary_tokens)]
