@@ -60,7 +60,7 @@ import time
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 
@@ -71,6 +71,9 @@ from _machine import describe, revision  # noqa: E402  (benchmarks/_machine.py)
 from _shared import find_shared, shared_dir  # noqa: E402  (benchmarks/_shared.py)
 from _library import index_placed, load_library, place_library  # noqa: E402  (benchmarks/_library.py)
 from retrieval import sign_test  # noqa: E402  (benchmarks/retrieval.py)
+
+sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))  # the doubles' one local HTTP server
+from helpers import LocalServer, send_json  # noqa: E402  (tests/helpers)
 
 CATEGORY = "multi_turn_base"
 ARMS = ("none", "plugin", "library")
@@ -546,7 +549,7 @@ def tool_call_of(call: str, functions: list[dict]) -> tuple[str, dict]:
     return name, arguments
 
 
-class ScriptedEndpoint:
+class ScriptedEndpoint(LocalServer):
     """A local OpenAI-compatible ``/v1/chat/completions`` server on 127.0.0.1 (started and stopped by its user) that
     plays a model from the conversation it is sent, statelessly:
 
@@ -578,28 +581,9 @@ class ScriptedEndpoint:
                     payload, code = endpoint.reply(body), 200
                 except Exception as exc:  # noqa: BLE001  (the client sees the reason)
                     payload, code = {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "server_error"}}, 500
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, payload, code)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> "ScriptedEndpoint":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(Handler)
 
     def _task(self, users: list[str], tool_names: set[str]) -> Task:
         found = [t for t in self.tasks if len(t.messages) >= len(users)

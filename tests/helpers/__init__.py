@@ -67,7 +67,44 @@ def write_word_tokenizer(path: Path) -> Path:
     return path
 
 
-class EmbeddingEndpoint:
+def send_json(handler: BaseHTTPRequestHandler, payload: dict, code: int = 200) -> None:
+    """Answer an HTTP request with a JSON body."""
+    data = json.dumps(payload).encode()
+    handler.send_response(code)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+class LocalServer:
+    """An HTTP server on 127.0.0.1 (a free port) serving ``handler`` in a daemon thread: ``with`` starts it, leaving
+    the block stops it (``stop`` first: a subclass releases what its handlers wait on). ``base_url`` is an
+    OpenAI-compatible ``/v1`` root."""
+
+    def __init__(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def stop(self) -> None:
+        """Release handlers that wait (before the server shuts down)."""
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class EmbeddingEndpoint(LocalServer):
     """A local OpenAI-compatible ``/v1/embeddings`` server on 127.0.0.1 (started and stopped by the test).
 
     ``failing = True`` makes it answer HTTP 500 until set back to False; ``hanging = True`` makes every request
@@ -117,16 +154,9 @@ class EmbeddingEndpoint:
                         "usage": {"prompt_tokens": 1, "total_tokens": 1},
                     }
                     code = 200
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, payload, code)
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        super().__init__(Handler)
 
     @property
     def hanging(self) -> bool:
@@ -139,18 +169,8 @@ class EmbeddingEndpoint:
         else:
             self._hang.clear()
 
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
-
-    def __enter__(self) -> "EmbeddingEndpoint":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
+    def stop(self) -> None:
         self._stopped.set()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def experience_record(description: str, when_to_use: str, content: str, sources=("session/trajectories/run.jsonl",)):

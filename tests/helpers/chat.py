@@ -6,10 +6,11 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable
 
+from helpers import LocalServer, send_json
 from helpers.corpus import JSONL
 
 TOOLS = ["procedure_create", "procedure_read", "procedure_search", "procedure_update"]
@@ -74,7 +75,7 @@ def say(text: str) -> dict:
     return {"text": text}
 
 
-class ChatEndpoint:
+class ChatEndpoint(LocalServer):
     """A local OpenAI-compatible ``POST /v1/chat/completions`` server on 127.0.0.1.
 
     ``script(conversation) -> {"text": ...} | {"tool_calls": [(name, args), ...]}`` decides every answer from the
@@ -110,12 +111,7 @@ class ChatEndpoint:
                     answer = endpoint._answer(body)
                 except Exception as exc:  # a script bug must fail the test, not hang the client
                     endpoint.errors.append(f"{type(exc).__name__}: {exc}")
-                    data = json.dumps({"error": {"message": str(exc), "type": "invalid_request_error"}}).encode()
-                    self.send_response(400)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    send_json(self, {"error": {"message": str(exc), "type": "invalid_request_error"}}, 400)
                     return
                 if answer is None:  # parked, and the client went away meanwhile
                     return
@@ -128,12 +124,7 @@ class ChatEndpoint:
                     pass
 
             def _json(self, answer: dict, body: dict) -> None:
-                data = json.dumps(endpoint._completion(answer, body)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, endpoint._completion(answer, body))
 
             def _stream(self, answer: dict, body: dict) -> None:
                 self.send_response(200)
@@ -148,15 +139,9 @@ class ChatEndpoint:
                 self.wfile.flush()
                 self.close_connection = True
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        super().__init__(Handler)
 
     # -- protocol ---------------------------------------------------------------------------------------------
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
 
     def conversations(self) -> list[Conversation]:
         return [Conversation(body) for body in self.requests]
@@ -229,14 +214,8 @@ class ChatEndpoint:
         chunks.append({**base, "choices": [], "usage": self._usage(body)})
         return chunks
 
-    def __enter__(self) -> "ChatEndpoint":
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
+    def stop(self) -> None:
         self.release()
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def llm_components(base_url: str, *, stream: bool = True) -> dict:
