@@ -67,9 +67,9 @@ from types import ModuleType, SimpleNamespace
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from _machine import describe, revision  # noqa: E402  (benchmarks/_machine.py)
-from _shared import find_shared, shared_dir  # noqa: E402  (benchmarks/_shared.py)
-from _library import index_placed, load_library, place_library  # noqa: E402  (benchmarks/_library.py)
+from benchlib.machine import describe, revision  # noqa: E402  (benchmarks/benchlib/machine.py)
+from benchlib.shared import find_shared, shared_dir  # noqa: E402  (benchmarks/benchlib/shared.py)
+from benchlib.library import index_placed, load_library, place_library  # noqa: E402  (benchmarks/benchlib/library.py)
 from retrieval import sign_test  # noqa: E402  (benchmarks/retrieval.py)
 
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))  # the doubles' one local HTTP server

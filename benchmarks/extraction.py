@@ -17,7 +17,7 @@ Run from the repository root, in a venv with the plugin installed, against any O
     python benchmarks/extraction.py --smoke                                  # offline, seconds, no model (CI)
 
 Trajectories: the BFCL multi-turn conversations of ``../shared/data/trajectories/base/`` (``.jsonl``, ``.json``,
-``.md``, ``.log``; parsed by ``_turns.py``); the first user message of each is its task. Every trajectory is imported,
+``.md``, ``.log``; parsed by ``benchlib/turns.py``); the first user message of each is its task. Every trajectory is imported,
 one after the other, into ONE shared workspace through the real ``procedure_auto_memory`` job (the one-shot CLI's job)
 of an in-process ``Application`` with ``plugins=["procedure-memory"]`` and ReMe's configured agent wrapper and model.
 Then, for each task query and each view (``when_to_use``, ``when_to_use_content``), ``procedure_search`` (limit 10)
@@ -37,12 +37,12 @@ is run, and:
 Beside it, the reference: ReMe's released experiences of the same tasks
 (``../shared/data/experience-library/bfcl_qwen3_8b.jsonl``, extracted by ReMe's earlier procedural memory with
 Qwen3-8B, matched by ``metadata.task_query`` = the task) are placed as experience files in a second workspace
-(``_library.py``: ``description`` = the first sentence of ``content``, each citing a stand-in trajectory copied into
+(``benchlib/library.py``: ``description`` = the first sentence of ``content``, each citing a stand-in trajectory copied into
 that workspace; the run stops unless all are indexed and searchable) and searched with the same queries, views and
 metrics; and the plugin's figures are repeated for the same matched tasks. Only 3 of the 40 base tasks have released
 experiences.
 
-Transfer (``--transfer``; definitions in ``_transfer.py``): the base trajectories are split by number, 0..19 to
+Transfer (``--transfer``; definitions in ``benchlib/transfer.py``): the base trajectories are split by number, 0..19 to
 extract from and 20..39 to test on. The training half is extracted as above into ``<workdir>/ws`` (``--limit`` takes
 its first N), unless ``--workspace DIR`` names a workspace extracted before (e.g. a capable model's run kept with
 ``--workdir``: a copy of it is evaluated after a ``procedure_reindex`` with this run's embeddings; it must hold no
@@ -58,7 +58,7 @@ one experience per training trajectory listing each turn's calls, through the re
 fake hashed embeddings; a word-level tokenizer; the shared trajectories and library, or ``tests/fixtures`` without
 ``../shared``. Its figures say that the instrument runs, nothing about extraction quality.
 
-Embeddings: ``--embed-python PY`` starts the real MiniLM server (``_minilm.py``, 384 dimensions); else
+Embeddings: ``--embed-python PY`` starts the real MiniLM server (``benchlib/minilm.py``, 384 dimensions); else
 ``EMBEDDING_*`` when ``EMBEDDING_BASE_URL`` is set; else the shared hash embedding server (``tools/embed_server.py``,
 plumbing only: it ranks worse than BM25 alone). ``--local-model`` starts the shared adapter with
 Qwen2.5-Coder-1.5B-Instruct (see ``real_model.py``) and uses small budgets that fit it (segment 1,024, context 16,384,
@@ -79,13 +79,13 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from _library import (TRAJECTORY_DIR, index_placed, load_library, place_library,  # benchmarks/_library.py
+from benchlib.library import (TRAJECTORY_DIR, index_placed, load_library, place_library,  # benchmarks/benchlib/library.py
                       queries_of)
-from _machine import describe  # noqa: E402  (benchmarks/_machine.py)
-from _shared import find_shared  # noqa: E402  (benchmarks/_shared.py)
-from _transfer import (cases_of, ceiling, copies_of, search_cases, split, table,  # benchmarks/_transfer.py
+from benchlib.machine import describe  # noqa: E402  (benchmarks/benchlib/machine.py)
+from benchlib.shared import find_shared  # noqa: E402  (benchmarks/benchlib/shared.py)
+from benchlib.transfer import (cases_of, ceiling, copies_of, search_cases, split, table,  # benchmarks/benchlib/transfer.py
                        training_calls, verdict)
-from _turns import read_turns  # noqa: E402  (benchmarks/_turns.py)
+from benchlib.turns import read_turns  # noqa: E402  (benchmarks/benchlib/turns.py)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 REPO = Path(__file__).resolve().parent.parent
@@ -261,7 +261,7 @@ async def extract(args, tasks: list[dict], workdir: Path, tokenizer: Path, scrip
 
 
 async def reference(args, tasks: list[dict], library: Path, workdir: Path, tokenizer: Path) -> dict:
-    """ReMe's released experiences of the same tasks, placed as experience files (``_library.py``) and searched
+    """ReMe's released experiences of the same tasks, placed as experience files (``benchlib/library.py``) and searched
     alike."""
     wanted = {t["task"] for t in tasks}
     experiences = [e for e in load_library(library) if e["query"] in wanted]
@@ -503,7 +503,7 @@ def start_servers(args, shared: Path, workdir: Path, stack: ExitStack, model: bo
     from real_model import Servers
 
     if args.embed_python:
-        from _minilm import DIMENSIONS, MODEL, EmbeddingServer
+        from benchlib.minilm import DIMENSIONS, MODEL, EmbeddingServer
 
         server = stack.enter_context(EmbeddingServer(args.embed_python, shared / "tools" / "embed_server_minilm.py",
                                                      None))

@@ -34,10 +34,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from _machine import describe  # noqa: E402  (benchmarks/_machine.py)
-from _shared import REPO, find_shared  # noqa: E402
-import _corpus  # noqa: E402  (benchmarks/_corpus.py)
-from _corpus import Corpus, experience_bytes  # noqa: E402
+from benchlib.machine import describe  # noqa: E402  (benchmarks/benchlib/machine.py)
+from benchlib.shared import REPO, find_shared  # noqa: E402
+from benchlib import corpus as _corpus  # noqa: E402  (benchmarks/benchlib/corpus.py)
+from benchlib.corpus import Corpus, experience_bytes  # noqa: E402
 
 DIMENSIONS = 1024
 TARGET_RATIO = 1.3

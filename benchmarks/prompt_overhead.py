@@ -30,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 TARGET = 4000
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _shared import find_shared  # noqa: E402  (benchmarks/_shared.py)
+from benchlib.shared import find_shared  # noqa: E402  (benchmarks/benchlib/shared.py)
 
 
 def reminder_text() -> str:

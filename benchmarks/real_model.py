@@ -41,8 +41,8 @@ import urllib.request
 from collections import Counter
 from pathlib import Path
 
-from _machine import describe  # noqa: E402  (benchmarks/_machine.py)
-from _shared import find_shared  # noqa: E402  (benchmarks/_shared.py)
+from benchlib.machine import describe  # noqa: E402  (benchmarks/benchlib/machine.py)
+from benchlib.shared import find_shared  # noqa: E402  (benchmarks/benchlib/shared.py)
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TRAJECTORIES = ("base/multi_turn_base_13.md", "base/multi_turn_base_11.json", "base/multi_turn_base_26.log")

@@ -42,10 +42,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from _library import index_placed, load_library, place_library, queries_of  # noqa: E402  (benchmarks/_library.py)
-from _machine import describe, revision  # noqa: E402  (benchmarks/_machine.py)
-from _minilm import DIMENSIONS, MODEL, EmbeddingServer, log  # noqa: E402  (benchmarks/_minilm.py)
-from _shared import shared_dir  # noqa: E402  (benchmarks/_shared.py)
+from benchlib.library import index_placed, load_library, place_library, queries_of  # noqa: E402  (benchmarks/benchlib/library.py)
+from benchlib.machine import describe, revision  # noqa: E402  (benchmarks/benchlib/machine.py)
+from benchlib.minilm import DIMENSIONS, MODEL, EmbeddingServer, log  # noqa: E402  (benchmarks/benchlib/minilm.py)
+from benchlib.shared import shared_dir  # noqa: E402  (benchmarks/benchlib/shared.py)
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
 

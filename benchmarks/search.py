@@ -46,10 +46,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from _corpus import (  # noqa: E402  (benchmarks/_corpus.py)
+from benchlib.corpus import (  # noqa: E402  (benchmarks/benchlib/corpus.py)
     DIMENSIONS, Corpus, HashedProjectionEmbedding, experience_bytes, log, machine, summary_ms, view_texts,
 )
-from _machine import revision  # noqa: E402  (benchmarks/_machine.py)
+from benchlib.machine import revision  # noqa: E402  (benchmarks/benchlib/machine.py)
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
 

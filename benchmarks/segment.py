@@ -53,8 +53,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from _machine import describe  # noqa: E402  (benchmarks/_machine.py)
-from _shared import shared_dir  # noqa: E402
+from benchlib.machine import describe  # noqa: E402  (benchmarks/benchlib/machine.py)
+from benchlib.shared import shared_dir  # noqa: E402
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
 

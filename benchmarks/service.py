@@ -50,9 +50,9 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from _corpus import DIMENSIONS, Corpus, HashedProjectionEmbedding, experience_bytes, log, machine  # benchmarks/_corpus.py
-from _machine import revision  # benchmarks/_machine.py
-from _shared import REPO  # benchmarks/_shared.py
+from benchlib.corpus import DIMENSIONS, Corpus, HashedProjectionEmbedding, experience_bytes, log, machine  # benchmarks/benchlib/corpus.py
+from benchlib.machine import revision  # benchmarks/benchlib/machine.py
+from benchlib.shared import REPO  # benchmarks/benchlib/shared.py
 
 sys.path.insert(0, str(REPO / "tests"))  # tests/helpers: the word-level tokenizer, starting and stopping a service
 from helpers import stop_process, wait_for_service, write_word_tokenizer  # noqa: E402

@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _machine import revision  # noqa: E402
-from _corpus import LIBRARY, Corpus, machine, view_texts  # noqa: E402  (benchmarks/_corpus.py)
+from benchlib.machine import revision  # noqa: E402
+from benchlib.corpus import LIBRARY, Corpus, machine, view_texts  # noqa: E402  (benchmarks/benchlib/corpus.py)
 
 
 async def started(tokenizer):

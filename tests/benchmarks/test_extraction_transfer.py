@@ -1,5 +1,5 @@
-"""The transfer mode of ``benchmarks/extraction.py``: the trajectory parser (``_turns.py``), the split and metrics
-(``_transfer.py``), the reference library's placement (``_library.py``), and the whole mode end to end through the
+"""The transfer mode of ``benchmarks/extraction.py``: the trajectory parser (``benchlib/turns.py``), the split and metrics
+(``benchlib/transfer.py``), the reference library's placement (``benchlib/library.py``), and the whole mode end to end through the
 real ``procedure_auto_memory``, ``procedure_reindex`` and ``procedure_search`` jobs of in-process Applications (a
 scripted agent and fake embeddings only) on a case whose answer is known by construction.
 
@@ -22,10 +22,10 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 import extraction  # noqa: E402
-from _library import index_placed, load_library, place_library  # noqa: E402
-from _transfer import (cases_of, ceiling, copies_of, names, split, summarize,  # noqa: E402
+from benchlib.library import index_placed, load_library, place_library  # noqa: E402
+from benchlib.transfer import (cases_of, ceiling, copies_of, names, split, summarize,  # noqa: E402
                        training_calls, turn_metrics, verdict)
-from _turns import Turn, parse_turns, read_turns  # noqa: E402
+from benchlib.turns import Turn, parse_turns, read_turns  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
 SHARED_TRAJECTORIES = next((p / "shared" / "data" / "trajectories" for p in REPO.parents

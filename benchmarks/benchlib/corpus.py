@@ -21,8 +21,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from _machine import describe  # benchmarks/_machine.py
-from _shared import shared_dir  # benchmarks/_shared.py
+from .machine import describe  # benchmarks/benchlib/machine.py
+from .shared import shared_dir  # benchmarks/benchlib/shared.py
 
 LIBRARY = shared_dir() / "data" / "experience-library" / "bfcl_qwen3_8b.jsonl"
 DIMENSIONS = 1024

@@ -4,7 +4,7 @@ else ``shared/`` beside the repository or beside one of its ancestors (git workt
 import os
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]  # benchmarks/benchlib/shared.py -> the repository
 
 
 def _candidates() -> list[Path]:

@@ -15,7 +15,7 @@ before the first user message belong to no turn. Formats (see ``shared/data/READ
 Used by ``extraction.py`` (the task of a trajectory is its first turn's message; the transfer mode's per-turn
 queries and gold functions). Tested in ``tests/benchmarks/test_extraction_transfer.py``::
 
-    python -c "import sys; sys.path.insert(0, 'benchmarks'); from _turns import read_turns; print(read_turns(PATH))"
+    python -c "import sys; sys.path.insert(0, 'benchmarks'); from benchlib.turns import read_turns; print(read_turns(PATH))"
 """
 
 from __future__ import annotations

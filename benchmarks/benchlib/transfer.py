@@ -32,7 +32,7 @@ import json
 import re
 from pathlib import Path
 
-from _turns import read_turns
+from .turns import read_turns
 
 VIEWS = ("when_to_use", "when_to_use_content")
 KS = (1, 3)
