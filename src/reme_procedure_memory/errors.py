@@ -62,6 +62,7 @@ class ErrorCode:
     SUMMARY_INVALID = "summary_invalid"
     PENDING_WRITES = "pending_writes"
     WRITE_FAILED = "write_failed"
+    INTERRUPTED = "interrupted"  # SIGINT / SIGTERM during an import
 
     @classmethod
     def all(cls) -> set[str]:
@@ -176,6 +177,17 @@ class ExtractionStopped(Exception):
         self.code = code
         self.message = message
         self.details = details
+
+
+class ImportInterrupted(BaseException):
+    """SIGINT or SIGTERM stopped an import: ``answer`` is its ``incomplete`` answer (with the resume command) and the
+    process exits with ``128 + signum`` (130, 143) once the application has closed. A BaseException, like the
+    cancellation it replaces, so no ``except Exception`` turns it into an ordinary failure."""
+
+    def __init__(self, answer: dict[str, Any], signum: int) -> None:
+        super().__init__(answer.get("error", {}).get("message", "interrupted"))
+        self.answer = answer
+        self.signum = signum
 
 
 class IndexFailure(RuntimeError):

@@ -97,9 +97,11 @@ async def test_malformed_or_unsupported_input_is_incomplete_and_keeps_the_copy(m
     async with make_app(scripts=[]) as app:
         ok, ans = await import_file(app, original, request_id="bad-1")
         assert not ok and ans["status"] == "incomplete" and ans["error"]["code"] == code
-        assert "request_id=bad-1" in ans["resume"]
+        assert "resume" not in ans and "new request_id" in ans["error"]["message"]  # resuming cannot succeed
         assert (memory_of(app).workspace_path / ans["path"]).read_bytes() == original.read_bytes()
         assert app.agent.replies == []
+        again = await import_file(app, original, request_id="bad-1")
+        assert again[1]["error"]["code"] == code and "resume" not in again[1]  # the same, and still nothing to resume
 
 
 async def test_name_collisions_and_reservations(make_app, tmp_path):
@@ -331,6 +333,13 @@ async def test_unfinished_agent_never_advances_the_checkpoint(make_app, tmp_path
         assert not ok and ans["status"] == "incomplete" and ans["segments"]["done"] == 0
         assert app.agent.replies[0]["kwargs"]["react_config"]["max_iters"] == 3
         assert memory_of(app).checkpoints.get("u1").saved_reply is None
+        setting = "components.procedure_memory.default.extraction.max_iters"
+        if reason == "exceed_max_iters":  # the answer names the setting and its resume raises it
+            assert ans["error"]["code"] == "agent_budget_exhausted"
+            assert f"Raise {setting} (now 3); the resume command below uses 6." in ans["error"]["message"]
+            assert f"{setting}=6" in ans["resume"]
+        else:
+            assert ans["error"]["code"] == "agent_interrupted" and f"{setting}=3" in ans["resume"]  # as it was
         ok, ans = await import_file(app, original, request_id="u1")
         assert ok and ans["segments"]["done"] == 1
 
@@ -455,7 +464,10 @@ async def test_progress_goes_to_the_log_and_to_a_terminal(make_app, tmp_path, mo
         terminal.getvalue().splitlines()
     lines = terminal.getvalue().splitlines()
     total = ans["segments"]["total"]
-    assert f"[procedure-memory] segment 1/{total}: " in lines[0] and "input tokens" in lines[0]
+    generated = ans["request_id"]  # no request_id given: the generated one comes first, before anything is copied
+    assert lines[0] == (f"[procedure-memory] request_id={generated} (generated; to resume, run the same command "
+                        f"with request_id={generated})")
+    assert f"[procedure-memory] segment 1/{total}: " in lines[1] and "input tokens" in lines[1]
     assert f"[procedure-memory] segment 1/{total} done: 1 created, 0 updated so far" in lines
     assert f"[procedure-memory] segment {total}/{total} done: 1 created, 0 updated so far" in lines
 
