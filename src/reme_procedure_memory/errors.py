@@ -52,6 +52,7 @@ class ErrorCode:
     MALFORMED_INPUT = "malformed_input"
     INCOMPATIBLE_CHECKPOINT = "incompatible_checkpoint"
     TOKENIZER_UNAVAILABLE = "tokenizer_unavailable"
+    EMBEDDING_UNAVAILABLE = "embedding_unavailable"  # the preflight's probe of the embedding provider failed
     SEGMENTATION_FAILED = "segmentation_failed"
     # the import: its agent and its segments
     CONTEXT_BUDGET_EXCEEDED = "context_budget_exceeded"

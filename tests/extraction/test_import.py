@@ -407,15 +407,17 @@ async def test_budgets_may_change_between_resumes_but_segmentation_may_not(make_
         assert app.agent.replies[0]["kwargs"]["react_config"]["max_iters"] == 5
 
 
-async def test_unavailable_tokenizer_is_a_resumable_failure(make_app, tmp_path, word_tokenizer):
+async def test_unavailable_tokenizer_is_refused_before_anything_is_copied(make_app, tmp_path, word_tokenizer):
     original = write(tmp_path, "run.jsonl", JSONL)
     ws = tmp_path / "ws"
     missing = {"procedure_memory": {"default": {"tokenizer_source": str(tmp_path / "nope" / "tokenizer.json")}}}
     async with make_app(workspace=ws, scripts=[], components=missing) as app:
         ok, ans = await import_file(app, original, request_id="t1")
-        assert not ok and ans["status"] == "incomplete" and ans["error"]["code"] == "tokenizer_unavailable"
+        assert not ok and ans["status"] == "error" and ans["error"]["code"] == "tokenizer_unavailable"
         assert "nope" in ans["error"]["message"] and "PROCEDURE_TOKENIZER_SOURCE" in ans["error"]["message"]
-        assert memory_of(app).checkpoints.get("t1") is None
+        assert "Nothing was copied" in ans["error"]["message"] and "resume" not in ans
+        assert memory_of(app).checkpoints.get("t1") is None and memory_of(app).imports.get("t1") is None
+        assert not list((ws / "session").rglob("run*"))  # no copy
     hub = {"procedure_memory": {"default": {"tokenizer_source": "no-such-org/no-such-tokenizer"}}}
     async with make_app(workspace=ws, scripts=[], components=hub) as app:  # HF_HUB_OFFLINE=1: fails fast
         ok, ans = await import_file(app, original, request_id="t2")

@@ -3,6 +3,8 @@ remaining segments.
 
 Contract of an import keyed by ``request_id``:
 
+* before anything is copied, the model's settings, the embedding provider and the tokenizer are checked
+  (``preflight.py``; not for an import already complete): a failure answers ``error`` and changes nothing;
 * the original is copied byte-exactly under a reservation and verified (``copies.py``); the same request id reuses
   the copy and the checkpoint; other segmentation settings fail explicitly without changing anything;
 * malformed or unsupported content answers ``incomplete`` and keeps the copy, without a resume command (the copy
@@ -42,6 +44,7 @@ from ..tokens import SpanCounter
 from .copies import copy_original
 from .formats import decode_trajectory, trajectory_format
 from .loop import Extraction, make_progress
+from .preflight import preflight
 from .resume import resume_command
 from .segmenter import SEGMENTER_VERSION, segment_counted
 
@@ -86,6 +89,9 @@ async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads
         return ProcedureError(code, message, status="incomplete", **answer, **progress, **details, **resume)
 
     try:
+        saved = workspace.checkpoints.get(request_id)
+        if saved is None or saved.status != COMPLETE:  # a completed import needs none of them
+            await preflight(workspace, wrapper)
         record = await asyncio.to_thread(copy_original, workspace, source, filename, request_id, source_id)
         answer["path"] = record.path
         data = await asyncio.to_thread((workspace.root / record.path).read_bytes)
@@ -106,8 +112,6 @@ async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads
             checkpoint.memory_hint = hint
             workspace.checkpoints.put(checkpoint)
         if not checkpoint.done:
-            if wrapper is None:
-                raise ExtractionStopped(ErrorCode.AGENT_UNAVAILABLE, "No agent_wrapper component is configured.")
             await extraction.run()
         checkpoint.status = COMPLETE
         workspace.checkpoints.put(checkpoint)
