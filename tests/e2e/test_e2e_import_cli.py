@@ -21,8 +21,12 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers import EmbeddingEndpoint, write_word_tokenizer
 from helpers.chat import ChatEndpoint, Conversation, assert_offered_only_the_four_job_tools, call, say
+
+pytestmark = pytest.mark.slow  # real `reme` processes and services
 
 REME = Path(sys.executable).parent / "reme"
 REQUEST_ID = "run-001"

@@ -515,6 +515,7 @@ async def test_a_new_memory_hint_applies_to_the_remaining_segments(make_app, tmp
         assert ok and "second focus" in app.agent.replies[1]["prompt"]
 
 
+@pytest.mark.slow
 async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_checkpoints_still_resume(
         make_app, tmp_path, qwen3_tokenizer):
     import re

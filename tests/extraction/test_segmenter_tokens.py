@@ -142,6 +142,7 @@ def qwen_variant(qwen3_tokenizer, change) -> TokenCounter:
     return TokenCounter("variant", encoder=_HFTokenizers(Tokenizer.from_str(json.dumps(data))))
 
 
+@pytest.mark.slow
 def test_only_tokenizers_built_like_qwen_separate_lines(qwen, qwen3_tokenizer, word_tokenizer):
     from reme_procedure_memory.tokens import separates_lines
 
