@@ -469,7 +469,7 @@ def main(argv=None) -> int:
     library = args.data / "experience-library" / "bfcl_qwen3_8b.jsonl"
     args.tokenizer = args.tokenizer or args.data / "tokenizers" / "qwen3" / "tokenizer.json"
     if args.smoke:
-        given = set(argv if argv is not None else sys.argv[1:])
+        given = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:])}
         args.mib = args.mib if "--mib" in given else 0.25
         args.budget = args.budget if "--budget" in given else 8192
         args.reps = 1
