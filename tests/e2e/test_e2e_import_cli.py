@@ -21,10 +21,14 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers import EmbeddingEndpoint, write_word_tokenizer
 from helpers.chat import ROLLOUT as TRAJECTORY
 from helpers.chat import (ChatEndpoint, assert_offered_only_the_four_job_tools,
                           experience_name, one_experience_per_segment)
+
+pytestmark = pytest.mark.slow  # real `reme` processes and services
 
 REME = Path(sys.executable).parent / "reme"
 REQUEST_ID = "run-001"

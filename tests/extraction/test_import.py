@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import QWEN_TOKENIZER, import_file, memory_of, run_job
+from conftest import import_file, memory_of, run_job
 from helpers import FIXTURES, summary
 from helpers.corpus import JSONL, TWO_SEGMENTS, long_trajectory, replies, summarises, two_segment_original, write
 
@@ -529,8 +529,9 @@ async def test_a_new_memory_hint_applies_to_the_remaining_segments(make_app, tmp
         assert ok and "second focus" in app.agent.replies[1]["prompt"]
 
 
-@pytest.mark.skipif(not QWEN_TOKENIZER.is_file(), reason="the shared Qwen3 tokenizer.json is not beside the project")
-async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_checkpoints_still_resume(make_app, tmp_path):
+@pytest.mark.slow
+async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_checkpoints_still_resume(
+        make_app, tmp_path, qwen3_tokenizer):
     import re
 
     original = tmp_path / "run.jsonl"
@@ -539,7 +540,7 @@ async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_c
     ws = tmp_path / "ws"
 
     def settings(context):
-        return {"procedure_memory": {"default": {"tokenizer_source": str(QWEN_TOKENIZER),
+        return {"procedure_memory": {"default": {"tokenizer_source": str(qwen3_tokenizer),
                                                  "token_limits": {"segment": 3000, "context": context, "reserve": 0}}}}
 
     async def needed(app) -> tuple[int, list[str]]:
