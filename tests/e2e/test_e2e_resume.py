@@ -29,6 +29,8 @@ from helpers import EmbeddingEndpoint, write_word_tokenizer
 from helpers.chat import ROLLOUT, ChatEndpoint, experience_name, one_experience_per_segment
 from helpers.cli import durable_state
 
+pytestmark = pytest.mark.slow  # real `reme` processes, signals
+
 BIN = Path(sys.executable).parent
 SEGMENT = "components.procedure_memory.default.token_limits.segment"
 STOP_SEGMENT = 2  # the signal comes while segment 2's reply is awaited (segment 1 is checkpointed)
