@@ -95,6 +95,16 @@ class CheckpointStore:
     def put(self, checkpoint: Checkpoint) -> None:
         write_json(self.path(checkpoint.request_id), checkpoint.to_record())
 
+    def completed(self, request_id: str) -> bool:
+        """Whether the import ``request_id`` is complete, read without setting anything aside: a missing or damaged
+        checkpoint is not complete (only the import it belongs to sets a damaged one aside)."""
+        path = self.path(request_id)
+        try:
+            record = read_json(path)
+            return record is not None and Checkpoint.from_record(path, record).status == COMPLETE
+        except DamagedRecord:
+            return False
+
     def check_records(self) -> dict[str, str]:
         """Every checkpoint that cannot be read (path -> cause): the full check a reindex reports (a checkpoint is
         read, and a damaged one set aside, only by the import it belongs to)."""

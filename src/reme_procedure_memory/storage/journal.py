@@ -4,6 +4,14 @@ Before an experience is published, its record (scoped operation key, destination
 is durable (``intent``); after it, the record moves to ``published``, then ``indexed`` / ``index_pending``, or ends
 ``superseded`` / ``abandoned``. After a crash ``recover_intent`` rolls an intent forward when its precondition still
 holds, else drops it. Layout and fsync discipline: ``OperationJournal``.
+
+What each status says about the file: ``intent`` — not published yet (a write in flight, or a crash to resolve);
+``published`` / ``index_pending`` / ``indexed`` — the file held the target (it may have changed since);
+``abandoned`` — never published; ``superseded`` — a later write or a change of the file overtook it, published or
+not: ``published_at`` (set with ``published``) tells which. Changes made by hand (an edit, a deletion) are recorded
+too, as ``recorded`` records of the scope ``HAND_SCOPE`` (no import), by whoever finds them
+(``operations/hand_changes.py``). Records are also indexed by experience path (``path_index.py``), for an
+experience's history and the retention bound.
 """
 
 from __future__ import annotations
@@ -19,24 +27,34 @@ from ..errors import DamagedRecord, StorageError
 from ..schema import version_of
 from .atomic import fsync_dir, write_json
 from .experiences import ExperienceFiles, Link, entry_names, read_entry
-from .records import load_owned_record, load_record
+from .path_index import PATHS_DIR, PathIndex, Ref
+from .records import glob_escape, load_owned_record, load_record
 
 # Journal record states. "intent" is written before the publish; the others after it.
 INTENT, PUBLISHED, INDEXED, INDEX_PENDING, SUPERSEDED, ABANDONED = (
     "intent", "published", "indexed", "index_pending", "superseded", "abandoned",
 )
+RECORDED = "recorded"  # a change made by hand, found and recorded (final at once)
 
 
 OPEN_STATES = (INTENT, PUBLISHED, INDEX_PENDING)
 
+# The tools of records: the agent's writes, and changes made by hand (scope ``HAND_SCOPE``: no import; a request id
+# is never blank, so no import can have this scope).
+CREATE, UPDATE, EDIT, DELETE = "create", "update", "edit", "delete"
+HAND_SCOPE = ""
+
 
 @dataclass
 class Operation:
-    """One journaled write. ``scope`` is the extraction run's request id; ``key`` the agent's operation key."""
+    """One journaled write. ``scope`` is the extraction run's request id; ``key`` the agent's operation key.
+
+    A change made by hand is an ``edit`` (``target``: the file's text then; ``expected_version``: the version the
+    journal knew before) or a ``delete`` (empty ``target``), of scope ``HAND_SCOPE``, status ``recorded``."""
 
     scope: str
     key: str
-    tool: str  # "create" | "update"
+    tool: str  # "create" | "update" (the agent) | "edit" | "delete" (by hand)
     request: str  # digest of the caller's arguments: an identical retry has the same digest
     path: str
     target: str  # the target file text (UTF-8)
@@ -45,6 +63,11 @@ class Operation:
     error: str = ""
     created_at: float = field(default_factory=time.time)
     segment: int | None = None  # the extraction segment whose run made this write (its operation ledger)
+    # When the target was published (set with ``published``; a hand edit: the file's modification time). Records
+    # written before this field existed have None.
+    published_at: float | None = None
+    # A hand edit of a file that is not UTF-8: the file's version (``target`` holds its text with U+FFFD).
+    file_version: str | None = None
 
     @property
     def target_bytes(self) -> bytes:
@@ -52,7 +75,12 @@ class Operation:
 
     @property
     def target_version(self) -> str:
-        return version_of(self.target_bytes)
+        return self.file_version or version_of(self.target_bytes)
+
+    @property
+    def by_hand(self) -> bool:
+        """Whether this records a change made by hand (no import)."""
+        return self.tool in (EDIT, DELETE)
 
     def same_request(self, other: "Operation") -> bool:
         """Whether ``other`` is an identical retry of this operation."""
@@ -78,10 +106,16 @@ class OperationJournal:
     layout (``<digest>``, where an open record may be ``<digest>.json``) is read in full once, its open records moved
     to their open files, and renamed ``<digest>.v2``. Damaged final records are not read by a start:
     ``check_records`` (the reindex) and the import that owns them find them.
+
+    Every record also has a marker under ``paths/`` (``path_index.py``), made before the record is first written:
+    ``path_records`` reads one experience's records without listing the journal. A journal without that index is
+    indexed in full once, by the first scan.
     """
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        self.paths = PathIndex(directory / PATHS_DIR)
+        self._marked: set[Ref] = set()  # records whose marker this process made or saw: ``put`` makes it once
         # Records whose outcome is not final, by (scope, key): scanned once, then kept current by ``put``, so a
         # write never lists the whole journal.
         self._open: dict[tuple[str, str], Operation] | None = None
@@ -100,6 +134,18 @@ class OperationJournal:
         """The file of the record of a scoped key while it is open."""
         final = self._path(scope, key)
         return final.with_name(final.name[: -len(".json")] + OPEN_SUFFIX)
+
+    def _ref(self, op: Operation) -> Ref:
+        """Where the record of ``op`` lives (its marker's name)."""
+        final = self._path(op.scope, op.key)
+        return Ref(final.parent.name[: -len(SCOPE_SUFFIX)], final.name[: -len(".json")])
+
+    def _mark(self, op: Operation) -> None:
+        """Make the marker of ``op``'s record under its path (once per record and process)."""
+        ref = self._ref(op)
+        if ref not in self._marked:
+            self.paths.add(op.path, ref)
+            self._marked.add(ref)
 
     def records(self, scope: str) -> list[Operation]:
         """Every record of a scope (its import's ledger), oldest first. A damaged record is set aside and raised:
@@ -126,6 +172,7 @@ class OperationJournal:
         as the record, which the next identical retry reopens again."""
         open_records = self._scan()  # scope directories of the earlier layout are converted before the first write
         scope_dir, key = self._scope_dir(op.scope), (op.scope, op.key)
+        self._mark(op)  # before the record: a record is never without its marker (a marker alone is ignored)
         if op.status in OPEN_STATES:
             write_json(self._open_path(op.scope, op.key), op.__dict__, sync_dir=sync_dir)
             open_records[key] = op
@@ -149,8 +196,9 @@ class OperationJournal:
         docs/decisions.md.
         """
         settled = status == INDEXED and op.status in (PUBLISHED, INDEX_PENDING)
-        self.put(replace(op, status=status, error=error), sync_dir=not settled)
-        op.status, op.error = status, error
+        published_at = time.time() if status == PUBLISHED and op.published_at is None else op.published_at
+        self.put(replace(op, status=status, error=error, published_at=published_at), sync_dir=not settled)
+        op.status, op.error, op.published_at = status, error, published_at
 
     def open_records(self) -> list[Operation]:
         """Records whose outcome is not final (intent, published, index_pending), oldest first. Damaged records are
@@ -163,29 +211,40 @@ class OperationJournal:
         return sorted(self._scan().values(), key=lambda op: op.created_at)
 
     def _scan(self) -> dict[tuple[str, str], Operation]:
-        """The open records by (scope, key): read (and the layout converted) by the first call, then kept current."""
+        """The open records by (scope, key): read (and the layout converted) by the first call, then kept current.
+
+        A journal without the path index (written before it existed) is read in full by that call, once: every
+        record gets its marker (a damaged one cannot be attributed to a path: it stays listed in ``damaged``)."""
         if self._open is None:
             self._open = {}
+            indexing = not self.paths.complete()
             for scope_dir, dir_fd, names in self._scopes():
                 earlier = not scope_dir.name.endswith(SCOPE_SUFFIX)
                 finals = {name for name in names if not name.endswith(OPEN_SUFFIX)}
                 stale = {name for name in names if name.endswith(OPEN_SUFFIX) and _record_stem(name) + ".json" in finals}
                 converted: list[tuple[Operation, Path]] = []
+                read: dict[str, Operation | None] = {}
                 for name in names:
                     is_open = name.endswith(OPEN_SUFFIX)
-                    if name in stale or not (is_open or earlier):
+                    if name in stale or not (is_open or earlier or indexing):
                         continue
-                    op = self._read(scope_dir, dir_fd, name)
+                    op = read[name] = self._read(scope_dir, dir_fd, name)
+                    if op is not None and indexing and isinstance(op.path, str):
+                        self._mark(op)
                     if op is not None and op.status in OPEN_STATES:
                         self._open[(op.scope, op.key)] = op
                         if not is_open:
                             converted.append((op, scope_dir / name))
-                settled = [name for name in sorted(stale) if self._read(scope_dir, dir_fd, _record_stem(name) + ".json")]
+                settled = [name for name in sorted(stale) if (
+                    read[final] if (final := _record_stem(name) + ".json") in read
+                    else self._read(scope_dir, dir_fd, final))]
                 if settled:
                     fsync_dir(scope_dir)  # their final records' renames are durable before the open files go
                     _unlink_all(scope_dir / name for name in settled)
                 if earlier:
                     self._convert(scope_dir, converted)
+            if indexing:
+                self.paths.mark_complete()
         return self._open
 
     def _convert(self, scope_dir: Path, converted: list[tuple[Operation, Path]]) -> None:
@@ -214,10 +273,13 @@ class OperationJournal:
 
     def check_records(self) -> dict[str, str]:
         """Read every record (final ones too) and return the damaged ones (path -> cause), also kept in
-        ``damaged``: the full check a reindex reports."""
+        ``damaged``: the full check a reindex reports. A record found without its marker gets it again."""
+        self._scan()
         for scope_dir, dir_fd, names in self._scopes():
             for name in names:
-                self._read(scope_dir, dir_fd, name)
+                op = self._read(scope_dir, dir_fd, name)
+                if op is not None and isinstance(op.path, str):
+                    self.paths.add(op.path, self._ref(op))
         return dict(self.damaged)
 
     def _read(self, scope_dir: Path, dir_fd: int, name: str) -> Operation | None:
@@ -238,7 +300,7 @@ class OperationJournal:
         listed once and open while its step runs: a long journal is read without resolving a path per record."""
         try:
             with os.scandir(self.directory) as entries:
-                scopes = sorted(e.name for e in entries if e.is_dir())
+                scopes = sorted(e.name for e in entries if e.is_dir() and e.name != PATHS_DIR)
         except (FileNotFoundError, NotADirectoryError):
             return
         for scope in scopes:
@@ -256,6 +318,117 @@ class OperationJournal:
         for op in self.open_records():
             if op.path == path and (op.scope, op.key) != (keep.scope, keep.key):
                 self.set_status(op, SUPERSEDED, f"superseded by operation {keep.key!r}")
+
+
+    # -- by experience path: history, hand changes, retention ----------------------------------------------------
+
+    def path_records(self, path: str) -> tuple[list[tuple[Ref, Operation]], list[DamagedEntry]]:
+        """Every readable record of experience ``path`` with its ref (in no particular order), and the damaged
+        ones: a record that does not parse (or has the wrong shape) and one already set aside as
+        ``<file>.damaged``. Reads only: nothing is set aside or repaired here (a history answer never changes the
+        workspace). Beside a damaged final record the open one, if readable, is the record."""
+        found: list[tuple[Ref, Operation]] = []
+        damaged: list[DamagedEntry] = []
+        for ref in self.paths.refs(path):
+            scope_dir = self.directory / (ref.scope_digest + SCOPE_SUFFIX)
+            files = (scope_dir / f"{ref.stem}.json", scope_dir / f"{ref.stem}{OPEN_SUFFIX}")
+            for file in files:
+                try:
+                    op = load_record(file, Operation)
+                    if op is not None:
+                        _check_shape(file, op)
+                except DamagedRecord as exc:
+                    damaged.append(DamagedEntry(file, exc.cause, set_aside=False))
+                    continue
+                if op is not None:
+                    if op.path == path:  # else: another path's record under a colliding digest (not this history)
+                        found.append((ref, op))
+                    break
+            else:
+                for file in files:
+                    for aside in sorted(scope_dir.glob(f"{glob_escape(file.name)}.damaged*")):
+                        damaged.append(DamagedEntry(aside, "set aside as damaged by the import it belongs to",
+                                                    set_aside=True))
+        return found, damaged
+
+    def record_change(self, path: str, tool: str, data: bytes | Link | None, previous: str | None,
+                      modified_at: float | None) -> Operation:
+        """Durably record a change made by hand (``EDIT``: the file's content ``data``; ``DELETE``: none) of
+        ``path``, which the journal last knew at version ``previous``. The text of a file that is not UTF-8 is kept
+        with U+FFFD and its real version in ``file_version``; a symbolic link is recorded with an empty text."""
+        target, file_version = "", None
+        if tool == EDIT:
+            raw = data.target if isinstance(data, Link) else (data or b"")
+            target = "" if isinstance(data, Link) else raw.decode("utf-8", "replace")
+            if isinstance(data, Link) or target.encode("utf-8") != raw:
+                file_version = version_of(raw)
+        now = time.time()
+        op = Operation(
+            scope=HAND_SCOPE, key=f"{tool}:{path}:{time.time_ns()}", tool=tool, request="", path=path,
+            target=target, expected_version=previous, status=RECORDED, created_at=now,
+            published_at=modified_at if modified_at is not None else now, file_version=file_version,
+            error="a symbolic link: experiences are regular files" if isinstance(data, Link) else "",
+        )
+        self.put(op)
+        return op
+
+    def known_paths(self) -> list[str]:
+        """Every experience path with a readable record (one record read per path)."""
+        found = []
+        for directory in self.paths.paths():
+            for ref in self.paths.refs_in(directory):
+                scope_dir = self.directory / (ref.scope_digest + SCOPE_SUFFIX)
+                op = None
+                for file in (scope_dir / f"{ref.stem}.json", scope_dir / f"{ref.stem}{OPEN_SUFFIX}"):
+                    try:
+                        op = load_record(file, Operation)
+                    except DamagedRecord:
+                        continue
+                    if op is not None:
+                        break
+                if op is not None and isinstance(op.path, str):
+                    found.append(op.path)
+                    break
+        return sorted(set(found))
+
+    def remove_records(self, path: str, refs: list[Ref]) -> None:
+        """Remove the final records of ``refs`` and their markers (the retention bound; the caller has recorded
+        the removal in the path's ``compacted.json`` first). Open records are never removed."""
+        touched: set[Path] = set()
+        removed: list[Ref] = []
+        for ref in refs:
+            scope_dir = self.directory / (ref.scope_digest + SCOPE_SUFFIX)
+            final = scope_dir / f"{ref.stem}.json"
+            if final.exists() or not (scope_dir / f"{ref.stem}{OPEN_SUFFIX}").exists():
+                final.unlink(missing_ok=True)
+                (scope_dir / f"{ref.stem}{OPEN_SUFFIX}").unlink(missing_ok=True)  # a twin not yet removed
+                touched.add(scope_dir)
+                removed.append(ref)
+        for scope_dir in sorted(d for d in touched if d.is_dir()):
+            fsync_dir(scope_dir)
+        self.paths.remove(path, removed)
+        self._marked.difference_update(removed)
+
+
+@dataclass(frozen=True)
+class DamagedEntry:
+    """A journal record of an experience that cannot be read: its file (or its set-aside name) and why."""
+
+    file: Path
+    error: str
+    set_aside: bool
+
+
+def _check_shape(file: Path, op: Operation) -> None:
+    """DamagedRecord unless the fields a history reads have their types (a record is JSON anyone can edit)."""
+    texts = (op.scope, op.key, op.tool, op.path, op.target, op.status)
+    times = (op.created_at,) + (() if op.published_at is None else (op.published_at,))
+    if not all(isinstance(t, str) for t in texts) or not all(
+            isinstance(t, (int, float)) and not isinstance(t, bool) for t in times) or not (
+            op.segment is None or (isinstance(op.segment, int) and not isinstance(op.segment, bool))) or not (
+            op.expected_version is None or isinstance(op.expected_version, str)) or not (
+            op.file_version is None or isinstance(op.file_version, str)):
+        raise DamagedRecord(file, "a field has the wrong type")
 
 
 def _record_stem(name: str) -> str:

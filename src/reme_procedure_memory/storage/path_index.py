@@ -1,0 +1,140 @@
+"""The journal's index by experience path: which records belong to one experience, and what was compacted of it.
+
+The journal keeps its records by import (``operations/<scope digest>.v2/``), which is what a write and a resumed
+segment look up. An experience's history needs the other direction, so ``operations/paths/<path digest>/`` holds,
+per experience:
+
+* one empty *marker* per journal record of that path, named ``<scope digest>.<record digest>``: the record's
+  scope directory and file stem. A marker says where a record is, never what it holds (the journal stays the one
+  copy of every write's text), so a record whose file cannot be parsed is still known to belong to its path;
+* ``compacted.json`` once the retention bound removed records of the path: how many versions are gone, when the
+  newest of them was written, and the refs being removed (written before the removal, cleared after it), so a kill
+  in between neither counts a version twice nor shows a record that is being removed.
+
+A marker is created before its record is written and without an fsync: a marker without a record (a kill in
+between) is ignored; a record without a marker needs a power loss on a file system that does not commit metadata
+in order, and the reindex's full read of the journal recreates it. A journal written before this index existed is
+indexed once, in full, by the first start (``complete`` says whether that happened).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import DamagedRecord
+from .atomic import ensure_dir, fsync_dir, remove_temp_files, write_json
+from .records import read_json
+
+PATHS_DIR = "paths"  # under ``operations/``: not a scope directory
+COMPLETE_STAMP = "indexed"  # ``paths/indexed``: every record of the journal has its marker
+COMPACTED = "compacted.json"
+MARKER = re.compile(r"^([0-9a-f]{32})\.([0-9a-f]{64})$")
+
+
+@dataclass(frozen=True, order=True)
+class Ref:
+    """Where one journal record lives: its scope directory's digest and its file stem."""
+
+    scope_digest: str
+    stem: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.scope_digest}.{self.stem}"
+
+
+@dataclass
+class Compacted:
+    """What the retention bound removed of one experience's records (``compacted.json``)."""
+
+    path: str
+    versions: int = 0  # durable versions whose records are gone
+    newest_at: float | None = None  # when the newest of them was written
+    removing: list[str] = field(default_factory=list)  # ref names being removed (a kill may leave them listed)
+
+
+class PathIndex:
+    """``operations/paths/``: the markers of each experience path's records and its compaction summary."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def _dir(self, path: str) -> Path:
+        return self.directory / hashlib.sha256(path.encode("utf-8")).hexdigest()[:32]
+
+    def add(self, path: str, ref: Ref) -> None:
+        """Create the marker of ``ref`` under ``path`` (idempotent, no fsync: see the module docstring)."""
+        directory = self._dir(path)
+        try:
+            fd = os.open(directory / ref.name, os.O_WRONLY | os.O_CREAT, 0o666)
+        except FileNotFoundError:
+            directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(directory / ref.name, os.O_WRONLY | os.O_CREAT, 0o666)
+        os.close(fd)
+
+    def refs(self, path: str) -> list[Ref]:
+        """The refs of every marker of ``path``, sorted (an experience without records: none)."""
+        return self.refs_in(self._dir(path))
+
+    @staticmethod
+    def refs_in(directory: Path) -> list[Ref]:
+        """The refs of every marker in one per-path directory, sorted."""
+        try:
+            names = os.listdir(directory)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(Ref(m[1], m[2]) for name in names if (m := MARKER.match(name)))
+
+    def known(self, path: str) -> bool:
+        """Whether the journal has (or had) a record of ``path``: one directory lookup."""
+        return self._dir(path).is_dir()
+
+    def remove(self, path: str, refs: list[Ref]) -> None:
+        """Remove the markers of ``refs`` (their records are gone)."""
+        directory = self._dir(path)
+        for ref in refs:
+            (directory / ref.name).unlink(missing_ok=True)
+
+    def compacted(self, path: str) -> Compacted:
+        """The compaction summary of ``path`` (nothing compacted: zero versions); ``DamagedRecord`` when it cannot
+        be read (the caller reports it, and compacts nothing more of that path)."""
+        file = self._dir(path) / COMPACTED
+        found = read_json(file)
+        if found is None:
+            return Compacted(path)
+        versions, newest, removing = found.get("versions"), found.get("newest_at"), found.get("removing")
+        if not (isinstance(versions, int) and not isinstance(versions, bool) and versions >= 0
+                and (newest is None or (isinstance(newest, (int, float)) and not isinstance(newest, bool)))
+                and isinstance(removing, list) and all(isinstance(r, str) and MARKER.match(r) for r in removing)):
+            raise DamagedRecord(file, "a field is missing or has the wrong type")
+        return Compacted(path=path, versions=versions, newest_at=newest, removing=removing)
+
+    def put_compacted(self, summary: Compacted) -> None:
+        """Durably replace the compaction summary of its path. A temporary file a kill left in this directory
+        (the start does not list every per-path directory) is removed here, by the next compaction of the path."""
+        directory = self._dir(summary.path)
+        write_json(directory / COMPACTED, summary.__dict__)
+        remove_temp_files([directory])
+
+    def paths(self) -> list[Path]:
+        """Every per-path directory (for a full sweep)."""
+        try:
+            return sorted(p for p in self.directory.iterdir() if p.is_dir())
+        except FileNotFoundError:
+            return []
+
+    def complete(self) -> bool:
+        """Whether every record of the journal has its marker (the journal was indexed in full once)."""
+        return (self.directory / COMPLETE_STAMP).exists()
+
+    def mark_complete(self) -> None:
+        """Record that the journal was indexed in full (after the markers themselves are durable)."""
+        ensure_dir(self.directory)
+        for directory in self.paths():
+            fsync_dir(directory)
+        (self.directory / COMPLETE_STAMP).touch()
+        fsync_dir(self.directory)
