@@ -10,7 +10,8 @@ is written without it.
 
 What it owns: one ``Workspace`` (``workspace.py``: the shared state) and the operations built on it — ``grants``
 (extraction runs), ``reads`` (search answers and reads), ``write_path`` (create, update), ``recovery`` (reconcile,
-reindex, pending retries). Steps (``jobs/steps.py``) validate their arguments and call the public coroutines here;
+reindex, pending retries), ``history`` (an experience's versions), ``retention`` (the journal's bound) and
+``hand_changes`` (changes made by hand, recorded when found). Steps (``jobs/steps.py``) validate their arguments and call the public coroutines here;
 every one returns a JSON-able answer or raises ProcedureError.
 """
 
@@ -29,8 +30,11 @@ from reme.components.file_store import BaseFileStore
 from .cli import install_cli_error_hook
 from .errors import StartStorageError
 from .extraction.importer import run_import
+from .operations.hand_changes import HandChanges
+from .operations.history import History
 from .operations.reads import Reads
 from .operations.recovery import Recovery, one_shot_reindex
+from .operations.retention import Retention
 from .operations.runs import Run, RunGrants
 from .operations.writes import WritePath
 from .search.views import Views
@@ -72,9 +76,14 @@ class ProcedureMemory(BaseComponent):
         self.workspace = Workspace(self.workspace_path, self.layout.state_dir, self.layout.trajectory_rel_dir,
                                    self.settings, self.tokens, self.logger)
         self.grants = RunGrants(self.workspace)  # live extraction runs (operations/runs.py)
-        self.recovery = Recovery(self.workspace)  # reconcile, reindex, pending retries (operations/recovery.py)
+        self.hand_changes = HandChanges(self.workspace)  # recorded when found (operations/hand_changes.py)
+        self.retention = Retention(self.workspace)  # the journal's bound (operations/retention.py)
+        # reconcile, reindex, pending retries (operations/recovery.py)
+        self.recovery = Recovery(self.workspace, self.hand_changes, self.retention)
         self.reads = Reads(self.workspace, self.recovery)  # search answers and reads (operations/reads.py)
-        self.write_path = WritePath(self.workspace)  # journal -> publish -> index (operations/writes.py)
+        self.history = History(self.workspace, self.reads)  # an experience's versions (operations/history.py)
+        # journal -> publish -> index (operations/writes.py)
+        self.write_path = WritePath(self.workspace, self.hand_changes)
         self._import_lock: asyncio.Lock | None = None
         self._built_at = time.time()  # ReMe's temporary files older than this are stale (storage/layout.py)
         if self.app_context is not None:  # before any component starts: nothing may be created through a link
@@ -249,6 +258,11 @@ class ProcedureMemory(BaseComponent):
         """An excerpt of a copied trajectory by decoded characters, capped by exact tokens."""
         return await self.reads.trajectory(raw_path, offset, length)
 
+    async def experience_history(self, raw_path, *, with_diff: bool, offset: int, limit: int) -> dict[str, Any]:
+        """Every durable version of an experience, oldest first (see ``History.answer``; read-only)."""
+        return await asyncio.to_thread(self.history.answer, raw_path, with_diff=with_diff, offset=offset,
+                                       limit=limit)
+
     # -- extraction runs (operations/runs.py) and writes (operations/writes.py) ------------------------------------
 
     def begin_run(self, scope: str, sources: list[str], segment: int | None = None) -> Run:
@@ -275,5 +289,9 @@ class ProcedureMemory(BaseComponent):
         assert self._import_lock is not None
         await self.recovery.ensure_reconciled()
         async with self._import_lock:
-            return await run_import(self.workspace, self.app_context, self.grants, self.reads, wrapper, args,
-                                    interrupts)
+            answer = await run_import(self.workspace, self.app_context, self.grants, self.reads, wrapper, args,
+                                      interrupts)
+            if answer.get("status") == "complete":  # its records are needed no more for retries: apply the bound
+                async with self.workspace.write_lock:
+                    await asyncio.to_thread(self.retention.compact_import, args.request_id)
+            return answer

@@ -51,6 +51,14 @@ class ExtractionSettings(BaseModel):
     summary_repair_attempts: int = Field(2, ge=0)
 
 
+class HistorySettings(BaseModel):
+    """The journal's retention bound (``operations/retention.py``, docs/decisions.md#journal-retention)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    keep_versions: int = Field(20, ge=1)  # per experience: the records of its newest versions are kept
+
+
 class ProcedureSettings(BaseModel):
     """Everything configurable under ``components.procedure_memory.<name>``."""
 
@@ -76,6 +84,7 @@ class ProcedureSettings(BaseModel):
     read_max_tokens: int = Field(8_192, gt=0)
     token_limits: TokenLimits = Field(default_factory=TokenLimits)
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
+    history: HistorySettings = Field(default_factory=HistorySettings)
 
     @field_validator("procedure_dir", "trajectory_subdir")
     @classmethod

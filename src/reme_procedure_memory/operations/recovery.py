@@ -8,6 +8,9 @@ Contract (what every path below guarantees):
   indexed.
 * Journal intents left by a crash are resolved (rolled forward or dropped) before the views are touched; after the
   views are settled, every open journal record is resolved against the file (superseded / index_pending / indexed).
+* Changes made by hand are recorded in the journal before the views take them in (``hand_changes.py``): files out of
+  step with the views and files the views list that are gone, for experiences the journal knows; the retention
+  bound is then applied to those experiences (``retention.py``). A reindex also applies it to every experience.
 * Views holding records of another BM25 tokenizer are emptied and rebuilt; never mixed.
 * Indexing is bulk: many files go to ``Views.index`` in big batches; a provider outage marks the rest pending at once
   (one timeout per round), a rejected text is isolated per file in its batch.
@@ -29,6 +32,8 @@ from ..errors import IndexFailure, ProviderUnavailable
 from ..schema import VIEW_NAMES, version_of
 from ..storage.experiences import BadFile, StoredExperience
 from ..storage.journal import INDEX_PENDING, INDEXED, INTENT, SUPERSEDED, recover_intent
+from .hand_changes import HandChanges
+from .retention import Retention
 
 if TYPE_CHECKING:
     from ..workspace import Workspace
@@ -61,8 +66,10 @@ def one_shot_reindex(app_context, name: str) -> bool:
 class Recovery:
     """Recovery and maintenance of one ProcedureMemory component (see the module docstring)."""
 
-    def __init__(self, workspace: Workspace) -> None:
+    def __init__(self, workspace: Workspace, hand_changes: HandChanges, retention: Retention) -> None:
         self.workspace = workspace
+        self.hand_changes = hand_changes
+        self.retention = retention
         self.deferred = False  # start-up indexing left to the process's reindex job (single pass)
         self._views_ready: asyncio.Event | None = None
         self._rebuilds = 0  # incremented by every reindex: a search that overlapped one searches again
@@ -125,13 +132,16 @@ class Recovery:
         indexed = {view: views.indexed(view) for view in VIEW_NAMES}
         on_disk: set[str] = set()
         stale: list[StoredExperience] = []
+        invalid: list[str] = []
         ws.pending.clear()
         for item in ws.files.scan():
             on_disk.add(item.path)
             if isinstance(item, BadFile):
                 self.mark_invalid(item)
+                invalid.append(item.path)
             elif any(indexed[v].get(item.path) != (item.version, True) for v in VIEW_NAMES):
                 stale.append(item)
+        self.record_hand_changes(indexed, [s.path for s in stale] + invalid, on_disk)
         gone = sorted({p for v in VIEW_NAMES for p in indexed[v]} - (on_disk - set(ws.pending)))
         await views.remove(gone)
         await self.index_many(stale)
@@ -141,6 +151,21 @@ class Recovery:
         self.deferred = False
         return {"files": len(on_disk), "reindexed": len(stale), "removed": len(gone), "pending": len(ws.pending),
                 "tokenizer_changed": retokenize}
+
+    def record_hand_changes(self, indexed: dict[str, dict[str, tuple[str, bool]]], changed: list[str],
+                            on_disk: set[str]) -> None:
+        """Record the changes made by hand among ``changed`` files and the files ``indexed`` lists that are no
+        longer ``on_disk``, then apply the retention bound to them. A failure is logged: the change stays visible
+        as the current, unrecorded version, and is recorded before the agent next writes over it."""
+        gone = sorted({p for v in VIEW_NAMES for p in indexed[v]} - on_disk)
+        try:
+            recorded = self.hand_changes.found_at_start(changed, gone)
+        except OSError as exc:
+            self.workspace.logger.warning(f"procedure memory: changes made by hand were not recorded: {exc}")
+            return
+        if recorded:
+            self.workspace.logger.info(f"procedure memory recorded changes made by hand: {recorded}")
+            self.retention.compact_paths(recorded)
 
     def settle_journal(self) -> None:
         """Resolve every open journal record against its file once the views are settled."""
@@ -208,6 +233,7 @@ class Recovery:
         assert views is not None
         ws.mark_changed()
         started = time.monotonic()
+        before = {view: views.indexed(view) for view in VIEW_NAMES}  # what changed by hand is out of step with it
         await views.clear()
         ws.pending.clear()
         valid: list[StoredExperience] = []
@@ -218,6 +244,9 @@ class Recovery:
                 self.mark_invalid(item)
             else:
                 valid.append(item)
+        changed = [i["path"] for i in invalid] + [
+            s.path for s in valid if any(before[v].get(s.path, ("",))[0] != s.version for v in VIEW_NAMES)]
+        self.record_hand_changes(before, changed, {i["path"] for i in invalid} | {s.path for s in valid})
         indexed = await self.index_many(valid)
         await views.dump()
         if self.deferred:  # the start left the journal's open records to this pass
@@ -225,6 +254,7 @@ class Recovery:
             self.deferred = False
         ws.damaged_metadata.update(ws.journal.check_records())  # the start read only open records
         ws.damaged_metadata.update(ws.checkpoints.check_records())  # only their imports read them
+        compacted = self.retention.sweep()
         invalid_paths = {i["path"] for i in invalid}
         failed = ws.pending.entries(p for p in ws.pending if p not in invalid_paths)
         return {
@@ -233,6 +263,7 @@ class Recovery:
             "invalid_files": invalid,
             "pending_indexes": failed,
             "damaged_metadata": self.damaged_records(),
+            "journal_records_compacted": compacted,
             "seconds": round(time.monotonic() - started, 3),
         }
 

@@ -13,6 +13,9 @@ Contract:
   anything else is ``operation_key_conflict``; a write overtaken by another is ``stale_version``. A write given no
   key gets one derived from its segment and its arguments (``derived_key``): an identical retry replays.
 
+* An update of a file whose content the journal does not hold (changed or placed by hand) records that content as a
+  change made by hand first (``HandChanges.record_edit``), so the experience's history has the update's predecessor.
+
 The durable files are written by ``storage/`` (journal, experience files); this module decides what and in which
 order, on the shared state of the ``Workspace`` (files, journal, views, pending, write lock, change counters).
 """
@@ -40,6 +43,7 @@ from ..storage.journal import (
     recover_intent,
 )
 from ..tokens import TokenCounter
+from .hand_changes import HandChanges
 from .runs import Run
 
 if TYPE_CHECKING:
@@ -125,8 +129,9 @@ def already_exists(rel: str, note: str = "", **extra) -> ProcedureError:
 class WritePath:
     """Create and update experiences for a live run (see the module docstring)."""
 
-    def __init__(self, workspace: Workspace) -> None:
+    def __init__(self, workspace: Workspace, hand_changes: HandChanges) -> None:
         self.workspace = workspace
+        self.hand_changes = hand_changes
 
     # -- create and update --------------------------------------------------------------------------------------
 
@@ -194,6 +199,7 @@ class WritePath:
                     "current expected_version and a new operation_key.",
                     path=rel, current_version=current.version,
                 )
+            self._record_predecessor(rel)
             merged = {**current.experience.fields(), **fields}
             merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))
             experience = Experience.model_validate(merged)
@@ -202,6 +208,15 @@ class WritePath:
                 target=experience.to_bytes().decode("utf-8"), expected_version=expected, segment=run.segment,
             )
             return await self._commit(run, op)
+
+    def _record_predecessor(self, rel: str) -> None:
+        """Record the content about to be updated when the journal does not hold it (a change made by hand). A
+        failure only costs the history that version (logged): the update itself goes on and answers for itself."""
+        try:
+            self.hand_changes.record_edit(rel)
+        except OSError as exc:
+            self.workspace.logger.warning(f"procedure memory: the content of {rel} before this update was not "
+                                          f"recorded: {exc}")
 
     # -- journal → publish → index --------------------------------------------------------------------------------
 

@@ -1,0 +1,83 @@
+"""Changes made by hand to experience files, recorded in the journal when they are found.
+
+The plugin does not watch the files. It finds what changed by hand:
+
+* at start (and at a reindex): a file whose version differs from the views' record of it, and a file the views
+  listed that is gone, are checked against the journal; when the journal's latest version of that experience is
+  not the file's content, an ``edit`` (the file's text) or a ``delete`` is recorded;
+* before the agent updates a file whose content the journal does not hold (an edit while the import ran, or a
+  file placed by hand), that content is recorded first, so the update's diff has its predecessor.
+
+Only experiences the journal already knows are checked at start: a file placed by hand is recorded when an import
+first writes over it, not at every start (a library of files placed by hand would otherwise be copied into the
+journal by the first start). Until then its history is its current file, unrecorded. A change recorded here is a
+version without an import (``versions.py``). Recording is idempotent: a change already recorded is the journal's
+latest version and is not recorded again.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from ..schema import version_of
+from ..storage.experiences import Link, read_entry
+from ..storage.journal import DELETE, EDIT, Operation
+from .versions import is_version, order
+
+if TYPE_CHECKING:
+    from ..workspace import Workspace
+
+
+def latest_version(ops: list[Operation]) -> Operation | None:
+    """The record of an experience's newest durable version, or None."""
+    durable = [op for op in ops if is_version(op, ops)]
+    return max(durable, key=order) if durable else None
+
+
+class HandChanges:
+    """Record changes made by hand (see the module docstring). Callers hold the write lock or run at start."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+
+    def _latest(self, path: str) -> Operation | None:
+        records, _ = self.workspace.journal.path_records(path)
+        return latest_version([op for _, op in records])
+
+    def found_at_start(self, changed: list[str], gone: list[str]) -> list[str]:
+        """Record the edits of ``changed`` files and the deletion of ``gone`` ones (both out of step with the
+        views) that the journal does not hold yet, for experiences the journal knows. Returns the paths recorded."""
+        journal = self.workspace.journal
+        recorded = []
+        for path in changed:
+            if journal.paths.known(path) and self.record_edit(path):
+                recorded.append(path)
+        for path in gone:
+            if not journal.paths.known(path) or self.workspace.files.read_bytes(path) is not None:
+                continue
+            latest = self._latest(path)
+            if latest is not None and latest.tool != DELETE:
+                journal.record_change(path, DELETE, None, latest.target_version, None)
+                recorded.append(path)
+        return recorded
+
+    def record_edit(self, path: str) -> bool:
+        """Record the current content of ``path`` as an edit made by hand unless the journal's latest version of it
+        is that content (or the file is gone). Returns whether it recorded one."""
+        absolute = str(self.workspace.root / path)
+        data = read_entry(absolute)  # never follows a link
+        if data is None:
+            return False
+        version = version_of(data.target if isinstance(data, Link) else data)
+        latest = self._latest(path)
+        if latest is not None and latest.tool != DELETE and latest.target_version == version:
+            return False
+        try:
+            modified = os.lstat(absolute).st_mtime
+        except FileNotFoundError:
+            return False
+        self.workspace.journal.record_change(
+            path, EDIT, data, None if latest is None or latest.tool == DELETE else latest.target_version, modified,
+        )
+        return True

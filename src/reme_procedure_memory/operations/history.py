@@ -1,0 +1,129 @@
+"""The answer of ``procedure_history``: every durable version of one experience, oldest first.
+
+Contract: nothing here writes (no record is set aside, repaired or compacted). The versions come from the journal
+only (``storage/journal.py``: the records of the path, found through its path index) and the current file; which
+records are versions and in what order is ``versions.py``. The answer follows ``procedure_read``'s conventions
+(``status``, ``kind``, ``path``; ``next_offset`` for the next page) and says, besides the versions:
+
+* ``compacted``: how many older versions the retention bound removed (numbers continue after them);
+* ``damaged_records``: records of this experience that cannot be read, or were set aside as damaged — reported,
+  never hidden (a version may be missing between two listed ones: ``previous_version`` shows it);
+* ``exists`` and ``current_version``: the file now. The current file is always the last version; when no record
+  holds it, that version is ``recorded: false``.
+
+A path the journal never knew that does not exist is ``not_found``; an invalid path is refused as ``procedure_read``
+refuses it (``Reads.experience_path``).
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from ..errors import DamagedRecord, ErrorCode, ProcedureError
+from ..schema import version_of
+from ..storage.experiences import Link, read_entry
+from ..storage.path_index import COMPACTED, Compacted
+from .versions import Version, diff, versions
+
+if TYPE_CHECKING:
+    from ..workspace import Workspace
+    from .reads import Reads
+
+DAMAGED_FIX = ("Resume the import it belongs to (the same reme start job=procedure_auto_memory command): it sets the "
+               "file aside as <file>.damaged, kept for inspection. A record of a change made by hand, or "
+               f"{COMPACTED}, belongs to no import: repair it or move it aside by hand. Until then the version it "
+               "held, if any, is missing from this history.")
+SET_ASIDE_FIX = ("Kept for inspection; the version it held, if any, is missing from this history. Repair the file "
+                 "and move it back to its original name (without .damaged) to restore it.")
+
+
+def iso(at: float | None) -> str | None:
+    """A time as ISO 8601 in UTC, to the millisecond."""
+    return None if at is None else datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="milliseconds")
+
+
+def version_entry(number: int, v: Version, path: str, previous: Version | None, with_diff: bool) -> dict[str, Any]:
+    """One version as the answer lists it (``diff``: from the version listed before it, None for the first)."""
+    entry = {
+        "number": number, "version": v.version, "change": v.change, "request_id": v.request_id,
+        "segment": v.segment, "operation_key": v.operation_key, "at": iso(v.at), "status": v.status,
+        "previous_version": v.previous_version, "recorded": v.recorded, "current": v.current, "text": v.text,
+    }
+    if v.note:
+        entry["note"] = v.note
+    if with_diff:
+        entry["diff"] = diff(path, previous, v) if previous is not None else None
+    return entry
+
+
+def current_file(absolute: str) -> tuple[str, str | None, float | None] | None:
+    """The file now: its version, text (None for a link, never followed; U+FFFD for bytes that are not UTF-8) and
+    modification time; None when absent."""
+    raw = read_entry(absolute)
+    if raw is None:
+        return None
+    try:
+        modified = os.lstat(absolute).st_mtime
+    except FileNotFoundError:
+        modified = None
+    if isinstance(raw, Link):
+        return version_of(raw.target), None, modified
+    return version_of(raw), raw.decode("utf-8", "replace"), modified
+
+
+class History:
+    """``procedure_history`` answers of one ProcedureMemory (see the module docstring)."""
+
+    def __init__(self, workspace: Workspace, reads: Reads) -> None:
+        self.workspace = workspace
+        self.reads = reads
+
+    def answer(self, raw_path, *, with_diff: bool, offset: int, limit: int) -> dict[str, Any]:
+        """The history page of one experience (blocking: reads files)."""
+        ws = self.workspace
+        rel = self.reads.experience_path(raw_path)
+        journal = ws.journal
+        # Records before the summary: a compaction writes its summary before it removes records, so whatever
+        # this read sees, a record it lists is either counted there (and skipped) or not.
+        records, damaged = journal.path_records(rel)
+        try:
+            summary = journal.paths.compacted(rel)
+        except DamagedRecord as exc:
+            summary = Compacted(rel)
+            damaged_summary = {"record": ws.relative(exc.path), "error": exc.cause, "set_aside": False}
+        else:
+            damaged_summary = None
+        removing = set(summary.removing)
+        ops = [op for ref, op in records if ref.name not in removing]
+        current = current_file(str(ws.root / rel))
+        if not ops and current is None and not damaged and damaged_summary is None and not summary.versions:
+            raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}, and the journal has no history of "
+                                 "it. Check the path (procedure_search finds experiences).", path=rel)
+        listed = versions(ops, current, compacted=summary.versions)
+        page = listed[offset:offset + limit]
+        entries = [
+            version_entry(summary.versions + offset + n + 1, v, rel,
+                          listed[offset + n - 1] if offset + n > 0 else None, with_diff)
+            for n, v in enumerate(page)
+        ]
+        reported = [{"record": ws.relative(d.file), "error": d.error, "set_aside": d.set_aside} for d in damaged]
+        reported += [damaged_summary] if damaged_summary else []
+        answer: dict[str, Any] = {
+            "status": "ok", "kind": "history", "path": rel, "exists": current is not None,
+            "current_version": current[0] if current else None, "total": len(listed), "offset": offset,
+            "next_offset": offset + limit if offset + limit < len(listed) else None,
+        }
+        if summary.versions:
+            answer["compacted"] = {
+                "versions": summary.versions, "newest_at": iso(summary.newest_at),
+                "note": f"the journal keeps the records of each experience's newest "
+                        f"{ws.settings.history.keep_versions} versions (history.keep_versions); older ones of "
+                        f"finished imports were removed ({COMPACTED})",
+            }
+        if reported:
+            answer["damaged_records"] = [{**d, "fix": SET_ASIDE_FIX if d["set_aside"] else DAMAGED_FIX}
+                                         for d in reported]
+        answer["versions"] = entries
+        return answer
