@@ -98,6 +98,15 @@ def valid_int(value: Any, low: int, high: int | None) -> bool:
     return isinstance(value, int) and value >= low and (high is None or value <= high)
 
 
+def valid_flag(value: Any) -> bool:
+    """What a boolean argument accepts: absent, a bool, 0/1, or true/false/yes/no/1/0 as text in any case."""
+    if value is None or value == "" or isinstance(value, bool):
+        return True
+    if type(value) is int:
+        return value in (0, 1)
+    return isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0")
+
+
 @dataclass(frozen=True)
 class Slot:
     """One argument of one served job: the other arguments are valid; ``accepts`` says which values must work."""
@@ -117,6 +126,13 @@ SERVED_SLOTS = [
     Slot("procedure_read", "kind", {"path": EXPERIENCE}, lambda v: not v or v == "experience"),
     Slot("procedure_read", "offset", {"kind": "trajectory", "path": TRAJECTORY}, lambda v: valid_int(v, 0, None)),
     Slot("procedure_read", "length", {"kind": "trajectory", "path": TRAJECTORY}, lambda v: valid_int(v, 1, None)),
+    # procedure_history: paths as procedure_read refuses them; an entry of the directory (a link, a bad name) has a
+    # history (its current content, unrecorded; a link is never followed)
+    Slot("procedure_history", "path", {}, lambda v: v in (
+        "procedures/./rebuild-search-after-config-change.json", "procedures/escape.json", "procedures/HP-Upper.json")),
+    Slot("procedure_history", "diff", {"path": EXPERIENCE}, lambda v: valid_flag(v)),
+    Slot("procedure_history", "offset", {"path": EXPERIENCE}, lambda v: valid_int(v, 0, None)),
+    Slot("procedure_history", "limit", {"path": EXPERIENCE}, lambda v: valid_int(v, 1, 50)),
 ]
 
 

@@ -27,6 +27,7 @@ from .fields import (
     ExpectedVersion,
     FieldText,
     Filename,
+    Flag,
     ImportFile,
     ImportFilename,
     ImportText,
@@ -158,6 +159,21 @@ class ReindexArguments(JobArguments):
     model_config = ConfigDict(json_schema_extra=None)
 
 
+# -- procedure_history (issue 22: reviewable revisions) ------------------------------------------------------------
+
+
+class HistoryArguments(JobArguments):
+    """``procedure_history path=procedures/<name>.json [diff=true] [offset=0] [limit=20]`` (read-only, served)."""
+
+    EMPTY_IS_DEFAULT = frozenset({"diff", "offset", "limit"})
+
+    path: RawPath = Field(description="procedures/<name>.json")
+    diff: Flag = Field(False, description="Add to each version the unified diff from the version before it "
+                                          "(default False).")
+    offset: Integer = Field(0, ge=0, description="Versions to skip, oldest first (default 0).")
+    limit: Integer = Field(20, ge=1, le=MAX_LIMIT, description="Most versions to list (default 20).")
+
+
 MODELS: dict[str, type[JobArguments]] = {
     "procedure_search": SearchArguments,
     "procedure_read": ReadArguments,
@@ -165,6 +181,7 @@ MODELS: dict[str, type[JobArguments]] = {
     "procedure_update": UpdateArguments,
     "procedure_auto_memory": AutoMemoryArguments,
     "procedure_reindex": ReindexArguments,
+    "procedure_history": HistoryArguments,
 }
 
 

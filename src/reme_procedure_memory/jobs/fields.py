@@ -136,6 +136,20 @@ def _import_text(value: Any, info: ValidationInfo) -> str:
     return str(value)
 
 
+_TRUE, _FALSE = ("true", "yes", "1"), ("false", "no", "0")
+
+
+def _flag(value: Any, info: ValidationInfo) -> bool:
+    """A boolean: true/false, and as the CLI sends them, ``true``/``false`` (also yes/no, 1/0) in any case."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in _TRUE + _FALSE:
+        return value.strip().lower() in _TRUE
+    raise _refuse(f"`{info.field_name}` must be true or false.")
+
+
 class Conflict:
     """Stands for ``when-to-use`` when it disagrees with ``when_to_use`` (refused in field order)."""
 
@@ -145,6 +159,7 @@ def _alias(value: Any) -> None:
 
 
 Integer = Annotated[int, BeforeValidator(_integer)]
+Flag = Annotated[bool, BeforeValidator(_flag)]
 Query = Annotated[str, BeforeValidator(_query)]
 FieldText = Annotated[str, BeforeValidator(_field_text)]
 OPERATION_KEY_DESCRIPTION = "Optional: an identical retry is recognised without one. If given, a new one for every write."

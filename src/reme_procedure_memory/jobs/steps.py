@@ -25,6 +25,7 @@ from ..operations.writes import canonical_filename
 from .arguments import (
     AutoMemoryArguments,
     CreateArguments,
+    HistoryArguments,
     JobArguments,
     ReadArguments,
     SearchArguments,
@@ -282,3 +283,16 @@ class ProcedureAutoMemoryStep(ProcedureStep):
     def _from_command_line(self) -> bool:
         """Whether this job runs as ``reme start job=...`` (ReMe's one-shot ``cli`` service)."""
         return isinstance(getattr(self.app_context, "service", None), CliService)
+
+
+# -- procedure_history (issue 22: reviewable revisions) ------------------------------------------------------------
+
+
+class ProcedureHistoryStep(ProcedureStep):
+    """``procedure_history path=procedures/x.json [diff=true] [offset=0] [limit=20]``: every durable version of an
+    experience, oldest first (read-only; served like ``procedure_read``, not an agent tool)."""
+
+    async def run(self) -> dict[str, Any]:
+        memory = self.memory
+        args = validate(HistoryArguments, self.context.data)
+        return await memory.experience_history(args.path, with_diff=args.diff, offset=args.offset, limit=args.limit)
