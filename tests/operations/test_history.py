@@ -130,6 +130,35 @@ async def test_a_hand_edit_while_stopped_is_a_version_without_an_import_after_re
         assert await history(app, diff=True) == answer
 
 
+async def test_a_start_that_rebuilds_its_views_checks_known_files_by_their_markers_alone(make_app, tmp_path,
+                                                                                         monkeypatch):
+    """Every file is out of step with views that were lost; one that holds its newest record's content is told so
+    from the markers' names (no record read), an edited one is recorded."""
+    import shutil
+
+    from reme_procedure_memory.storage.journal import OperationJournal
+
+    ws = tmp_path / "ws"
+    async with make_app() as app:
+        run = memory_of(app).begin_run("req-1", [add_trajectory(app)])
+        assert (await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS))[0]
+        assert (await call_tool(app, run, "procedure_create", filename="other.json", **FIELDS))[0]
+        before = await history(app)
+    edited = (ws / "procedures/other.json").read_text().replace("indexes", "indexes by hand")
+    (ws / "procedures/other.json").write_text(edited)
+    for view in (ws / "metadata" / "file_store").glob("*.view"):
+        shutil.rmtree(view)
+    reads = []
+    real = OperationJournal.path_records
+    monkeypatch.setattr(OperationJournal, "path_records", lambda self, path: (reads.append(path), real(self, path))[1])
+    async with make_app() as app:
+        assert PATH not in reads and "procedures/other.json" in reads  # the unchanged file: no record read
+        monkeypatch.undo()
+        assert await history(app) == before
+        assert [v["change"] for v in (await history(app, path="procedures/other.json"))["versions"]] == [
+            "create", "hand_edit"]
+
+
 async def test_a_hand_edit_while_running_is_the_unrecorded_current_version_until_the_next_start(make_app):
     async with make_app() as app:
         run = memory_of(app).begin_run("req-1", [add_trajectory(app)])

@@ -13,6 +13,10 @@ first writes over it, not at every start (a library of files placed by hand woul
 journal by the first start). Until then its history is its current file, unrecorded. A change recorded here is a
 version without an import (``versions.py``). Recording is idempotent: a change already recorded is the journal's
 latest version and is not recorded again.
+
+Cost: a file that holds what the experience's newest record writes is told from one listing of its markers (their
+names carry each record's time and version), so a start whose views were rebuilt checks every file the journal knows
+without reading records; only the others read the experience's records.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING
 from ..schema import version_of
 from ..storage.experiences import Link, read_entry
 from ..storage.journal import DELETE, EDIT, Operation
+from ..storage.path_index import DELETED
 from .versions import is_version, order
 
 if TYPE_CHECKING:
@@ -45,16 +50,21 @@ class HandChanges:
         records, _ = self.workspace.journal.path_records(path)
         return latest_version([op for _, op in records])
 
-    def found_at_start(self, changed: list[str], gone: list[str]) -> list[str]:
-        """Record the edits of ``changed`` files and the deletion of ``gone`` ones (both out of step with the
-        views) that the journal does not hold yet, for experiences the journal knows. Returns the paths recorded."""
+    def found_at_start(self, changed: dict[str, str], gone: list[str]) -> list[str]:
+        """Record the edits of ``changed`` files (path -> version, as the start's scan read them) and the deletion
+        of ``gone`` ones (both out of step with the views) that the journal does not hold yet, for experiences the
+        journal knows. Returns the paths recorded."""
         journal = self.workspace.journal
+        known = journal.paths.known()  # one listing, however many files are out of step (a rebuild: all of them)
         recorded = []
-        for path in changed:
-            if journal.paths.known(path) and self.record_edit(path):
+        for path, version in changed.items():
+            if journal.paths.digest(path) in known and self.record_edit(path, version):
                 recorded.append(path)
         for path in gone:
-            if not journal.paths.known(path) or self.workspace.files.read_bytes(path) is not None:
+            if journal.paths.digest(path) not in known or self.workspace.files.read_bytes(path) is not None:
+                continue
+            newest = journal.paths.newest(path)
+            if newest is not None and newest.version == DELETED:  # recorded already
                 continue
             latest = self._latest(path)
             if latest is not None and latest.tool != DELETE:
@@ -62,14 +72,20 @@ class HandChanges:
                 recorded.append(path)
         return recorded
 
-    def record_edit(self, path: str) -> bool:
+    def record_edit(self, path: str, seen: str | None = None) -> bool:
         """Record the current content of ``path`` as an edit made by hand unless the journal's latest version of it
-        is that content (or the file is gone). Returns whether it recorded one."""
+        is that content (or the file is gone); ``seen``: the file's version as just read, if known. Returns whether
+        it recorded one."""
+        newest = self.workspace.journal.paths.newest(path)
+        if seen is not None and newest is not None and newest.version == seen:  # what the newest record wrote
+            return False
         absolute = str(self.workspace.root / path)
         data = read_entry(absolute)  # never follows a link
         if data is None:
             return False
         version = version_of(data.target if isinstance(data, Link) else data)
+        if newest is not None and newest.version == version:
+            return False
         latest = self._latest(path)
         if latest is not None and latest.tool != DELETE and latest.target_version == version:
             return False

@@ -132,16 +132,16 @@ class Recovery:
         indexed = {view: views.indexed(view) for view in VIEW_NAMES}
         on_disk: set[str] = set()
         stale: list[StoredExperience] = []
-        invalid: list[str] = []
+        invalid: dict[str, str] = {}
         ws.pending.clear()
         for item in ws.files.scan():
             on_disk.add(item.path)
             if isinstance(item, BadFile):
                 self.mark_invalid(item)
-                invalid.append(item.path)
+                invalid[item.path] = item.version
             elif any(indexed[v].get(item.path) != (item.version, True) for v in VIEW_NAMES):
                 stale.append(item)
-        self.record_hand_changes(indexed, [s.path for s in stale] + invalid, on_disk)
+        self.record_hand_changes(indexed, {**invalid, **{s.path: s.version for s in stale}}, on_disk)
         gone = sorted({p for v in VIEW_NAMES for p in indexed[v]} - (on_disk - set(ws.pending)))
         await views.remove(gone)
         await self.index_many(stale)
@@ -152,10 +152,10 @@ class Recovery:
         return {"files": len(on_disk), "reindexed": len(stale), "removed": len(gone), "pending": len(ws.pending),
                 "tokenizer_changed": retokenize}
 
-    def record_hand_changes(self, indexed: dict[str, dict[str, tuple[str, bool]]], changed: list[str],
+    def record_hand_changes(self, indexed: dict[str, dict[str, tuple[str, bool]]], changed: dict[str, str],
                             on_disk: set[str]) -> None:
-        """Record the changes made by hand among ``changed`` files and the files ``indexed`` lists that are no
-        longer ``on_disk``, then apply the retention bound to them. A failure is logged: the change stays visible
+        """Record the changes made by hand among ``changed`` files (path -> version) and the files ``indexed`` lists
+        that are no longer ``on_disk``, then apply the retention bound to them. A failure is logged: the change stays visible
         as the current, unrecorded version, and is recorded before the agent next writes over it."""
         gone = sorted({p for v in VIEW_NAMES for p in indexed[v]} - on_disk)
         try:
@@ -244,8 +244,8 @@ class Recovery:
                 self.mark_invalid(item)
             else:
                 valid.append(item)
-        changed = [i["path"] for i in invalid] + [
-            s.path for s in valid if any(before[v].get(s.path, ("",))[0] != s.version for v in VIEW_NAMES)]
+        changed = {i["path"]: i["version"] for i in invalid} | {
+            s.path: s.version for s in valid if any(before[v].get(s.path, ("",))[0] != s.version for v in VIEW_NAMES)}
         self.record_hand_changes(before, changed, {i["path"] for i in invalid} | {s.path for s in valid})
         indexed = await self.index_many(valid)
         await views.dump()

@@ -53,7 +53,7 @@ class Retention:
 
         summary = journal.paths.compacted(path)
         if summary.removing:  # a compaction that was killed half way: finish it
-            journal.remove_records(path, [_ref(name) for name in summary.removing])
+            journal.remove_records(path, [Ref.parse(name) for name in summary.removing])
             summary.removing = []
             journal.paths.put_compacted(summary)
         records, _ = journal.path_records(path)  # damaged records are never removed: they stay for inspection
@@ -92,7 +92,3 @@ class Retention:
         """Apply the bound to every experience the journal knows (the reindex)."""
         return self.compact_paths(self.workspace.journal.known_paths())
 
-
-def _ref(name: str) -> Ref:
-    scope_digest, _, stem = name.partition(".")
-    return Ref(scope_digest, stem)

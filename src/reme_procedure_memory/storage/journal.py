@@ -27,7 +27,7 @@ from ..errors import DamagedRecord, StorageError
 from ..schema import version_of
 from .atomic import fsync_dir, write_json
 from .experiences import ExperienceFiles, Link, entry_names, read_entry
-from .path_index import PATHS_DIR, PathIndex, Ref
+from .path_index import DELETED, PATHS_DIR, PathIndex, Ref
 from .records import glob_escape, load_owned_record, load_record
 
 # Journal record states. "intent" is written before the publish; the others after it.
@@ -136,9 +136,10 @@ class OperationJournal:
         return final.with_name(final.name[: -len(".json")] + OPEN_SUFFIX)
 
     def _ref(self, op: Operation) -> Ref:
-        """Where the record of ``op`` lives (its marker's name)."""
+        """Where the record of ``op`` lives, when it was created and what it writes (its marker's name)."""
         final = self._path(op.scope, op.key)
-        return Ref(final.parent.name[: -len(SCOPE_SUFFIX)], final.name[: -len(".json")])
+        return Ref(final.parent.name[: -len(SCOPE_SUFFIX)], final.name[: -len(".json")],
+                   round(op.created_at * 1e6), DELETED if op.tool == DELETE else op.target_version)
 
     def _mark(self, op: Operation) -> None:
         """Make the marker of ``op``'s record under its path (once per record and process)."""
@@ -229,7 +230,7 @@ class OperationJournal:
                     if name in stale or not (is_open or earlier or indexing):
                         continue
                     op = read[name] = self._read(scope_dir, dir_fd, name)
-                    if op is not None and indexing and isinstance(op.path, str):
+                    if op is not None and indexing and _has_shape(op):
                         self._mark(op)
                     if op is not None and op.status in OPEN_STATES:
                         self._open[(op.scope, op.key)] = op
@@ -278,7 +279,7 @@ class OperationJournal:
         for scope_dir, dir_fd, names in self._scopes():
             for name in names:
                 op = self._read(scope_dir, dir_fd, name)
-                if op is not None and isinstance(op.path, str):
+                if op is not None and _has_shape(op):
                     self.paths.add(op.path, self._ref(op))
         return dict(self.damaged)
 
@@ -417,6 +418,15 @@ class DamagedEntry:
     file: Path
     error: str
     set_aside: bool
+
+
+def _has_shape(op: Operation) -> bool:
+    """Whether the fields a history (and a marker) reads have their types."""
+    try:
+        _check_shape(Path(), op)
+    except DamagedRecord:
+        return False
+    return True
 
 
 def _check_shape(file: Path, op: Operation) -> None:

@@ -4,9 +4,11 @@ The journal keeps its records by import (``operations/<scope digest>.v2/``), whi
 segment look up. An experience's history needs the other direction, so ``operations/paths/<path digest>/`` holds,
 per experience:
 
-* one empty *marker* per journal record of that path, named ``<scope digest>.<record digest>``: the record's
-  scope directory and file stem. A marker says where a record is, never what it holds (the journal stays the one
-  copy of every write's text), so a record whose file cannot be parsed is still known to belong to its path;
+* one empty *marker* per journal record of that path, named ``<scope digest>.<record digest>.<created µs>.<target
+  version>``: the record's scope directory and file stem, when it was created and the version it writes (``none``
+  for a deletion). A marker says where a record is, never what it holds (the journal stays the one copy of every
+  write's text), so a record whose file cannot be parsed is still known to belong to its path; its time and version
+  let a start tell from one directory listing that a file holds the newest record's content (``newest``);
 * ``compacted.json`` once the retention bound removed records of the path: how many versions are gone, when the
   newest of them was written, and the refs being removed (written before the removal, cleared after it), so a kill
   in between neither counts a version twice nor shows a record that is being removed.
@@ -32,19 +34,29 @@ from .records import read_json
 PATHS_DIR = "paths"  # under ``operations/``: not a scope directory
 COMPLETE_STAMP = "indexed"  # ``paths/indexed``: every record of the journal has its marker
 COMPACTED = "compacted.json"
-MARKER = re.compile(r"^([0-9a-f]{32})\.([0-9a-f]{64})$")
+MARKER = re.compile(r"^([0-9a-f]{32})\.([0-9a-f]{64})\.([0-9]{1,20})\.([0-9a-z]{1,64})$")
+DELETED = "none"  # the version of a deletion's marker
 
 
 @dataclass(frozen=True, order=True)
 class Ref:
-    """Where one journal record lives: its scope directory's digest and its file stem."""
+    """Where one journal record lives (its scope directory's digest and its file stem: the identity), when it was
+    created (µs since the epoch) and the version it writes."""
 
     scope_digest: str
     stem: str
+    created_us: int = field(default=0, compare=False)
+    version: str = field(default=DELETED, compare=False)
 
     @property
     def name(self) -> str:
-        return f"{self.scope_digest}.{self.stem}"
+        return f"{self.scope_digest}.{self.stem}.{self.created_us}.{self.version}"
+
+    @classmethod
+    def parse(cls, name: str) -> "Ref | None":
+        """The ref a marker's name stands for, or None when it is no marker's name."""
+        found = MARKER.match(name)
+        return cls(found[1], found[2], int(found[3]), found[4]) if found else None
 
 
 @dataclass
@@ -64,7 +76,7 @@ class PathIndex:
         self.directory = directory
 
     def _dir(self, path: str) -> Path:
-        return self.directory / hashlib.sha256(path.encode("utf-8")).hexdigest()[:32]
+        return self.directory / self.digest(path)
 
     def add(self, path: str, ref: Ref) -> None:
         """Create the marker of ``ref`` under ``path`` (idempotent, no fsync: see the module docstring)."""
@@ -87,11 +99,24 @@ class PathIndex:
             names = os.listdir(directory)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(Ref(m[1], m[2]) for name in names if (m := MARKER.match(name)))
+        return sorted(ref for name in names if (ref := Ref.parse(name)) is not None)
 
-    def known(self, path: str) -> bool:
-        """Whether the journal has (or had) a record of ``path``: one directory lookup."""
-        return self._dir(path).is_dir()
+    def newest(self, path: str) -> Ref | None:
+        """The ref of ``path``'s most recently created record (one directory listing), or None."""
+        return max(self.refs(path), key=lambda ref: ref.created_us, default=None)
+
+    def known(self) -> set[str]:
+        """The paths' directory names (``digest``) of every experience the journal has (or had) a record of: one
+        directory listing, for checking many paths."""
+        try:
+            return set(os.listdir(self.directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return set()
+
+    @staticmethod
+    def digest(path: str) -> str:
+        """The name of ``path``'s directory."""
+        return hashlib.sha256(path.encode("utf-8")).hexdigest()[:32]
 
     def remove(self, path: str, refs: list[Ref]) -> None:
         """Remove the markers of ``refs`` (their records are gone)."""
