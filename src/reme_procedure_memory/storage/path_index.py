@@ -99,7 +99,7 @@ class PathIndex:
             names = os.listdir(directory)
         except (FileNotFoundError, NotADirectoryError):
             return []
-        return sorted(ref for name in names if (ref := Ref.parse(name)) is not None)
+        return sorted({ref for name in names if (ref := Ref.parse(name)) is not None})  # one per record
 
     def newest(self, path: str) -> Ref | None:
         """The ref of ``path``'s most recently created record (one directory listing), or None."""
