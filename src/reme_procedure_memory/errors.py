@@ -156,6 +156,11 @@ class TokenizerUnavailable(RuntimeError):
     """The configured tokenizer could not be loaded; the message names the source and how to fix it."""
 
 
+class EmbeddedModelUnavailable(RuntimeError):
+    """The embedded embedding model (``search/embedded.py``) cannot be used in this process; the message names the
+    cause and what to do (install or reinstall its package, or configure a provider)."""
+
+
 class UnsupportedTrajectory(ValueError):
     """The file's format is not one the import reads."""
 

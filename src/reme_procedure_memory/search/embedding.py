@@ -4,7 +4,8 @@ provider's health.
 Embedding calls have two timeouts: ``timeout`` for writes, start, reindex and pending retries (they must index),
 ``search_timeout`` (short) for a search's query vector. After a provider failure, searches skip the vector list for
 ``cooldown`` seconds; after that, exactly one search at a time probes the provider while the others answer from BM25
-at once, so a hanging provider never stalls searches in waves. Writes always try the provider.
+at once, so a hanging provider never stalls searches in waves. Writes always try the provider. A model that says it
+cannot be used in this process (the embedded model after a failed load) fails every call at once, with its cause.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class EmbeddingClient:
             return []
         timeout = self.timeout if timeout is None else timeout
         try:
+            reason = self.unavailable_reason()
+            if reason:  # the embedded model could not load in this process: no call can succeed
+                raise ProviderUnavailable(reason)
             try:
                 vectors = await asyncio.wait_for(self.embedding_store.get_embeddings(texts), timeout)
             except asyncio.TimeoutError:
@@ -57,6 +61,15 @@ class EmbeddingClient:
         self._failed_calls = 0
         self.vector_down_until, self.vector_down_reason = 0.0, ""
         return vectors
+
+    def unavailable_reason(self) -> str:
+        """Why the embedding model cannot be used in this process, when it says so (the embedded model after a
+        failed load, ``search/embedded.py``); "" otherwise. ReMe's store logs and swallows the model's exception,
+        so the cause is read here and becomes the message of the failure (``vector_search.error``, ``index_pending``).
+        """
+        model = getattr(self.embedding_store, "as_embedding", None)
+        reason = getattr(model, "unavailable_reason", "")
+        return reason if isinstance(reason, str) else ""
 
     async def query_vector(self, query: str):
         """The query's vector, or None with the reason when the provider is unavailable, cooling down, or being
