@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 PARALLEL = 2
-NUMBER = r"\d[\d,]*(?:\.\d+)?"
+NUMBER = r"-?\d[\d,]*(?:\.\d+)?"  # a sign too: a difference of timings can be negative on a loaded machine
 
 
 @dataclass
