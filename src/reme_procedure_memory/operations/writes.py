@@ -199,7 +199,7 @@ class WritePath:
                     "current expected_version and a new operation_key.",
                     path=rel, current_version=current.version,
                 )
-            self._record_predecessor(rel)
+            self._record_predecessor(rel, current.version)
             merged = {**current.experience.fields(), **fields}
             merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))
             experience = Experience.model_validate(merged)
@@ -209,11 +209,11 @@ class WritePath:
             )
             return await self._commit(run, op)
 
-    def _record_predecessor(self, rel: str) -> None:
+    def _record_predecessor(self, rel: str, version: str) -> None:
         """Record the content about to be updated when the journal does not hold it (a change made by hand). A
         failure only costs the history that version (logged): the update itself goes on and answers for itself."""
         try:
-            self.hand_changes.record_edit(rel)
+            self.hand_changes.record_edit(rel, version)
         except OSError as exc:
             self.workspace.logger.warning(f"procedure memory: the content of {rel} before this update was not "
                                           f"recorded: {exc}")

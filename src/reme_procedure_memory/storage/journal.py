@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -27,7 +28,7 @@ from ..errors import DamagedRecord, StorageError
 from ..schema import version_of
 from .atomic import fsync_dir, write_json
 from .experiences import ExperienceFiles, Link, entry_names, read_entry
-from .path_index import DELETED, PATHS_DIR, PathIndex, Ref
+from .path_index import BUILDING_DIR, DELETED, PATHS_DIR, PathIndex, Ref
 from .records import glob_escape, load_owned_record, load_record
 
 # Journal record states. "intent" is written before the publish; the others after it.
@@ -214,11 +215,14 @@ class OperationJournal:
     def _scan(self) -> dict[tuple[str, str], Operation]:
         """The open records by (scope, key): read (and the layout converted) by the first call, then kept current.
 
-        A journal without the path index (written before it existed) is read in full by that call, once: every
-        record gets its marker (a damaged one cannot be attributed to a path: it stays listed in ``damaged``)."""
+        A journal with records but without the path index (written before it existed) is read in full by that
+        call, once: every record gets its marker, built aside and then renamed into place (``path_index.py``); a
+        damaged record cannot be attributed to a path: it stays listed in ``damaged``."""
         if self._open is None:
             self._open = {}
-            indexing = not self.paths.complete()
+            builder = None if self.paths.exists() else PathIndex(self.directory / BUILDING_DIR)
+            if builder is not None:
+                shutil.rmtree(builder.directory, ignore_errors=True)  # a build a kill interrupted: again
             for scope_dir, dir_fd, names in self._scopes():
                 earlier = not scope_dir.name.endswith(SCOPE_SUFFIX)
                 finals = {name for name in names if not name.endswith(OPEN_SUFFIX)}
@@ -227,11 +231,11 @@ class OperationJournal:
                 read: dict[str, Operation | None] = {}
                 for name in names:
                     is_open = name.endswith(OPEN_SUFFIX)
-                    if name in stale or not (is_open or earlier or indexing):
+                    if name in stale or not (is_open or earlier or builder is not None):
                         continue
                     op = read[name] = self._read(scope_dir, dir_fd, name)
-                    if op is not None and indexing and _has_shape(op):
-                        self._mark(op)
+                    if op is not None and builder is not None and _has_shape(op):
+                        builder.add(op.path, self._ref(op))
                     if op is not None and op.status in OPEN_STATES:
                         self._open[(op.scope, op.key)] = op
                         if not is_open:
@@ -244,8 +248,8 @@ class OperationJournal:
                     _unlink_all(scope_dir / name for name in settled)
                 if earlier:
                     self._convert(scope_dir, converted)
-            if indexing:
-                self.paths.mark_complete()
+            if builder is not None and builder.exists():
+                builder.publish_as(self.paths.directory)
         return self._open
 
     def _convert(self, scope_dir: Path, converted: list[tuple[Operation, Path]]) -> None:
@@ -301,7 +305,7 @@ class OperationJournal:
         listed once and open while its step runs: a long journal is read without resolving a path per record."""
         try:
             with os.scandir(self.directory) as entries:
-                scopes = sorted(e.name for e in entries if e.is_dir() and e.name != PATHS_DIR)
+                scopes = sorted(e.name for e in entries if e.is_dir() and e.name not in (PATHS_DIR, BUILDING_DIR))
         except (FileNotFoundError, NotADirectoryError):
             return
         for scope in scopes:

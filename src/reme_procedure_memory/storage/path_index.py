@@ -15,8 +15,10 @@ per experience:
 
 A marker is created before its record is written and without an fsync: a marker without a record (a kill in
 between) is ignored; a record without a marker needs a power loss on a file system that does not commit metadata
-in order, and the reindex's full read of the journal recreates it. A journal written before this index existed is
-indexed once, in full, by the first start (``complete`` says whether that happened).
+in order, and the reindex's full read of the journal recreates it. Every journal written with this index has
+``paths/`` from its first record on; a journal with records and no ``paths/`` was written before it and is indexed
+once, in full, by the first start: into ``paths.building/``, renamed ``paths/`` once every marker is durable (a kill
+before the rename builds it again). An empty journal needs no index, and gets none until its first record.
 """
 
 from __future__ import annotations
@@ -28,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import DamagedRecord
-from .atomic import ensure_dir, fsync_dir, remove_temp_files, write_json
+from .atomic import fsync_dir, remove_temp_files, write_json
 from .records import read_json
 
 PATHS_DIR = "paths"  # under ``operations/``: not a scope directory
-COMPLETE_STAMP = "indexed"  # ``paths/indexed``: every record of the journal has its marker
+BUILDING_DIR = "paths.building"  # the index of an older journal while the first start builds it (nor this one)
 COMPACTED = "compacted.json"
 MARKER = re.compile(r"^([0-9a-f]{32})\.([0-9a-f]{64})\.([0-9]{1,20})\.([0-9a-z]{1,64})$")
 DELETED = "none"  # the version of a deletion's marker
@@ -152,14 +154,13 @@ class PathIndex:
         except FileNotFoundError:
             return []
 
-    def complete(self) -> bool:
-        """Whether every record of the journal has its marker (the journal was indexed in full once)."""
-        return (self.directory / COMPLETE_STAMP).exists()
+    def exists(self) -> bool:
+        return self.directory.is_dir()
 
-    def mark_complete(self) -> None:
-        """Record that the journal was indexed in full (after the markers themselves are durable)."""
-        ensure_dir(self.directory)
+    def publish_as(self, target: Path) -> None:
+        """Make this index (built aside) the journal's: its markers made durable, then renamed to ``target``."""
         for directory in self.paths():
             fsync_dir(directory)
-        (self.directory / COMPLETE_STAMP).touch()
         fsync_dir(self.directory)
+        os.rename(self.directory, target)
+        fsync_dir(target.parent)
