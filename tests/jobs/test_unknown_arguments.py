@@ -29,6 +29,8 @@ MISSPELLED = {
                          "expected_version"),
     "procedure_auto_memory": ({"file": "/tmp/run.jsonl", "filename": "run.jsonl"}, "memory_hnt", "memory_hint"),
     "procedure_reindex": ({}, "force", None),
+    "procedure_list": ({"limit": 5}, "cursr", "cursor"),
+    "procedure_imports": ({}, "limits", "limit"),
 }
 
 
@@ -107,7 +109,8 @@ def durable(ws) -> dict:
     return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(ws.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("job", ["procedure_search", "procedure_read", "procedure_auto_memory", "procedure_reindex"])
+@pytest.mark.parametrize("job", ["procedure_search", "procedure_read", "procedure_auto_memory", "procedure_reindex",
+                                 "procedure_list", "procedure_imports"])
 async def test_each_job_refuses_a_misspelled_argument_and_changes_nothing(make_app, tmp_path, job):
     original = tmp_path / "run.jsonl"
     original.write_text('{"role": "user", "content": "hi"}\n')

@@ -31,8 +31,10 @@ from ..errors import ErrorCode, ProcedureError
 from ..schema import FIELD_ALIAS, NAME_EXAMPLE, VIEW_NAMES
 from .fields import (
     MAX_LIMIT,
+    MAX_PAGE,
     AliasConflict,
     Conflict,
+    Cursor,
     ExpectedVersion,
     FieldText,
     Filename,
@@ -162,6 +164,27 @@ class AutoMemoryArguments(JobArguments):
     source_id: ImportText = ""
 
 
+class _PageArguments(JobArguments):
+    """A listing's page: ``limit`` entries after ``cursor`` (the ``next`` of the previous answer)."""
+
+    EMPTY_IS_DEFAULT = frozenset({"limit", "cursor"})
+    CURSOR_DESCRIPTION: ClassVar[str] = "The `next` of the previous answer; leave it out for the first page."
+
+
+class ListArguments(_PageArguments):
+    """``procedure_list [limit=50] [cursor=<next>]``: the experiences by path."""
+
+    limit: Integer = Field(50, ge=1, le=MAX_PAGE, description="Experiences per page (default 50).")
+    cursor: Cursor = Field(None, description=_PageArguments.CURSOR_DESCRIPTION)
+
+
+class ImportsArguments(_PageArguments):
+    """``procedure_imports [limit=50] [cursor=<next>]``: the imports by request id."""
+
+    limit: Integer = Field(50, ge=1, le=MAX_PAGE, description="Imports per page (default 50).")
+    cursor: Cursor = Field(None, description=_PageArguments.CURSOR_DESCRIPTION)
+
+
 class ReindexArguments(JobArguments):
     """``procedure_reindex`` takes no argument (and refuses any)."""
 
@@ -175,6 +198,8 @@ MODELS: dict[str, type[JobArguments]] = {
     "procedure_update": UpdateArguments,
     "procedure_auto_memory": AutoMemoryArguments,
     "procedure_reindex": ReindexArguments,
+    "procedure_list": ListArguments,
+    "procedure_imports": ImportsArguments,
 }
 
 

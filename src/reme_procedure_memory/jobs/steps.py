@@ -23,7 +23,9 @@ from ..operations.writes import canonical_filename
 from .arguments import (
     AutoMemoryArguments,
     CreateArguments,
+    ImportsArguments,
     JobArguments,
+    ListArguments,
     ReadArguments,
     ReindexArguments,
     SearchArguments,
@@ -213,6 +215,24 @@ class ProcedureReadStep(ProcedureStep):
         if args.kind == "experience":
             return memory.read_experience(args.path)
         return await memory.read_trajectory(args.path, args.offset, args.length)
+
+
+class ProcedureListStep(ProcedureStep):
+    """``procedure_list [limit=50] [cursor=<next>]``: the experiences by path, a page at a time (read only)."""
+
+    async def run(self) -> dict[str, Any]:
+        memory = self.memory
+        args = self.validated_arguments(ListArguments)
+        return await memory.list_experiences(args.cursor, args.limit)
+
+
+class ProcedureImportsStep(ProcedureStep):
+    """``procedure_imports [limit=50] [cursor=<next>]``: the imports by request id, a page at a time (read only)."""
+
+    async def run(self) -> dict[str, Any]:
+        memory = self.memory
+        args = self.validated_arguments(ImportsArguments)
+        return await memory.list_imports(args.cursor, args.limit)
 
 
 class _WriteStep(ProcedureStep):
