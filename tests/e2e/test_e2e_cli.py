@@ -307,7 +307,7 @@ def test_client_http_and_mcp_refuse_a_misspelled_argument_and_pass_remes_own_nam
     assert durable_state(service.ws) == before
 
 
-def test_mcp_exposes_only_search_and_read(service):
+def test_mcp_exposes_only_the_read_jobs(service):
     from fastmcp import Client
     from fastmcp.exceptions import ToolError
 
@@ -350,6 +350,53 @@ def test_mcp_exposes_only_search_and_read(service):
     assert out["create_errors"] == list(HIDDEN_JOBS)
     assert durable_state(service.ws) == before
     assert not (service.ws / "procedures" / "mcp.json").exists()
+
+
+# -- the listings (issue 21, item 6): served like search ------------------------------------------------------------
+
+
+def test_cli_client_lists_the_experiences_a_page_at_a_time(service):
+    before = durable_state(service.ws)
+    names = sorted(service.versions)
+    first, ok = service.reme.call(service.port, "procedure_list", "limit=2")
+    assert ok and first["total"] == 3 and first["next"] == f"procedures/{names[1]}"
+    rest, ok = service.reme.call(service.port, "procedure_list", "limit=2", f"cursor={first['next']}")
+    assert ok and rest["next"] is None
+    entries = first["experiences"] + rest["experiences"]
+    assert [(e["path"], e["version"], e["state"], e["source_count"]) for e in entries] == [
+        (f"procedures/{name}", service.versions[name], "indexed", 1) for name in names]
+    assert entries[names.index("rebuild-search-after-config-change.json")]["description"] == REBUILD["description"]
+    imports, ok = service.reme.call(service.port, "procedure_imports")
+    assert ok and imports == {"status": "ok", "imports": [], "total": 0, "next": None, "damaged_records": []}
+    assert durable_state(service.ws) == before
+
+
+def test_listings_are_served_over_http_and_mcp(service):
+    before = durable_state(service.ws)
+    with httpx.Client(base_url=service.url, timeout=30) as client:
+        listed = client.post("/procedure_list", json={"limit": 1}).json()
+        imports = client.post("/procedure_imports", json={"limit": 10}).json()
+        refused = client.post("/procedure_list", json={"limit": 1, "cursr": "x"}).json()
+        paths = client.get("/openapi.json").json()["paths"]
+    assert listed["success"] and json.loads(listed["answer"])["next"] is not None
+    assert imports["success"] and json.loads(imports["answer"])["imports"] == []
+    assert not refused["success"] and "did you mean `cursor`?" in json.loads(refused["answer"])["error"]["message"]
+    assert "/procedure_list" in paths and "/procedure_imports" in paths
+
+    async def session():
+        from fastmcp import Client
+        async with Client(f"{service.url}/mcp") as client:
+            tools = {tool.name: tool for tool in await client.list_tools()}
+            listed = await client.call_tool("procedure_list", {"limit": 50})
+            imports = await client.call_tool("procedure_imports", {})
+            return tools, json.loads(listed.content[0].text), json.loads(imports.content[0].text)
+
+    tools, listed, imports = asyncio.run(asyncio.wait_for(session(), timeout=60))
+    for job in ("procedure_list", "procedure_imports"):
+        assert set(tools[job].inputSchema["properties"]) == {"limit", "cursor"}
+    assert [e["path"] for e in listed["experiences"]] == sorted(f"procedures/{n}" for n in service.versions)
+    assert imports["status"] == "ok" and imports["total"] == 0
+    assert durable_state(service.ws) == before
 
 
 def test_second_process_on_a_served_workspace_fails_with_workspace_in_use(service):
