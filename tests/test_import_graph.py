@@ -15,7 +15,7 @@ NAME = "reme_procedure_memory"
 LAYERS = [
     ["", "errors"],  # the package itself holds only ``__version__`` and imports nothing
     ["schema"],
-    ["settings", "tokens", "cli"],
+    ["settings", "tokens", "cli", "interrupts"],
     ["storage"],
     ["search"],
     ["workspace"],

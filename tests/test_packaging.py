@@ -92,6 +92,7 @@ def unpacked_wheel(wheel, tmp_path_factory) -> Path:
     return target
 
 
+@pytest.mark.slow
 def test_wheel_ships_the_manifest_bytes_and_the_entry_point(wheel):
     with zipfile.ZipFile(wheel) as archive:
         names = archive.namelist()
@@ -129,6 +130,7 @@ print(json.dumps({
 """
 
 
+@pytest.mark.slow
 def test_installed_wheel_serves_the_same_manifest_and_loads_as_a_reme_plugin(unpacked_wheel, tmp_path):
     import hashlib
 
@@ -150,6 +152,7 @@ def test_installed_wheel_serves_the_same_manifest_and_loads_as_a_reme_plugin(unp
     assert probe["backend_modules"] and all(path.startswith(site) for path in probe["backend_modules"])
 
 
+@pytest.mark.slow
 def test_installed_wheel_passes_reme_plugins_validate_and_show(unpacked_wheel, tmp_path):
     validate = _run([REME, "plugins", "validate", "procedure-memory"], cwd=tmp_path, timeout=120,
                     PYTHONPATH=str(unpacked_wheel))
@@ -178,6 +181,7 @@ def _default_jobs_block(text: str) -> list[str]:
     return block
 
 
+@pytest.mark.slow
 def test_reme_plugins_validate_and_show_list_all_eight_jobs(tmp_path):
     validate = _run([REME, "plugins", "validate", "procedure-memory"], cwd=tmp_path, timeout=120)
     assert validate.returncode == 0, validate.stdout + validate.stderr
@@ -196,6 +200,7 @@ def test_reme_plugins_validate_and_show_list_all_eight_jobs(tmp_path):
     assert details["backends"] == list(yaml.safe_load(MANIFEST.read_text())["backends"])
 
 
+@pytest.mark.slow
 def test_wheel_built_from_the_sdist_also_ships_the_manifest_bytes(tmp_path):
     """``python -m build`` (sdist, then the wheel from the sdist, as pip does for a source install)."""
     project = copy_project(tmp_path)

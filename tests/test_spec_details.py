@@ -100,6 +100,7 @@ async def test_checkpoint_of_another_segmenter_version_is_incompatible(make_app,
         assert memory.checkpoints.get("old") == checkpoint
 
 
+@pytest.mark.slow
 async def test_no_limit_on_the_number_of_experiences(make_app, tmp_path):
     original = tmp_path / "run.txt"
     original.write_text("many procedures\n")

@@ -281,13 +281,15 @@ class ProcedureMemory(BaseComponent):
 
     # -- trajectory import (extraction/importer.py) ----------------------------------------------------------------
 
-    async def import_trajectory(self, wrapper, args) -> dict[str, Any]:
-        """Copy one local trajectory and extract from it (validated ``args``); one import at a time per process."""
+    async def import_trajectory(self, wrapper, args, interrupts: list[int] | None = None) -> dict[str, Any]:
+        """Copy one local trajectory and extract from it (validated ``args``); one import at a time per process.
+        ``interrupts``: receives the signal that cancels the import (``importer.run_import``)."""
         assert self._import_lock is not None
         await self.recovery.ensure_reconciled()
         async with self._import_lock:
             self.workspace.importing.add(args.request_id)
             try:
-                return await run_import(self.workspace, self.app_context, self.grants, self.reads, wrapper, args)
+                return await run_import(self.workspace, self.app_context, self.grants, self.reads, wrapper, args,
+                                        interrupts)
             finally:
                 self.workspace.importing.discard(args.request_id)

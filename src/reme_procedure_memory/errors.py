@@ -52,6 +52,7 @@ class ErrorCode:
     MALFORMED_INPUT = "malformed_input"
     INCOMPATIBLE_CHECKPOINT = "incompatible_checkpoint"
     TOKENIZER_UNAVAILABLE = "tokenizer_unavailable"
+    EMBEDDING_UNAVAILABLE = "embedding_unavailable"  # the preflight's probe of the embedding provider failed
     SEGMENTATION_FAILED = "segmentation_failed"
     # the import: its agent and its segments
     CONTEXT_BUDGET_EXCEEDED = "context_budget_exceeded"
@@ -62,6 +63,7 @@ class ErrorCode:
     SUMMARY_INVALID = "summary_invalid"
     PENDING_WRITES = "pending_writes"
     WRITE_FAILED = "write_failed"
+    INTERRUPTED = "interrupted"  # SIGINT / SIGTERM during an import
 
     @classmethod
     def all(cls) -> set[str]:
@@ -176,6 +178,17 @@ class ExtractionStopped(Exception):
         self.code = code
         self.message = message
         self.details = details
+
+
+class ImportInterrupted(BaseException):
+    """SIGINT or SIGTERM stopped an import: ``answer`` is its ``incomplete`` answer (with the resume command) and the
+    process exits with ``128 + signum`` (130, 143) once the application has closed. A BaseException, like the
+    cancellation it replaces, so no ``except Exception`` turns it into an ordinary failure."""
+
+    def __init__(self, answer: dict[str, Any], signum: int) -> None:
+        super().__init__(answer.get("error", {}).get("message", "interrupted"))
+        self.answer = answer
+        self.signum = signum
 
 
 class IndexFailure(RuntimeError):

@@ -114,6 +114,11 @@ class Workspace:
     def checkpoints(self) -> CheckpointStore:
         return CheckpointStore(self.state_dir / "processing")
 
+    def setting(self, key: str) -> str:
+        """The full configuration key of one of this component's settings, e.g. ``extraction.max_iters`` ->
+        ``components.procedure_memory.default.extraction.max_iters`` (``state_dir`` ends with the component's name)."""
+        return f"components.procedure_memory.{self.state_dir.name}.{key}"
+
     def relative(self, path: Path | str) -> str:
         """``path`` relative to the workspace (POSIX), as answers show it; a path outside stays absolute."""
         absolute = Path(path).absolute()

@@ -57,6 +57,7 @@ def flat(turns):
 # -- smoke: the scripted endpoints, BFCL's execution and checker ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_smoke_ground_truth_replay_passes_every_task_and_the_silent_endpoint_none():
     out = {mode: o["summary"] for mode, o in downstream.smoke([T0, T1]).items()}
     assert out["ground_truth"]["tasks"] == 2 and out["ground_truth"]["passed"] == 2
@@ -67,6 +68,7 @@ def test_smoke_ground_truth_replay_passes_every_task_and_the_silent_endpoint_non
     assert out["silent"]["requests_per_task"] == 4
 
 
+@pytest.mark.slow
 def test_the_calls_executed_are_the_endpoints_and_bfcl_fails_a_missing_call(lib, tasks, tmp_path):
     ids = [T0, T1]
     outcomes = {}
@@ -133,6 +135,7 @@ EXPERIENCES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k,fields,inject", [(2, "all", "every"), (1, "when-to-use,content", "first")])
 def test_plugin_arm_block_reaches_the_model_and_the_workspace_is_unchanged(lib, tasks, tmp_path, embeddings,
                                                                             k, fields, inject):

@@ -39,6 +39,8 @@ from helpers.cli import (
     write_trajectory,
 )
 
+pytestmark = pytest.mark.slow  # real `reme` processes and services
+
 # -- helpers ----------------------------------------------------------------------------------------------------
 
 

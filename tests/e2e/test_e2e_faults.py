@@ -24,6 +24,8 @@ from reme_procedure_memory.storage.lock import WorkspaceLock
 from helpers import EmbeddingEndpoint, experience_record, place_trajectory, write_word_tokenizer
 from helpers.chat import ChatEndpoint, say
 
+pytestmark = pytest.mark.slow  # real `reme` processes and services
+
 BIN = Path(sys.executable).parent
 REME = BIN / "reme"
 PLUGINS = 'plugins=["procedure-memory"]'

@@ -21,46 +21,19 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from helpers import EmbeddingEndpoint, write_word_tokenizer
-from helpers.chat import ChatEndpoint, Conversation, assert_offered_only_the_four_job_tools, call, say
+from helpers.chat import ROLLOUT as TRAJECTORY
+from helpers.chat import (ChatEndpoint, assert_offered_only_the_four_job_tools,
+                          experience_name, one_experience_per_segment)
+
+pytestmark = pytest.mark.slow  # real `reme` processes and services
 
 REME = Path(sys.executable).parent / "reme"
 REQUEST_ID = "run-001"
 SEGMENT_TOKENS = 100  # with the word tokenizer: 3 JSONL records (28 tokens each) per segment -> 4 segments
 KILL_SEGMENT = 2
-TRAJECTORY = "".join(
-    f'{{"turn": {i}, "role": "assistant", "content": "step {i} of the rollout procedure"}}\n' for i in range(12)
-).encode("utf-8")
-
-
-def experience_name(segment: int) -> str:
-    return f"rollout-segment-{segment}.json"
-
-
-def one_experience_per_segment(conversation: Conversation) -> dict:
-    """Deterministic from the request: per segment one create (stable key), then the final reply with a summary.
-
-    A segment whose prompt already lists its experience (the operation ledger of an earlier attempt) reads it
-    instead of writing again; a create answered ``already_exists`` (or replayed) goes on to the summary.
-    """
-    segment = conversation.segment
-    assert segment > 0, "no 'segment N of M' in the prompt"
-    name = experience_name(segment)
-    if conversation.step == 0:
-        if f"procedures/{name}" in conversation.prompt:
-            return call("procedure_read", path=f"procedures/{name}")
-        return call(
-            "procedure_create", filename=name, operation_key=f"s{segment}-1",
-            description=f"Roll out part {segment} of the procedure",
-            when_to_use=f"When the rollout reaches part {segment} of {conversation.total}",
-            content=f"Run the steps of part {segment} in order and verify each before moving on.",
-        )
-    answer = conversation.last_tool_answer()
-    ok = answer.get("status") in ("created", "ok") or answer.get("error", {}).get("code") == "already_exists"
-    assert ok, f"unexpected tool answer in segment {segment}: {answer}"
-    return say(f"Recorded part {segment}.\n<summary>Read segments 1-{segment} of a staged rollout.</summary>")
-
-
 def read_checkpoint(ws: Path) -> dict | None:
     for path in (ws / "metadata" / "procedure" / "default" / "processing").glob("*.json"):
         record = json.loads(path.read_text(encoding="utf-8"))

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conftest import QWEN_TOKENIZER, import_file, memory_of, run_job
+from conftest import import_file, memory_of, run_job
 from helpers import FIXTURES, summary
 from helpers.corpus import JSONL, TWO_SEGMENTS, long_trajectory, replies, summarises, two_segment_original, write
 
@@ -97,9 +97,11 @@ async def test_malformed_or_unsupported_input_is_incomplete_and_keeps_the_copy(m
     async with make_app(scripts=[]) as app:
         ok, ans = await import_file(app, original, request_id="bad-1")
         assert not ok and ans["status"] == "incomplete" and ans["error"]["code"] == code
-        assert "request_id=bad-1" in ans["resume"]
+        assert "resume" not in ans and "new request_id" in ans["error"]["message"]  # resuming cannot succeed
         assert (memory_of(app).workspace_path / ans["path"]).read_bytes() == original.read_bytes()
         assert app.agent.replies == []
+        again = await import_file(app, original, request_id="bad-1")
+        assert again[1]["error"]["code"] == code and "resume" not in again[1]  # the same, and still nothing to resume
 
 
 async def test_name_collisions_and_reservations(make_app, tmp_path):
@@ -331,6 +333,13 @@ async def test_unfinished_agent_never_advances_the_checkpoint(make_app, tmp_path
         assert not ok and ans["status"] == "incomplete" and ans["segments"]["done"] == 0
         assert app.agent.replies[0]["kwargs"]["react_config"]["max_iters"] == 3
         assert memory_of(app).checkpoints.get("u1").saved_reply is None
+        setting = "components.procedure_memory.default.extraction.max_iters"
+        if reason == "exceed_max_iters":  # the answer names the setting and its resume raises it
+            assert ans["error"]["code"] == "agent_budget_exhausted"
+            assert f"Raise {setting} (now 3); the resume command below uses 6." in ans["error"]["message"]
+            assert f"{setting}=6" in ans["resume"]
+        else:
+            assert ans["error"]["code"] == "agent_interrupted" and f"{setting}=3" in ans["resume"]  # as it was
         ok, ans = await import_file(app, original, request_id="u1")
         assert ok and ans["segments"]["done"] == 1
 
@@ -398,15 +407,17 @@ async def test_budgets_may_change_between_resumes_but_segmentation_may_not(make_
         assert app.agent.replies[0]["kwargs"]["react_config"]["max_iters"] == 5
 
 
-async def test_unavailable_tokenizer_is_a_resumable_failure(make_app, tmp_path, word_tokenizer):
+async def test_unavailable_tokenizer_is_refused_before_anything_is_copied(make_app, tmp_path, word_tokenizer):
     original = write(tmp_path, "run.jsonl", JSONL)
     ws = tmp_path / "ws"
     missing = {"procedure_memory": {"default": {"tokenizer_source": str(tmp_path / "nope" / "tokenizer.json")}}}
     async with make_app(workspace=ws, scripts=[], components=missing) as app:
         ok, ans = await import_file(app, original, request_id="t1")
-        assert not ok and ans["status"] == "incomplete" and ans["error"]["code"] == "tokenizer_unavailable"
+        assert not ok and ans["status"] == "error" and ans["error"]["code"] == "tokenizer_unavailable"
         assert "nope" in ans["error"]["message"] and "PROCEDURE_TOKENIZER_SOURCE" in ans["error"]["message"]
-        assert memory_of(app).checkpoints.get("t1") is None
+        assert "Nothing was copied" in ans["error"]["message"] and "resume" not in ans
+        assert memory_of(app).checkpoints.get("t1") is None and memory_of(app).imports.get("t1") is None
+        assert not list((ws / "session").rglob("run*"))  # no copy
     hub = {"procedure_memory": {"default": {"tokenizer_source": "no-such-org/no-such-tokenizer"}}}
     async with make_app(workspace=ws, scripts=[], components=hub) as app:  # HF_HUB_OFFLINE=1: fails fast
         ok, ans = await import_file(app, original, request_id="t2")
@@ -455,7 +466,10 @@ async def test_progress_goes_to_the_log_and_to_a_terminal(make_app, tmp_path, mo
         terminal.getvalue().splitlines()
     lines = terminal.getvalue().splitlines()
     total = ans["segments"]["total"]
-    assert f"[procedure-memory] segment 1/{total}: " in lines[0] and "input tokens" in lines[0]
+    generated = ans["request_id"]  # no request_id given: the generated one comes first, before anything is copied
+    assert lines[0] == (f"[procedure-memory] request_id={generated} (generated; to resume, run the same command "
+                        f"with request_id={generated})")
+    assert f"[procedure-memory] segment 1/{total}: " in lines[1] and "input tokens" in lines[1]
     assert f"[procedure-memory] segment 1/{total} done: 1 created, 0 updated so far" in lines
     assert f"[procedure-memory] segment {total}/{total} done: 1 created, 0 updated so far" in lines
 
@@ -515,8 +529,9 @@ async def test_a_new_memory_hint_applies_to_the_remaining_segments(make_app, tmp
         assert ok and "second focus" in app.agent.replies[1]["prompt"]
 
 
-@pytest.mark.skipif(not QWEN_TOKENIZER.is_file(), reason="the shared Qwen3 tokenizer.json is not beside the project")
-async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_checkpoints_still_resume(make_app, tmp_path):
+@pytest.mark.slow
+async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_checkpoints_still_resume(
+        make_app, tmp_path, qwen3_tokenizer):
     import re
 
     original = tmp_path / "run.jsonl"
@@ -525,7 +540,7 @@ async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_c
     ws = tmp_path / "ws"
 
     def settings(context):
-        return {"procedure_memory": {"default": {"tokenizer_source": str(QWEN_TOKENIZER),
+        return {"procedure_memory": {"default": {"tokenizer_source": str(qwen3_tokenizer),
                                                  "token_limits": {"segment": 3000, "context": context, "reserve": 0}}}}
 
     async def needed(app) -> tuple[int, list[str]]:

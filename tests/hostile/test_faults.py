@@ -296,6 +296,7 @@ def hanging_components(endpoint, **settings) -> dict:
     return components
 
 
+@pytest.mark.slow
 async def test_f4_searches_answer_within_the_search_timeout_while_a_pending_retry_hangs(make_app, tmp_path):
     ws = tmp_path / "ws"
     (ws / "procedures").mkdir(parents=True)
@@ -317,6 +318,7 @@ async def test_f4_searches_answer_within_the_search_timeout_while_a_pending_retr
             assert ans["vector_search"]["available"] is False and "0.2 s" in ans["vector_search"]["error"]
 
 
+@pytest.mark.slow
 async def test_f4_one_probe_at_a_time_while_the_provider_hangs_and_writes_keep_their_timeout(make_app, tmp_path):
     ws = tmp_path / "ws"
     place_unicorn_experiences(ws, 3)

@@ -266,14 +266,14 @@ async def test_r8_copy_failure_answers_with_the_generated_request_id(make_app, t
 
 
 async def test_r9_resume_command_survives_a_path_with_spaces(make_app, tmp_path):
-    original = tmp_path / "my runs" / "run 1.json"
+    original = tmp_path / "my runs" / "run 1.txt"
     original.parent.mkdir()
-    original.write_text("{not json", encoding="utf-8")
-    async with make_app(scripts=[]) as app:
+    original.write_text("rebuilt the index after the config change\n", encoding="utf-8")
+    async with make_app(scripts=[]) as app:  # no agent reply scripted: the import stops resumably
         ok, ans = await import_file(app, original, request_id="space-1")
         assert not ok and ans["status"] == "incomplete", ans
         words = shlex.split(ans["resume"])
-        assert f"file={original}" in words and "filename=run 1.json" in words, ans["resume"]
+        assert f"file={original}" in words and "filename=run 1.txt" in words, ans["resume"]
 
 
 # -- R10 ------------------------------------------------------------------------------------------------------------

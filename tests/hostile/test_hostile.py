@@ -303,6 +303,7 @@ def check_answer(text: str, success: bool | None, must_succeed: bool) -> dict:
 # -- HTTP ------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SERVED_CASES, ids=lambda c: c.name)
 def test_http_served_jobs_answer_every_hostile_input_cleanly(served, case):
     before = served.state()
@@ -314,6 +315,7 @@ def test_http_served_jobs_answer_every_hostile_input_cleanly(served, case):
     assert served.state() == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job, args", GENERIC_REFUSED, ids=lambda v: v if isinstance(v, str) else None)
 def test_http_generic_file_jobs_cannot_reach_the_plugin_directories(served, job, args):
     before = served.state()
@@ -326,6 +328,7 @@ def test_http_generic_file_jobs_cannot_reach_the_plugin_directories(served, job,
     assert served.state() == before
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", sorted(HIDDEN_JOBS))
 def test_http_write_and_import_jobs_are_not_served(served, job):
     before = served.state()
@@ -334,6 +337,7 @@ def test_http_write_and_import_jobs_are_not_served(served, job):
     assert served.state() == before
 
 
+@pytest.mark.slow
 def test_http_generic_file_jobs_still_work_elsewhere_and_may_read_experiences(served):
     before = served.state()
     calls = [
@@ -397,6 +401,7 @@ def mcp_results(served):
         return asyncio.run(asyncio.wait_for(session(), timeout=600))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", SERVED_CASES, ids=lambda c: c.name)
 def test_mcp_served_tools_answer_every_hostile_input_cleanly(mcp_results, case):
     is_error, text, plugin_unchanged, outside_unchanged = mcp_results[f"served-{case.name}"]
@@ -404,6 +409,7 @@ def test_mcp_served_tools_answer_every_hostile_input_cleanly(mcp_results, case):
     assert plugin_unchanged and outside_unchanged
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("index", range(len(GENERIC_REFUSED)), ids=lambda i: GENERIC_REFUSED[i][0])
 def test_mcp_generic_file_tools_cannot_reach_the_plugin_directories(mcp_results, index):
     is_error, text, plugin_unchanged, outside_unchanged = mcp_results[f"generic-{index}-{GENERIC_REFUSED[index][0]}"]
@@ -412,12 +418,14 @@ def test_mcp_generic_file_tools_cannot_reach_the_plugin_directories(mcp_results,
     assert plugin_unchanged and outside_unchanged
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("job", sorted(HIDDEN_JOBS))
 def test_mcp_write_and_import_tools_are_not_listed(mcp_results, job):
     assert job not in mcp_results["tools"]
     assert mcp_results[f"hidden-{job}"] == ("not served", "", True, True)
 
 
+@pytest.mark.slow
 def test_mcp_generic_file_tools_still_work_elsewhere(served, mcp_results):
     from fastmcp import Client
 
@@ -454,6 +462,7 @@ CLIENT_CASES = [
 ]
 
 
+@pytest.mark.slow
 def test_cli_client_answers_hostile_input_cleanly(served):
     before = served.state()
     procs = [subprocess.Popen([str(REME), job, *args, "host=127.0.0.1", f"port={served.port}"],
@@ -565,6 +574,7 @@ def changed_files(before: dict, after: dict) -> set[str]:
             if before.get(p) != after.get(p) and (before.get(p) or after.get(p))[0] != "dir"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", [c for c in ONE_SHOT if c.code], ids=lambda c: c.name)
 def test_one_shot_cli_answers_hostile_input_cleanly(one_shot_results, case):
     stdout, stderr, returncode, ws, before, after = one_shot_results[case.name]
@@ -579,6 +589,7 @@ def test_one_shot_cli_answers_hostile_input_cleanly(one_shot_results, case):
         assert changed == set(), changed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(HAND_PLACED), ids=ascii)
 def test_one_shot_reindex_reports_every_hand_placed_file_and_rewrites_none(one_shot_results, name):
     stdout, stderr, returncode, ws, before, after = one_shot_results["reindex-hand-placed"]
@@ -681,11 +692,13 @@ def agent_results(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow
 def test_agent_import_survives_every_hostile_call(agent_results):
     ok, answer = agent_results["import"]
     assert ok and answer["status"] == "complete", answer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", AGENT_CASES, ids=lambda c: c.name)
 def test_agent_tool_calls_answer_every_hostile_input_cleanly(agent_results, case):
     ok, text, changed, destination, outside_unchanged = agent_results[case.name]
@@ -700,6 +713,7 @@ def test_agent_tool_calls_answer_every_hostile_input_cleanly(agent_results, case
     assert outside_unchanged
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(HAND_PLACED), ids=ascii)
 def test_hand_placed_files_are_excluded_reported_and_never_rewritten(agent_results, name):
     path = f"procedures/{name}"

@@ -220,6 +220,7 @@ def start_and_search(tmp_path: Path, ws: Path, tokenizer: Path, salt: str = "", 
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("emptied_by", ["deleting every file", "invalidating every file", "provider down after a model change"])
 def test_t3_a_start_that_leaves_a_view_with_no_live_document_answers(tmp_path, word_tokenizer, emptied_by):
     ws = tmp_path / "ws"

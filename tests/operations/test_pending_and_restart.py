@@ -14,6 +14,7 @@ FIELDS = {"description": "Drain a node", "when_to_use": "Before rebooting a clus
           "content": "Cordon the node, drain workloads, then reboot."}
 
 
+@pytest.mark.slow
 async def test_provider_outage_excludes_files_from_both_views_then_recovers(make_app):
     with EmbeddingEndpoint(64) as endpoint:
         async with make_app(embedding=False, components=endpoint_components(endpoint)) as app:
@@ -53,6 +54,7 @@ async def test_provider_outage_excludes_files_from_both_views_then_recovers(make
                 assert ans["results"][0]["path"] == "procedures/drain-node.json"
 
 
+@pytest.mark.slow
 async def test_pending_file_re_enters_the_views_after_synchronisation(make_app):
     with EmbeddingEndpoint(64) as endpoint:
         async with make_app(embedding=False, components=endpoint_components(endpoint)) as app:
@@ -143,6 +145,7 @@ async def test_reindex_reports_invalid_files_and_never_rewrites_files(make_app, 
     assert {p for p in ws.rglob("*") if p.is_file() and "metadata" not in p.parts} == set(snapshot)
 
 
+@pytest.mark.slow
 async def test_reindex_with_a_failing_provider_is_incomplete(make_app, tmp_path):
     ws = tmp_path / "ws"
     (ws / "procedures").mkdir(parents=True)

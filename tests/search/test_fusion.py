@@ -52,6 +52,7 @@ def test_rrf_properties(vec_ids, kw_ids, weight):
         assert f.score == pytest.approx(expected)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(st.data())
 def test_vector_matrix_ranks_exactly_like_brute_force_under_churn(data):

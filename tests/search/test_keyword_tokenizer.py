@@ -78,6 +78,7 @@ async def test_identifiers_numbers_and_non_ascii_follow_reme_s_regex(tokenizers)
     ]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.one_of(
     st.sampled_from(["deploying", "when", "Use", "get_user_ids", "fooBar", "os.path", "v2", "404", "a", "部署", "naïve",

@@ -63,6 +63,7 @@ def answered(ans) -> list[tuple[str, float, dict]]:
     return [(r["path"], r["score"], r["experience"]) for r in ans["results"]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beside", [False, True], ids=["bm25-after-scan", "bm25-beside-scan"])
 @pytest.mark.parametrize("weight", [0.0, 0.7, 1.0])
 async def test_one_call_search_fuses_the_same_candidates_as_the_branches_apart(make_app, tmp_path, weight, beside,

@@ -169,6 +169,7 @@ class Killed(Exception):
     """The process died here (nothing between the snapshot writer and the test catches it)."""
 
 
+@pytest.mark.slow
 async def test_a_kill_at_any_point_of_a_snapshot_leaves_a_state_start_up_handles(make_app, tmp_path, monkeypatch):
     """Crash simulation at every durable step of writing a snapshot (each file published, the manifest, cleanup)."""
     from reme_procedure_memory.search.view import state as viewstate
@@ -294,6 +295,7 @@ asyncio.run(main())
 '''
 
 
+@pytest.mark.slow
 def test_a_process_killed_while_it_writes_and_persists_leaves_views_start_up_loads_or_rebuilds(
         tmp_path, word_tokenizer):
     """Real SIGKILLs at random moments of a process that creates, updates and persists views continuously."""

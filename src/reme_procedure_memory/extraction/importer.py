@@ -3,11 +3,18 @@ remaining segments.
 
 Contract of an import keyed by ``request_id``:
 
+* before anything is copied, the model's settings, the embedding provider and the tokenizer are checked
+  (``preflight.py``; not for an import already complete): a failure answers ``error`` and changes nothing;
 * the original is copied byte-exactly under a reservation and verified (``copies.py``); the same request id reuses
   the copy and the checkpoint; other segmentation settings fail explicitly without changing anything;
-* malformed or unsupported content answers ``incomplete`` and keeps the copy;
+* malformed or unsupported content answers ``incomplete`` and keeps the copy, without a resume command (the copy
+  cannot change, so resuming cannot succeed);
 * every resumable failure answers ``incomplete`` with the request id, the progress so far and the exact command that
-  resumes it, with the workspace and every setting override of this process (``resume.py``).
+  resumes it, with the workspace and every setting override of this process (``resume.py``); a spent iteration
+  budget names the setting and the resume command raises it;
+* a completed import run again answers ``complete`` (nothing to do) whatever the current settings;
+* SIGINT or SIGTERM during the import (``interrupts`` holds the signal) ends it with ``ImportInterrupted``: the
+  ``incomplete`` answer with its resume command; every record stays as its last atomic write left it.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from ..errors import (
     DamagedRecord,
     ErrorCode,
     ExtractionStopped,
+    ImportInterrupted,
     MalformedTrajectory,
     ProcedureError,
     SegmentationError,
@@ -29,12 +37,14 @@ from ..errors import (
     UnsupportedTrajectory,
     storage_failure,
 )
+from ..interrupts import signal_name
 from ..storage.checkpoints import COMPLETE, Checkpoint
 from ..storage.imports import ImportRecord
 from ..tokens import SpanCounter
 from .copies import copy_original
 from .formats import decode_trajectory, trajectory_format
 from .loop import Extraction, make_progress
+from .preflight import preflight
 from .resume import resume_command
 from .segmenter import SEGMENTER_VERSION, segment_counted
 
@@ -55,53 +65,67 @@ def fingerprint(workspace: Workspace, record: ImportRecord) -> dict[str, Any]:
 
 
 async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads: Reads, wrapper,
-                     args) -> dict[str, Any]:
+                     args, interrupts: list[int] | None = None) -> dict[str, Any]:
     """Copy one local trajectory and run the extraction over its remaining segments (resumable by request_id);
-    ``args``: the job's validated arguments (``file``, ``filename``, ``request_id``, ``memory_hint``, ``source_id``).
+    ``args``: the job's validated arguments (``file``, ``filename``, ``request_id``, ``memory_hint``, ``source_id``);
+    ``interrupts``: filled with the signal number by whoever cancels this task on SIGINT/SIGTERM.
 
-    Every failure after the arguments are valid answers with the request id (generated or given) and the exact,
-    shell-quoted command that resumes the import.
+    Every failure after the arguments are valid answers with the request id (generated or given) and, when resuming
+    can succeed, the exact, shell-quoted command that resumes the import.
     """
     source, filename, request_id = str(Path(args.file).expanduser().absolute()), args.filename, args.request_id
     hint, source_id = args.memory_hint, args.source_id
     answer: dict[str, Any] = {"request_id": request_id, "filename": filename}
     extraction: Extraction | None = None
 
-    def incomplete(code: str, message: str, **details: Any) -> ProcedureError:
+    def incomplete(code: str, message: str, resumable: bool = True, **details: Any) -> ProcedureError:
         progress = progress_of(workspace, extraction) if extraction is not None else {}
-        return ProcedureError(code, message, status="incomplete", **answer, **progress, **details,
-                              resume=resume_command(app_context, source, filename, request_id))
+        changes = {}
+        if code == ErrorCode.AGENT_BUDGET_EXHAUSTED:  # resuming with the same budget would stop the same way
+            key, now = workspace.setting("extraction.max_iters"), workspace.settings.extraction.max_iters
+            changes[key] = 2 * now
+            message += f" Raise {key} (now {now}); the resume command below uses {2 * now}."
+        resume = {"resume": resume_command(app_context, source, filename, request_id, changes)} if resumable else {}
+        return ProcedureError(code, message, status="incomplete", **answer, **progress, **details, **resume)
 
     try:
+        saved = workspace.checkpoints.get(request_id)
+        if saved is None or saved.status != COMPLETE:  # a completed import needs none of them
+            await preflight(workspace, wrapper)
         record = await asyncio.to_thread(copy_original, workspace, source, filename, request_id, source_id)
         answer["path"] = record.path
         data = await asyncio.to_thread((workspace.root / record.path).read_bytes)
         try:
             text = decode_trajectory(data, filename)
-        except UnsupportedTrajectory as exc:
-            raise ExtractionStopped(ErrorCode.UNSUPPORTED_FORMAT,
-                                    f"{exc}. The saved copy {record.path} is kept.") from None
-        except MalformedTrajectory as exc:
-            raise ExtractionStopped(ErrorCode.MALFORMED_INPUT,
-                                    f"{exc}. The saved copy {record.path} is kept.") from None
+        except (UnsupportedTrajectory, MalformedTrajectory) as exc:
+            code = ErrorCode.UNSUPPORTED_FORMAT if isinstance(exc, UnsupportedTrajectory) else ErrorCode.MALFORMED_INPUT
+            raise incomplete(code, f"{exc}. The saved copy {record.path} is kept; this content cannot be imported "
+                                   "as it is: fix or convert the file and import it with a new request_id.",
+                             resumable=False) from None
         answer["format"] = trajectory_format(filename)
         checkpoint = await load_checkpoint(workspace, record, text, hint)
+        extraction = Extraction(workspace, grants, reads.search, app_context.jobs, wrapper, record, text,
+                                answer["format"], checkpoint, make_progress(workspace.logger))
+        if checkpoint.status == COMPLETE:  # nothing to do, whatever the settings of this run
+            return {"status": "complete", **answer, **progress_of(workspace, extraction)}
         if hint and hint != checkpoint.memory_hint:  # a new focus applies to the remaining segments
             checkpoint.memory_hint = hint
             workspace.checkpoints.put(checkpoint)
-        extraction = Extraction(workspace, grants, reads.search, app_context.jobs, wrapper, record, text,
-                                answer["format"], checkpoint, make_progress(workspace.logger))
         if not checkpoint.done:
-            if wrapper is None:
-                raise ExtractionStopped(ErrorCode.AGENT_UNAVAILABLE, "No agent_wrapper component is configured.")
             await extraction.run()
         checkpoint.status = COMPLETE
         workspace.checkpoints.put(checkpoint)
+    except asyncio.CancelledError:
+        if not interrupts:  # not a signal of ours: cancellation as usual
+            raise
+        asyncio.current_task().uncancel()  # absorbed: the task goes on to answer and close the application
+        error = incomplete(ErrorCode.INTERRUPTED, f"Interrupted by {signal_name(interrupts[0])}. Every record is as its last atomic write "
+                                                  "left it; run the `resume` command to continue.")
+        raise ImportInterrupted(error.answer(), interrupts[0]) from None
     except ProcedureError as exc:
         if exc.status == "error":  # refused before anything could be resumed (conflicts, bad files): keep it so
             exc.details = {**answer, **exc.details}
-            raise
-        raise incomplete(exc.code, exc.message) from None
+        raise  # or an incomplete answer made above
     except ExtractionStopped as exc:
         raise incomplete(exc.code, exc.message, **exc.details) from None
     except DamagedRecord as exc:
@@ -118,10 +142,13 @@ async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads
 
 
 async def load_checkpoint(workspace: Workspace, record: ImportRecord, text: str, hint: str) -> Checkpoint:
-    """The import's checkpoint: the saved one if its fingerprint matches, else (first run) a new one with the
-    segment boundaries (and their exact token counts) fixed once. Raises ExtractionStopped (incompatible, tokenizer, segmentation) changing nothing."""
+    """The import's checkpoint: the saved one if it is complete or its fingerprint matches, else (first run) a new one
+    with the segment boundaries (and their exact token counts) fixed once. Raises ExtractionStopped (incompatible,
+    tokenizer, segmentation) changing nothing."""
     saved = workspace.checkpoints.get(record.request_id)
     expected = fingerprint(workspace, record)
+    if saved is not None and saved.status == COMPLETE:
+        return saved
     if saved is not None:
         if saved.fingerprint != expected:
             changed = {k: (saved.fingerprint.get(k), v) for k, v in expected.items() if saved.fingerprint.get(k) != v}

@@ -274,10 +274,12 @@ class Extraction:
         if pending:
             self.checkpoint.saved_reply = None  # resume lets the agent correct them
             self._save()
+            causes = "; ".join(f"{path}: {self.workspace.pending.error(path)}" for path in pending)
             raise ExtractionStopped(
                 ErrorCode.PENDING_WRITES,
-                f"Segment {index + 1} has writes that are not indexed yet: {', '.join(pending)}. Resume with the "
-                "same request_id: the agent runs the segment again with its operation ledger and corrects them.",
+                f"Segment {index + 1} has writes that are not indexed yet ({causes}). If the embedding provider "
+                "failed, check the EMBEDDING_* settings it names. Then resume with the same request_id: the agent "
+                "runs the segment again with its operation ledger and corrects them.",
             )
 
     def written(self) -> dict[str, list[str]]:

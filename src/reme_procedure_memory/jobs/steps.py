@@ -10,14 +10,17 @@ the caller.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from typing import Any
 
 from reme.components.prompt_handler import PromptHandler
+from reme.components.service import CliService
 from reme.steps.base_step import BaseStep
 
 from ..component import ProcedureMemory
-from ..errors import DamagedRecord, ErrorCode, ProcedureError, StorageError, storage_failure
+from ..errors import DamagedRecord, ErrorCode, ImportInterrupted, ProcedureError, StorageError, storage_failure
 from ..operations.reads import compact_answer
 from ..operations.writes import canonical_filename
 from .arguments import (
@@ -32,6 +35,7 @@ from .arguments import (
     UpdateArguments,
     validate,
 )
+from ..interrupts import signal_name, signals_cancel_task
 
 # Said to the extraction agent when its search finds nothing (small models took an empty list as "done").
 EMPTY_SEARCH_NOTE = (
@@ -288,9 +292,38 @@ class ProcedureReindexStep(ProcedureStep):
 class ProcedureAutoMemoryStep(ProcedureStep):
     """``reme start job=procedure_auto_memory file=/abs/run.jsonl filename=run.jsonl [request_id=...]``.
 
-    The agent wrapper is pinned by step config (``agent_wrapper: default``), so callers cannot redirect it.
+    The agent wrapper is pinned by step config (``agent_wrapper: default``), so callers cannot redirect it. Run from
+    the command line (ReMe's ``cli`` service), a generated request id is printed on stderr before anything is copied,
+    and SIGINT / SIGTERM end the import with its ``incomplete`` answer (on stderr, like every failed answer) and exit
+    status 130 / 143 once the application has closed.
     """
 
     async def run(self) -> dict[str, Any]:
         args = self.validated_arguments(AutoMemoryArguments)
-        return await self.memory.import_trajectory(self.agent_wrapper, args)
+        assert self.context is not None
+        if not self._from_command_line():
+            return await self.memory.import_trajectory(self.agent_wrapper, args)
+        if not self.context.data.get("request_id"):  # the user's only handle on this import if it stops
+            message = (f"request_id={args.request_id} (generated; to resume, run the same command with "
+                       f"request_id={args.request_id})")
+            self.memory.workspace.logger.info(f"procedure import: {message}")
+            print(f"[procedure-memory] {message}", file=sys.stderr, flush=True)
+        with signals_cancel_task() as received:
+            try:
+                return await self.memory.import_trajectory(self.agent_wrapper, args, received)
+            except asyncio.CancelledError:  # before the import began (start-up reconciliation): nothing to resume
+                if not received:
+                    raise
+                asyncio.current_task().uncancel()
+                error = ProcedureError(ErrorCode.INTERRUPTED, f"Interrupted by {signal_name(received[0])} before "
+                                       "the import began. Run the same command again.", status="incomplete",
+                                       request_id=args.request_id, filename=args.filename)
+                interrupted = ImportInterrupted(error.answer(), received[0])
+            except ImportInterrupted as exc:
+                interrupted = exc
+        print(json.dumps(interrupted.answer, ensure_ascii=False), file=sys.stderr, flush=True)
+        raise SystemExit(128 + interrupted.signum)
+
+    def _from_command_line(self) -> bool:
+        """Whether this job runs as ``reme start job=...`` (ReMe's one-shot ``cli`` service)."""
+        return isinstance(getattr(self.app_context, "service", None), CliService)

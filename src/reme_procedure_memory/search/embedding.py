@@ -46,7 +46,8 @@ class EmbeddingClient:
                 message = f"embedding provider returned no vector for {missing} of {len(texts)} texts"
                 if missing < len(texts):
                     raise IndexFailure(message)
-                raise ProviderUnavailable(message, certain=len(texts) > 1)
+                cause = await self.probe(timeout)  # ReMe's store logs the provider's error and returns None
+                raise ProviderUnavailable(f"{message}: {cause}" if cause else message, certain=len(texts) > 1)
         except IndexFailure as exc:
             self._failed_calls += 1
             # One text the provider refuses (a single missing vector) says nothing about the provider; a timeout,
@@ -57,6 +58,26 @@ class EmbeddingClient:
         self._failed_calls = 0
         self.vector_down_until, self.vector_down_reason = 0.0, ""
         return vectors
+
+    async def probe(self, timeout: float | None = None) -> str:
+        """Why the configured model cannot embed: its own error on one direct call (not through ReMe's store, which
+        logs the error and answers None), a timeout, or a vector of the wrong size; "" when it works."""
+        timeout = self.timeout if timeout is None else timeout
+        model = getattr(self.embedding_store, "as_embedding", None)  # a store of another kind: through the store
+        call = model if model is not None else self.embedding_store.get_embeddings
+        try:
+            vectors = await asyncio.wait_for(call(["preflight"]), timeout)
+        except asyncio.TimeoutError:
+            return f"no answer within {timeout:g} s"
+        except Exception as exc:
+            return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        size = len(vectors[0]) if vectors and vectors[0] is not None else 0
+        expected = getattr(self.embedding_store, "dimensions", None)
+        if not size:
+            return "no vector (the provider's error is in ReMe's log)"
+        if expected is not None and size != expected:
+            return f"a vector of {size} numbers where {expected} are configured (dimensions)"
+        return ""
 
     async def query_vector(self, query: str):
         """The query's vector, or None with the reason when the provider is unavailable, cooling down, or being
