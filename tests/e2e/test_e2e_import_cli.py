@@ -107,7 +107,9 @@ def test_killed_one_shot_import_resumes_from_the_saved_copy(tmp_path):
         assert read_checkpoint(ws)["next_segment"] == KILL_SEGMENT - 1  # nothing advanced after the kill
 
         # -- the killed import, as the imports listing shows it (the one-shot CLI, the same settings) ------------
-        listing = [str(REME), "start", "job=procedure_imports", command[3], *command[7:]]  # no import arguments
+        import_only = ("job=", "file=", "filename=", "request_id=")
+        listing = [str(REME), "start", "job=procedure_imports",
+                   *[arg for arg in command[2:] if not arg.startswith(import_only)]]  # the same settings
         listed = subprocess.run(listing, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
         assert listed.returncode == 0, listed.stderr[-3000:]
         entry = json.loads(listed.stdout)["imports"][0]

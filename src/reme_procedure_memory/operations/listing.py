@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     from ..workspace import Workspace
     from .recovery import Recovery
 
-UNINDEXED_NOTE = ("not in the search views at this version: placed or changed by hand since the start (procedure_reindex, "
-                  "or the next start, indexes it), or being written now")
+UNINDEXED_NOTE = ("not in the search views at this version: placed or changed by hand since the start "
+                  "(procedure_reindex, or the next start, indexes it), or being written now")
 ORPHAN_NOTE = ("its import record is missing (deleted by hand, or set aside as damaged): resuming the import "
                "rebuilds it from the saved copy")
 
@@ -158,7 +158,8 @@ class Listing:
         written = written_paths(ops)
         entry["experiences"] = {"created": len(written["created"]), "updated": len(written["updated"])}
         damaged = ([error] if error is not None else []) + [
-            {"path": ws.relative(path), "error": cause, "fix": DAMAGED_RECORD_FIX} for path, cause in sorted(broken.items())]
+            {"path": ws.relative(path), "error": cause, "fix": DAMAGED_RECORD_FIX}
+            for path, cause in sorted(broken.items())]
         if damaged:
             entry["damaged_records"] = damaged
         return entry
