@@ -9,9 +9,10 @@ closes the plugin's own stores (each persists itself when it closes) and only th
 is written without it.
 
 What it owns: one ``Workspace`` (``workspace.py``: the shared state) and the operations built on it — ``grants``
-(extraction runs), ``reads`` (search answers and reads), ``write_path`` (create, update), ``recovery`` (reconcile,
-reindex, pending retries), ``history`` (an experience's versions), ``retention`` (the journal's bound) and
-``hand_changes`` (changes made by hand, recorded when found). Steps (``jobs/steps.py``) validate their arguments and call the public coroutines here;
+(extraction runs), ``reads`` (search answers and reads), ``listing`` (the experiences and imports), ``write_path``
+(create, update), ``recovery`` (reconcile, reindex, pending retries), ``history`` (an experience's versions),
+``retention`` (the journal's bound) and ``hand_changes`` (changes made by hand, recorded when found). Steps
+(``jobs/steps.py``) validate their arguments and call the public coroutines here;
 every one returns a JSON-able answer or raises ProcedureError.
 """
 
@@ -32,6 +33,7 @@ from .errors import StartStorageError
 from .extraction.importer import run_import
 from .operations.hand_changes import HandChanges
 from .operations.history import History
+from .operations.listing import Listing
 from .operations.reads import Reads
 from .operations.recovery import Recovery, one_shot_reindex
 from .operations.retention import Retention
@@ -81,6 +83,7 @@ class ProcedureMemory(BaseComponent):
         # reconcile, reindex, pending retries (operations/recovery.py)
         self.recovery = Recovery(self.workspace, self.hand_changes, self.retention)
         self.reads = Reads(self.workspace, self.recovery)  # search answers and reads (operations/reads.py)
+        self.listing = Listing(self.workspace, self.recovery)  # the experiences and imports, a page at a time (operations/listing.py)
         self.history = History(self.workspace, self.reads)  # an experience's versions (operations/history.py)
         # journal -> publish -> index (operations/writes.py)
         self.write_path = WritePath(self.workspace, self.hand_changes)
@@ -258,6 +261,16 @@ class ProcedureMemory(BaseComponent):
         """An excerpt of a copied trajectory by decoded characters, capped by exact tokens."""
         return await self.reads.trajectory(raw_path, offset, length)
 
+    # -- listings (operations/listing.py) ------------------------------------------------------------------------
+
+    async def list_experiences(self, cursor: str | None, limit: int) -> dict[str, Any]:
+        """One page of the experience files by path, each with its state in search (see ``Listing.experiences``)."""
+        return await self.listing.experiences(cursor, limit)
+
+    async def list_imports(self, cursor: str | None, limit: int) -> dict[str, Any]:
+        """One page of the imports by request id, each with its status and progress (see ``Listing.imports``)."""
+        return await self.listing.imports(cursor, limit)
+
     async def experience_history(self, raw_path, *, with_diff: bool, offset: int, limit: int) -> dict[str, Any]:
         """Every durable version of an experience, oldest first (see ``History.answer``; read-only)."""
         return await asyncio.to_thread(self.history.answer, raw_path, with_diff=with_diff, offset=offset,
@@ -289,8 +302,12 @@ class ProcedureMemory(BaseComponent):
         assert self._import_lock is not None
         await self.recovery.ensure_reconciled()
         async with self._import_lock:
-            answer = await run_import(self.workspace, self.app_context, self.grants, self.reads, wrapper, args,
-                                      interrupts)
+            self.workspace.importing.add(args.request_id)
+            try:
+                answer = await run_import(self.workspace, self.app_context, self.grants, self.reads, wrapper, args,
+                                          interrupts)
+            finally:
+                self.workspace.importing.discard(args.request_id)
             if answer.get("status") == "complete":  # its records are needed no more for retries: apply the bound
                 async with self.workspace.write_lock:
                     await asyncio.to_thread(self.retention.compact_import, args.request_id)

@@ -415,33 +415,3 @@ async def test_a_journal_without_the_path_index_or_the_new_fields_still_reads(ma
     assert [v["diff"] for v in answer["versions"]] == [v["diff"] for v in expected["versions"]]
     assert answer["versions"][0]["status"] == "superseded"
     assert (operations_dir(ws) / "paths").is_dir() and not (operations_dir(ws) / "paths.building").exists()
-
-
-# -- the reference ---------------------------------------------------------------------------------------------------
-
-
-def test_the_reference_documents_the_job_its_arguments_and_the_setting():
-    """docs/reference.md states each argument of procedure_history with its default, the job's codes and the
-    retention setting with its default, as the code and plugin.yaml have them."""
-    import re
-
-    import yaml
-    from reme_procedure_memory.jobs.arguments import HistoryArguments
-    from reme_procedure_memory.settings import HistorySettings
-
-    from helpers import REPO
-
-    reference = (REPO / "docs" / "reference.md").read_text()
-    section = reference[reference.index("# Reference: `procedure_history`"):]
-    for name, field in HistoryArguments.model_fields.items():
-        if field.is_required():
-            assert f"- `{name}` (required)" in section, name
-        else:
-            default = str(field.default).lower()
-            assert re.search(rf"^- `{name}` \(default `{default}`", section, re.MULTILINE), (name, default)
-    shipped = yaml.safe_load((REPO / "plugin.yaml").read_text())
-    keep = shipped["application_defaults"]["components"]["procedure_memory"]["default"]["history"]["keep_versions"]
-    assert keep == HistorySettings().keep_versions
-    assert f"`components.procedure_memory.default.history.keep_versions` (default `{keep}`" in section
-    for code in ("invalid_argument", "path_outside_allowed_directory", "not_found"):
-        assert f"`{code}`" in section.split("Codes:")[1].split("Setting:")[0], code
