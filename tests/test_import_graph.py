@@ -21,6 +21,7 @@ LAYERS = [
     ["workspace"],
     ["operations"],
     ["extraction"],
+    ["export"],
     ["component"],
     ["jobs"],
     ["store"],  # the face of the storage contracts

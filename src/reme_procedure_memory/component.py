@@ -28,9 +28,10 @@ from reme.components.file_store import BaseFileStore
 
 from .cli import install_cli_error_hook
 from .errors import StartStorageError
+from .export.exporter import export_skills
 from .extraction.importer import run_import
 from .operations.reads import Reads
-from .operations.recovery import Recovery, one_shot_reindex
+from .operations.recovery import Recovery, defers_indexing
 from .operations.runs import Run, RunGrants
 from .operations.writes import WritePath
 from .search.views import Views
@@ -179,7 +180,7 @@ class ProcedureMemory(BaseComponent):
                 stores, self.embedding_store, self.settings.embedding_timeout_seconds,
                 self.settings.vector_cooldown_seconds, self.settings.search_embedding_timeout_seconds,
             ))
-            report = await self.recovery.start(defer=one_shot_reindex(self.app_context, self.name))
+            report = await self.recovery.start(defer=defers_indexing(self.app_context, self.name))
             if self.damaged_metadata:
                 self.logger.warning(
                     "procedure memory skipped damaged metadata records (the import each belongs to stops with "
@@ -230,6 +231,10 @@ class ProcedureMemory(BaseComponent):
     async def reindex(self) -> dict[str, Any]:
         """Rebuild both views from the experience JSON files; never touches experience or trajectory files."""
         return await self.recovery.reindex()
+
+    async def export(self, dest: str) -> dict[str, Any]:
+        """Write every valid experience as an Agent Skills folder into ``dest`` (see ``export/exporter.py``)."""
+        return await export_skills(self.workspace, dest)
 
     # -- search and read (operations/reads.py) ---------------------------------------------------------------------
 

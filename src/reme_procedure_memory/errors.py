@@ -64,6 +64,9 @@ class ErrorCode:
     PENDING_WRITES = "pending_writes"
     WRITE_FAILED = "write_failed"
     INTERRUPTED = "interrupted"  # SIGINT / SIGTERM during an import
+    # the export to Agent Skills folders
+    DESTINATION_NOT_ALLOWED = "destination_not_allowed"  # dest is (through links) in the workspace, or not a directory
+    EXPORT_CONFLICT = "export_conflict"  # something the export did not write is in the way; nothing was written
 
     @classmethod
     def all(cls) -> set[str]:

@@ -25,6 +25,7 @@ from .fields import (
     AliasConflict,
     Conflict,
     ExpectedVersion,
+    ExportDest,
     FieldText,
     Filename,
     ImportFile,
@@ -158,6 +159,15 @@ class ReindexArguments(JobArguments):
     model_config = ConfigDict(json_schema_extra=None)
 
 
+class ExportArguments(JobArguments):
+    """``reme start job=procedure_export dest=/abs/dir``: a one-shot CLI job, not an agent tool."""
+
+    model_config = ConfigDict(json_schema_extra=None)  # advertised without additionalProperties: CLI only
+
+    dest: ExportDest = Field(description="Absolute path of the directory that receives one Agent Skills folder per "
+                             "experience (created when missing; never inside the workspace).")
+
+
 MODELS: dict[str, type[JobArguments]] = {
     "procedure_search": SearchArguments,
     "procedure_read": ReadArguments,
@@ -165,6 +175,7 @@ MODELS: dict[str, type[JobArguments]] = {
     "procedure_update": UpdateArguments,
     "procedure_auto_memory": AutoMemoryArguments,
     "procedure_reindex": ReindexArguments,
+    "procedure_export": ExportArguments,
 }
 
 

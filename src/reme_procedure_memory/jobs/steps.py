@@ -25,6 +25,7 @@ from ..operations.writes import canonical_filename
 from .arguments import (
     AutoMemoryArguments,
     CreateArguments,
+    ExportArguments,
     JobArguments,
     ReadArguments,
     SearchArguments,
@@ -242,6 +243,14 @@ class ProcedureReindexStep(ProcedureStep):
 
     async def run(self) -> dict[str, Any]:
         return await self.memory.reindex()
+
+
+class ProcedureExportStep(ProcedureStep):
+    """``reme start job=procedure_export plugins='["procedure-memory"]' dest=/abs/dir`` (one-shot CLI)."""
+
+    async def run(self) -> dict[str, Any]:
+        memory = self.memory
+        return await memory.export(validate(ExportArguments, self.context.data).dest)
 
 
 class ProcedureAutoMemoryStep(ProcedureStep):
