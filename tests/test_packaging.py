@@ -36,6 +36,8 @@ PACKAGE = "reme_procedure_memory"
 JOBS = [
     "procedure_search",
     "procedure_read",
+    "procedure_list",
+    "procedure_imports",
     "procedure_create",
     "procedure_update",
     "procedure_auto_memory",

@@ -1,7 +1,8 @@
 """``procedure_export`` on the real Application (issue 22 item 2): every valid experience as an Agent Skills folder
 that the format's reference validator and a strict parser accept; a rerun that writes only what changed; a kill at
 any write that the next run finishes; and every conflict refused with its code, nothing written. (Every hostile
-``dest`` — relative, in the workspace, through a link, a file, no permission — is in ``tests/hostile/test_hostile.py``.)"""
+``dest`` — relative, in the workspace, through a link, a file, no permission — is in
+``tests/hostile/test_hostile.py``.)"""
 
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ SPECIAL = {
         "---\nname: not-the-name\n---\n\nA horizontal rule:\n\n---\n\nand `code` with ``` fences.\n"),
     "long-when-to-use.json": experience_record("Clean a failed build", "When " + "a build fails again " * 120,
                                                "Delete the build directory, then build from scratch."),
-    "unicode-text.json": experience_record("清理失败的构建 🔥", "Когда сборка падает", "Étape 1 : nettoyer."),
+    "unicode-text.json": experience_record("清理失败的构建 🔥", "Когда сборка падает",
+                                           "Étape 1 : nettoyer."),
 }
 INVALID = {"broken.json": "{ not json", "Bad-Name.json": json.dumps(experience_record("d", "w", "c"))}
 
@@ -187,7 +189,7 @@ async def test_a_name_shared_by_two_experiences_is_refused_clearly(make_app, tmp
     assert f"From {squatter}." in (dest / skill_name(LONG) / "SKILL.md").read_text()
 
 
-# -- a kill at any write ----------------------------------------------------------------------------------------------
+# -- a kill at any write -----------------------------------------------------------------------------------------------
 
 
 class Killed(StorageError):
@@ -275,7 +277,7 @@ async def test_temporary_files_a_killed_export_left_are_removed_only_beside_its_
     assert [p.exists() for p in own + foreign] == [False, False, False, True, True]
 
 
-# -- refusals -------------------------------------------------------------------------------------------------------------
+# -- refusals ----------------------------------------------------------------------------------------------------------
 
 
 def conflicting(name: str, ws: Path, dest: Path, other_ws: Path) -> None:

@@ -49,7 +49,7 @@ def write_skill(root, skill) -> object:
     return folder
 
 
-# -- names ------------------------------------------------------------------------------------------------------------
+# -- names -------------------------------------------------------------------------------------------------------------
 
 
 @settings(max_examples=60, deadline=None)
@@ -80,12 +80,13 @@ def test_a_name_shared_by_two_experiences_goes_to_the_one_it_belongs_to():
     assert assign_names([stored(long)]) == ([(skill_name(long), stored(long))], [])  # alone, a long name is its own
     squatter = f"{skill_name(long)}.json"  # another experience named exactly like the long one's skill
     named, refused = assign_names([stored(long), stored(squatter), stored("other.json")])
-    assert [(n, s.path) for n, s in named] == [(skill_name(long), f"procedures/{squatter}"), ("other", "procedures/other.json")]
+    assert [(n, s.path) for n, s in named] == [(skill_name(long), f"procedures/{squatter}"),
+                                               ("other", "procedures/other.json")]
     assert [(r["path"], r["skill"]) for r in refused] == [(f"procedures/{long}", skill_name(long))]
     assert f"procedures/{squatter}" in refused[0]["reason"] and "rename" in refused[0]["reason"]
 
 
-# -- description --------------------------------------------------------------------------------------------------------
+# -- description -------------------------------------------------------------------------------------------------------
 
 
 def test_description_joins_what_and_when_on_one_line():
@@ -113,7 +114,7 @@ def test_exactly_1024_characters_are_not_cut():
     assert len(text) == MAX_DESCRIPTION_CHARS and not cut
 
 
-# -- YAML and Markdown quoting -------------------------------------------------------------------------------------------
+# -- YAML and Markdown quoting -----------------------------------------------------------------------------------------
 
 HOSTILE = ["true", "null", "123", "0x1f", "1e3", "~", "- item", "key: value", "# comment", "'quoted'", '"double"',
            "back\\slash", "---", "a --- b ---- c", "-", "--", "\x00nul\x07bell\x7fdel\x85nel", "\u2028\u2029\ufeff",
@@ -191,7 +192,7 @@ def test_any_experience_renders_a_skill_both_parsers_accept(tmp_path_factory, de
     assert skill_problems(write_skill(tmp_path_factory.mktemp("skills"), skill)) == []
 
 
-# -- the strict parser refuses malformed skills -----------------------------------------------------------------------
+# -- the strict parser refuses malformed skills ------------------------------------------------------------------------
 
 GOOD = '---\nname: "good-skill"\ndescription: "Does a thing. When to use: always"\n---\n\nBody.\n'
 MALFORMED = {
@@ -233,11 +234,12 @@ def test_the_strict_parser_refuses_malformed_skills(tmp_path, case):
         assert strict_problems(folder) != []  # rules the reference validator alone lets through
 
 
-# -- the marker and the plan --------------------------------------------------------------------------------------------
+# -- the marker and the plan -------------------------------------------------------------------------------------------
 
 
 def test_the_marker_round_trips_and_refuses_paths_the_export_never_writes():
-    marker = Marker("/ws", {INDEX_FILE: Entry(("a" * 64,)), "x/SKILL.md": Entry(("b" * 64, "c" * 64), "procedures/x.json")})
+    marker = Marker("/ws", {INDEX_FILE: Entry(("a" * 64,)),
+                            "x/SKILL.md": Entry(("b" * 64, "c" * 64), "procedures/x.json")})
     assert parse_marker(json.dumps(marker.to_json()).encode()) == marker
     for bad in ("../../etc/passwd", "x/../../y/SKILL.md", "/abs/SKILL.md", "X/SKILL.md", "x/other.md", "x--y/SKILL.md"):
         raw = {**marker.to_json(), "files": {bad: {"sha256": ["a" * 64]}}}

@@ -8,7 +8,6 @@ alone — a bound, an enum value, a description, a required argument.
 from __future__ import annotations
 
 import copy
-import re
 
 import pytest
 import yaml
@@ -95,7 +94,7 @@ def test_every_default_is_stated_in_its_description():
             text = field.description or ""
             assert f"default {field.default}" in text or f"{field.default} (default)" in text, (model, name)
             stated += 1
-    assert stated == 5  # index, limit, kind, offset, length
+    assert stated == 7  # index, limit, kind, offset, length, the two listings' limits
 
 
 # -- validation ------------------------------------------------------------------------------------------------------
@@ -167,15 +166,3 @@ async def test_the_step_answers_a_refusal_as_invalid_argument(make_app):
         ok, ans = await run_job(app, "procedure_search", query="x", limit="51")
         assert not ok and ans["error"] == {"code": "invalid_argument",
                                            "message": "`limit` must be between 1 and 50 (got 51)."}
-
-
-def test_the_reference_documents_every_argument_of_the_export_job():
-    """docs/reference.md's section of procedure_export names each argument of its model, with its default."""
-    from reme_procedure_memory.jobs.arguments import ExportArguments
-
-    text = (REPO / "docs" / "reference.md").read_text()
-    section = text[text.index("## `procedure_export`"):]
-    documented = set(re.findall(r"^- `([a-z_]+)` \(([^)]*)\)", section, re.MULTILINE))
-    expected = {(name, "required, no default" if info.is_required() else f"default {info.default!r}")
-                for name, info in ExportArguments.model_fields.items()}
-    assert documented == expected

@@ -126,8 +126,8 @@ def _remove_own_temp_files(dest: Path, marker: Marker) -> None:
 
 def _conflict(dest: Path, conflicts: list[str]) -> ProcedureError:
     shown = "; ".join(conflicts[:SHOWN_CONFLICTS])
-    more = f" (and {len(conflicts) - SHOWN_CONFLICTS} more, listed in `conflicts`)" if len(conflicts) > SHOWN_CONFLICTS \
-        else ""
+    hidden = len(conflicts) - SHOWN_CONFLICTS
+    more = f" (and {hidden} more, listed in `conflicts`)" if hidden > 0 else ""
     return ProcedureError(ErrorCode.EXPORT_CONFLICT, (
         f"{len(conflicts)} path(s) in {dest} are in the way of the export: {shown}{more}. The export never replaces "
         "or removes what it did not write. Move them away, or export to another directory, then run it again; "

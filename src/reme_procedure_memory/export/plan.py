@@ -44,8 +44,8 @@ def assign_names(experiences: list[StoredExperience]) -> tuple[list[tuple[str, S
     """``(name, experience)`` of each experience that gets a skill, in name order, and the refused ones.
 
     Names come from ``skills.skill_name``. A name that one experience maps to is its own. When several map to one
-    name, the one whose own file name is that name keeps it; the others are refused (``{"path", "skill", "reason"}``), and when none is, all of them: one
-    skill never silently replaces another.
+    name, the one whose own file name is that name keeps it; the others are refused (``{"path", "skill",
+    "reason"}``), and when none is, all of them: one skill never silently replaces another.
     """
     groups: dict[str, list[StoredExperience]] = {}
     for item in experiences:

@@ -1,7 +1,8 @@
 """Thin ReMe steps: validate arguments, delegate to the ProcedureMemory component, answer JSON.
 
 ReMe validates no job arguments (HTTP, MCP and CLI pass anything through), so every step validates its own through
-the job's model in ``arguments.py`` and hands the operation validated arguments. Every
+the job's model in ``arguments.py`` (refusing names the job does not take, except those ReMe injects into the call:
+``runtime_names``) and hands the operation validated arguments. Every
 answer is a JSON object in ``Response.answer`` (agents and MCP callers see only the answer); failures also set
 ``success=False``. The component instance is chosen by step config only (``procedure_memory: <name>``), never by
 the caller.
@@ -25,9 +26,12 @@ from ..operations.writes import canonical_filename
 from .arguments import (
     AutoMemoryArguments,
     CreateArguments,
+    ImportsArguments,
     ExportArguments,
     JobArguments,
+    ListArguments,
     ReadArguments,
+    ReindexArguments,
     SearchArguments,
     UpdateArguments,
     validate,
@@ -117,6 +121,26 @@ class ProcedureStep(BaseStep):
         assert self.context is not None
         return self.context.get(name)
 
+    def runtime_names(self) -> frozenset[str]:
+        """Names ReMe injects into this call besides those ``arguments.is_runtime`` knows: the keys of the service's
+        ``injected_job_kwargs`` (added to every MCP tool call) and the configuration keys of the jobs that run this
+        step (``jobs.<name>.<key>``: ReMe's BaseJob merges them into every call)."""
+        app = self.app_context
+        if app is None:
+            return frozenset()
+        injected = getattr(app.app_config.service, "injected_job_kwargs", None)
+        names = set(injected) if isinstance(injected, dict) else set()
+        for job in app.jobs.values():
+            if any(cls is type(self) for cls, _ in getattr(job, "step_specs", ())):
+                names.update(getattr(job, "kwargs", None) or {})
+        return frozenset(names)
+
+    def validated_arguments(self, model: type[JobArguments], arguments: dict[str, Any] | None = None, **context: Any):
+        """The call's arguments (or ``arguments``) as ``model`` validates them (``arguments.validate``)."""
+        assert self.context is not None
+        data = dict(self.context.data) if arguments is None else arguments
+        return validate(model, data, self.runtime_names(), **context)
+
     tool: str = ""  # the job tool this step serves to extraction agents ("" for CLI-only jobs)
 
     async def execute(self) -> None:
@@ -175,7 +199,7 @@ class ProcedureSearchStep(ProcedureStep):
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        args = validate(SearchArguments, self.context.data)
+        args = self.validated_arguments(SearchArguments)
         answer = await memory.search(args.query, args.index, args.limit)
         run = self._agent_call()[0]
         if not answer["results"] and run is not None:  # the extraction agent's next step
@@ -192,10 +216,28 @@ class ProcedureReadStep(ProcedureStep):
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        args = validate(ReadArguments, self.context.data)
+        args = self.validated_arguments(ReadArguments)
         if args.kind == "experience":
             return memory.read_experience(args.path)
         return await memory.read_trajectory(args.path, args.offset, args.length)
+
+
+class ProcedureListStep(ProcedureStep):
+    """``procedure_list [limit=50] [cursor=<next>]``: the experiences by path, a page at a time (read only)."""
+
+    async def run(self) -> dict[str, Any]:
+        memory = self.memory
+        args = self.validated_arguments(ListArguments)
+        return await memory.list_experiences(args.cursor, args.limit)
+
+
+class ProcedureImportsStep(ProcedureStep):
+    """``procedure_imports [limit=50] [cursor=<next>]``: the imports by request id, a page at a time (read only)."""
+
+    async def run(self) -> dict[str, Any]:
+        memory = self.memory
+        args = self.validated_arguments(ImportsArguments)
+        return await memory.list_imports(args.cursor, args.limit)
 
 
 class _WriteStep(ProcedureStep):
@@ -214,8 +256,9 @@ class _WriteStep(ProcedureStep):
         """The call's arguments as ``model`` validated them (the filename and path checks know ``procedure_dir``)."""
         memory = self.memory
         directory = memory.settings.procedure_dir
-        return validate(model, self.write_args(), filename=lambda name: canonical_filename(name, directory),
-                        path=memory.experience_path)
+        return self.validated_arguments(model, self.write_args(),
+                                        filename=lambda name: canonical_filename(name, directory),
+                                        path=memory.experience_path)
 
 
 class ProcedureCreateStep(_WriteStep):
@@ -242,7 +285,9 @@ class ProcedureReindexStep(ProcedureStep):
     """``reme start job=procedure_reindex plugins='["procedure-memory"]'``."""
 
     async def run(self) -> dict[str, Any]:
-        return await self.memory.reindex()
+        memory = self.memory
+        self.validated_arguments(ReindexArguments)
+        return await memory.reindex()
 
 
 class ProcedureExportStep(ProcedureStep):
@@ -250,7 +295,7 @@ class ProcedureExportStep(ProcedureStep):
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        return await memory.export(validate(ExportArguments, self.context.data).dest)
+        return await memory.export(self.validated_arguments(ExportArguments).dest)
 
 
 class ProcedureAutoMemoryStep(ProcedureStep):
@@ -263,8 +308,8 @@ class ProcedureAutoMemoryStep(ProcedureStep):
     """
 
     async def run(self) -> dict[str, Any]:
+        args = self.validated_arguments(AutoMemoryArguments)
         assert self.context is not None
-        args = validate(AutoMemoryArguments, dict(self.context.data))
         if not self._from_command_line():
             return await self.memory.import_trajectory(self.agent_wrapper, args)
         if not self.context.data.get("request_id"):  # the user's only handle on this import if it stops
