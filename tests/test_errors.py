@@ -16,12 +16,25 @@ REFERENCE = REPO / "docs" / "reference.md"
 PACKAGE = Path(reme_procedure_memory.__file__).parent
 
 
+def section(title: str | None) -> str:
+    """The reference's text before its first ``## `` heading (None), or under ``## <title>``."""
+    parts = re.split(r"^## ", REFERENCE.read_text(), flags=re.MULTILINE)
+    return parts[0] if title is None else next(p for p in parts[1:] if p.startswith(title + "\n"))
+
+
 def documented() -> set[str]:
-    return set(re.findall(r"^\| `([a-z_]+)` \|", REFERENCE.read_text(), re.MULTILINE))
+    return set(re.findall(r"^\| `([a-z_]+)` \|", section(None), re.MULTILINE))
 
 
 def test_the_reference_lists_exactly_the_declared_codes():
     assert documented() == ErrorCode.all()
+
+
+def test_the_reference_lists_exactly_the_kinds_of_secrets_with_their_placeholders():
+    from reme_procedure_memory.secrets import KINDS
+
+    rows = re.findall(r"^\| `([a-z_]+)` \| .+ \| `(<[A-Z_]+>)` \|$", section("Secrets"), re.MULTILINE)
+    assert rows == [(kind.name, kind.placeholder) for kind in KINDS.values()]
 
 
 def test_no_code_is_a_string_literal_outside_errors_py():

@@ -51,7 +51,8 @@ from typing import NamedTuple
 
 @dataclass(frozen=True)
 class Kind:
-    """A kind of secret: its name (in answers), what it is (in messages) and the placeholder to write instead."""
+    """A kind of secret: its name (in answers), what it is (in messages: no part of any secret, not even a format's
+    prefix) and the placeholder to write instead."""
 
     name: str
     what: str
@@ -60,16 +61,16 @@ class Kind:
 
 KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("private_key", "a private key block", "<PRIVATE_KEY>"),
-    Kind("aws_access_key", "an AWS access key id (AKIA…/ASIA…)", "<AWS_ACCESS_KEY_ID>"),
-    Kind("google_api_key", "a Google API key (AIza…)", "<GOOGLE_API_KEY>"),
+    Kind("aws_access_key", "an AWS access key id", "<AWS_ACCESS_KEY_ID>"),
+    Kind("google_api_key", "a Google API key", "<GOOGLE_API_KEY>"),
     Kind("google_oauth", "a Google OAuth client secret or access token", "<GOOGLE_OAUTH_TOKEN>"),
-    Kind("anthropic_api_key", "an Anthropic API key (sk-ant-…)", "<ANTHROPIC_API_KEY>"),
-    Kind("openai_api_key", "an sk-… API key (OpenAI and compatible providers)", "<API_KEY>"),
-    Kind("github_token", "a GitHub token (ghp_…, github_pat_…)", "<GITHUB_TOKEN>"),
-    Kind("gitlab_token", "a GitLab token (glpat-…)", "<GITLAB_TOKEN>"),
+    Kind("anthropic_api_key", "an Anthropic API key", "<ANTHROPIC_API_KEY>"),
+    Kind("openai_api_key", "an OpenAI-style API key", "<API_KEY>"),
+    Kind("github_token", "a GitHub token", "<GITHUB_TOKEN>"),
+    Kind("gitlab_token", "a GitLab token", "<GITLAB_TOKEN>"),
     Kind("slack_token", "a Slack token or webhook URL", "<SLACK_TOKEN>"),
-    Kind("stripe_key", "a Stripe secret key (sk_live_…)", "<STRIPE_KEY>"),
-    Kind("huggingface_token", "a Hugging Face token (hf_…)", "<HF_TOKEN>"),
+    Kind("stripe_key", "a Stripe secret key", "<STRIPE_KEY>"),
+    Kind("huggingface_token", "a Hugging Face token", "<HF_TOKEN>"),
     Kind("provider_api_key", "a provider API key (npm, PyPI, SendGrid, Groq, xAI, Replicate, …)", "<API_KEY>"),
     Kind("jwt", "a JSON Web Token", "<JWT>"),
     Kind("password_in_url", "a password in a URL", "<PASSWORD>"),
@@ -164,8 +165,21 @@ def looks_random(value: str, min_chars: int = MIN_VALUE_CHARS) -> bool:
 
 # -- the rules -------------------------------------------------------------------------------------------------------
 
-# A token starts where no token character precedes it (inside base64, hex or an identifier it is not a token).
-_START = r"(?<![A-Za-z0-9_+/\-])"
+# A token starts where no letter, digit or base64 character precedes it (inside base64, hex or an identifier it is
+# not a token). After ``-`` or ``_`` it may start a token (``deploy-with-ghp_…``) unless what it is glued to is
+# random itself: then it is the inside of a base64url blob (``glued_to_random``).
+_START = r"(?<![A-Za-z0-9+/])"
+_GLUED = re.compile(r"[A-Za-z0-9_\-]{1,64}$")
+
+
+def glued_to_random(text: str, start: int) -> bool:
+    """Whether the token at ``start`` follows ``-``/``_`` glued to a random-looking run (a base64url blob)."""
+    if start == 0 or text[start - 1] not in "-_":
+        return False
+    run = _GLUED.search(text, max(0, start - 64), start)
+    body = run.group() if run else ""
+    return len(body) >= 16 and any(c.isupper() for c in body) and any(c.isdigit() for c in body) and \
+        any(c.islower() for c in body)
 class Prefixed(NamedTuple):
     """A token format: the characters after ``prefix`` must be ``random_enough``; formats of a fixed length and
     alphabet (``fixed``) need only its entropy, not the words check (AWS's own documented key AKIAIOSFODNN7EXAMPLE
@@ -287,6 +301,8 @@ def _private_keys(text: str) -> list[Finding]:
 def _prefixed(text: str) -> list[Finding]:
     out = []
     for match in _PREFIXED_RE.finditer(text):
+        if glued_to_random(text, match.start()):
+            continue
         token = _PREFIXED[match.lastindex - 1]
         if random_enough(match.group()[token.prefix:], words=not token.fixed):
             out.append(Finding(match.start(), match.end(), token.kind))
@@ -296,6 +312,8 @@ def _prefixed(text: str) -> list[Finding]:
 def _jwts(text: str) -> list[Finding]:
     out = []
     for match in _JWT.finditer(text):
+        if glued_to_random(text, match.start()):
+            continue
         header = match.group().split(".", 1)[0]
         try:
             decoded = json.loads(base64.urlsafe_b64decode(header + "=" * (-len(header) % 4)))

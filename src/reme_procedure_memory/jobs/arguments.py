@@ -168,6 +168,13 @@ MODELS: dict[str, type[JobArguments]] = {
 }
 
 
+def given_arguments(model: type[JobArguments], arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of a call that are ``model``'s own (by name or alias): what the caller wrote, without what the
+    runtime injected (the write grant, the sources, ``tool_context_id``)."""
+    names = {info.alias or name for name, info in model.model_fields.items()}
+    return {key: value for key, value in arguments.items() if key in names}
+
+
 def validate(model: type[JobArguments], arguments: dict[str, Any], **context: Any) -> Any:
     """The validated arguments, or ProcedureError(invalid_argument) naming the first invalid one."""
     try:

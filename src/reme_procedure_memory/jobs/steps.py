@@ -21,7 +21,7 @@ from reme.steps.base_step import BaseStep
 from ..component import ProcedureMemory
 from ..errors import DamagedRecord, ErrorCode, ImportInterrupted, ProcedureError, StorageError, storage_failure
 from ..operations.reads import compact_answer
-from ..operations.writes import canonical_filename
+from ..operations.writes import canonical_filename, refuse_secrets
 from .arguments import (
     AutoMemoryArguments,
     CreateArguments,
@@ -29,6 +29,7 @@ from .arguments import (
     ReadArguments,
     SearchArguments,
     UpdateArguments,
+    given_arguments,
     validate,
 )
 from ..interrupts import signal_name, signals_cancel_task
@@ -194,7 +195,9 @@ class ProcedureReadStep(ProcedureStep):
         args = validate(ReadArguments, self.context.data)
         if args.kind == "experience":
             return memory.read_experience(args.path)
-        return await memory.read_trajectory(args.path, args.offset, args.length)
+        # a service caller gets the credentials in it masked; the extraction agent reads what its segment shows
+        mask = memory.settings.mask_trajectory_secrets and self._agent_call()[0] is None
+        return await memory.read_trajectory(args.path, args.offset, args.length, mask=mask)
 
 
 class _WriteStep(ProcedureStep):
@@ -210,10 +213,13 @@ class _WriteStep(ProcedureStep):
         return dict(self.context.data)
 
     def validated(self, model: type[JobArguments]):
-        """The call's arguments as ``model`` validated them (the filename and path checks know ``procedure_dir``)."""
+        """The call's arguments as ``model`` validated them (the filename and path checks know ``procedure_dir``),
+        after the secret guard: an argument holding a credential is refused before any check could repeat it."""
         memory = self.memory
         directory = memory.settings.procedure_dir
-        return validate(model, self.write_args(), filename=lambda name: canonical_filename(name, directory),
+        arguments = self.write_args()
+        refuse_secrets(given_arguments(model, arguments))
+        return validate(model, arguments, filename=lambda name: canonical_filename(name, directory),
                         path=memory.experience_path)
 
 

@@ -3,6 +3,10 @@
 Contract:
 
 * Only a live run writes: the steps find it with ``RunGrants.run_for`` (runs.py), which fails closed.
+* No write carries a credential (``refuse_secrets``, rules in ``secrets.py``): the steps check every argument the
+  agent wrote before anything else reads it (so no other answer can echo it), and the write path checks the
+  experience it would write, an update's fields kept from the file included; ``secret_detected`` names the field and
+  the kind, never the secret, and nothing is written.
 * ``WritePath.create``/``update`` take arguments their step validated through the job's model (``jobs/arguments.py``;
   the filename check is ``canonical_filename`` here, the path check the reads' ``experience_path``), count the fields
   exactly (``field_too_long``: nothing is written), then, under the workspace's write lock, journal the intent,
@@ -27,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ErrorCode, IndexFailure, ProcedureError, TokenizerUnavailable, storage_failure
 from ..schema import ARG_TO_FIELD, FIELD_TO_ARG, NAME_EXAMPLE, Experience, canonical_name, check_name, version_of
+from ..secrets import KINDS, find_secrets
 from ..settings import TokenLimits
 from ..storage.experiences import BadFile, StoredExperience
 from ..storage.journal import (
@@ -106,6 +111,43 @@ async def check_lengths(tokens: TokenCounter, limits: TokenLimits, fields: dict[
         )
 
 
+def secrets_in(arguments: dict[str, Any]) -> list[dict[str, Any]]:
+    """``{field, kind, offset}`` of every secret in the text of ``arguments`` (strings, also inside lists and
+    objects: ``offset`` counts characters of the string that holds it)."""
+    found = []
+    stack = [(name, value) for name, value in arguments.items()]
+    while stack:
+        name, value = stack.pop(0)
+        if isinstance(value, str):
+            found += [{"field": name, "kind": f.kind, "offset": f.start} for f in find_secrets(value)]
+        elif isinstance(value, (list, tuple)):
+            stack += [(name, item) for item in value]
+        elif isinstance(value, dict):
+            stack += [(name, item) for item in value.values()]
+    return found
+
+
+def refuse_secrets(arguments: dict[str, Any], already_in: str = "") -> None:
+    """``secret_detected`` if any text of ``arguments`` holds a credential: the answer names each field, the kind of
+    secret, where it starts and the placeholder to write instead, and never repeats the secret. ``already_in``: the
+    fields come from that experience file (an update keeps them), not from the call."""
+    found = secrets_in(arguments)
+    if not found:
+        return
+    where = f" (kept from {already_in}: rewrite it in this update)" if already_in else ""
+    parts = "; ".join(f"`{s['field']}`{where} holds {KINDS[s['kind']].what} at character {s['offset']}"
+                      for s in found)
+    placeholders = ", ".join(dict.fromkeys(KINDS[s["kind"]].placeholder for s in found))
+    for secret in found:
+        secret["placeholder"] = KINDS[secret["kind"]].placeholder
+    raise ProcedureError(
+        ErrorCode.SECRET_DETECTED,
+        f"Nothing was written: {parts}. Experiences are served to every caller and agent, so they never hold "
+        f"credentials: write a placeholder such as {placeholders} in its place and call again.",
+        secrets=found,
+    )
+
+
 def check_sources(workspace: Path, run: Run) -> None:
     """The run's source trajectories must still exist when it writes."""
     for source in run.sources:
@@ -141,6 +183,7 @@ class WritePath:
         raw_name, canonical = raw["filename"], args.filename
         rel = ws.files.rel(canonical)
         fields = experience_fields(args)
+        refuse_secrets({FIELD_TO_ARG[name]: text for name, text in fields.items()})
         await check_lengths(ws.tokens, ws.settings.token_limits, fields)
         check_sources(ws.root, run)
         experience = Experience.model_validate({**fields, "sources": list(run.sources)})
@@ -168,6 +211,7 @@ class WritePath:
         ws = self.workspace
         rel, expected = args.path, args.expected_version
         fields = experience_fields(args)
+        refuse_secrets({FIELD_TO_ARG[name]: text for name, text in fields.items()})
         if fields:
             await check_lengths(ws.tokens, ws.settings.token_limits, fields)
         check_sources(ws.root, run)
@@ -194,6 +238,9 @@ class WritePath:
                     "current expected_version and a new operation_key.",
                     path=rel, current_version=current.version,
                 )
+            kept = {FIELD_TO_ARG[n]: t for n, t in current.experience.fields().items() if n in FIELD_TO_ARG
+                    and n not in fields}
+            refuse_secrets(kept, already_in=rel)  # a hand-edited file: the write would publish its secret again
             merged = {**current.experience.fields(), **fields}
             merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))
             experience = Experience.model_validate(merged)
