@@ -220,3 +220,11 @@ def look_alikes(seed: int = 0) -> list[tuple[str, str]]:
         ("bypass-flag", '"bypass_cache": "7f3a9c1e5b2d8f4a6c0e"'),
     ]
     return items
+
+
+def fragments(secret: str, size: int = 8) -> set[str]:
+    """Every run of ``size`` characters of ``secret`` that holds random material (a digit or a capital): what an
+    answer must never repeat. A key block's lines count one by one; public parts of a format (``https://``,
+    ``hooks.slack.com``) are not secret."""
+    return {part[i:i + size] for part in secret.split() for i in range(len(part) - size + 1)
+            if any(c.isdigit() or c.isupper() for c in part[i:i + size])}

@@ -12,7 +12,7 @@ from reme_procedure_memory.secrets import KINDS, mask_secrets, secrets_within
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
 from helpers.cli import durable_state
-from helpers.planted import planted
+from helpers.planted import fragments, planted
 
 FIELDS = {
     "description": "Rebuild search after a configuration change",
@@ -21,11 +21,6 @@ FIELDS = {
 }
 SECRETS = {item.label: item for item in planted(7)}
 AWS = SECRETS["akia"]
-
-
-def fragments(secret: str, size: int = 8) -> set[str]:
-    """Every run of ``size`` characters of the secret (a key block's lines one by one)."""
-    return {part[i:i + size] for part in secret.split() for i in range(len(part) - size + 1)}
 
 
 def assert_refused(ok: bool, answer: dict, item, field: str) -> None:
