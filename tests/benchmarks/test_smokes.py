@@ -56,7 +56,7 @@ SMOKES: dict[str, tuple[list[str], float]] = {
     "real_model.py": (["--smoke"], 300),
     "extraction.py": (["--smoke"], 300),
     "downstream.py": (["smoke"], 300),
-    "secrets.py": (["--smoke"], 120),
+    "secret_guard.py": (["--smoke"], 120),
 }
 
 
@@ -234,7 +234,7 @@ CHECKS = {
     "search.py": check_search, "segment.py": check_segment, "service.py": check_service,
     "tokenizer.py": check_tokenizer, "maintenance.py": check_maintenance, "prompt_overhead.py": check_prompt_overhead,
     "read_cost.py": check_read_cost, "retrieval.py": check_retrieval, "real_model.py": check_real_model,
-    "extraction.py": check_extraction, "downstream.py": check_downstream, "secrets.py": check_secrets,
+    "extraction.py": check_extraction, "downstream.py": check_downstream, "secret_guard.py": check_secrets,
 }
 
 

@@ -1,10 +1,10 @@
-"""The secret guard's rule set (``secrets.py``): false positives on real data, recall on planted secrets, cost per MB.
+"""The secret guard's rule set (``src/reme_procedure_memory/secrets.py``): false positives on real data, recall on planted secrets, cost per MB.
 
 Run from the repository root::
 
-    python benchmarks/secrets.py                 # ../shared's trajectories and released library, 50 seeds (~1 min)
-    python benchmarks/secrets.py --library       # the same corpora through detect-secrets too, if it is installed
-    python benchmarks/secrets.py --smoke         # CI: tests/fixtures without ../shared, 3 seeds (seconds)
+    python benchmarks/secret_guard.py                 # ../shared's trajectories and released library, 50 seeds (~1 min)
+    python benchmarks/secret_guard.py --library       # the same corpora through detect-secrets too, if it is installed
+    python benchmarks/secret_guard.py --smoke         # CI: tests/fixtures without ../shared, 3 seeds (seconds)
 
 What it measures, in one run:
 
@@ -24,6 +24,9 @@ What it measures, in one run:
 corpora with its default plugins and filters, through its own file scan (``SecretsCollection.scan_file``), for the
 decision between a library and a rule set (docs/decisions.md#secret-guard).
 
+Not named ``secrets.py``: a script of this directory runs with the directory first on ``sys.path``, where a
+``secrets.py`` would shadow the standard library's module for every other script (starlette imports it).
+
 ``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``): ``tests/fixtures``' five trajectories and 40 released
 experiences when ``../shared`` is absent, 3 seeds, 1 MB; it shows the instrument works: its figures on so little
 data are not the recorded ones (benchmarks/README.md, "Secret guard"). Nothing asserts on time; the run exits 1 if
@@ -32,24 +35,17 @@ a real corpus has a finding or a planted secret is missed, so a regression of th
 
 from __future__ import annotations
 
+import argparse
+import base64
+import json
+import random
+import statistics
 import sys
+import tempfile
+import time
 from pathlib import Path
 
-# This script's name is the standard library's ``secrets``, and Python puts its directory first on the path: load the
-# standard module before that directory is searched (starlette, agentscope import it), then put it back for benchlib.
-HERE = Path(__file__).resolve().parent
-sys.path[:] = [entry for entry in sys.path if Path(entry or ".").resolve() != HERE]
-import secrets  # noqa: E402,F401  (the standard library's, cached for every later import)
-
-import argparse  # noqa: E402
-import base64  # noqa: E402
-import json  # noqa: E402
-import random  # noqa: E402
-import statistics  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.machine import describe, revision  # noqa: E402
 from benchlib.shared import FIXTURES, LIBRARY, find_shared, load_test_helpers, smoke_data  # noqa: E402
 
