@@ -1,4 +1,4 @@
-"""The secret guard's rule set (``src/reme_procedure_memory/secrets.py``): false positives on real data, recall on planted secrets, cost per MB.
+"""The secret guard's rule set (``secrets.py`` of the plugin): false positives on real data, recall, cost per MB.
 
 Run from the repository root::
 

@@ -102,8 +102,8 @@ def test_random_values_look_random(alphabet, length, most_missed):
 
 @pytest.mark.parametrize("value", ["securePass123", "db_password_prod_2024", "YOUR_API_KEY_HERE_123",
                                    "settings.api_key_v2", "os.environ.TOKEN", "<API_KEY>", "${DB_PASSWORD}",
-                                   "%(password)s", "********************", "aaaaaaaaaaaaaaaa1", "sk-learn-compatible-v2",
-                                   "/home/agent/projects/app2", "GetAccessTokenResponse", "0123456789012345"])
+                                   "%(password)s", "********************", "aaaaaaaaaaaaaaaa1",
+                                   "sk-learn-compatible-v2", "/home/agent/projects/app2", "GetAccessTokenResponse", "0123456789012345"])
 def test_words_placeholders_and_code_do_not_look_random(value):
     assert not looks_random(value, 12)
 

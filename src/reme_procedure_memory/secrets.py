@@ -12,8 +12,8 @@ The rules, most specific first (docs/decisions.md#secret-guard says why a rule s
    alone, or one followed by a placeholder, is documentation, not a key).
 2. Provider tokens by their published prefixes: AWS access key ids (``AKIA``/``ASIA``/``ABIA``/``ACCA`` + 16),
    Google API keys (``AIza`` + 35) and OAuth secrets/tokens (``GOCSPX-``, ``ya29.``), ``sk-ant-…``, ``sk-…``,
-   GitHub (``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``, ``github_pat_``), GitLab (``glpat-``), Slack (``xox?-``, webhook
-   URLs), Stripe (``sk_live_``/``rk_live_``/``sk_test_``), Hugging Face (``hf_``), npm, PyPI, SendGrid, Groq, xAI,
+   GitHub (``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``, ``github_pat_``), GitLab (``glpat-``), Slack (``xox?-``,
+   webhook URLs), Stripe (``sk_live_``/``rk_live_``/``sk_test_``), Hugging Face (``hf_``), npm, PyPI, SendGrid, Groq, xAI,
    Replicate, DigitalOcean, Shopify. The body after the prefix must look random (below), so ``sk-your-key-here`` or
    ``ghp_xxxx…`` are not keys.
 3. ``jwt``: ``eyJ….eyJ….…`` whose first part decodes to a JSON header with ``alg``.
@@ -180,6 +180,8 @@ def glued_to_random(text: str, start: int) -> bool:
     body = run.group() if run else ""
     return len(body) >= 16 and any(c.isupper() for c in body) and any(c.isdigit() for c in body) and \
         any(c.islower() for c in body)
+
+
 class Prefixed(NamedTuple):
     """A token format: the characters after ``prefix`` must be ``random_enough``; formats of a fixed length and
     alphabet (``fixed``) need only its entropy, not the words check (AWS's own documented key AKIAIOSFODNN7EXAMPLE

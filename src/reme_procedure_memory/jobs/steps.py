@@ -21,7 +21,8 @@ from reme.steps.base_step import BaseStep
 from ..component import ProcedureMemory
 from ..errors import DamagedRecord, ErrorCode, ImportInterrupted, ProcedureError, StorageError, storage_failure
 from ..operations.reads import compact_answer
-from ..operations.writes import canonical_filename, refuse_secrets
+from ..operations.secret_guard import refuse_secrets
+from ..operations.writes import canonical_filename
 from .arguments import (
     AutoMemoryArguments,
     CreateArguments,

@@ -3,10 +3,9 @@
 Contract:
 
 * Only a live run writes: the steps find it with ``RunGrants.run_for`` (runs.py), which fails closed.
-* No write carries a credential (``refuse_secrets``, rules in ``secrets.py``): the steps check every argument the
-  agent wrote before anything else reads it (so no other answer can echo it), and the write path checks the
-  experience it would write, an update's fields kept from the file included; ``secret_detected`` names the field and
-  the kind, never the secret, and nothing is written.
+* No write carries a credential (``secret_guard.py``): the steps check every argument the agent wrote before anything
+  else reads it (so no other answer can echo it), and the write path checks the experience it would write, an
+  update's fields kept from the file included; nothing is written.
 * ``WritePath.create``/``update`` take arguments their step validated through the job's model (``jobs/arguments.py``;
   the filename check is ``canonical_filename`` here, the path check the reads' ``experience_path``), count the fields
   exactly (``field_too_long``: nothing is written), then, under the workspace's write lock, journal the intent,
@@ -31,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ErrorCode, IndexFailure, ProcedureError, TokenizerUnavailable, storage_failure
 from ..schema import ARG_TO_FIELD, FIELD_TO_ARG, NAME_EXAMPLE, Experience, canonical_name, check_name, version_of
-from ..secrets import KINDS, find_secrets
 from ..settings import TokenLimits
 from ..storage.experiences import BadFile, StoredExperience
 from ..storage.journal import (
@@ -46,6 +44,7 @@ from ..storage.journal import (
 )
 from ..tokens import TokenCounter
 from .runs import Run
+from .secret_guard import refuse_secrets
 
 if TYPE_CHECKING:
     from ..workspace import Workspace
@@ -109,43 +108,6 @@ async def check_lengths(tokens: TokenCounter, limits: TokenLimits, fields: dict[
             "operation_key.",
             fields=too_long,
         )
-
-
-def secrets_in(arguments: dict[str, Any]) -> list[dict[str, Any]]:
-    """``{field, kind, offset}`` of every secret in the text of ``arguments`` (strings, also inside lists and
-    objects: ``offset`` counts characters of the string that holds it)."""
-    found = []
-    stack = [(name, value) for name, value in arguments.items()]
-    while stack:
-        name, value = stack.pop(0)
-        if isinstance(value, str):
-            found += [{"field": name, "kind": f.kind, "offset": f.start} for f in find_secrets(value)]
-        elif isinstance(value, (list, tuple)):
-            stack += [(name, item) for item in value]
-        elif isinstance(value, dict):
-            stack += [(name, item) for item in value.values()]
-    return found
-
-
-def refuse_secrets(arguments: dict[str, Any], already_in: str = "") -> None:
-    """``secret_detected`` if any text of ``arguments`` holds a credential: the answer names each field, the kind of
-    secret, where it starts and the placeholder to write instead, and never repeats the secret. ``already_in``: the
-    fields come from that experience file (an update keeps them), not from the call."""
-    found = secrets_in(arguments)
-    if not found:
-        return
-    where = f" (kept from {already_in}: rewrite it in this update)" if already_in else ""
-    parts = "; ".join(f"`{s['field']}`{where} holds {KINDS[s['kind']].what} at character {s['offset']}"
-                      for s in found)
-    placeholders = ", ".join(dict.fromkeys(KINDS[s["kind"]].placeholder for s in found))
-    for secret in found:
-        secret["placeholder"] = KINDS[secret["kind"]].placeholder
-    raise ProcedureError(
-        ErrorCode.SECRET_DETECTED,
-        f"Nothing was written: {parts}. Experiences are served to every caller and agent, so they never hold "
-        f"credentials: write a placeholder such as {placeholders} in its place and call again.",
-        secrets=found,
-    )
 
 
 def check_sources(workspace: Path, run: Run) -> None:
