@@ -10,7 +10,8 @@ What it measures, in one run:
 
 - **False positives** per corpus, as the guard meets them: every trajectory file whole (what a masked read scans);
   every text of every released experience (each JSON string of a line, as a write checks a field); the experiences
-  of the fixture workspace; the look-alikes of ``tests/helpers/planted.py`` (ids, hashes, UUIDs, base64 images,
+  of the fixture workspace; the trajectories and the experiences a capable model extracted of
+  ``examples/bfcl-workspace``; the look-alikes of ``tests/helpers/planted.py`` (ids, hashes, UUIDs, base64 images,
   tool call ids, paging tokens, placeholders, code references; ``--seeds`` variants each). Every finding there is a
   false positive: none of these corpora holds a credential.
 - **Recall**: the planted corpus of ``tests/helpers/planted.py`` (every kind in several formats, synthetic), each
@@ -74,6 +75,9 @@ def corpora(trajectories: Path, library: Path) -> list[tuple[str, list[tuple[str
     files = sorted(p for p in trajectories.rglob("*") if p.is_file())
     lines = [json.loads(line) for line in library.read_text().splitlines() if line.strip()]
     experiences = sorted((FIXTURES / "workspace-ed0ae2c" / "procedures").glob("*.json"))
+    example = FIXTURES.parents[1] / "examples" / "bfcl-workspace"
+    example_files = sorted((example / "session" / "trajectories").iterdir())
+    example_experiences = sorted((example / "procedures").glob("*.json"))
     return [
         (f"trajectories, whole files ({len(files)}, {trajectories})",
          [(p.name, p.read_text()) for p in files]),
@@ -81,6 +85,10 @@ def corpora(trajectories: Path, library: Path) -> list[tuple[str, list[tuple[str
          [(f"line {i + 1}", s) for i, row in enumerate(lines) for s in strings(row)]),
         (f"fixture workspace experiences ({len(experiences)})",
          [(p.name, s) for p in experiences for s in strings(json.loads(p.read_text()))]),
+        (f"example workspace: trajectories, whole files ({len(example_files)})",
+         [(p.name, p.read_text()) for p in example_files]),
+        (f"example workspace: every text of {len(example_experiences)} extracted experiences",
+         [(p.name, s) for p in example_experiences for s in strings(json.loads(p.read_text()))]),
     ]
 
 

@@ -66,8 +66,12 @@ def test_no_look_alike_is_flagged(seed):
 
 
 def test_the_real_fixture_trajectories_and_experiences_hold_no_secret():
-    files = sorted((FIXTURES / "trajectories").iterdir()) + [FIXTURES / "experiences.jsonl"]
-    assert len(files) >= 6
+    """The fixtures' BFCL trajectories and released experiences, and the example workspace's trajectories and the
+    experiences a capable model extracted from them."""
+    example = FIXTURES.parents[1] / "examples" / "bfcl-workspace"
+    files = (sorted((FIXTURES / "trajectories").iterdir()) + [FIXTURES / "experiences.jsonl"]
+             + sorted((example / "session" / "trajectories").iterdir()) + sorted((example / "procedures").iterdir()))
+    assert len(files) >= 46
     assert {f.name: spans(f.read_text()) for f in files if find_secrets(f.read_text())} == {}
 
 

@@ -229,7 +229,7 @@ def check_downstream(out: str) -> None:
 
 def check_secrets(out: str) -> None:
     for corpus in ("trajectories, whole files", "released library, every text of", "fixture workspace experiences",
-                   "look-alikes"):
+                   "example workspace: trajectories, whole files", "example workspace: every text of", "look-alikes"):
         texts, megabytes, flagged, findings = numbers(rf"^\| {re.escape(corpus)}.* \| {{N}} \| {{N}} \| {{N}} \| "
                                                       rf"{{N}} \| — \|$", out)
         assert int(texts) > 0 and (flagged, findings) == ("0", "0")
