@@ -16,14 +16,15 @@ REFERENCE = REPO / "docs" / "reference.md"
 PACKAGE = Path(reme_procedure_memory.__file__).parent
 
 
-def section(title: str | None) -> str:
-    """The reference's text before its first ``## `` heading (None), or under ``## <title>``."""
+def section(title: str) -> str:
+    """The reference's text under ``## <title>``, up to the next ``## `` heading."""
     parts = re.split(r"^## ", REFERENCE.read_text(), flags=re.MULTILINE)
-    return parts[0] if title is None else next(p for p in parts[1:] if p.startswith(title + "\n"))
+    return next(p for p in parts[1:] if p.startswith(title + "\n"))
 
 
 def documented() -> set[str]:
-    return set(re.findall(r"^\| `([a-z_]+)` \|", section(None), re.MULTILINE))
+    """The codes of the reference's answer-code table."""
+    return set(re.findall(r"^\| `([a-z_]+)` \|", section("Answer codes"), re.MULTILINE))
 
 
 def test_the_reference_lists_exactly_the_declared_codes():

@@ -36,6 +36,8 @@ PACKAGE = "reme_procedure_memory"
 JOBS = [
     "procedure_search",
     "procedure_read",
+    "procedure_list",
+    "procedure_imports",
     "procedure_create",
     "procedure_update",
     "procedure_auto_memory",
@@ -192,7 +194,7 @@ def _default_jobs_block(text: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_reme_plugins_validate_and_show_list_all_six_jobs(tmp_path):
+def test_reme_plugins_validate_and_show_list_all_eight_jobs(tmp_path):
     validate = _run([REME, "plugins", "validate", "procedure-memory"], cwd=tmp_path, timeout=120)
     assert validate.returncode == 0, validate.stdout + validate.stderr
     assert "Valid ReMe plugin: procedure-memory" in validate.stdout

@@ -7,6 +7,7 @@ import pytest
 
 from conftest import add_trajectory, call_tool, import_file, memory_of, run_job
 from helpers import experience_record, place_unicorn_experiences, summary
+from helpers.views import held_reindex
 from reme_procedure_memory.storage.journal import INDEXED, SUPERSEDED
 
 
@@ -191,17 +192,7 @@ async def test_searches_during_a_reindex_wait_for_complete_views(make_app, tmp_p
     ws = tmp_path / "ws"
     place_unicorn_experiences(ws, 30)
     async with make_app(workspace=ws) as app:
-        views = memory_of(app).views
-        original, entered, gate = views.index, asyncio.Event(), asyncio.Event()
-
-        async def held_index(items):  # the rebuild has cleared the views and is re-indexing: hold it there
-            entered.set()
-            await gate.wait()
-            return await original(items)
-
-        views.index = held_index
-        reindex = asyncio.create_task(app.run_job("procedure_reindex"))
-        await asyncio.wait_for(entered.wait(), 10)
+        reindex, gate = await held_reindex(app)
         search = asyncio.create_task(run_job(app, "procedure_search", query="unicorn7 service degrades",
                                              index="when_to_use"))
         await asyncio.sleep(0.2)

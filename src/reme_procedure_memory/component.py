@@ -9,8 +9,8 @@ closes the plugin's own stores (each persists itself when it closes) and only th
 is written without it.
 
 What it owns: one ``Workspace`` (``workspace.py``: the shared state) and the operations built on it — ``grants``
-(extraction runs), ``reads`` (search answers and reads), ``write_path`` (create, update), ``recovery`` (reconcile,
-reindex, pending retries). Steps (``jobs/steps.py``) validate their arguments and call the public coroutines here;
+(extraction runs), ``reads`` (search answers and reads), ``listing`` (the experiences and imports), ``write_path``
+(create, update), ``recovery`` (reconcile, reindex, pending retries). Steps (``jobs/steps.py``) validate their arguments and call the public coroutines here;
 every one returns a JSON-able answer or raises ProcedureError.
 """
 
@@ -29,6 +29,7 @@ from reme.components.file_store import BaseFileStore
 from .cli import install_cli_error_hook
 from .errors import StartStorageError
 from .extraction.importer import run_import
+from .operations.listing import Listing
 from .operations.reads import Reads
 from .operations.recovery import Recovery, one_shot_reindex
 from .operations.runs import Run, RunGrants
@@ -74,6 +75,7 @@ class ProcedureMemory(BaseComponent):
         self.grants = RunGrants(self.workspace)  # live extraction runs (operations/runs.py)
         self.recovery = Recovery(self.workspace)  # reconcile, reindex, pending retries (operations/recovery.py)
         self.reads = Reads(self.workspace, self.recovery)  # search answers and reads (operations/reads.py)
+        self.listing = Listing(self.workspace, self.recovery)  # the experiences and imports, a page at a time (operations/listing.py)
         self.write_path = WritePath(self.workspace)  # journal -> publish -> index (operations/writes.py)
         self._import_lock: asyncio.Lock | None = None
         self._built_at = time.time()  # ReMe's temporary files older than this are stale (storage/layout.py)
@@ -250,6 +252,16 @@ class ProcedureMemory(BaseComponent):
         credentials masked (see ``Reads.trajectory``)."""
         return await self.reads.trajectory(raw_path, offset, length, mask=mask)
 
+    # -- listings (operations/listing.py) ------------------------------------------------------------------------
+
+    async def list_experiences(self, cursor: str | None, limit: int) -> dict[str, Any]:
+        """One page of the experience files by path, each with its state in search (see ``Listing.experiences``)."""
+        return await self.listing.experiences(cursor, limit)
+
+    async def list_imports(self, cursor: str | None, limit: int) -> dict[str, Any]:
+        """One page of the imports by request id, each with its status and progress (see ``Listing.imports``)."""
+        return await self.listing.imports(cursor, limit)
+
     # -- extraction runs (operations/runs.py) and writes (operations/writes.py) ------------------------------------
 
     def begin_run(self, scope: str, sources: list[str], segment: int | None = None) -> Run:
@@ -276,5 +288,9 @@ class ProcedureMemory(BaseComponent):
         assert self._import_lock is not None
         await self.recovery.ensure_reconciled()
         async with self._import_lock:
-            return await run_import(self.workspace, self.app_context, self.grants, self.reads, wrapper, args,
-                                    interrupts)
+            self.workspace.importing.add(args.request_id)
+            try:
+                return await run_import(self.workspace, self.app_context, self.grants, self.reads, wrapper, args,
+                                        interrupts)
+            finally:
+                self.workspace.importing.discard(args.request_id)

@@ -7,6 +7,8 @@ import; they change shared state only through it:
   ``imports``, ``checkpoints``;
 * ``pending``: the files excluded from both views until indexed (``PendingIndex``);
 * ``damaged_metadata``: damaged metadata records skipped (not set aside), reported by start and reindex;
+* ``importing``: the request ids of the imports this process is running now (the imports listing says
+  ``processing``);
 * ``write_lock``: serialises every write (create, update, reindex, pending retries);
 * ``generation``: changes whenever files or views may have changed (``mark_changed``), so an identical tool call
   counts as repeated only within one generation; ``writes``: experience writes since the start (``count_write``);
@@ -84,6 +86,7 @@ class Workspace:
         self.views: Views | None = None  # set once the view stores have started
         self.pending = PendingIndex()
         self.damaged_metadata: dict[str, str] = {}  # path -> cause
+        self.importing: set[str] = set()  # request ids of the imports running in this process
         self._journal: OperationJournal | None = None
         self._write_lock: asyncio.Lock | None = None
         self._generation = 0

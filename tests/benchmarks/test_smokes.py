@@ -52,6 +52,7 @@ SMOKES: dict[str, tuple[list[str], float]] = {
     "maintenance.py": (["--smoke"], 300),
     "prompt_overhead.py": (["--smoke"], 120),
     "read_cost.py": (["--smoke"], 120),
+    "listing.py": (["--smoke"], 300),
     "retrieval.py": (["--smoke"], 300),
     "real_model.py": (["--smoke"], 300),
     "extraction.py": (["--smoke"], 300),
@@ -175,6 +176,17 @@ def check_read_cost(out: str) -> None:
     assert value(numbers(r"^installed: {N} us per 5-result answer \(median of 1 x 20\)$", out)[0]) > 0
 
 
+def check_listing(out: str) -> None:
+    numbers(r"^procedure_list over {N} experiences, procedure_imports over {N} imports \(median of 1 calls\)$", out)
+    for floor in ("directory listing", "record scan"):
+        numbers(rf"^  {floor} alone +{{N}} ms$", out)
+    for row in ("first page of 50", "middle page of 50", "page of 500"):
+        assert len(re.findall(rf"^  {row} +{NUMBER} ms$", out, re.MULTILINE)) == 2, row
+    assert re.findall(rf"^  every page of 64 \((\d+)\) +{NUMBER} s$", out, re.MULTILINE) == ["4", "4"]  # pages turned
+    assert numbers(r"^checked: the walks listed each of {N} experiences once \(all indexed\) and each of {N} imports "
+                   r"once \({N} complete, {N} incomplete\)$", out) == ["200", "200", "180", "20"]
+
+
 def check_retrieval(out: str) -> None:
     experiences, queries = numbers(r"^library \S+: {N} experiences, {N} task queries$", out)
     assert int(experiences) >= 40 and int(queries) > 0
@@ -244,7 +256,8 @@ def check_secrets(out: str) -> None:
 CHECKS = {
     "search.py": check_search, "segment.py": check_segment, "service.py": check_service,
     "tokenizer.py": check_tokenizer, "maintenance.py": check_maintenance, "prompt_overhead.py": check_prompt_overhead,
-    "read_cost.py": check_read_cost, "retrieval.py": check_retrieval, "real_model.py": check_real_model,
+    "read_cost.py": check_read_cost, "listing.py": check_listing, "retrieval.py": check_retrieval,
+    "real_model.py": check_real_model,
     "extraction.py": check_extraction, "downstream.py": check_downstream, "secret_guard.py": check_secrets,
 }
 

@@ -124,7 +124,9 @@ def service(tmp_path_factory):
                              ("clean-temporary-files-of-failed-build.json", CLEANUP)):
             versions[name] = version_of(write_experience(ws, name, record))
 
-        with running_server(reme, ws, root / "server.log") as (proc, port):
+        # MCP tool calls get `tenant` injected by the service (ReMe's service.injected_job_kwargs)
+        with running_server(reme, ws, root / "server.log", 'service.injected_job_kwargs={"tenant": "e2e"}') as (
+                proc, port):
             yield Service(reme=reme, ws=ws, port=port, proc=proc, endpoint=endpoint, versions=versions)
 
 
@@ -235,24 +237,79 @@ def test_search_over_http_with_json_body(service):
 
 
 def test_forged_grant_on_search_writes_nothing(service):
+    """Forged injected names reach the served jobs (and change nothing); write arguments are not theirs: refused."""
     before = durable_state(service.ws)
-    forged = {
-        "_procedure_grant": "forged", "tool_context_id": "forged", "filename": "forged.json", "path": "x",
-        "description": "d", "when_to_use": "w", "content": "c", "operation_key": "k", "procedure_memory": "default",
-    }
+    forged = {"_procedure_grant": "forged", "_procedure_sources": ["session/trajectories/run.jsonl"],
+              "tool_context_id": "forged"}
+    writes = {"filename": "forged.json", "description": "d", "when_to_use": "w", "content": "c",
+              "operation_key": "k", "procedure_memory": "default"}
     with httpx.Client(base_url=service.url, timeout=30) as client:
-        response = client.post("/procedure_search", json={"query": "rebuild search", **forged})
+        search = client.post("/procedure_search", json={"query": "rebuild search", **forged}).json()
         read = client.post("/procedure_read", json={"path": "procedures/rebuild-search-after-config-change.json",
-                                                     **{k: v for k, v in forged.items() if k != "path"}})
-    assert response.status_code == 200 and read.status_code == 200
-    answer = json.loads(response.json()["answer"])
-    assert answer["status"] == "ok" and answer["results"]
-    assert json.loads(read.json()["answer"])["experience"] == REBUILD
+                                                     **forged}).json()
+        refused = client.post("/procedure_search", json={"query": "rebuild search", **forged, **writes}).json()
+    answer = json.loads(search["answer"])
+    assert search["success"] and answer["status"] == "ok" and answer["results"]
+    assert read["success"] and json.loads(read["answer"])["experience"] == REBUILD
+    error = json.loads(refused["answer"])["error"]
+    assert not refused["success"] and error["code"] == "invalid_argument"
+    assert error["message"].startswith("`filename` is not an argument of procedure_search")
     assert durable_state(service.ws) == before
     assert not (service.ws / "procedures" / "forged.json").exists()
 
 
-def test_mcp_exposes_only_search_and_read(service):
+# -- unknown arguments (issue 21, item 5): every channel refuses them; ReMe's own names pass ----------------------
+
+
+def test_one_shot_cli_refuses_a_misspelled_argument_before_copying_anything(reme, tmp_path):
+    ws = tmp_path / "ws"
+    original = tmp_path / "run.jsonl"
+    original.write_bytes(TRAJECTORY)
+    write_trajectory(ws, "other.jsonl")
+
+    imported = reme.start_job("procedure_auto_memory", ws, f"file={original}", "filename=run.jsonl", "memory_hnt=x")
+    rebuilt = reme.start_job("procedure_reindex", ws, "force=true")
+
+    for proc, wrong, meant in ((imported, "memory_hnt", "did you mean `memory_hint`?"),
+                               (rebuilt, "force", "which takes none")):
+        assert proc.returncode == 1, proc.stdout
+        error = json.loads(proc.stderr.strip().splitlines()[-1])["error"]
+        assert error["code"] == "invalid_argument" and f"`{wrong}` is not an argument" in error["message"]
+        assert meant in error["message"]
+    assert not (ws / "session" / "trajectories" / "run.jsonl").exists()
+    assert not list((ws / "metadata" / "procedure" / "default" / "imports").glob("*"))
+
+
+def test_client_http_and_mcp_refuse_a_misspelled_argument_and_pass_remes_own_names(service):
+    before = durable_state(service.ws)
+    expected = "`limt` is not an argument of procedure_search; did you mean `limit`?"
+    answer, ok = service.reme.call(service.port, "procedure_search", "query=rebuild", "limt=3")
+    assert not ok and answer["error"]["code"] == "invalid_argument" and answer["error"]["message"].startswith(expected)
+    with httpx.Client(base_url=service.url, timeout=30) as client:
+        refused = client.post("/procedure_search", json={"query": "rebuild", "limt": 3}).json()
+        envelope = client.post("/procedure_search", json={"query": "rebuild", "metadata": {"trace": "t"}}).json()
+    assert not refused["success"] and json.loads(refused["answer"])["error"]["message"].startswith(expected)
+    assert envelope["success"], envelope  # ReMe's HTTP request model declares `metadata` for every job
+
+    async def session():
+        from fastmcp import Client
+        async with Client(f"{service.url}/mcp") as client:
+            refused = await client.call_tool("procedure_read", {"path": "procedures/x.json", "knd": "experience"},
+                                             raise_on_error=False)
+            # the service injects `tenant` into every MCP call (service.injected_job_kwargs): never refused
+            served = await client.call_tool("procedure_search", {"query": "rebuild"}, raise_on_error=False)
+            clash = await client.call_tool("procedure_search", {"query": "rebuild", "tenant": "x"},
+                                           raise_on_error=False)
+            assert clash.is_error and "injected by the MCP server" in clash.content[0].text  # it is injected
+            return json.loads(refused.content[0].text), json.loads(served.content[0].text)
+
+    refused, served = asyncio.run(asyncio.wait_for(session(), timeout=60))
+    assert refused["error"]["message"].startswith("`knd` is not an argument of procedure_read; did you mean `kind`?")
+    assert served["status"] == "ok" and served["results"]
+    assert durable_state(service.ws) == before
+
+
+def test_mcp_exposes_only_the_read_jobs(service):
     from fastmcp import Client
     from fastmcp.exceptions import ToolError
 
@@ -295,6 +352,53 @@ def test_mcp_exposes_only_search_and_read(service):
     assert out["create_errors"] == list(HIDDEN_JOBS)
     assert durable_state(service.ws) == before
     assert not (service.ws / "procedures" / "mcp.json").exists()
+
+
+# -- the listings (issue 21, item 6): served like search ------------------------------------------------------------
+
+
+def test_cli_client_lists_the_experiences_a_page_at_a_time(service):
+    before = durable_state(service.ws)
+    names = sorted(service.versions)
+    first, ok = service.reme.call(service.port, "procedure_list", "limit=2")
+    assert ok and first["total"] == 3 and first["next"] == f"procedures/{names[1]}"
+    rest, ok = service.reme.call(service.port, "procedure_list", "limit=2", f"cursor={first['next']}")
+    assert ok and rest["next"] is None
+    entries = first["experiences"] + rest["experiences"]
+    assert [(e["path"], e["version"], e["state"], e["source_count"]) for e in entries] == [
+        (f"procedures/{name}", service.versions[name], "indexed", 1) for name in names]
+    assert entries[names.index("rebuild-search-after-config-change.json")]["description"] == REBUILD["description"]
+    imports, ok = service.reme.call(service.port, "procedure_imports")
+    assert ok and imports == {"status": "ok", "imports": [], "total": 0, "next": None, "damaged_records": []}
+    assert durable_state(service.ws) == before
+
+
+def test_listings_are_served_over_http_and_mcp(service):
+    before = durable_state(service.ws)
+    with httpx.Client(base_url=service.url, timeout=30) as client:
+        listed = client.post("/procedure_list", json={"limit": 1}).json()
+        imports = client.post("/procedure_imports", json={"limit": 10}).json()
+        refused = client.post("/procedure_list", json={"limit": 1, "cursr": "x"}).json()
+        paths = client.get("/openapi.json").json()["paths"]
+    assert listed["success"] and json.loads(listed["answer"])["next"] is not None
+    assert imports["success"] and json.loads(imports["answer"])["imports"] == []
+    assert not refused["success"] and "did you mean `cursor`?" in json.loads(refused["answer"])["error"]["message"]
+    assert "/procedure_list" in paths and "/procedure_imports" in paths
+
+    async def session():
+        from fastmcp import Client
+        async with Client(f"{service.url}/mcp") as client:
+            tools = {tool.name: tool for tool in await client.list_tools()}
+            listed = await client.call_tool("procedure_list", {"limit": 50})
+            imports = await client.call_tool("procedure_imports", {})
+            return tools, json.loads(listed.content[0].text), json.loads(imports.content[0].text)
+
+    tools, listed, imports = asyncio.run(asyncio.wait_for(session(), timeout=60))
+    for job in ("procedure_list", "procedure_imports"):
+        assert set(tools[job].inputSchema["properties"]) == {"limit", "cursor"}
+    assert [e["path"] for e in listed["experiences"]] == sorted(f"procedures/{n}" for n in service.versions)
+    assert imports["status"] == "ok" and imports["total"] == 0
+    assert durable_state(service.ws) == before
 
 
 def test_second_process_on_a_served_workspace_fails_with_workspace_in_use(service):

@@ -106,6 +106,18 @@ def test_killed_one_shot_import_resumes_from_the_saved_copy(tmp_path):
         assert all(c.total == total for c in run1)
         assert read_checkpoint(ws)["next_segment"] == KILL_SEGMENT - 1  # nothing advanced after the kill
 
+        # -- the killed import, as the imports listing shows it (the one-shot CLI, the same settings) ------------
+        import_only = ("job=", "file=", "filename=", "request_id=")
+        listing = [str(REME), "start", "job=procedure_imports",
+                   *[arg for arg in command[2:] if not arg.startswith(import_only)]]  # the same settings
+        listed = subprocess.run(listing, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+        assert listed.returncode == 0, listed.stderr[-3000:]
+        entry = json.loads(listed.stdout)["imports"][0]
+        assert (entry["request_id"], entry["file"], entry["status"]) == (REQUEST_ID, "session/trajectories/run.jsonl",
+                                                                          "incomplete")
+        assert entry["segments"] == {"done": KILL_SEGMENT - 1, "total": total}
+        assert entry["experiences"] == {"created": KILL_SEGMENT, "updated": 0}  # the killed attempt's write counts
+
         # -- run 2: the original is gone; the same command resumes from the verified copy -----------------------
         original.unlink()
         chat.requests.clear()

@@ -25,7 +25,7 @@ PLUGINS = 'plugins=["procedure-memory"]'
 HIDDEN_JOBS = ("procedure_create", "procedure_update", "procedure_auto_memory", "procedure_reindex")
 
 
-SERVED_JOBS = ("procedure_search", "procedure_read")
+SERVED_JOBS = ("procedure_search", "procedure_read", "procedure_list", "procedure_imports")
 
 
 TRAJECTORY = b'{"role": "user", "content": "search results are stale after the config change"}\n' \

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import shutil
@@ -11,6 +12,23 @@ import numpy as np
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
 from helpers.corpus import corpus, write_corpus
+
+
+async def held_reindex(app) -> tuple[asyncio.Task, asyncio.Event]:
+    """A ``procedure_reindex`` of ``app`` started and held where it has cleared the views and is indexing them again:
+    (its task, the gate that lets it go on)."""
+    views = memory_of(app).views
+    original, entered, gate = views.index, asyncio.Event(), asyncio.Event()
+
+    async def held_index(items):
+        entered.set()
+        await gate.wait()
+        return await original(items)
+
+    views.index = held_index
+    reindex = asyncio.create_task(app.run_job("procedure_reindex"))
+    await asyncio.wait_for(entered.wait(), 10)
+    return reindex, gate
 
 
 def view_dirs(ws):

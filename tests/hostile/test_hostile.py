@@ -117,6 +117,10 @@ SERVED_SLOTS = [
     Slot("procedure_read", "kind", {"path": EXPERIENCE}, lambda v: not v or v == "experience"),
     Slot("procedure_read", "offset", {"kind": "trajectory", "path": TRAJECTORY}, lambda v: valid_int(v, 0, None)),
     Slot("procedure_read", "length", {"kind": "trajectory", "path": TRAJECTORY}, lambda v: valid_int(v, 1, None)),
+    *[Slot(job, "limit", {}, lambda v: valid_int(v, 1, 500)) for job in ("procedure_list", "procedure_imports")],
+    # a cursor is any text (it only says where a page starts): absent or "" is the first page
+    *[Slot(job, "cursor", {}, lambda v: v in (None, "") or valid_text(v, numbers=True, max_chars=4096))
+      for job in ("procedure_list", "procedure_imports")],
 ]
 
 
@@ -452,6 +456,8 @@ CLIENT_CASES = [
     ("procedure_read", ["kind=trajectory", "path=session/trajectories/escape.jsonl"], "path_outside_allowed_directory"),
     ("procedure_search", ["query=[1, 2]"], "invalid_argument"),  # the client converts JSON-looking values
     ("procedure_search", ["query=stale", "limit=1e999"], "invalid_argument"),
+    ("procedure_list", ["cursor=[1, 2]"], "invalid_argument"),
+    ("procedure_imports", ["limt=5"], "invalid_argument"),
     ("write", ["path=procedures/cli.json", "name=n", "description=d", "content=c"], "protected_path"),
 ]
 

@@ -94,7 +94,7 @@ def test_every_default_is_stated_in_its_description():
             text = field.description or ""
             assert f"default {field.default}" in text or f"{field.default} (default)" in text, (model, name)
             stated += 1
-    assert stated == 5  # index, limit, kind, offset, length
+    assert stated == 7  # index, limit, kind, offset, length, the two listings' limits
 
 
 # -- validation ------------------------------------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from reme.steps.evolve._evolve import agent_reply_result_text
 
 from ..errors import ErrorCode, ExtractionStopped, ProcedureError, TokenizerUnavailable
 from ..operations.reads import compact_answer
-from ..storage.journal import ABANDONED, INDEX_PENDING, INTENT, PUBLISHED
+from ..storage.journal import INDEX_PENDING, PUBLISHED, written_paths
 from . import prompt
 from .agent_call import merged_reply_kwargs, stop_reason
 from .summary import parse_summary, summary_problem
@@ -285,19 +285,6 @@ class Extraction:
     def written(self) -> dict[str, list[str]]:
         """Experiences created and updated by this import (its journaled, published writes), each path once."""
         return written_paths(self.workspace.journal.records(self.record.request_id))
-
-
-def written_paths(ops) -> dict[str, list[str]]:
-    """Paths created and updated by journaled operations (oldest first) that were published, each path once."""
-    created, updated = {}, {}
-    for op in ops:
-        if op.status in (INTENT, ABANDONED):
-            continue
-        if op.tool == "create":
-            created[op.path] = True
-        elif op.path not in created:
-            updated[op.path] = True
-    return {"created": list(created), "updated": list(updated)}
 
 
 def failed_writes_stopped(failed: list[dict[str, str]], number: int, total: int) -> ExtractionStopped:

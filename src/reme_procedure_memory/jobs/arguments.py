@@ -6,14 +6,23 @@ every job validates its own through its model. ``parameters(model)`` is the sche
 ReMe's tool adapters expect: no ``title``, no ``default`` (applied here, stated in the descriptions), no ``anyOf``.
 
 ``validate(model, arguments)`` answers the model, or ``ProcedureError(invalid_argument, <sentence>)`` for the first
-invalid argument in field order (the order the checks always had). Absent or ``None`` means "the default". Checks
-that need the configuration (experience path, experience filename) come through the validation context and raise
-their own ``ProcedureError`` in field order.
+invalid argument: first a name the job does not take (in the caller's order; the sentence names the closest argument
+the job does take), then the values in field order (the order the checks always had). Absent or ``None`` means "the
+default". Checks that need the configuration (experience path, experience filename) come through the validation
+context and raise their own ``ProcedureError`` in field order.
+
+Names ReMe itself puts into a call are not the caller's arguments and are never refused (``is_runtime``): names that
+start with ``_`` (ReMe's convention for injected, runtime-only tool arguments: the plugin's grant and sources, ReMe's
+``_allowed_paths``), ``tool_context_id`` (agent wrappers, the Codex tool server), ``metadata`` (the field ReMe's HTTP
+request model declares for every job), and what the step passes as ``runtime`` (the service's
+``injected_job_kwargs`` and the job's own configuration keys, which ReMe merges into every call).
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+import difflib
+import json
+from typing import Any, ClassVar, Collection, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.json_schema import SkipJsonSchema
@@ -22,8 +31,10 @@ from ..errors import ErrorCode, ProcedureError
 from ..schema import FIELD_ALIAS, NAME_EXAMPLE, VIEW_NAMES
 from .fields import (
     MAX_LIMIT,
+    MAX_PAGE,
     AliasConflict,
     Conflict,
+    Cursor,
     ExpectedVersion,
     FieldText,
     Filename,
@@ -40,8 +51,9 @@ from .fields import (
 
 
 class JobArguments(BaseModel):
-    """Base of the job models: unknown keys (injected grants, ``tool_context_id``) are ignored here and refused by
-    the advertised ``additionalProperties: false`` where the caller validates the schema (AgentScope)."""
+    """Base of the job models. Names a job does not take are refused by ``validate`` before the model sees them
+    (and by the advertised ``additionalProperties: false`` where the caller validates the schema: AgentScope); the
+    model ignores the rest of a call's context (the names ReMe injects, ``is_runtime``)."""
 
     model_config = ConfigDict(extra="ignore", json_schema_extra={"additionalProperties": False})
     # Optional arguments where "" (the CLI's ``limit=``) means "use the default"; where any false value (0, [],
@@ -152,8 +164,29 @@ class AutoMemoryArguments(JobArguments):
     source_id: ImportText = ""
 
 
+class _PageArguments(JobArguments):
+    """A listing's page: ``limit`` entries after ``cursor`` (the ``next`` of the previous answer)."""
+
+    EMPTY_IS_DEFAULT = frozenset({"limit", "cursor"})
+    CURSOR_DESCRIPTION: ClassVar[str] = "The `next` of the previous answer; leave it out for the first page."
+
+
+class ListArguments(_PageArguments):
+    """``procedure_list [limit=50] [cursor=<next>]``: the experiences by path."""
+
+    limit: Integer = Field(50, ge=1, le=MAX_PAGE, description="Experiences per page (default 50).")
+    cursor: Cursor = Field(None, description=_PageArguments.CURSOR_DESCRIPTION)
+
+
+class ImportsArguments(_PageArguments):
+    """``procedure_imports [limit=50] [cursor=<next>]``: the imports by request id."""
+
+    limit: Integer = Field(50, ge=1, le=MAX_PAGE, description="Imports per page (default 50).")
+    cursor: Cursor = Field(None, description=_PageArguments.CURSOR_DESCRIPTION)
+
+
 class ReindexArguments(JobArguments):
-    """``procedure_reindex`` takes no argument (and ignores any)."""
+    """``procedure_reindex`` takes no argument (and refuses any)."""
 
     model_config = ConfigDict(json_schema_extra=None)
 
@@ -165,22 +198,81 @@ MODELS: dict[str, type[JobArguments]] = {
     "procedure_update": UpdateArguments,
     "procedure_auto_memory": AutoMemoryArguments,
     "procedure_reindex": ReindexArguments,
+    "procedure_list": ListArguments,
+    "procedure_imports": ImportsArguments,
 }
 
 
-def given_arguments(model: type[JobArguments], arguments: dict[str, Any]) -> dict[str, Any]:
-    """The arguments of a call that are ``model``'s own (by name or alias): what the caller wrote, without what the
-    runtime injected (the write grant, the sources, ``tool_context_id``)."""
-    names = {info.alias or name for name, info in model.model_fields.items()}
-    return {key: value for key, value in arguments.items() if key in names}
+# Names ReMe puts into a job's context besides the caller's arguments (see the module docstring).
+TOOL_CONTEXT_ID = "tool_context_id"  # agent wrappers' tool context (and the Codex child's injected one)
+HTTP_METADATA = "metadata"  # ReMe's HTTP ``Request`` model declares it for every job
+RUNTIME_NAMES = frozenset({TOOL_CONTEXT_ID, HTTP_METADATA})
+SHOWN_NAME_CHARS = 80  # an unknown name longer than this is shortened in the sentence
 
 
-def validate(model: type[JobArguments], arguments: dict[str, Any], **context: Any) -> Any:
-    """The validated arguments, or ProcedureError(invalid_argument) naming the first invalid one."""
+def is_runtime(name: Any, runtime: Collection[str] = ()) -> bool:
+    """Whether ``name`` is put into a call by ReMe rather than given by its caller (never refused)."""
+    return isinstance(name, str) and (name.startswith("_") or name in RUNTIME_NAMES or name in runtime)
+
+
+def argument_names(model: type[JobArguments]) -> list[str]:
+    """The names a job takes, as callers write them (an alias instead of its field's name), in field order."""
+    return [info.alias or name for name, info in model.model_fields.items()]
+
+
+def advertised_names(model: type[JobArguments]) -> list[str]:
+    """The names a job advertises, as a sentence lists them: required ones, then optional ones, then aliases."""
+    schema = parameters(model)
+    required = schema.get("required", [])
+    aliases = {info.alias for info in model.model_fields.values() if info.alias}
+    optional = [name for name in schema.get("properties", {}) if name not in required]
+    return [*required, *[n for n in optional if n not in aliases], *[n for n in optional if n in aliases]]
+
+
+def job_of(model: type[JobArguments]) -> str:
+    return next((job for job, known in MODELS.items() if known is model), "this job")
+
+
+def validate(model: type[JobArguments], arguments: dict[str, Any], runtime: Collection[str] = (),
+             **context: Any) -> Any:
+    """The validated arguments, or ProcedureError(invalid_argument) naming the first invalid one: a name the job
+    does not take (``runtime``: names injected into this call besides ``is_runtime``'s), then the values."""
+    names = argument_names(model)
+    unknown = next((name for name in arguments if name not in names and not is_runtime(name, runtime)), None)
+    if unknown is not None:
+        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, unknown_sentence(model, unknown))
     try:
         return model.model_validate(arguments, context=context)
     except ValidationError as exc:
         raise ProcedureError(ErrorCode.INVALID_ARGUMENT, _sentence(model, exc.errors()[0])) from None
+
+
+def unknown_sentence(model: type[JobArguments], name: Any) -> str:
+    """The refusal of a name ``model``'s job does not take: the closest name it advertises (``difflib``; on a tie the
+    first listed), and all of them."""
+    job, names, name = job_of(model), advertised_names(model), str(name)
+    if not names:
+        return f"`{shown(name)}` is not an argument of {job}, which takes none; leave it out."
+    closest = max(names, key=lambda known: (_likeness(name, known), -names.index(known)))
+    listed = ", ".join(f"`{known}`" for known in names)
+    return f"`{shown(name)}` is not an argument of {job}; did you mean `{closest}`? It takes {listed}."
+
+
+def _likeness(given: str, known: str) -> float:
+    """How alike two names are, case and ``-``/``_`` aside (difflib's ratio)."""
+    def plain(text: str) -> str:
+        return text.lower().replace("-", "_")
+    return difflib.SequenceMatcher(None, plain(given), plain(known)).ratio()
+
+
+def shown(name: str) -> str:
+    """A caller's name as a sentence can show it: control characters escaped, shortened, valid UTF-8."""
+    cut = name[:SHOWN_NAME_CHARS] + ("..." if len(name) > SHOWN_NAME_CHARS else "")
+    try:
+        cut.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: escaped like every other character it cannot show
+        return json.dumps(cut)[1:-1]
+    return json.dumps(cut, ensure_ascii=False)[1:-1]
 
 
 def _sentence(model: type[JobArguments], error: dict[str, Any]) -> str:

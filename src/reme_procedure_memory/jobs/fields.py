@@ -22,6 +22,8 @@ from ..schema import NAME_EXAMPLE
 
 MAX_QUERY_CHARS = 4096
 MAX_LIMIT = 50
+MAX_PAGE = 500  # entries per page of a listing
+MAX_CURSOR_CHARS = 4096
 MAX_INT_DIGITS = 12
 MAX_OPERATION_KEY_CHARS = 200
 MAX_REQUEST_ID_CHARS = 128
@@ -124,6 +126,17 @@ def _request_id(value: Any) -> str:
     return value
 
 
+def _cursor(value: Any) -> str:
+    """Where a listing's page starts: the ``next`` of an earlier answer (a path, or a request id, which the CLI may
+    send as a number); kept as given."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        value = str(value)
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_CURSOR_CHARS:
+        raise _refuse(f"`cursor` must be the `next` of an earlier answer (a string of 1-{MAX_CURSOR_CHARS} "
+                      "characters); leave it out for the first page.")
+    return value
+
+
 def new_request_id() -> str:
     """The request id of an import that was given none."""
     return f"req-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
@@ -157,4 +170,5 @@ AliasConflict = Annotated[Any, BeforeValidator(_alias), WithJsonSchema({"type": 
 ImportFile = Annotated[str, BeforeValidator(_import_file)]
 ImportFilename = Annotated[str, BeforeValidator(_import_filename)]
 RequestId = Annotated[str, BeforeValidator(_request_id)]
+Cursor = Annotated[str, BeforeValidator(_cursor)]
 ImportText = Annotated[str, BeforeValidator(_import_text)]

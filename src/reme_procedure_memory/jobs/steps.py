@@ -1,7 +1,8 @@
 """Thin ReMe steps: validate arguments, delegate to the ProcedureMemory component, answer JSON.
 
 ReMe validates no job arguments (HTTP, MCP and CLI pass anything through), so every step validates its own through
-the job's model in ``arguments.py`` and hands the operation validated arguments. Every
+the job's model in ``arguments.py`` (refusing names the job does not take, except those ReMe injects into the call:
+``runtime_names``) and hands the operation validated arguments. Every
 answer is a JSON object in ``Response.answer`` (agents and MCP callers see only the answer); failures also set
 ``success=False``. The component instance is chosen by step config only (``procedure_memory: <name>``), never by
 the caller.
@@ -26,11 +27,14 @@ from ..operations.writes import canonical_filename
 from .arguments import (
     AutoMemoryArguments,
     CreateArguments,
+    ImportsArguments,
     JobArguments,
+    ListArguments,
     ReadArguments,
+    ReindexArguments,
     SearchArguments,
     UpdateArguments,
-    given_arguments,
+    is_runtime,
     validate,
 )
 from ..interrupts import signal_name, signals_cancel_task
@@ -118,6 +122,26 @@ class ProcedureStep(BaseStep):
         assert self.context is not None
         return self.context.get(name)
 
+    def runtime_names(self) -> frozenset[str]:
+        """Names ReMe injects into this call besides those ``arguments.is_runtime`` knows: the keys of the service's
+        ``injected_job_kwargs`` (added to every MCP tool call) and the configuration keys of the jobs that run this
+        step (``jobs.<name>.<key>``: ReMe's BaseJob merges them into every call)."""
+        app = self.app_context
+        if app is None:
+            return frozenset()
+        injected = getattr(app.app_config.service, "injected_job_kwargs", None)
+        names = set(injected) if isinstance(injected, dict) else set()
+        for job in app.jobs.values():
+            if any(cls is type(self) for cls, _ in getattr(job, "step_specs", ())):
+                names.update(getattr(job, "kwargs", None) or {})
+        return frozenset(names)
+
+    def validated_arguments(self, model: type[JobArguments], arguments: dict[str, Any] | None = None, **context: Any):
+        """The call's arguments (or ``arguments``) as ``model`` validates them (``arguments.validate``)."""
+        assert self.context is not None
+        data = dict(self.context.data) if arguments is None else arguments
+        return validate(model, data, self.runtime_names(), **context)
+
     tool: str = ""  # the job tool this step serves to extraction agents ("" for CLI-only jobs)
 
     async def execute(self) -> None:
@@ -176,7 +200,7 @@ class ProcedureSearchStep(ProcedureStep):
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        args = validate(SearchArguments, self.context.data)
+        args = self.validated_arguments(SearchArguments)
         answer = await memory.search(args.query, args.index, args.limit)
         run = self._agent_call()[0]
         if not answer["results"] and run is not None:  # the extraction agent's next step
@@ -193,12 +217,30 @@ class ProcedureReadStep(ProcedureStep):
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        args = validate(ReadArguments, self.context.data)
+        args = self.validated_arguments(ReadArguments)
         if args.kind == "experience":
             return memory.read_experience(args.path)
         # a service caller gets the credentials in it masked; the extraction agent reads what its segment shows
         mask = memory.settings.mask_trajectory_secrets and self._agent_call()[0] is None
         return await memory.read_trajectory(args.path, args.offset, args.length, mask=mask)
+
+
+class ProcedureListStep(ProcedureStep):
+    """``procedure_list [limit=50] [cursor=<next>]``: the experiences by path, a page at a time (read only)."""
+
+    async def run(self) -> dict[str, Any]:
+        memory = self.memory
+        args = self.validated_arguments(ListArguments)
+        return await memory.list_experiences(args.cursor, args.limit)
+
+
+class ProcedureImportsStep(ProcedureStep):
+    """``procedure_imports [limit=50] [cursor=<next>]``: the imports by request id, a page at a time (read only)."""
+
+    async def run(self) -> dict[str, Any]:
+        memory = self.memory
+        args = self.validated_arguments(ImportsArguments)
+        return await memory.list_imports(args.cursor, args.limit)
 
 
 class _WriteStep(ProcedureStep):
@@ -218,10 +260,11 @@ class _WriteStep(ProcedureStep):
         after the secret guard: an argument holding a credential is refused before any check could repeat it."""
         memory = self.memory
         directory = memory.settings.procedure_dir
-        arguments = self.write_args()
-        refuse_secrets(given_arguments(model, arguments))
-        return validate(model, arguments, filename=lambda name: canonical_filename(name, directory),
-                        path=memory.experience_path)
+        arguments, runtime = self.write_args(), self.runtime_names()
+        # the secret guard first: no other refusal (an unknown name, a bad filename) may repeat a secret
+        refuse_secrets({name: value for name, value in arguments.items() if not is_runtime(name, runtime)})
+        return self.validated_arguments(model, arguments, filename=lambda name: canonical_filename(name, directory),
+                                        path=memory.experience_path)
 
 
 class ProcedureCreateStep(_WriteStep):
@@ -248,7 +291,9 @@ class ProcedureReindexStep(ProcedureStep):
     """``reme start job=procedure_reindex plugins='["procedure-memory"]'``."""
 
     async def run(self) -> dict[str, Any]:
-        return await self.memory.reindex()
+        memory = self.memory
+        self.validated_arguments(ReindexArguments)
+        return await memory.reindex()
 
 
 class ProcedureAutoMemoryStep(ProcedureStep):
@@ -261,8 +306,8 @@ class ProcedureAutoMemoryStep(ProcedureStep):
     """
 
     async def run(self) -> dict[str, Any]:
+        args = self.validated_arguments(AutoMemoryArguments)
         assert self.context is not None
-        args = validate(AutoMemoryArguments, dict(self.context.data))
         if not self._from_command_line():
             return await self.memory.import_trajectory(self.agent_wrapper, args)
         if not self.context.data.get("request_id"):  # the user's only handle on this import if it stops

@@ -148,6 +148,16 @@ class Views:
         return {chunk.path: (str(chunk.metadata.get("version", "")), chunk.id in held)
                 for chunk in store.file_chunks.values()}
 
+    def held_version(self, path: str) -> str | None:
+        """The version of ``path`` both views hold a record of; None when a view holds none or they differ."""
+        versions = set()
+        for view in VIEW_NAMES:
+            chunk = self.stores[view].file_chunks.get(chunk_id(view, path))
+            if chunk is None:
+                return None
+            versions.add(str(chunk.metadata.get("version", "")))
+        return versions.pop() if len(versions) == 1 else None
+
     async def search(self, view: str, query: str, limit: int, vector_weight: float) -> tuple[list[Fused], str | None]:
         """Fused candidates of ``view`` (best first, at least ``limit`` when available) and, if the vector branch
         was unavailable, why: the fusion without reading any file (``benchmarks/search.py`` times it apart; answers

@@ -92,6 +92,17 @@ class CheckpointStore:
         path = self.path(request_id)
         return load_owned_record(path, lambda **record: Checkpoint.from_record(path, record))
 
+    def peek(self, name: str) -> Checkpoint | None:
+        """The checkpoint in file ``name`` of the directory (``path(request_id).name``), or None, read only: a damaged
+        one is raised (DamagedRecord) and left in place."""
+        path = self.directory / name
+        record = read_json(path)
+        return Checkpoint.from_record(path, record) if record is not None else None
+
+    def names(self) -> set[str]:
+        """The file names of every checkpoint record."""
+        return {path.name for path in self.directory.glob("*.json")} if self.directory.is_dir() else set()
+
     def put(self, checkpoint: Checkpoint) -> None:
         write_json(self.path(checkpoint.request_id), checkpoint.to_record())
 

@@ -4,14 +4,16 @@ Contract: nothing here writes. ``ExperienceDirectory.read(rel_path)`` answers a 
 (its name is not a valid experience name, its bytes are not an experience, a source is not an existing trajectory
 copy, or it is a symbolic link, never followed; the error says what to fix) or None when absent, for search, read,
 update, reconcile and reindex alike, so a hand-placed file follows the rules of a written one. ``paths``/``scan``
-list and read every ``*.json`` entry; the directory is checked to be a real one inside the workspace first, then
-listed and read through one descriptor of it. ``scan`` validates each file exactly as ``read`` does (``_judge``);
-only the reading differs: relative to that descriptor, with reader threads ahead when reads wait on the disk.
+list and read every ``*.json`` entry, ``page`` one page of them (the listing); the directory is checked to be a real
+one inside the workspace first, then listed and read through one descriptor of it. ``scan`` and ``page`` validate
+each file exactly as ``read`` does (``_judge``); only the reading differs: relative to that descriptor (``scan`` with
+reader threads ahead when reads wait on the disk).
 Publishing is ``store.ExperienceFiles.publish`` (store.py is the only writer of durable files).
 """
 
 from __future__ import annotations
 
+import bisect
 import errno
 import os
 import time
@@ -175,6 +177,29 @@ class ExperienceDirectory:
                     item = self._judge(self.rel(name), raw)
                     if item is not None:
                         yield item
+
+
+    def page(self, after: str | None, limit: int) -> tuple[list[StoredExperience | BadFile], int, str | None]:
+        """At most ``limit`` entries after the path ``after`` (None: from the first), in ``paths()`` order, each
+        validated as ``read`` does; with the number of entries in the directory and the last path of the page when
+        more follow (else None). Only the page's files are read; one that cannot be read (e.g. no permission) is a
+        BadFile saying so, and one removed since the listing is left out."""
+        with self._opened() as dir_fd:
+            if dir_fd is None:
+                return [], 0, None
+            paths = [self.rel(name) for name in entry_names(dir_fd)]
+            start = bisect.bisect_right(paths, after) if after is not None else 0
+            chosen = paths[start:start + limit]
+            items: list[StoredExperience | BadFile] = []
+            for path in chosen:
+                try:
+                    item = self._judge(path, read_entry(path.rpartition("/")[2], dir_fd))
+                except OSError as exc:
+                    item = BadFile(path, "", f"it cannot be read ({exc.strerror or exc}): make it readable")
+                if item is not None:
+                    items.append(item)
+        more = start + limit < len(paths)
+        return items, len(paths), chosen[-1] if more and chosen else None
 
 
 BATCH = 64  # files per read

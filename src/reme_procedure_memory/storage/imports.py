@@ -1,9 +1,13 @@
-"""Import records: one per request id, the reservation of a copy's name and its checksum, and the copy's publish."""
+"""Import records: one per request id, the reservation of a copy's name and its checksum, and the copy's publish.
+
+``ImportRegistry.scan`` reads every record without changing anything (the imports listing): a record that cannot be
+read, or whose fields have other types than an import writes, is reported, never set aside.
+"""
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 from ..errors import DamagedRecord
@@ -28,6 +32,16 @@ class ImportRecord:
     source_id: str = ""
     created_at: float = field(default_factory=time.time)
 
+    def check_types(self, path: Path) -> "ImportRecord":
+        """This record, if every field has the type an import writes; DamagedRecord otherwise."""
+        for spec in fields(self):
+            value = getattr(self, spec.name)
+            number = spec.name in ("size", "created_at")
+            expected = (int, float) if number else str
+            if isinstance(value, bool) or not isinstance(value, expected):
+                raise DamagedRecord(path, f"`{spec.name}` is not a {'number' if number else 'string'}")
+        return self
+
 
 class ImportRegistry:
     """Durable import records under ``imports/``; a RESERVED record keeps its copy name from other imports."""
@@ -49,6 +63,20 @@ class ImportRegistry:
 
     def put(self, record: ImportRecord) -> None:
         write_json(self.path(record.request_id), record.__dict__)
+
+    def scan(self) -> tuple[list[ImportRecord], dict[str, str]]:
+        """Every import record (by file name), read only, and the damaged ones (path -> cause): unreadable, other
+        fields, or fields of other types (``check_types``). Nothing is set aside."""
+        records: list[ImportRecord] = []
+        damaged: dict[str, str] = {}
+        for path in sorted(self.directory.glob("*.json")) if self.directory.is_dir() else []:
+            try:
+                record = load_record(path, ImportRecord)
+                if record is not None:
+                    records.append(record.check_types(path))
+            except DamagedRecord as exc:
+                damaged[str(path)] = exc.cause
+        return records, damaged
 
     def reserved_paths(self) -> set[str]:
         """Copy paths held by any import record (published copies also exist on disk). Damaged records are skipped

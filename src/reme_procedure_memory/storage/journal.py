@@ -113,6 +113,48 @@ class OperationJournal:
         found = [load_owned_record(path, Operation) for path in chosen.values()]
         return sorted((op for op in found if op is not None), key=lambda op: op.created_at)
 
+    def read_scope(self, scope: str) -> tuple[list[Operation], dict[str, str]]:
+        """Every readable record of a scope, oldest first, and its damaged ones (path -> cause), read only: nothing
+        is set aside, converted or remembered (the import that owns a damaged record sets it aside). A scope not yet
+        converted from the earlier layout is read in place."""
+        for scope_dir in (self._scope_dir(scope), self._scope_dir(scope).with_suffix("")):
+            try:
+                dir_fd = os.open(scope_dir, os.O_RDONLY | os.O_DIRECTORY)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            try:
+                chosen: dict[str, str] = {}
+                for name in entry_names(dir_fd):
+                    stem = _record_stem(name)
+                    if stem not in chosen or not name.endswith(OPEN_SUFFIX):  # the final file is the record
+                        chosen[stem] = name
+                found, damaged = [], {}
+                for name in chosen.values():
+                    try:
+                        op = self._checked(scope_dir / name, read_entry(name, dir_fd))
+                    except DamagedRecord as exc:
+                        damaged[str(exc.path)] = exc.cause
+                        continue
+                    if op is not None:
+                        found.append(op)
+                return sorted(found, key=lambda op: op.created_at), damaged
+            finally:
+                os.close(dir_fd)
+        return [], {}
+
+    @staticmethod
+    def _checked(path: Path, raw: bytes | Link | None) -> Operation | None:
+        """The record read from ``path`` (a link by its path, as ``_read`` does), its fields of the types a reader
+        relies on; DamagedRecord otherwise."""
+        if raw is None:
+            return None
+        op = load_record(path, Operation, None if isinstance(raw, Link) else raw)
+        texts = (op.scope, op.key, op.tool, op.path, op.status)
+        if not all(isinstance(text, str) for text in texts) or isinstance(op.created_at, bool) \
+                or not isinstance(op.created_at, (int, float)):
+            raise DamagedRecord(path, "fields of the wrong type")
+        return op
+
     def get(self, scope: str, key: str) -> Operation | None:
         """The record of a scoped key, or None (a damaged record is set aside and raised)."""
         self._scan()  # scope directories of the earlier layout are converted before any read
@@ -256,6 +298,19 @@ class OperationJournal:
         for op in self.open_records():
             if op.path == path and (op.scope, op.key) != (keep.scope, keep.key):
                 self.set_status(op, SUPERSEDED, f"superseded by operation {keep.key!r}")
+
+
+def written_paths(ops) -> dict[str, list[str]]:
+    """Paths created and updated by journaled operations (oldest first) that were published, each path once."""
+    created, updated = {}, {}
+    for op in ops:
+        if op.status in (INTENT, ABANDONED):
+            continue
+        if op.tool == "create":
+            created[op.path] = True
+        elif op.path not in created:
+            updated[op.path] = True
+    return {"created": list(created), "updated": list(updated)}
 
 
 def _record_stem(name: str) -> str:

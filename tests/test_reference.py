@@ -1,0 +1,56 @@
+"""``docs/reference.md`` documents every job of ``plugin.yaml``, whether it is served, exactly the arguments it takes
+and each one's default, as the code has them (``jobs/arguments.py``): a new job, argument or default cannot go
+undocumented, and a documented one cannot outlive the code."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from pydantic_core import PydanticUndefined
+from reme_procedure_memory.jobs.arguments import MODELS, argument_names
+
+from helpers import REPO
+
+REFERENCE = REPO / "docs" / "reference.md"
+JOBS = yaml.safe_load((REPO / "plugin.yaml").read_text())["application_defaults"]["jobs"]
+
+
+def sections() -> dict[str, str]:
+    """``### `job` `` -> its text, within the reference's Jobs section."""
+    jobs = REFERENCE.read_text().split("\n## Jobs\n", 1)[1].split("\n## ", 1)[0]
+    parts = re.split(r"^### `([a-z_]+)`\n", jobs, flags=re.MULTILINE)
+    return dict(zip(parts[1::2], parts[2::2]))
+
+
+def rows(section: str) -> dict[str, str]:
+    """The section's argument table: argument -> its default cell."""
+    found = re.findall(r"^\| `([^`]+)` \| ([^|]+?) \|", section, flags=re.MULTILINE)
+    assert len(found) == len(set(name for name, _ in found)), found
+    return dict(found)
+
+
+def test_every_job_of_the_plugin_is_documented_once():
+    assert sorted(sections()) == sorted(JOBS) == sorted(MODELS)
+
+
+@pytest.mark.parametrize("job", sorted(MODELS))
+def test_each_job_documents_where_it_is_served(job):
+    served = JOBS[job].get("enable_serve", True) is not False
+    first = sections()[job].strip().splitlines()[0]
+    assert first.startswith("Served: HTTP, MCP, the `reme` client" if served else "Not served"), first
+
+
+@pytest.mark.parametrize("job", sorted(MODELS))
+def test_each_job_documents_exactly_its_arguments_and_their_defaults(job):
+    model, documented = MODELS[job], rows(sections()[job])
+    assert sorted(documented) == sorted(argument_names(model))
+    for name, info in model.model_fields.items():
+        cell = documented[info.alias or name]
+        if info.is_required():
+            assert cell == "required", (job, name, cell)
+        elif info.default not in (None, "", PydanticUndefined):  # a plain value: written as the code has it
+            assert cell == f"`{info.default}`", (job, name, cell)
+        else:  # computed (a factory, or decided by the job): said in words, not as one value
+            assert cell != "required" and not re.fullmatch(r"`[^`]*`", cell), (job, name, cell)
