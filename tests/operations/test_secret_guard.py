@@ -230,3 +230,15 @@ async def test_a_label_longer_than_the_token_cap_is_served_whole_so_paging_moves
         assert ok and page["text"] == "[masked:aws_access_key]" and page["length"] == len(item.secret), page
         assert page["tokens"] > 2 and page["secrets_masked"] == 1
         assert page["next_offset"] == 4 + len(item.secret)
+
+
+async def test_a_secret_in_an_argument_the_job_does_not_take_is_refused_as_a_secret(make_app):
+    item = SECRETS["sk-proj"]
+    async with make_app() as app:
+        run = memory_of(app).begin_run("req-1", [add_trajectory(app)])
+        before = durable_state(memory_of(app).workspace_path)
+        ok, answer = await create(app, run, api_key=item.secret)  # not an argument of procedure_create
+        assert_refused(ok, answer, item, "api_key")
+        assert durable_state(memory_of(app).workspace_path) == before
+        ok, answer = await create(app, run, api_key="<API_KEY>")  # without a secret: the unknown name is refused
+        assert not ok and answer["error"]["code"] == "invalid_argument" and "`api_key`" in answer["error"]["message"]
