@@ -8,8 +8,10 @@ import re
 
 import pytest
 import yaml
+from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 from reme_procedure_memory.jobs.arguments import MODELS, argument_names
+from reme_procedure_memory.settings import ProcedureSettings
 
 from helpers import REPO
 
@@ -54,3 +56,44 @@ def test_each_job_documents_exactly_its_arguments_and_their_defaults(job):
             assert cell == f"`{info.default}`", (job, name, cell)
         else:  # computed (a factory, or decided by the job): said in words, not as one value
             assert cell != "required" and not re.fullmatch(r"`[^`]*`", cell), (job, name, cell)
+
+
+def plugin_settings() -> dict[str, object]:
+    """The leaves of ``components.procedure_memory.default`` in ``plugin.yaml`` (dotted keys), but its backend."""
+    block = yaml.safe_load((REPO / "plugin.yaml").read_text())["application_defaults"]["components"]
+    out: dict[str, object] = {}
+
+    def walk(node: dict, prefix: str) -> None:
+        for key, value in node.items():
+            if isinstance(value, dict):
+                walk(value, f"{prefix}{key}.")
+            else:
+                out[f"{prefix}{key}"] = value
+    walk(block["procedure_memory"]["default"], "")
+    out.pop("backend")
+    return out
+
+
+def test_the_settings_table_equals_the_plugin_settings_and_their_defaults():
+    section = REFERENCE.read_text().split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
+    documented = rows(section)
+    settings = plugin_settings()
+    assert sorted(documented) == sorted(settings)
+    for key, value in settings.items():
+        assert documented[key] == f"`{value}`", (key, documented[key], value)
+
+
+def test_every_setting_of_the_model_is_in_plugin_yaml():
+    """The typed settings (``settings.py``) and the manifest name the same keys, so the table covers both."""
+    def leaves(model, prefix: str = "") -> set[str]:
+        out = set()
+        for name, info in model.model_fields.items():
+            sub = info.annotation
+            if isinstance(sub, type) and issubclass(sub, BaseModel):
+                out |= leaves(sub, f"{prefix}{name}.")
+            elif isinstance(info.default_factory, type(lambda: 0)) and isinstance(info.default_factory(), dict):
+                out |= {f"{prefix}{name}.{key}" for key in info.default_factory()}
+            else:
+                out.add(f"{prefix}{name}")
+        return out
+    assert leaves(ProcedureSettings) == set(plugin_settings())
