@@ -252,9 +252,10 @@ class ProcedureMemory(BaseComponent):
         """One experience with its current version."""
         return self.reads.experience(raw_path)
 
-    async def read_trajectory(self, raw_path, offset: int, length: int) -> dict[str, Any]:
-        """An excerpt of a copied trajectory by decoded characters, capped by exact tokens."""
-        return await self.reads.trajectory(raw_path, offset, length)
+    async def read_trajectory(self, raw_path, offset: int, length: int, *, mask: bool = False) -> dict[str, Any]:
+        """An excerpt of a copied trajectory by decoded characters, capped by exact tokens; ``mask``: its
+        credentials masked (see ``Reads.trajectory``)."""
+        return await self.reads.trajectory(raw_path, offset, length, mask=mask)
 
     # -- listings (operations/listing.py) ------------------------------------------------------------------------
 
