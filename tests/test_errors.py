@@ -16,14 +16,26 @@ REFERENCE = REPO / "docs" / "reference.md"
 PACKAGE = Path(reme_procedure_memory.__file__).parent
 
 
+def section(title: str) -> str:
+    """The reference's text under ``## <title>``, up to the next ``## `` heading."""
+    parts = re.split(r"^## ", REFERENCE.read_text(), flags=re.MULTILINE)
+    return next(p for p in parts[1:] if p.startswith(title + "\n"))
+
+
 def documented() -> set[str]:
-    """The codes of the reference's answer-code table (its section runs to the end of the page)."""
-    section = REFERENCE.read_text().split("\n## Answer codes\n", 1)[1]
-    return set(re.findall(r"^\| `([a-z_]+)` \|", section, re.MULTILINE))
+    """The codes of the reference's answer-code table."""
+    return set(re.findall(r"^\| `([a-z_]+)` \|", section("Answer codes"), re.MULTILINE))
 
 
 def test_the_reference_lists_exactly_the_declared_codes():
     assert documented() == ErrorCode.all()
+
+
+def test_the_reference_lists_exactly_the_kinds_of_secrets_with_their_placeholders():
+    from reme_procedure_memory.secrets import KINDS
+
+    rows = re.findall(r"^\| `([a-z_]+)` \| .+ \| `(<[A-Z_]+>)` \|$", section("Secrets"), re.MULTILINE)
+    assert rows == [(kind.name, kind.placeholder) for kind in KINDS.values()]
 
 
 def test_no_code_is_a_string_literal_outside_errors_py():

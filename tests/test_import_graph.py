@@ -14,13 +14,14 @@ NAME = "reme_procedure_memory"
 # Lower layers never import higher ones; modules of one layer (or one subpackage) may import each other, without cycle.
 LAYERS = [
     ["", "errors"],  # the package itself holds only ``__version__`` and imports nothing
-    ["schema"],
+    ["schema", "secrets"],
     ["settings", "tokens", "cli", "interrupts"],
     ["storage"],
     ["search"],
     ["workspace"],
     ["operations"],
     ["extraction"],
+    ["export"],
     ["component"],
     ["jobs"],
     ["store"],  # the face of the storage contracts

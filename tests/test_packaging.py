@@ -42,6 +42,7 @@ JOBS = [
     "procedure_update",
     "procedure_auto_memory",
     "procedure_reindex",
+    "procedure_export",
 ]
 COPY_IGNORE = shutil.ignore_patterns(
     ".git", "build", "dist", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache", ".reme", "logs", ".venv",
@@ -194,7 +195,7 @@ def _default_jobs_block(text: str) -> list[str]:
 
 
 @pytest.mark.slow
-def test_reme_plugins_validate_and_show_list_all_eight_jobs(tmp_path):
+def test_reme_plugins_validate_and_show_list_every_job(tmp_path):
     validate = _run([REME, "plugins", "validate", "procedure-memory"], cwd=tmp_path, timeout=120)
     assert validate.returncode == 0, validate.stdout + validate.stderr
     assert "Valid ReMe plugin: procedure-memory" in validate.stdout

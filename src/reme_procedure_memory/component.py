@@ -30,12 +30,13 @@ from reme.components.file_store import BaseFileStore
 
 from .cli import install_cli_error_hook
 from .errors import StartStorageError
+from .export.exporter import export_skills
 from .extraction.importer import run_import
 from .operations.hand_changes import HandChanges
 from .operations.history import History
 from .operations.listing import Listing
 from .operations.reads import Reads
-from .operations.recovery import Recovery, one_shot_reindex
+from .operations.recovery import Recovery, defers_indexing
 from .operations.retention import Retention
 from .operations.runs import Run, RunGrants
 from .operations.writes import WritePath
@@ -191,7 +192,7 @@ class ProcedureMemory(BaseComponent):
                 stores, self.embedding_store, self.settings.embedding_timeout_seconds,
                 self.settings.vector_cooldown_seconds, self.settings.search_embedding_timeout_seconds,
             ))
-            report = await self.recovery.start(defer=one_shot_reindex(self.app_context, self.name))
+            report = await self.recovery.start(defer=defers_indexing(self.app_context, self.name))
             if self.damaged_metadata:
                 self.logger.warning(
                     "procedure memory skipped damaged metadata records (the import each belongs to stops with "
@@ -243,6 +244,10 @@ class ProcedureMemory(BaseComponent):
         """Rebuild both views from the experience JSON files; never touches experience or trajectory files."""
         return await self.recovery.reindex()
 
+    async def export(self, dest: str) -> dict[str, Any]:
+        """Write every valid experience as an Agent Skills folder into ``dest`` (see ``export/exporter.py``)."""
+        return await export_skills(self.workspace, dest)
+
     # -- search and read (operations/reads.py) ---------------------------------------------------------------------
 
     async def search(self, query: str, view: str, limit: int) -> dict[str, Any]:
@@ -257,9 +262,10 @@ class ProcedureMemory(BaseComponent):
         """One experience with its current version."""
         return self.reads.experience(raw_path)
 
-    async def read_trajectory(self, raw_path, offset: int, length: int) -> dict[str, Any]:
-        """An excerpt of a copied trajectory by decoded characters, capped by exact tokens."""
-        return await self.reads.trajectory(raw_path, offset, length)
+    async def read_trajectory(self, raw_path, offset: int, length: int, *, mask: bool = False) -> dict[str, Any]:
+        """An excerpt of a copied trajectory by decoded characters, capped by exact tokens; ``mask``: its
+        credentials masked (see ``Reads.trajectory``)."""
+        return await self.reads.trajectory(raw_path, offset, length, mask=mask)
 
     # -- listings (operations/listing.py) ------------------------------------------------------------------------
 

@@ -34,6 +34,7 @@ class ErrorCode:
     ALREADY_EXISTS = "already_exists"
     STALE_VERSION = "stale_version"
     FIELD_TOO_LONG = "field_too_long"
+    SECRET_DETECTED = "secret_detected"  # a write carried a credential (secrets.py): nothing written
     NO_ACTIVE_RUN = "no_active_extraction_run"
     OPERATION_KEY_CONFLICT = "operation_key_conflict"
     INDEX_PENDING = "index_pending"
@@ -64,6 +65,9 @@ class ErrorCode:
     PENDING_WRITES = "pending_writes"
     WRITE_FAILED = "write_failed"
     INTERRUPTED = "interrupted"  # SIGINT / SIGTERM during an import
+    # the export to Agent Skills folders
+    DESTINATION_NOT_ALLOWED = "destination_not_allowed"  # dest is (through links) in the workspace, or not a directory
+    EXPORT_CONFLICT = "export_conflict"  # something the export did not write is in the way; nothing was written
 
     @classmethod
     def all(cls) -> set[str]:

@@ -57,6 +57,7 @@ SMOKES: dict[str, tuple[list[str], float]] = {
     "real_model.py": (["--smoke"], 300),
     "extraction.py": (["--smoke"], 300),
     "downstream.py": (["smoke"], 300),
+    "secret_guard.py": (["--smoke"], 120),
 }
 
 
@@ -238,12 +239,26 @@ def check_downstream(out: str) -> None:
     numbers(r"^smoke OK in {N} s$", out)
 
 
+def check_secrets(out: str) -> None:
+    for corpus in ("trajectories, whole files", "released library, every text of", "fixture workspace experiences",
+                   "example workspace: trajectories, whole files", "example workspace: every text of", "look-alikes"):
+        texts, megabytes, flagged, findings = numbers(rf"^\| {re.escape(corpus)}.* \| {{N}} \| {{N}} \| {{N}} \| "
+                                                      rf"{{N}} \| — \|$", out)
+        assert int(texts) > 0 and (flagged, findings) == ("0", "0")
+    caught, planted = numbers(r"^recall: caught {N}/{N} planted secrets \(17 kinds, 5 contexts, 3 seeds\)$", out)
+    assert caught == planted and int(planted) > 0
+    for corpus in ("real trajectories, repeated", "JSONL with base64 screenshots"):
+        numbers(rf"^find_secrets on {re.escape(corpus)} \({{N}} MB\): {{N}} ms CPU per MB$", out)
+    numbers(r"^masked excerpt: secrets_within of 65,536 characters in a {N} MB trajectory: {N} ms CPU$", out)
+    assert "result: 0 false positives, every planted secret caught" in out
+
+
 CHECKS = {
     "search.py": check_search, "segment.py": check_segment, "service.py": check_service,
     "tokenizer.py": check_tokenizer, "maintenance.py": check_maintenance, "prompt_overhead.py": check_prompt_overhead,
     "read_cost.py": check_read_cost, "listing.py": check_listing, "retrieval.py": check_retrieval,
     "real_model.py": check_real_model,
-    "extraction.py": check_extraction, "downstream.py": check_downstream,
+    "extraction.py": check_extraction, "downstream.py": check_downstream, "secret_guard.py": check_secrets,
 }
 
 

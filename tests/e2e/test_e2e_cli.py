@@ -208,6 +208,7 @@ def test_write_and_import_jobs_are_not_served_over_http(service):
                              "content": "overwritten", "operation_key": "k2"},
         "procedure_auto_memory": {"file": str(outside), "filename": "stolen.jsonl"},
         "procedure_reindex": {},
+        "procedure_export": {"dest": str(service.ws.parent / "exported-skills")},
     }
     with httpx.Client(base_url=service.url, timeout=30) as client:
         for job in HIDDEN_JOBS:
@@ -221,6 +222,7 @@ def test_write_and_import_jobs_are_not_served_over_http(service):
         assert f"/{job}" not in paths
     assert durable_state(service.ws) == before
     assert not (service.ws / "procedures" / "x.json").exists()
+    assert not (service.ws.parent / "exported-skills").exists()
 
 
 def test_search_over_http_with_json_body(service):

@@ -22,7 +22,7 @@ DIMENSIONS = 64
 PLUGINS = 'plugins=["procedure-memory"]'
 
 
-HIDDEN_JOBS = ("procedure_create", "procedure_update", "procedure_auto_memory", "procedure_reindex")
+HIDDEN_JOBS = ("procedure_create", "procedure_update", "procedure_auto_memory", "procedure_reindex", "procedure_export")
 
 
 SERVED_JOBS = ("procedure_search", "procedure_read", "procedure_list", "procedure_imports", "procedure_history")

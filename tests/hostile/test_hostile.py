@@ -33,11 +33,12 @@ import pytest
 from conftest import app_factory, memory_of
 from helpers import EmbeddingEndpoint, experience_record, place_trajectory, summary, write_word_tokenizer
 from helpers.cli import INSPECT, REBUILD, REME, make_reme, parse_client_output, running_server, start_args
+from helpers.faults import Faults
 
 KNOWN_CODES = {
     "invalid_argument", "path_outside_allowed_directory", "not_found", "invalid_experience", "already_exists",
     "stale_version", "field_too_long", "no_active_extraction_run", "operation_key_conflict", "malformed_input",
-    "unsupported_format", "protected_path",
+    "unsupported_format", "protected_path", "destination_not_allowed", "export_conflict",
 }
 SECRET = "OUTSIDE-SECRET-7f3a"
 EXPERIENCE = "procedures/rebuild-search-after-config-change.json"
@@ -212,6 +213,7 @@ HIDDEN_JOBS = {
     "procedure_update": {"path": EXPERIENCE, "expected_version": "v", "content": "HACKED", "operation_key": "k"},
     "procedure_auto_memory": {"file": "/etc/passwd", "filename": "passwd.log"},
     "procedure_reindex": {},
+    "procedure_export": {"dest": "/tmp/stolen-skills"},
 }
 
 
@@ -550,6 +552,9 @@ ONE_SHOT = [
             "invalid_argument", lambda ws, o: (o / "run.log").write_text("a log line\n")),
     OneShot("generic-write", ["job=write", "path=procedures/one-shot.json", "name=n", "description=d", "content=c"],
             "protected_path"),
+    OneShot("export-through-a-link-into-the-workspace", ["job=procedure_export", "dest={ORIG}/skills"],
+            "destination_not_allowed",
+            lambda ws, o: (o / "skills").symlink_to(ws / "procedures", target_is_directory=True)),
     OneShot("reindex-hand-placed", ["job=procedure_reindex"], "",
             lambda ws, o: place_hostile_files(ws, o.parent / "outside")),
 ]
@@ -746,6 +751,92 @@ def test_hand_placed_files_are_excluded_reported_and_never_rewritten(agent_resul
     assert agent_results[f"unchanged:{name}"] and agent_results["hand-placed-unchanged-by-search"]
     assert agent_results["pending"].get(path)
 
+
+
+# -- procedure_export's dest (issue 22 item 2; in process, one Application for every case) ------------------------
+
+EXPORTED = {"inspect-logs-before-rebuilding", "rebuild-search-after-config-change"}  # the valid experiences
+
+
+def export_code(value: Any) -> str:
+    """A hostile value as ``dest``: an absolute path names a file or a place in the workspace here, anything else is
+    not an absolute path (or not text)."""
+    return "destination_not_allowed" if isinstance(value, str) and value.startswith(("/", "{WS}")) \
+        else "invalid_argument"
+
+
+# (name, dest with {WS} / {ROOT}, expected code or "" for success, what the case prepares)
+EXPORT_CASES: list[tuple[str, Any, str, Callable[[Path, Path], None]]] = [
+    *((f"value-{label}", value, export_code(value), lambda ws, root: None) for label, value in VALUES),
+    ("workspace", "{WS}", "destination_not_allowed", lambda ws, root: None),
+    ("experience-directory", "{WS}/procedures", "destination_not_allowed", lambda ws, root: None),
+    ("plugin-state", "{WS}/metadata/procedure/default", "destination_not_allowed", lambda ws, root: None),
+    ("new-inside", "{WS}/exports/skills", "destination_not_allowed", lambda ws, root: None),
+    ("dotdot-into-workspace", "{ROOT}/outside/../ws/skills", "destination_not_allowed", lambda ws, root: None),
+    ("link-into-workspace", "{ROOT}/links/skills", "destination_not_allowed",
+     lambda ws, root: (root / "links/skills").symlink_to(ws / "procedures", target_is_directory=True)),
+    ("below-a-link-to-the-workspace", "{ROOT}/links/ws/skills", "destination_not_allowed",
+     lambda ws, root: (root / "links/ws").symlink_to(ws, target_is_directory=True)),
+    ("a-file", "{ROOT}/outside/secret.log", "destination_not_allowed", lambda ws, root: None),
+    ("below-a-file", "{ROOT}/outside/secret.log/skills", "destination_not_allowed", lambda ws, root: None),
+    ("skill-folder-is-a-link-into-the-workspace", "{ROOT}/exports/linked", "export_conflict",
+     lambda ws, root: (root / "exports/linked/rebuild-search-after-config-change").symlink_to(
+         ws / "procedures", target_is_directory=True)),
+    ("index-is-a-link-outside", "{ROOT}/exports/index-link", "export_conflict",
+     lambda ws, root: (root / "exports/index-link/INDEX.md").symlink_to(root / "outside/secret.log")),
+    ("no-permission", "{ROOT}/exports/read-only", "storage_error", lambda ws, root: None),
+    ("outside", "{ROOT}/exports/fine", "", lambda ws, root: None),
+]
+
+
+@pytest.fixture(scope="module")
+def export_results(tmp_path_factory):
+    """Every export case against the hostile workspace (hand-placed invalid files, a link to an outside secret):
+    (answer text, success, changes in the plugin's directories, changes around the workspace)."""
+    root = tmp_path_factory.mktemp("export")
+    ws = build_workspace(root)
+    for directory in ("links", "exports/linked", "exports/index-link", "exports/read-only"):
+        (root / directory).mkdir(parents=True)
+    factory = app_factory(ws, write_word_tokenizer(root / "tok" / "tokenizer.json"))
+    out: dict[str, Any] = {}
+
+    async def run():
+        async with factory() as app:
+            for name, dest, _, prepare in EXPORT_CASES:
+                prepare(ws, root)
+                before = (entries(*plugin_dirs(ws)), entries(root, skip=(ws,)))
+                with pytest.MonkeyPatch.context() as patch:
+                    if name == "no-permission":  # the tests run as root, where permissions deny nothing
+                        Faults(patch).denied = {root / "exports/read-only"}
+                    args = {} if dest is None else {"dest": concrete(dest, ws).replace("{ROOT}", str(root))
+                                                    if isinstance(dest, str) else dest}
+                    response = await app.run_job("procedure_export", **args)
+                after = (entries(*plugin_dirs(ws)), entries(root, skip=(ws,)))
+                out[name] = (response.answer, response.success, changed_files(before[0], after[0]) - {str(ws / LOCK)},
+                             changed_files(before[1], after[1]))
+
+    asyncio.run(run())
+    return out, root
+
+
+@pytest.mark.parametrize("case", EXPORT_CASES, ids=lambda c: c[0])
+def test_export_refuses_every_hostile_destination_and_writes_nothing(export_results, case):
+    results, root = export_results
+    name, _, code, _ = case
+    text, success, plugin_changes, around = results[name]
+    answer = json.loads(text)
+    assert isinstance(answer, dict) and SECRET not in text, text
+    assert plugin_changes == set()  # the workspace is never written
+    if not code:
+        assert success and answer["status"] == "ok", answer
+        assert sorted(i["path"] for i in answer["invalid"]) == ["procedures/HP-Upper.json", "procedures/escape.json"]
+        written = {str(root / "exports/fine" / p) for p in
+                   ["INDEX.md", ".reme-procedure-export.json", *(f"{n}/SKILL.md" for n in EXPORTED)]}
+        assert around == written
+        assert all(SECRET not in Path(p).read_text() for p in written)  # the link to a secret is never followed
+    else:
+        assert not success and answer["error"]["code"] == code and answer["error"]["message"], answer
+        assert around == set(), around
 
 
 # -- the guard itself: ReMe's transfer jobs, and only this application's registry ------------------------------------

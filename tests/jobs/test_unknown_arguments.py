@@ -31,6 +31,7 @@ MISSPELLED = {
     "procedure_reindex": ({}, "force", None),
     "procedure_list": ({"limit": 5}, "cursr", "cursor"),
     "procedure_imports": ({}, "limits", "limit"),
+    "procedure_export": ({"dest": "/tmp/skills"}, "destination", "dest"),
     "procedure_history": ({"path": "procedures/a.json"}, "dif", "diff"),
 }
 

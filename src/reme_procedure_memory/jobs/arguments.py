@@ -36,6 +36,7 @@ from .fields import (
     Conflict,
     Cursor,
     ExpectedVersion,
+    ExportDest,
     FieldText,
     Filename,
     Flag,
@@ -192,6 +193,15 @@ class ReindexArguments(JobArguments):
     model_config = ConfigDict(json_schema_extra=None)
 
 
+class ExportArguments(JobArguments):
+    """``reme start job=procedure_export dest=/abs/dir``: a one-shot CLI job, not an agent tool."""
+
+    model_config = ConfigDict(json_schema_extra=None)  # advertised without additionalProperties: CLI only
+
+    dest: ExportDest = Field(description="Absolute path of the directory that receives one Agent Skills folder per "
+                             "experience (created when missing; never inside the workspace).")
+
+
 # -- procedure_history (issue 22: reviewable revisions) ------------------------------------------------------------
 
 
@@ -216,6 +226,7 @@ MODELS: dict[str, type[JobArguments]] = {
     "procedure_reindex": ReindexArguments,
     "procedure_list": ListArguments,
     "procedure_imports": ImportsArguments,
+    "procedure_export": ExportArguments,
     "procedure_history": HistoryArguments,
 }
 

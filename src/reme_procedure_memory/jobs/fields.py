@@ -142,6 +142,18 @@ def new_request_id() -> str:
     return f"req-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(4)}"
 
 
+def _export_dest(value: Any) -> str:
+    """An absolute path (no ``~``: nothing expands it here); checked against the workspace by the export itself."""
+    example = "e.g. dest=/home/me/.claude/skills"
+    if not isinstance(value, str) or not value.strip():
+        raise _refuse(f"`dest` is required: the absolute path of the directory to export the skills into, {example}.")
+    if "\x00" in value:
+        raise _refuse("`dest` contains a NUL character; give a directory path.")
+    if not value.startswith("/"):
+        raise _refuse(f"`dest` must be an absolute path (got {value!r}), {example}; nothing was written.")
+    return value
+
+
 def _import_text(value: Any, info: ValidationInfo) -> str:
     """``memory_hint``: text; ``source_id``: text or a number (the CLI's ``source_id=42``)."""
     if not isinstance(value, (str, int) if info.field_name == "source_id" else str):
@@ -187,3 +199,4 @@ ImportFilename = Annotated[str, BeforeValidator(_import_filename)]
 RequestId = Annotated[str, BeforeValidator(_request_id)]
 Cursor = Annotated[str, BeforeValidator(_cursor)]
 ImportText = Annotated[str, BeforeValidator(_import_text)]
+ExportDest = Annotated[str, BeforeValidator(_export_dest)]

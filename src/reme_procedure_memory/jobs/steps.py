@@ -22,18 +22,21 @@ from reme.steps.base_step import BaseStep
 from ..component import ProcedureMemory
 from ..errors import DamagedRecord, ErrorCode, ImportInterrupted, ProcedureError, StorageError, storage_failure
 from ..operations.reads import compact_answer
+from ..operations.secret_guard import refuse_secrets
 from ..operations.writes import canonical_filename
 from .arguments import (
     AutoMemoryArguments,
     CreateArguments,
     HistoryArguments,
     ImportsArguments,
+    ExportArguments,
     JobArguments,
     ListArguments,
     ReadArguments,
     ReindexArguments,
     SearchArguments,
     UpdateArguments,
+    is_runtime,
     validate,
 )
 from ..interrupts import signal_name, signals_cancel_task
@@ -219,7 +222,9 @@ class ProcedureReadStep(ProcedureStep):
         args = self.validated_arguments(ReadArguments)
         if args.kind == "experience":
             return memory.read_experience(args.path)
-        return await memory.read_trajectory(args.path, args.offset, args.length)
+        # a service caller gets the credentials in it masked; the extraction agent reads what its segment shows
+        mask = memory.settings.mask_trajectory_secrets and self._agent_call()[0] is None
+        return await memory.read_trajectory(args.path, args.offset, args.length, mask=mask)
 
 
 class ProcedureListStep(ProcedureStep):
@@ -253,11 +258,14 @@ class _WriteStep(ProcedureStep):
         return dict(self.context.data)
 
     def validated(self, model: type[JobArguments]):
-        """The call's arguments as ``model`` validated them (the filename and path checks know ``procedure_dir``)."""
+        """The call's arguments as ``model`` validated them (the filename and path checks know ``procedure_dir``),
+        after the secret guard: an argument holding a credential is refused before any check could repeat it."""
         memory = self.memory
         directory = memory.settings.procedure_dir
-        return self.validated_arguments(model, self.write_args(),
-                                        filename=lambda name: canonical_filename(name, directory),
+        arguments, runtime = self.write_args(), self.runtime_names()
+        # the secret guard first: no other refusal (an unknown name, a bad filename) may repeat a secret
+        refuse_secrets({name: value for name, value in arguments.items() if not is_runtime(name, runtime)})
+        return self.validated_arguments(model, arguments, filename=lambda name: canonical_filename(name, directory),
                                         path=memory.experience_path)
 
 
@@ -288,6 +296,14 @@ class ProcedureReindexStep(ProcedureStep):
         memory = self.memory
         self.validated_arguments(ReindexArguments)
         return await memory.reindex()
+
+
+class ProcedureExportStep(ProcedureStep):
+    """``reme start job=procedure_export plugins='["procedure-memory"]' dest=/abs/dir`` (one-shot CLI)."""
+
+    async def run(self) -> dict[str, Any]:
+        memory = self.memory
+        return await memory.export(self.validated_arguments(ExportArguments).dest)
 
 
 class ProcedureAutoMemoryStep(ProcedureStep):

@@ -5,17 +5,21 @@ Contract: nothing here writes. A search answer holds full current experiences re
 excluded from results and listed in ``pending_indexes`` (``index_complete=false``); a vector branch that failed is
 reported as ``vector_search.available=false`` beside BM25-only results. Experience paths are validated against the
 procedure directory (containment in paths.py; the file itself by ``ExperienceFiles.read``, the one validation search,
-read and update share). Trajectory excerpts count decoded characters and are capped by characters and exact tokens.
+read and update share). Trajectory excerpts count decoded characters and are capped by characters and exact tokens;
+masked (``mask``), the credentials in them are replaced by ``[masked:<kind>]`` labels (``secrets.py``) before the token
+cap, while offsets and lengths still count the copy's characters. The copy itself is never changed.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ErrorCode, ProcedureError, TokenizerUnavailable
 from ..schema import check_name
+from ..secrets import mask_label, mask_secrets, masked_prefix, secrets_within
 from ..storage.experiences import BadFile, StoredExperience
 from ..storage.paths import resolve_inside
 
@@ -202,26 +206,46 @@ class Reads:
         return {"status": "ok", "kind": "experience", "path": rel, "version": item.version,
                 "experience": item.experience.fields()}
 
-    async def trajectory(self, raw_path, offset: int, length: int) -> dict[str, Any]:
-        """An excerpt of a copied trajectory by decoded characters, capped by characters and exact tokens."""
+    async def trajectory(self, raw_path, offset: int, length: int, *, mask: bool = False) -> dict[str, Any]:
+        """An excerpt of a copied trajectory by decoded characters, capped by characters and exact tokens.
+
+        ``mask``: the secrets in the excerpt (also those that only reach into it) are replaced by their labels, the
+        token cap applies to the masked text, and the answer says how many were masked (``secrets_masked``) and of
+        which kinds; ``length`` and ``next_offset`` still count characters of the copy.
+        """
         ws = self.workspace
         rel, target = resolve_inside(ws.root, ws.trajectory_rel_dir, raw_path, what="trajectory")
         if not target.is_file():
             raise ProcedureError(ErrorCode.NOT_FOUND, f"No trajectory at {rel}.", path=rel)
         text = await self._decoded_text(rel, target)
         length = min(length, ws.settings.read_max_chars)
-        excerpt = text[offset:offset + length]
+        start = min(len(text), offset)
+        excerpt = text[start:start + length]
+        findings = await asyncio.to_thread(secrets_within, text, start, start + len(excerpt)) if mask else []
+        served = mask_secrets(excerpt, findings) if findings else excerpt
         try:
-            capped = await asyncio.to_thread(ws.tokens.prefix_within, excerpt, ws.settings.read_max_tokens)
+            capped = await asyncio.to_thread(ws.tokens.prefix_within, served, ws.settings.read_max_tokens)
+            kept, covered = masked_prefix(findings, len(capped))  # a label cut by the cap is left out whole
+            if covered == 0 and findings and findings[0].start == 0:  # a label alone over the cap: served whole,
+                kept, covered = len(mask_label(findings[0].kind)), findings[0].end  # so that paging moves on
+            capped = served[:kept]
             tokens = await ws.tokens.acount(capped)
         except TokenizerUnavailable as exc:
             raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
-        end = min(len(text), offset) + len(capped)
-        return {
-            "status": "ok", "kind": "trajectory", "path": rel, "offset": offset, "length": len(capped),
-            "total_chars": len(text), "tokens": tokens, "truncated_by_token_cap": len(capped) < len(excerpt),
+        end = start + covered
+        answer = {
+            "status": "ok", "kind": "trajectory", "path": rel, "offset": offset, "length": covered,
+            "total_chars": len(text), "tokens": tokens, "truncated_by_token_cap": covered < len(excerpt),
             "next_offset": end if end < len(text) else None, "text": capped,
         }
+        if mask:
+            shown = [f for f in findings if f.end <= covered]
+            answer["secrets_masked"] = len(shown)
+            if shown:
+                answer["masked_kinds"] = dict(Counter(f.kind for f in shown))
+                answer["note"] = (f"{len(shown)} secret(s) in this excerpt are masked as [masked:<kind>] (the copy "
+                                  "itself is unchanged); offset, length and next_offset count the copy's characters.")
+        return answer
 
     async def _decoded_text(self, rel: str, target: Path) -> str:
         """The decoded trajectory, cached for the last file read (an agent reads one trajectory many times)."""

@@ -15,8 +15,9 @@ Contract (what every path below guarantees):
 * Indexing is bulk: many files go to ``Views.index`` in big batches; a provider outage marks the rest pending at once
   (one timeout per round), a rejected text is isolated per file in its batch.
 * Single pass: a process started to run the reindex job (``reme start job=procedure_reindex``) does not index at
-  start-up; the job's rebuild is the one pass (journal recovery still runs at start). Anything else that needs the
-  views in such a process reconciles first (``ensure_reconciled``).
+  start-up; the job's rebuild is the one pass (journal recovery still runs at start). Nor does one started to run
+  the export, which reads only the files. Anything else that needs the views in such a process reconciles first
+  (``ensure_reconciled``).
 * A reindex clears and rebuilds both views under the write lock while searches wait (``without_rebuild``); it never
   writes experience or trajectory files. All durable writes go through store.py.
 """
@@ -49,16 +50,21 @@ DAMAGED_RECORD_FIX = (
 )
 
 
-def one_shot_reindex(app_context, name: str) -> bool:
-    """Whether this process is ``reme start job=...`` of a job that rebuilds the views of component ``name``: its
-    start-up then leaves the indexing to that job (one pass instead of two)."""
+# One-shot jobs whose process leaves start-up indexing alone: the reindex indexes every file itself (one pass instead
+# of two); the export reads only the files, so it needs no embedding provider (the next start indexes).
+DEFERRING_STEPS = ("procedure_reindex_step", "procedure_export_step")
+
+
+def defers_indexing(app_context, name: str) -> bool:
+    """Whether this process is ``reme start job=...`` of a job that rebuilds the views of component ``name`` or does
+    not use them (``DEFERRING_STEPS``): its start-up then leaves the indexing to that job or to the next start."""
     if app_context is None:
         return False
     config = app_context.app_config
     service = config.service
     job = config.jobs.get(getattr(service, "job", None) or "") if service.backend == "cli" else None
     return job is not None and any(
-        step.backend == "procedure_reindex_step" and (getattr(step, "procedure_memory", None) or "default") == name
+        step.backend in DEFERRING_STEPS and (getattr(step, "procedure_memory", None) or "default") == name
         for step in job.steps
     )
 

@@ -27,6 +27,7 @@ INJECTED_KEYS = ("_procedure_grant", "_procedure_sources", "tool_context_id")
 REPEATABLE_ERRORS = frozenset({
     ErrorCode.INVALID_ARGUMENT, ErrorCode.PATH_OUTSIDE, ErrorCode.NOT_FOUND, ErrorCode.INVALID_EXPERIENCE,
     ErrorCode.ALREADY_EXISTS, ErrorCode.STALE_VERSION, ErrorCode.FIELD_TOO_LONG, ErrorCode.OPERATION_KEY_CONFLICT,
+    ErrorCode.SECRET_DETECTED,
 })
 REPEAT_NOTE = (
     "You already made this identical call in this segment and nothing has changed since, so this is its earlier "

@@ -3,6 +3,9 @@
 Contract:
 
 * Only a live run writes: the steps find it with ``RunGrants.run_for`` (runs.py), which fails closed.
+* No write carries a credential (``secret_guard.py``): the steps check every argument the agent wrote before anything
+  else reads it (so no other answer can echo it), and the write path checks the experience it would write, an
+  update's fields kept from the file included; nothing is written.
 * ``WritePath.create``/``update`` take arguments their step validated through the job's model (``jobs/arguments.py``;
   the filename check is ``canonical_filename`` here, the path check the reads' ``experience_path``), count the fields
   exactly (``field_too_long``: nothing is written), then, under the workspace's write lock, journal the intent,
@@ -45,6 +48,7 @@ from ..storage.journal import (
 from ..tokens import TokenCounter
 from .hand_changes import HandChanges
 from .runs import Run
+from .secret_guard import refuse_secrets
 
 if TYPE_CHECKING:
     from ..workspace import Workspace
@@ -146,6 +150,7 @@ class WritePath:
         raw_name, canonical = raw["filename"], args.filename
         rel = ws.files.rel(canonical)
         fields = experience_fields(args)
+        refuse_secrets({FIELD_TO_ARG[name]: text for name, text in fields.items()})
         await check_lengths(ws.tokens, ws.settings.token_limits, fields)
         check_sources(ws.root, run)
         experience = Experience.model_validate({**fields, "sources": list(run.sources)})
@@ -173,6 +178,7 @@ class WritePath:
         ws = self.workspace
         rel, expected = args.path, args.expected_version
         fields = experience_fields(args)
+        refuse_secrets({FIELD_TO_ARG[name]: text for name, text in fields.items()})
         if fields:
             await check_lengths(ws.tokens, ws.settings.token_limits, fields)
         check_sources(ws.root, run)
@@ -199,6 +205,9 @@ class WritePath:
                     "current expected_version and a new operation_key.",
                     path=rel, current_version=current.version,
                 )
+            kept = {FIELD_TO_ARG[n]: t for n, t in current.experience.fields().items() if n in FIELD_TO_ARG
+                    and n not in fields}
+            refuse_secrets(kept, already_in=rel)  # a hand-edited file: the write would publish its secret again
             self._record_predecessor(rel, current.version)
             merged = {**current.experience.fields(), **fields}
             merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))

@@ -9,6 +9,7 @@ leave one, which ``remove_temp_files`` (every start) removes. Callers outside th
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -105,3 +106,30 @@ def remove_temp_files(directories: list[Path], pattern: re.Pattern = TEMP_FILE,
                 Path(entry.path).unlink(missing_ok=True)
                 removed.append(Path(entry.path))
     return removed
+
+
+def remove_file(path: Path) -> None:
+    """Remove the file ``path`` durably (its directory is fsynced); nothing when it is already gone. Raises
+    StorageError naming ``path``."""
+    try:
+        os.unlink(path)
+        fsync_dir(path.parent)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        raise StorageError(exc.errno, exc.strerror or str(exc), str(path)) from exc
+
+
+def remove_empty_dir(path: Path) -> bool:
+    """Remove the directory ``path`` durably when it is empty; False (and nothing removed) when it is not, or is
+    gone. Raises StorageError naming ``path`` for any other failure."""
+    try:
+        os.rmdir(path)
+        fsync_dir(path.parent)
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            return False
+        raise StorageError(exc.errno, exc.strerror or str(exc), str(path)) from exc
