@@ -190,6 +190,22 @@ async def test_imports_list_their_file_status_segments_and_experiences(make_app,
         assert str(tmp_path / "originals") not in json.dumps(answer)
 
 
+async def test_an_import_of_content_that_cannot_be_imported_is_rejected_not_resumable(make_app, tmp_path):
+    async with make_app(scripts=[]) as app:  # no model call: the content is refused first
+        originals = {}
+        for request_id, name, data in (("bad-json", "bad.json", b'{"messages": ['), ("pdf", "doc.pdf", b"%PDF-1.7")):
+            originals[request_id] = write(tmp_path, name, data)
+            ok, answer = await import_file(app, originals[request_id], request_id=request_id)
+            assert not ok and "resume" not in answer, answer.get("error")
+        ok, answer = await import_file(app, originals["bad-json"], request_id="bad-json")  # the same answer again
+        assert not ok and answer["error"]["code"] == "malformed_input"
+
+        ok, listed = await run_job(app, "procedure_imports")
+
+        assert ok and [(i["request_id"], i["status"], i.get("error_code"), i["segments"]) for i in listed["imports"]] == [
+            ("bad-json", "rejected", "malformed_input", None), ("pdf", "rejected", "unsupported_format", None)]
+
+
 async def test_an_import_running_now_is_processing(make_app, tmp_path):
     seen = {}
 

@@ -99,6 +99,9 @@ async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads
             text = decode_trajectory(data, filename)
         except (UnsupportedTrajectory, MalformedTrajectory) as exc:
             code = ErrorCode.UNSUPPORTED_FORMAT if isinstance(exc, UnsupportedTrajectory) else ErrorCode.MALFORMED_INPUT
+            if record.rejected != code:  # the listing tells it from a resumable stop
+                record.rejected = code
+                await asyncio.to_thread(workspace.imports.put, record)
             raise incomplete(code, f"{exc}. The saved copy {record.path} is kept; this content cannot be imported "
                                    "as it is: fix or convert the file and import it with a new request_id.",
                              resumable=False) from None

@@ -14,7 +14,8 @@ removed meanwhile neither shift nor repeat the others.
   half-built views never make indexed files look unindexed.
 * An import entry joins the import record, the checkpoint and the operation journal of one request id: the copy,
   ``status`` (``processing``: running in this process now; ``complete``; ``incomplete``: stopped or not yet segmented,
-  resumable; ``damaged``: its checkpoint cannot be read), segments done/total and the experiences it created and
+  resumable; ``rejected``: its content cannot be imported, ``error_code`` says why, never resumable; ``damaged``: its
+  checkpoint cannot be read), segments done/total and the experiences it created and
   updated. A checkpoint without its import record (deleted by hand, or set aside as damaged) is listed from the
   checkpoint. Records that cannot be read are reported, never set aside: the import's own damaged journal records
   in its entry, damaged import records (and checkpoints of no readable record) in ``damaged_records`` on the first
@@ -149,6 +150,9 @@ class Listing:
             status = "processing"
         elif error is not None:
             status = "damaged"
+        elif record is not None and record.rejected:
+            status = "rejected"
+            entry["error_code"] = record.rejected
         else:
             status = "complete" if checkpoint is not None and checkpoint.status == COMPLETE else "incomplete"
         entry["status"] = status

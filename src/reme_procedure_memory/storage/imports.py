@@ -31,6 +31,9 @@ class ImportRecord:
     status: str = RESERVED  # RESERVED until the copy is published and verified, then COPIED
     source_id: str = ""
     created_at: float = field(default_factory=time.time)
+    # the answer code when the copy's content cannot be imported (malformed_input, unsupported_format): the copy
+    # cannot change, so the import can never be resumed; "" otherwise (and in records written before this field)
+    rejected: str = ""
 
     def check_types(self, path: Path) -> "ImportRecord":
         """This record, if every field has the type an import writes; DamagedRecord otherwise."""
