@@ -147,7 +147,11 @@ async def test_c3_the_segment_lists_the_related_experiences_and_the_last_asks_fo
     listed = prompts[0].split("match this segment best", 1)[1]
     from reme_procedure_memory.extraction.prompt import shortened
     assert shortened("when " * 50, 20) == "when when when when..." and shortened("short", 20) == "short"
-    assert f"- procedures/rebuild-index.json ({version}): About rebuild-index.json; After changing" in listed
+    # the closest one whole (its when-to-use and content: revisable without a read), the others one line each
+    assert (f"- procedures/rebuild-index.json ({version}): About rebuild-index.json\n"
+            "  when to use: After changing the index config when search results look stale\n"
+            "  content:\n    Rebuild the index, then verify a known query.") in listed
+    assert "Rotate the keys" not in listed
     assert "Begin with procedure_search" not in prompts[0]
     assert "between\n<summary> and </summary>" in prompts[0] or "between <summary> and </summary>" in prompts[0]
     assert "This is the last segment" in prompts[1] and "<summary> and </summary>" not in prompts[1]

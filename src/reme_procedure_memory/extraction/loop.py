@@ -3,10 +3,10 @@
 One ``Extraction`` processes one imported trajectory whose segments are fixed in its checkpoint. For each segment
 from the checkpoint's position:
 
-1. search the library for the experiences that match the segment best (``RELATED_LIMIT``, compact), render the
-   prompt (the segment, summary so far, the caller's hint, those experiences, the ledger of an earlier attempt) and
-   check that system prompt + user message + tool schemas fit ``context - reserve`` exact tokens, before any model
-   call;
+1. search the library for the experiences that match the segment best (``RELATED_LIMIT``, compact, with pieces of
+   the segment: ``related.py``), render the prompt (the segment, summary so far, the caller's hint, those
+   experiences, the best one's content, the ledger of an earlier attempt) and check that system prompt + user
+   message + tool schemas fit ``context - reserve`` exact tokens, before any model call;
 2. open a run (secret grant, source = the copy) and let the agent work with exactly the four job tools;
 3. an interrupted, cancelled, failed or iteration-exhausted reply stops the import resumably, never advancing;
 4. a completed reply is saved in the checkpoint first, so a failed advance reuses it instead of re-running;
@@ -33,6 +33,7 @@ from ..operations.reads import compact_answer
 from ..storage.journal import INDEX_PENDING, PUBLISHED, written_paths
 from . import prompt
 from .agent_call import merged_reply_kwargs, stop_reason
+from .related import merged_related, related_queries
 from .summary import parse_summary, summary_problem
 
 if TYPE_CHECKING:
@@ -44,7 +45,6 @@ if TYPE_CHECKING:
 Search = Callable[[str, str, int], Awaitable[dict[str, Any]]]  # (query, view, limit) -> a search answer
 REPAIR_ITERATIONS = 2  # a summary repair needs no tools: one answer, plus the SDK's forced final turn
 RELATED_VIEW, RELATED_LIMIT = "when_to_use_content", 5  # the experiences a segment's message lists
-RELATED_QUERY_CHARS = 2000  # the segment's beginning searched for them (with the caller's hint)
 
 
 class Extraction:
@@ -92,18 +92,19 @@ class Extraction:
         )
 
     async def _find_related(self, index: int) -> None:
-        """The library's experiences that match segment ``index`` best (a compact search of the content view with
-        the hint and the segment's beginning), for its message: the agent searches only for what they miss. A
-        search that fails leaves the list out (the agent can still search)."""
+        """The library's experiences that match segment ``index`` best, for its message: compact searches of the
+        content view with the hint and pieces of the segment (``related``), merged; the agent searches only for what
+        they miss. A search that fails leaves the list out (the agent can still search)."""
         start, end = self.checkpoint.span(index)
-        beginning = self.text[start:min(end, start + RELATED_QUERY_CHARS)]
-        query = " ".join([self.checkpoint.memory_hint, beginning])
-        try:
-            answer = compact_answer(await self.search(query.strip() or "procedure", RELATED_VIEW, RELATED_LIMIT))
-        except ProcedureError as exc:
-            self.workspace.logger.warning(f"procedure import: no related experiences for segment {index + 1}: {exc}")
-            return
-        self._related[index] = prompt.related_lines(answer["results"])
+        answers = []
+        for query in related_queries(self.text[start:end], self.checkpoint.memory_hint):
+            try:
+                answers.append(compact_answer(await self.search(query, RELATED_VIEW, RELATED_LIMIT)))
+            except ProcedureError as exc:
+                self.workspace.logger.warning(
+                    f"procedure import: no related experiences for segment {index + 1}: {exc}")
+                return
+        self._related[index] = prompt.related_lines(merged_related(answers, RELATED_LIMIT))
 
     def _tool_schemas(self) -> str:
         return prompt.tool_schemas(self.jobs)

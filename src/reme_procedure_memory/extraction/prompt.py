@@ -60,10 +60,19 @@ RELATED_WHEN_CHARS = 160  # of a related experience's when-to-use: enough to tel
 
 
 def related_lines(results: list[dict]) -> list[str]:
-    """One line per related experience (a compact search answer's results): path, version, description, and the
-    beginning of its when-to-use."""
-    return [f"- {r['path']} ({r['version']}): {r['description']}; {shortened(r['when_to_use'], RELATED_WHEN_CHARS)}"
-            for r in results]
+    """One entry per related experience (``related.merged_related``): path, version, description and the beginning
+    of its when-to-use; an entry that carries its content shows its whole when-to-use and its content, so it can be
+    revised without reading it first."""
+    lines = []
+    for r in results:
+        head = f"- {r['path']} ({r['version']}): {r['description']}"
+        if "content" in r:
+            more = " (continues: procedure_read it before rewriting the content)" if r.get("content_truncated") else ""
+            lines.append(f"{head}\n  when to use: {r['when_to_use']}\n  content{more}:\n"
+                         + "\n".join(f"    {line}" for line in r["content"].splitlines()))
+        else:
+            lines.append(f"{head}; {shortened(r['when_to_use'], RELATED_WHEN_CHARS)}")
+    return lines
 
 
 def shortened(text: str, limit: int) -> str:

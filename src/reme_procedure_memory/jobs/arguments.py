@@ -89,12 +89,12 @@ class SearchArguments(JobArguments):
     query: Query = Field(description="What you want to do, or the situation you are in.")
     index: Literal[VIEW_NAMES] = Field(
         "when_to_use_content",
-        description="when_to_use: when-to-use only; when_to_use_content (default): when-to-use and content.",
+        description="The fields searched (default when_to_use_content).",
     )
     limit: Integer = Field(5, ge=1, le=MAX_LIMIT, description="Maximum results (default 5).")
     detail: Literal["full", "compact"] = Field(
-        None, description="full: whole experiences; compact: the best one's content, the others' descriptions, weak "
-        "ones left out (default: compact in extraction runs, else full).")
+        None, description="compact: only the best result's content, weak results left out (default in extraction "
+        "runs); full: all whole.")
 
 
 class ReadArguments(JobArguments):

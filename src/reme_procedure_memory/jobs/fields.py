@@ -187,7 +187,8 @@ Integer = Annotated[int, BeforeValidator(_integer)]
 Flag = Annotated[bool, BeforeValidator(_flag)]
 Query = Annotated[str, BeforeValidator(_query)]
 FieldText = Annotated[str, BeforeValidator(_field_text)]
-OPERATION_KEY_DESCRIPTION = "Optional: an identical retry is recognised without one. If given, a new one for every write."
+# without a key an identical retry is still recognised (a key derived from the call)
+OPERATION_KEY_DESCRIPTION = "Optional; if given, a new one for every write."
 OperationKey = Annotated[str, BeforeValidator(_operation_key), Field(description=OPERATION_KEY_DESCRIPTION)]
 ExpectedVersion = Annotated[str, BeforeValidator(_expected_version)]
 Filename = Annotated[str, BeforeValidator(_filename)]

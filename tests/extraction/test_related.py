@@ -1,0 +1,73 @@
+"""Which experiences a segment's message lists (issue 23): queries from pieces of the whole segment, merged rank by
+rank, and only the closest one with its content; pure functions first, then through the real import."""
+
+from __future__ import annotations
+
+import json
+
+from reme_procedure_memory.extraction.related import PIECE_CHARS, PIECES, merged_related, related_queries
+
+from conftest import import_file
+from helpers import experience_record, place_trajectory
+from helpers.corpus import write
+
+
+def entry(path, similarity=None, content=None):
+    result = {"path": path, "version": "v", "description": f"about {path}", "when_to_use": "w"}
+    if similarity is not None:
+        result["similarity"] = similarity
+    if content is not None:
+        result["content"] = content
+    return result
+
+
+def test_a_short_segment_is_one_query_with_the_hint():
+    assert related_queries("rebuild the index", "search") == ["search rebuild the index"]
+    assert related_queries("", "") == ["procedure"] and related_queries("  ", "hint") == ["hint"]
+
+
+def test_a_long_segment_is_searched_at_its_beginning_middle_and_end():
+    text = "".join(f"{i:06d} " for i in range(3000))  # 21,000 characters, word i at character 7 * i
+    queries = related_queries(text)
+    assert len(queries) == PIECES and all(len(q) <= PIECE_CHARS for q in queries)
+    assert [q.split()[0] for q in queries] == ["000000", "001000", "002000"]  # at 0, 7,000 and 14,000
+    two = "a" * 755 + "b" * 755  # just over one piece: two pieces that together cover every character
+    assert len(two) > PIECE_CHARS and related_queries(two) == ["a" * 755, "b" * 755]
+
+
+def test_answers_merge_rank_by_rank_and_only_the_closest_keeps_its_content():
+    first = {"results": [entry("a", 0.5, "steps a"), entry("b", 0.4), entry("c", 0.3)]}
+    second = {"results": [entry("d", 0.9, "steps d"), entry("a", 0.8)]}
+    merged = merged_related([first, second], limit=3)
+    assert [e["path"] for e in merged] == ["a", "d", "b"]
+    assert merged[1]["content"] == "steps d" and "content" not in merged[0]
+    assert "content" in first["results"][0]  # the answers themselves are not changed
+    no_vectors = merged_related([{"results": [entry("x", None, "steps x")]}, {"results": [entry("y", None, "y")]}], 5)
+    assert [("content" in e) for e in no_vectors] == [True, False]  # BM25 only: the first query's best
+    assert merged_related([{"results": []}], 5) == [] and merged_related([], 5) == []
+
+
+async def test_a_procedure_at_the_end_of_a_segment_is_listed_too(make_app, tmp_path):
+    ws = tmp_path / "ws"
+    place_trajectory(ws)
+    (ws / "procedures").mkdir(parents=True)
+    for name, when, content in (
+        ("drain-node.json", "Before rebooting a cluster node: cordon and drain it", "cordon, drain, reboot"),
+        ("rotate-keys.json", "When leaked credentials must be rotated and access audited", "rotate, audit"),
+    ):
+        (ws / "procedures" / name).write_text(json.dumps(experience_record(f"About {name}", when, content)))
+    drain = '{"role": "user", "content": "cordon the cluster node and drain it before the reboot"}\n'
+    rotate = '{"role": "user", "content": "the credentials leaked: rotate them and audit access"}\n'
+    original = write(tmp_path, "run.jsonl", drain * (3 * PIECE_CHARS // len(drain)) + rotate * 3)
+    prompts = []
+
+    async def reads(tools, prompt, kwargs):
+        prompts.append(prompt)
+        return "Nothing new."
+
+    async with make_app(workspace=ws, scripts=[reads]) as app:
+        ok, ans = await import_file(app, original, request_id="r1")
+        assert ok and ans["status"] == "complete", ans
+    listed = prompts[0].split("match this segment best", 1)[1]
+    assert "procedures/drain-node.json" in listed and "procedures/rotate-keys.json" in listed
+    assert listed.count("  content:") == 1
