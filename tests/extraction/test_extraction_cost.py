@@ -2,7 +2,8 @@
 
 C1  in-run search answers are compact: path, version, similarity, description, when-to-use; the best result's content
     (bounded); results weak on both branches left out; a result the run was shown before only named;
-    ``detail=full`` (and every service caller) gets whole ones
+    the agent's ``detail=full`` gets every result's content (still without raw scores and sources); every service
+    caller gets whole ones
 C2  ``operation_key`` is optional: without one the key is derived from the segment and the arguments, so an
     identical retry (also on resume) is the same operation and a changed write a new one; a given key still wins
 C3  the segment's message lists the library's experiences that match it best (or says the library is empty), asks
@@ -69,7 +70,11 @@ async def test_c1_the_extraction_agent_gets_compact_answers_and_service_callers_
         assert again["results"][0] == {"path": "procedures/drain-node.json", "version": in_run["results"][0]["version"],
                                        "shown_before": True}  # shown earlier in this run: only named again
         ok, whole = await call_tool(app, run, "procedure_search", query="reboot a cluster node drain", detail="full")
-        assert ok and whole["results"][0]["experience"]["content"] == "Cordon the node, drain workloads, reboot."
+        assert ok and whole["detail"] == "full" and len(whole["results"]) == 2  # none left out or only named
+        assert [r.get("content") for r in whole["results"]] == [
+            "Cordon the node, drain workloads, reboot.", "Rotate the keys and audit access."]
+        assert all(set(r) == {"path", "version", "similarity", "description", "when_to_use", "content"}
+                   for r in whole["results"])  # the agent's full: every content, no raw scores or sources
         ok, service = await run_job(app, "procedure_search", query="reboot a cluster node drain")
         assert ok and "detail" not in service and service["results"][0]["experience"]["sources"]
         ok, asked = await run_job(app, "procedure_search", query="reboot a cluster node drain", detail="compact")
@@ -145,8 +150,6 @@ async def test_c3_the_segment_lists_the_related_experiences_and_the_last_asks_fo
         assert ok and ans["segments"] == {"done": 2, "total": 2}, ans
         version = memory_of(app).read_experience("procedures/rebuild-index.json")["version"]
     listed = prompts[0].split("match this segment best", 1)[1]
-    from reme_procedure_memory.extraction.prompt import shortened
-    assert shortened("when " * 50, 20) == "when when when when..." and shortened("short", 20) == "short"
     # the closest one whole (its when-to-use and content: revisable without a read), the others one line each
     assert (f"- procedures/rebuild-index.json ({version}): About rebuild-index.json\n"
             "  when to use: After changing the index config when search results look stale\n"
@@ -173,3 +176,60 @@ async def test_c3_an_empty_library_is_said_so_and_a_segment_may_end_without_a_to
         ok, ans = await import_file(app, original, request_id="r1")
         assert ok and ans["status"] == "complete" and ans["experiences"] == {"created": [], "updated": []}
         assert app.agent.replies[0]["tools"].log == []  # no search was needed
+
+
+# -- C5 -------------------------------------------------------------------------------------------------------------
+# An update may add to when-to-use and content without reading them first (``*_append``): the segment's message lists
+# the library's matches by description, and a read before every revision cost a whole model turn.
+
+
+async def test_c5_an_addition_lands_on_a_new_line_and_keeps_the_rest_and_the_sources(make_app):
+    async with make_app() as app:
+        memory = memory_of(app)
+        run = memory.begin_run("req", [add_trajectory(app)], segment=0)
+        ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json", **FIELDS)
+        other = add_trajectory(app, "run-2.jsonl")
+        run2 = memory.begin_run("req-2", [other], segment=0)
+        addition = {"path": created["path"], "expected_version": created["version"],
+                    "content_append": "4. Uncordon the node.", "when_to_use_append": "Also before a kernel update."}
+        ok, updated = await call_tool(app, run2, "procedure_update", **addition)
+        assert ok and updated["status"] == "updated", updated
+        stored = memory.read_experience(created["path"])["experience"]
+        assert stored["content"] == FIELDS["content"] + "\n4. Uncordon the node."
+        assert stored["when-to-use"] == FIELDS["when_to_use"] + "\nAlso before a kernel update."
+        assert stored["description"] == FIELDS["description"]
+        assert stored["sources"] == ["session/trajectories/run.jsonl", "session/trajectories/run-2.jsonl"]
+        ok, again = await call_tool(app, run2, "procedure_update", **addition)  # the run's memory answers it
+        assert ok and again.get("repeated_call") and again["version"] == updated["version"]
+        memory.end_run(run2)
+        resumed = memory.begin_run("req-2", [other], segment=0)  # a resume repeats it: the journal replays it
+        ok, again = await call_tool(app, resumed, "procedure_update", **addition)
+        assert ok and again.get("replayed") and again["version"] == updated["version"]
+        assert memory.read_experience(created["path"])["experience"]["content"].count("Uncordon") == 1
+        ok, found = await run_job(app, "procedure_search", query="uncordon the node kernel update")
+        assert ok and found["results"][0]["path"] == created["path"]  # both views hold the new text
+
+
+async def test_c5_an_addition_is_refused_beside_the_whole_field_over_the_limit_or_with_a_secret(make_app):
+    components = {"procedure_memory": {"default": {"token_limits": {"content": 10}}}}
+    async with make_app(components=components) as app:
+        memory = memory_of(app)
+        run = memory.begin_run("req", [add_trajectory(app)], segment=0)
+        ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json", **FIELDS)
+        assert ok, created
+        at = {"path": created["path"], "expected_version": created["version"]}
+        ok, both = await call_tool(app, run, "procedure_update", **at, content="Reboot.", content_append="Reboot.")
+        assert not ok and both["error"]["code"] == "invalid_argument" and "`content_append`" in both["error"]["message"]
+        ok, long = await call_tool(app, run, "procedure_update", **at, content_append="one two three four five")
+        assert not ok and long["error"]["code"] == "field_too_long"
+        message = long["error"]["message"]  # the field as it would be, not the addition alone (5 tokens)
+        assert message.startswith("Nothing was written: With the addition, `content` has ") and "(limit 10)" in message
+        assert long["fields"][0]["tokens"] > 11 and "procedure_read" in message
+        ok, secret = await call_tool(app, run, "procedure_update", **at,
+                                     content_append="export AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY")
+        assert not ok and secret["error"]["code"] == "secret_detected"
+        ok, stale = await call_tool(app, run, "procedure_update", path=created["path"], expected_version="0" * 16,
+                                    content_append="Reboot.")
+        assert not ok and stale["error"]["code"] == "stale_version"
+        stored = memory.read_experience(created["path"])
+        assert stored["version"] == created["version"] and stored["experience"]["content"] == FIELDS["content"]

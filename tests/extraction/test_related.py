@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from reme_procedure_memory.extraction.prompt import related_lines
 from reme_procedure_memory.extraction.related import PIECE_CHARS, PIECES, merged_related, related_queries
 
 from conftest import import_file
@@ -45,6 +46,14 @@ def test_answers_merge_rank_by_rank_and_only_the_closest_keeps_its_content():
     no_vectors = merged_related([{"results": [entry("x", None, "steps x")]}, {"results": [entry("y", None, "y")]}], 5)
     assert [("content" in e) for e in no_vectors] == [True, False]  # BM25 only: the first query's best
     assert merged_related([{"results": []}], 5) == [] and merged_related([], 5) == []
+
+
+def test_the_closest_is_listed_with_its_when_to_use_and_content_the_others_by_description():
+    lines = related_lines([entry("procedures/a.json", 0.9, "1. cd\n2. mv"), entry("procedures/b.json", 0.5)])
+    assert lines == ["- procedures/a.json (v): about procedures/a.json\n  when to use: w\n  content:\n    1. cd\n    2. mv",
+                     "- procedures/b.json (v): about procedures/b.json"]
+    cut = related_lines([{**entry("procedures/c.json", 0.9, "1. cd"), "content_truncated": True}])
+    assert "content (continues: procedure_read it before rewriting the content):" in cut[0]
 
 
 async def test_a_procedure_at_the_end_of_a_segment_is_listed_too(make_app, tmp_path):

@@ -56,13 +56,10 @@ def ledger_lines(ledger, failed: Iterable[dict[str, str]]) -> list[str]:
     return lines
 
 
-RELATED_WHEN_CHARS = 160  # of a related experience's when-to-use: enough to tell whether it covers a procedure
-
-
 def related_lines(results: list[dict]) -> list[str]:
-    """One entry per related experience (``related.merged_related``): path, version, description and the beginning
-    of its when-to-use; an entry that carries its content shows its whole when-to-use and its content, so it can be
-    revised without reading it first."""
+    """One entry per related experience (``related.merged_related``): path, version and description (the line that
+    names its procedure; every listed entry is re-sent with each turn of the segment); an entry that carries its
+    content shows its when-to-use and its content too, so it can be revised without reading it first."""
     lines = []
     for r in results:
         head = f"- {r['path']} ({r['version']}): {r['description']}"
@@ -71,15 +68,8 @@ def related_lines(results: list[dict]) -> list[str]:
             lines.append(f"{head}\n  when to use: {r['when_to_use']}\n  content{more}:\n"
                          + "\n".join(f"    {line}" for line in r["content"].splitlines()))
         else:
-            lines.append(f"{head}; {shortened(r['when_to_use'], RELATED_WHEN_CHARS)}")
+            lines.append(head)
     return lines
-
-
-def shortened(text: str, limit: int) -> str:
-    """``text`` cut to at most ``limit`` characters at a word boundary, with "..." when cut."""
-    if len(text) <= limit:
-        return text
-    return text[:limit].rsplit(" ", 1)[0].rstrip(" ,;:") + "..."
 
 
 def user_message(*, path: str, fmt: str, number: int, total: int, start: int, end: int, segment: str, hint: str,

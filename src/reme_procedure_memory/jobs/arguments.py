@@ -93,8 +93,8 @@ class SearchArguments(JobArguments):
     )
     limit: Integer = Field(5, ge=1, le=MAX_LIMIT, description="Maximum results (default 5).")
     detail: Literal["full", "compact"] = Field(
-        None, description="compact: only the best result's content, weak results left out (default in extraction "
-        "runs); full: all whole.")
+        None, description="compact (default in extraction runs): the best result's content, weak results left out; "
+        "full: every result whole.")
 
 
 class ReadArguments(JobArguments):
@@ -150,6 +150,8 @@ class UpdateArguments(_WriteArguments):
     description: FieldText = None
     when_to_use: FieldText = None
     content: FieldText = None
+    when_to_use_append: FieldText = Field(None, description="Added at the end of when_to_use (no read needed).")
+    content_append: FieldText = Field(None, description="Steps added at the end of content (no read needed).")
 
 
 class AutoMemoryArguments(JobArguments):

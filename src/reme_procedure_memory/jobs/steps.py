@@ -207,8 +207,11 @@ class ProcedureSearchStep(ProcedureStep):
         run = self._agent_call()[0]
         if not answer["results"] and run is not None:  # the extraction agent's next step
             answer["note"] = EMPTY_SEARCH_NOTE
-        if (args.detail or ("compact" if run is not None else "full")) == "compact":
+        detail = args.detail or ("compact" if run is not None else "full")
+        if detail == "compact":
             answer = compact_answer(answer, run.shown if run is not None else None)
+        elif run is not None:  # the agent's "full": every result's content, not the raw scores and sources
+            answer = compact_answer(answer, run.shown, every_content=True)
         return answer
 
 

@@ -53,13 +53,17 @@ COMPACT_KEEP_SHARE = 0.5
 COMPACT_CONTENT_CHARS = 4000  # the best result's content beyond this is left to procedure_read
 
 
-def compact_answer(answer: dict[str, Any], shown: set[tuple[str, str]] | None = None) -> dict[str, Any]:
+def compact_answer(answer: dict[str, Any], shown: set[tuple[str, str]] | None = None, *,
+                   every_content: bool = False) -> dict[str, Any]:
     """A search answer with less to read: each result's path, version, similarity (the vector branch's cosine, when
     it ran), description and when-to-use; the best
     result's content too, up to ``COMPACT_CONTENT_CHARS`` characters; results whose vector and BM25 scores are both
     below ``COMPACT_KEEP_SHARE`` of the best of their branch left out (``left_out`` says how many). A result in
     ``shown`` (path and version an earlier answer of the same run showed; updated here) is only named
-    (``shown_before``), and the content goes to the best result not shown before."""
+    (``shown_before``), and the content goes to the best result not shown before.
+
+    ``every_content`` (an extraction agent's ``detail=full``): every result, each with its content (bounded the same
+    way), none left out or only named; still without the raw scores and sources, which an agent does not use."""
     shown = set() if shown is None else shown
     results = answer["results"]
     best = {branch: max((r["scores"][branch] or 0.0 for r in results), default=0.0) for branch in ("vector", "keyword")}
@@ -67,11 +71,11 @@ def compact_answer(answer: dict[str, Any], shown: set[tuple[str, str]] | None = 
     def strong(result: dict[str, Any]) -> bool:
         return any(best[b] > 0 and (result["scores"][b] or 0.0) >= COMPACT_KEEP_SHARE * best[b] for b in best)
 
-    kept = [r for n, r in enumerate(results) if n == 0 or strong(r)]
+    kept = [r for n, r in enumerate(results) if every_content or n == 0 or strong(r)]
     compact, content_given = [], False
     for result in kept:
         identity = (result["path"], result["version"])
-        if identity in shown:
+        if identity in shown and not every_content:
             compact.append({"path": result["path"], "version": result["version"], "shown_before": True})
             continue
         shown.add(identity)
@@ -80,16 +84,17 @@ def compact_answer(answer: dict[str, Any], shown: set[tuple[str, str]] | None = 
                  "description": experience["description"], "when_to_use": experience["when-to-use"]}
         if result["scores"]["vector"] is not None:  # fused RRF scores hardly differ; the cosine tells how close
             entry["similarity"] = round(result["scores"]["vector"], 2)
-        if not content_given:
+        if every_content or not content_given:
             content, content_given = experience["content"], True
             entry["content"] = content[:COMPACT_CONTENT_CHARS]
             if len(content) > COMPACT_CONTENT_CHARS:
                 entry["content_truncated"] = True
         compact.append(entry)
-    out = {**answer, "results": compact, "detail": "compact"}
+    out = {**answer, "results": compact, "detail": "full" if every_content else "compact"}
     if len(kept) < len(results):
         out["left_out"] = len(results) - len(kept)
-    if len(compact) > 1 or out.get("left_out") or any(r.get("content_truncated") for r in compact):
+    if (len(compact) > 1 and not every_content) or out.get("left_out") \
+            or any(r.get("content_truncated") for r in compact):
         out["read_more"] = "procedure_read path=<path> shows a whole experience; detail=full shows all results whole."
     return out
 

@@ -54,10 +54,26 @@ if TYPE_CHECKING:
     from ..workspace import Workspace
 
 
+# An update's additions: argument -> the field it is added to (``_append`` of the field's argument name)
+APPEND_TO_FIELD = {f"{arg}_append": field for arg, field in ARG_TO_FIELD.items() if arg != "description"}
+
+
 def request_digest(tool: str, args: dict[str, Any]) -> str:
-    """What an operation key stands for: the tool and the arguments as given (an identical retry digests alike)."""
+    """What an operation key stands for: the tool and the arguments as given (an identical retry digests alike). An
+    addition (``*_append``) counts only when given, so digests journaled before additions existed stay the same."""
     payload = {k: args.get(k) for k in ("filename", "path", "expected_version", *ARG_TO_FIELD)}
+    payload.update({k: args[k] for k in APPEND_TO_FIELD if args.get(k) is not None})
     return hashlib.sha256(json.dumps([tool, payload], sort_keys=True).encode()).hexdigest()
+
+
+def appended_fields(args) -> dict[str, str]:
+    """An update's additions given (validated arguments), keyed by the field they are added to."""
+    return {field: getattr(args, arg) for arg, field in APPEND_TO_FIELD.items() if getattr(args, arg) is not None}
+
+
+def with_addition(text: str, addition: str) -> str:
+    """``addition`` on a new line after ``text``."""
+    return f"{text.rstrip()}\n{addition.strip()}"
 
 
 def derived_key(segment: int | None, request: str) -> str:
@@ -92,8 +108,10 @@ def experience_fields(args) -> dict[str, str]:
     return {field: getattr(args, arg) for arg, field in ARG_TO_FIELD.items() if getattr(args, arg) is not None}
 
 
-async def check_lengths(tokens: TokenCounter, limits: TokenLimits, fields: dict[str, str]) -> None:
-    """Count fields exactly; over an acceptance ceiling, ask for a shorter field (targets only are shown)."""
+async def check_lengths(tokens: TokenCounter, limits: TokenLimits, fields: dict[str, str], *,
+                        added: bool = False) -> None:
+    """Count fields exactly; over an acceptance ceiling, ask for a shorter field (targets only are shown). ``added``:
+    the fields are an existing text with an addition, so the way out is a shorter rewrite of the whole field."""
     names = list(fields)
     try:
         counts = await tokens.acount_many([fields[n] for n in names])
@@ -106,12 +124,10 @@ async def check_lengths(tokens: TokenCounter, limits: TokenLimits, fields: dict[
             too_long.append({"field": FIELD_TO_ARG[name], "tokens": count, "limit": target})
     if too_long:
         parts = ", ".join(f"`{t['field']}` has {t['tokens']} tokens (limit {t['limit']})" for t in too_long)
-        raise ProcedureError(
-            ErrorCode.FIELD_TOO_LONG,
-            f"Nothing was written: {parts}. Shorten the field(s) to the limit and call again with a new "
-            "operation_key.",
-            fields=too_long,
-        )
+        way_out = ("With the addition, " + parts + ". procedure_read the experience and rewrite the field(s) within "
+                   "the limit with a new operation_key.") if added else (
+            f"{parts}. Shorten the field(s) to the limit and call again with a new operation_key.")
+        raise ProcedureError(ErrorCode.FIELD_TOO_LONG, f"Nothing was written: {way_out}", fields=too_long)
 
 
 def check_sources(workspace: Path, run: Run) -> None:
@@ -177,12 +193,18 @@ class WritePath:
         sources are kept."""
         ws = self.workspace
         rel, expected = args.path, args.expected_version
-        fields = experience_fields(args)
-        refuse_secrets({FIELD_TO_ARG[name]: text for name, text in fields.items()})
+        fields, additions = experience_fields(args), appended_fields(args)
+        both = [FIELD_TO_ARG[name] for name in additions if name in fields]
+        if both:
+            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"Give `{both[0]}` (the whole new text) or "
+                                 f"`{both[0]}_append` (an addition), not both.")
+        refuse_secrets({**{FIELD_TO_ARG[name]: text for name, text in fields.items()},
+                        **{f"{FIELD_TO_ARG[name]}_append": text for name, text in additions.items()}})
         if fields:
             await check_lengths(ws.tokens, ws.settings.token_limits, fields)
         check_sources(ws.root, run)
-        request = request_digest("update", {**raw, "when_to_use": args.when_to_use})
+        request = request_digest("update", {**raw, "when_to_use": args.when_to_use, **{
+            arg: getattr(args, arg) for arg in APPEND_TO_FIELD}})
         key = args.operation_key or derived_key(run.segment, request)
         async with ws.write_lock:
             existing = ws.journal.get(run.scope, key)
@@ -208,8 +230,12 @@ class WritePath:
             kept = {FIELD_TO_ARG[n]: t for n, t in current.experience.fields().items() if n in FIELD_TO_ARG
                     and n not in fields}
             refuse_secrets(kept, already_in=rel)  # a hand-edited file: the write would publish its secret again
+            now = current.experience.fields()
+            grown = {name: with_addition(now[name], text) for name, text in additions.items()}
+            if grown:
+                await check_lengths(ws.tokens, ws.settings.token_limits, grown, added=True)
             self._record_predecessor(rel, current.version)
-            merged = {**current.experience.fields(), **fields}
+            merged = {**now, **fields, **grown}
             merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))
             experience = Experience.model_validate(merged)
             op = Operation(
