@@ -108,6 +108,9 @@ def version_of(data: bytes) -> str:
 
 
 NAME_EXAMPLE = "rebuild-index-after-config-change.json"
+# The line that opens the extractor's own advice at the end of a content (the extraction prompt asks for it; an
+# addition to a content is placed before it, so the advice stays last)
+ADVICE_MARKER = "Advice (not shown in the trajectory):"
 _SEPARATORS = re.compile(r"[ _-]+")  # spaces only: a newline or tab in a name is no spelling slip
 
 

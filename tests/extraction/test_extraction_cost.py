@@ -162,7 +162,8 @@ async def test_c3_the_segment_lists_the_related_experiences_and_the_last_asks_fo
     system = app.agent.replies[0]["kwargs"]["system_prompt"]
     assert "the runtime searched for you" in system and "nothing reusable needs no tool call" in system
     assert "Name every tool or function the steps call" in system
-    assert "Advice (not shown in the trajectory):" in system  # faithfulness: own advice marked as such
+    from reme_procedure_memory.schema import ADVICE_MARKER
+    assert f'"{ADVICE_MARKER}"' in system  # faithfulness: own advice marked as such (additions go before it)
 
 
 async def test_c3_an_empty_library_is_said_so_and_a_segment_may_end_without_a_tool_call(make_app, tmp_path):
@@ -233,3 +234,17 @@ async def test_c5_an_addition_is_refused_beside_the_whole_field_over_the_limit_o
         assert not ok and stale["error"]["code"] == "stale_version"
         stored = memory.read_experience(created["path"])
         assert stored["version"] == created["version"] and stored["experience"]["content"] == FIELDS["content"]
+
+
+def test_c5_an_addition_goes_before_the_extractors_advice_which_stays_last():
+    from reme_procedure_memory.operations.writes import with_addition
+    from reme_procedure_memory.schema import ADVICE_MARKER
+
+    plain = "1. cd(folder='a')\n2. mv(source='x', destination='b')"
+    assert with_addition(plain + "\n", "3. ls()") == plain + "\n3. ls()"
+    advised = f"{plain}\n{ADVICE_MARKER} check the folder first."
+    assert with_addition(advised, "3. ls()") == f"{plain}\n3. ls()\n{ADVICE_MARKER} check the folder first."
+    assert with_addition(advised, f"3. ls()\n{ADVICE_MARKER} list before moving.") == (
+        f"{plain}\n3. ls()\n{ADVICE_MARKER} check the folder first.\nlist before moving.")
+    assert with_addition(advised, f"{ADVICE_MARKER} list before moving.") == f"{advised}\nlist before moving."
+    assert with_addition(f"{ADVICE_MARKER} only advice.", "1. ls()") == f"1. ls()\n{ADVICE_MARKER} only advice."

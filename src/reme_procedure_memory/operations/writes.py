@@ -32,7 +32,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ErrorCode, IndexFailure, ProcedureError, TokenizerUnavailable, storage_failure
-from ..schema import ARG_TO_FIELD, FIELD_TO_ARG, NAME_EXAMPLE, Experience, canonical_name, check_name, version_of
+from ..schema import (
+    ADVICE_MARKER,
+    ARG_TO_FIELD,
+    FIELD_TO_ARG,
+    NAME_EXAMPLE,
+    Experience,
+    canonical_name,
+    check_name,
+    version_of,
+)
 from ..settings import TokenLimits
 from ..storage.experiences import BadFile, StoredExperience
 from ..storage.journal import (
@@ -72,8 +81,17 @@ def appended_fields(args) -> dict[str, str]:
 
 
 def with_addition(text: str, addition: str) -> str:
-    """``addition`` on a new line after ``text``."""
-    return f"{text.rstrip()}\n{addition.strip()}"
+    """``addition`` on a new line after ``text``; when ``text`` ends with the extractor's advice (``ADVICE_MARKER``),
+    the addition's steps go before it and the addition's own advice (after its marker) after it, so advice stays
+    last."""
+    at = text.find(ADVICE_MARKER)
+    if at < 0:
+        return f"{text.rstrip()}\n{addition.strip()}"
+    steps, _, advice = addition.partition(ADVICE_MARKER)
+    head, tail = text[:at].rstrip(), text[at:].rstrip()
+    head = "\n".join(part for part in (head, steps.strip()) if part)
+    tail = f"{tail}\n{advice.strip()}" if advice.strip() else tail
+    return f"{head}\n{tail}" if head else tail
 
 
 def derived_key(segment: int | None, request: str) -> str:
