@@ -58,6 +58,7 @@ SMOKES: dict[str, tuple[list[str], float]] = {
     "extraction.py": (["--smoke"], 300),
     "downstream.py": (["smoke"], 300),
     "secret_guard.py": (["--smoke"], 120),
+    "relay_costs.py": (["--smoke"], 120),
 }
 
 
@@ -253,12 +254,24 @@ def check_secrets(out: str) -> None:
     assert "result: 0 false positives, every planted secret caught" in out
 
 
+def check_relay_costs(out: str) -> None:
+    # the smoke queue: 2 segments, 3 requests (100, 200, 300 prompt tokens; 10 completion each), one create
+    assert numbers(r"^segments {N}, requests {N}, requests per segment {N} ", out) == ["2", "3", "1.5"]
+    assert numbers(r"^prompt tokens {N} = {N}x the trajectory; completion {N} = {N}x$", out) == ["600", "6.0", "30",
+                                                                                                  "0.3"]
+    assert "tool calls {'procedure_create': 1}" in out and "schema refusals 0" in out
+    for part in ("tool schemas", "segment", "listed matches", "system prompt", "model's calls re-sent",
+                 "answers of procedure_create"):
+        assert int(numbers(rf"^\| {re.escape(part)} \| {{N}} \| {{N}}% \|$", out)[0]) > 0
+
+
 CHECKS = {
     "search.py": check_search, "segment.py": check_segment, "service.py": check_service,
     "tokenizer.py": check_tokenizer, "maintenance.py": check_maintenance, "prompt_overhead.py": check_prompt_overhead,
     "read_cost.py": check_read_cost, "listing.py": check_listing, "retrieval.py": check_retrieval,
     "real_model.py": check_real_model,
     "extraction.py": check_extraction, "downstream.py": check_downstream, "secret_guard.py": check_secrets,
+    "relay_costs.py": check_relay_costs,
 }
 
 

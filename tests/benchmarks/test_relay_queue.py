@@ -1,0 +1,57 @@
+"""The relay queue reader of ``benchmarks/relay_costs.py`` (issue 23): conversations, cost figures, prompt parts."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from benchlib.relay_queue import conversations, cost, prompt_parts  # noqa: E402
+
+SYSTEM = {"role": "system", "content": "sys"}
+SEGMENT = {"role": "user", "content": [{"type": "text", "text": "<segment>\nabc\n</segment>\nsegment 1 of 1.\n"
+                                        "Experiences that match this segment best:\n- a\n\n\nFinish."}]}
+
+
+def call(cid: str, name: str) -> dict:
+    return {"role": "assistant", "content": None,
+            "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}]}
+
+
+def answer(cid: str, name: str, text: str) -> dict:
+    return {"role": "tool", "tool_call_id": cid, "name": name, "content": text}
+
+
+def write_queue(queue: Path, requests: list[tuple[list[dict], dict]]) -> None:
+    with open(queue / "usage.jsonl", "w") as usage:
+        for n, (messages, reply) in enumerate(requests, 1):
+            (queue / f"{n}.req.json").write_text(json.dumps({"messages": messages, "tools": [{"name": "t"}]}))
+            (queue / f"{n}.resp.json").write_text(json.dumps(reply))
+            usage.write(json.dumps({"request": n, "prompt_tokens": 10 * n, "completion_tokens": n}) + "\n")
+
+
+def test_conversations_cost_and_parts(tmp_path):
+    refused = answer("c1", "procedure_create", "Error: 'operation_key' is a required property")
+    write_queue(tmp_path, [
+        ([SYSTEM, SEGMENT], {"tool_calls": [{"name": "procedure_search"}]}),           # a search, then nothing written
+        ([SYSTEM, SEGMENT, call("c0", "procedure_search"), answer("c0", "procedure_search", "[]")],
+         {"content": "Nothing."}),
+        ([SYSTEM, SEGMENT], {"tool_calls": [{"name": "procedure_create"}]}),           # a refused create, then a read
+        ([SYSTEM, SEGMENT, call("c1", "procedure_create"), refused], {"tool_calls": [{"name": "procedure_read"}]}),
+        ([SYSTEM, SEGMENT, call("c1", "procedure_create"), refused, call("c2", "procedure_read"),
+          answer("c2", "procedure_read", "{}")], {"content": "Done."}),
+    ])
+    convs = conversations(tmp_path)
+    assert [c["requests"] for c in convs] == [[1, 2], [3, 4, 5]]
+    figures = cost(convs, trajectory_tokens=10)
+    assert figures["requests_per_segment"] == 2.5 and figures["histogram"] == {2: 1, 3: 1}
+    assert figures["prompt"] == 150 and figures["prompt_per_trajectory_token"] == 15.0
+    assert figures["searches_without_writes"] == 1 and figures["segments_with_read"] == 1
+    assert figures["schema_refusals"] == 1  # the refused call is counted once, though re-sent twice
+    assert cost(conversations(tmp_path, first=3), 10)["segments"] == 1
+    parts = prompt_parts(tmp_path, [1, 2], lambda text: len(text))  # characters as tokens
+    assert parts["system prompt"] == 6 and parts["segment"] == 2 * len("<segment>\nabc\n</segment>")
+    assert parts["answers of procedure_search"] == 2 and parts["listed matches"] > 0
