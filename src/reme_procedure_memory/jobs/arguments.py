@@ -137,9 +137,11 @@ class CreateArguments(_WriteArguments):
     when_to_use_alias: SkipJsonSchema[AliasConflict] = Field(None, alias=FIELD_ALIAS)
     filename: Filename = Field(
         description=f"Meaningful lowercase-hyphenated name, e.g. {NAME_EXAMPLE}")
-    description: FieldText = Field(description="One line: what this experience is.")
-    when_to_use: FieldText = Field(description="The situation in which to apply it.")
-    content: FieldText = Field(description="What to do, step by step.")
+    # the three fields are defined (with their token targets) by the extraction agent's system prompt: no description
+    # here, which every request would re-send
+    description: FieldText
+    when_to_use: FieldText
+    content: FieldText
 
 
 class UpdateArguments(_WriteArguments):
@@ -150,8 +152,8 @@ class UpdateArguments(_WriteArguments):
     description: FieldText = None
     when_to_use: FieldText = None
     content: FieldText = None
-    when_to_use_append: FieldText = Field(None, description="Added at the end of when_to_use (no read needed).")
-    content_append: FieldText = Field(None, description="Steps added at the end of content (no read needed).")
+    when_to_use_append: FieldText = Field(None, description="Added after when_to_use; no read needed.")
+    content_append: FieldText = Field(None, description="Added after content; no read needed.")
 
 
 class AutoMemoryArguments(JobArguments):
