@@ -71,6 +71,7 @@ async def test_c1_the_extraction_agent_gets_compact_answers_and_service_callers_
                                        "shown_before": True}  # shown earlier in this run: only named again
         ok, whole = await call_tool(app, run, "procedure_search", query="reboot a cluster node drain", detail="full")
         assert ok and whole["detail"] == "full" and len(whole["results"]) == 2  # none left out or only named
+        assert "read_more" not in whole  # every content is there, none cut
         assert [r.get("content") for r in whole["results"]] == [
             "Cordon the node, drain workloads, reboot.", "Rotate the keys and audit access."]
         assert all(set(r) == {"path", "version", "similarity", "description", "when_to_use", "content"}

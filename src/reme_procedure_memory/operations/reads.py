@@ -93,8 +93,10 @@ def compact_answer(answer: dict[str, Any], shown: set[tuple[str, str]] | None = 
     out = {**answer, "results": compact, "detail": "full" if every_content else "compact"}
     if len(kept) < len(results):
         out["left_out"] = len(results) - len(kept)
-    if (len(compact) > 1 and not every_content) or out.get("left_out") \
-            or any(r.get("content_truncated") for r in compact):
+    if every_content:
+        if any(r.get("content_truncated") for r in compact):
+            out["read_more"] = "procedure_read path=<path> shows a whole experience."
+    elif len(compact) > 1 or out.get("left_out") or any(r.get("content_truncated") for r in compact):
         out["read_more"] = "procedure_read path=<path> shows a whole experience; detail=full shows all results whole."
     return out
 
