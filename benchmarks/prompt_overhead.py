@@ -40,6 +40,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.shared import find_shared, load_test_helpers  # noqa: E402  (benchmarks/benchlib/shared.py)
 
 
+# ReMe's default agent (AgentScope over an OpenAI-compatible model), so the tools are those a real run offers; the
+# model is never called (nothing listens on the address).
+AGENTSCOPE = {
+    "as_llm": {"default": {"backend": "openai", "model": "unused", "credential": {"api_key": "unused",
+                                                                                 "base_url": "http://127.0.0.1:9/v1"}}},
+    "agent_wrapper": {"default": {"backend": "agentscope", "as_llm": "default"}},
+}
+
+
 def reminder_text() -> str:
     """AgentScope's runtime-state reminder, as its agent injects it before the first model call."""
     from agentscope.agent._config import InjectionConfig  # the installed AgentScope's own template
@@ -55,7 +64,8 @@ def extraction_of(Extraction, memory, app, record):
 
         checkpoint = Checkpoint(request_id=record.request_id, path=record.path, fingerprint={}, plugin_version="",
                                 segments=[[0, 0]])
-        return Extraction(memory.workspace, memory.grants, memory.reads.search, app.context.jobs, None, record, "",
+        wrapper = app.context.components["agent_wrapper"]["default"]  # AgentScope: finish_segment is offered
+        return Extraction(memory.workspace, memory.grants, memory.reads.search, app.context.jobs, wrapper, record, "",
                           "jsonl", checkpoint, lambda message: None)
     checkpoint = {"segments": [[0, 0]], "next_segment": 0, "summary": "", "memory_hint": ""}
     return Extraction(memory, None, record, "", "jsonl", checkpoint, None, lambda message: None)
@@ -73,7 +83,8 @@ async def plugin_parts(tokenizer_file: Path) -> dict[str, str]:
     with tempfile.TemporaryDirectory(prefix="prompt-overhead-") as workspace:
         app = Application(plugins=["procedure-memory"], workspace_dir=workspace, service={"backend": "cli"},
                           enable_logo=False, log_to_console=False, log_to_file=False,
-                          components={"procedure_memory": {"default": {"tokenizer_source": str(tokenizer_file)}}})
+                          components={"procedure_memory": {"default": {"tokenizer_source": str(tokenizer_file)}},
+                                      **AGENTSCOPE})
         app.context.components["as_embedding"]["procedure"].model = FakeEmbeddingModel(1024)
         await app.start()
         try:

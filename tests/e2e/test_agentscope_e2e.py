@@ -16,10 +16,12 @@ import json
 import pytest
 
 from conftest import import_file, memory_of, run_job
+from helpers.corpus import TWO_SEGMENTS, two_segment_original
 from helpers.chat import (
     EXPERIENCE,
     ChatEndpoint,
-    assert_offered_only_the_four_job_tools,
+    Conversation,
+    assert_offered_only_the_extraction_tools,
     llm_components,
     search_create_summarize,
     search_forever,
@@ -75,14 +77,14 @@ async def test_real_agentscope_agent_extracts_an_experience(make_app, tmp_path, 
             for conversation in conversations:
                 assert conversation.body["stream"] is stream
                 assert conversation.body["model"] == "fake-chat"
-                assert_offered_only_the_four_job_tools(conversation.body)
+                assert_offered_only_the_extraction_tools(conversation.body)
             # The run's injected kwargs (whatever the plugin injects) and its tool context id are hidden from the
             # tool schemas, and the secret values never reached the model.
             assert len(runs) == 1
             injected = {**runs[0].injected(), "tool_context_id": runs[0].context_id}
             assert "_procedure_grant" in injected
             for conversation in conversations:
-                assert_offered_only_the_four_job_tools(conversation.body, tuple(injected))
+                assert_offered_only_the_extraction_tools(conversation.body, tuple(injected))
                 wire = json.dumps(conversation.body)
                 assert runs[0].grant not in wire and runs[0].context_id not in wire
             first = conversations[0]
@@ -152,3 +154,81 @@ async def test_iteration_budget_exhaustion_is_resumable(make_app, tmp_path):
             assert [c.step for c in endpoint.conversations()] == [0, 1, 2]
             assert memory_of(app).checkpoints.get("budget-1").next_segment == 1
             assert sorted(p.name for p in (ws / "procedures").iterdir()) == [EXPERIENCE["filename"]]
+
+
+# -- finish_segment: a segment's writes and its end in one request -------------------------------------------------
+
+ONE_TURN_SUMMARY = "Segment {n}: the user rebuilt a stale search index after a config change."
+
+
+def write_and_finish(conversation: Conversation) -> dict:
+    """Every segment in one turn: a create (one per segment) and finish_segment with its summary, in that order."""
+    n = conversation.segment
+    finish = {} if n == conversation.total else {"summary": ONE_TURN_SUMMARY.format(n=n)}
+    return {"tool_calls": [("procedure_create", {**EXPERIENCE, "filename": f"rebuild-{n}.json",
+                                                 "description": f"Rebuild search, part {n}"}),
+                           ("finish_segment", finish)]}
+
+
+async def test_finish_segment_ends_a_segment_in_the_turn_of_its_writes(make_app, tmp_path):
+    """AgentScope asks the model again after every tool call; finish_segment in the same turn as the writes ends the
+    reply once they are answered: one request per segment, and its summary is the segment's rolling summary."""
+    with ChatEndpoint(write_and_finish) as endpoint:
+        async with make_app(components={**llm_components(endpoint.base_url), **TWO_SEGMENTS}) as app:
+            ok, ans = await import_file(app, two_segment_original(tmp_path), request_id="one-turn")
+            assert endpoint.errors == []
+            assert ok and ans["status"] == "complete", ans
+            assert ans["segments"] == {"done": 2, "total": 2}
+            assert ans["experiences"]["created"] == ["procedures/rebuild-1.json", "procedures/rebuild-2.json"]
+            conversations = endpoint.conversations()
+            assert [(c.segment, c.step) for c in conversations] == [(1, 0), (2, 0)]  # one request per segment
+            for conversation in conversations:
+                assert_offered_only_the_extraction_tools(conversation.body)
+            # segment 1's summary came through finish_segment and reached segment 2; the last asked for none
+            first, last = conversations
+            assert "call finish_segment last with" in first.prompt and "summary:" in first.prompt
+            assert ONE_TURN_SUMMARY.format(n=1) in last.prompt
+            assert "This is the last segment" in last.prompt and "call finish_segment last" in last.prompt
+            assert memory_of(app).checkpoints.get("one-turn").status == "complete"
+
+
+def correcting_finish(conversation: Conversation) -> dict:
+    """Segment 1: finish_segment before a write; then after a write that fails (field too long); then with an
+    empty summary; then alone with a valid one. Segment 2 (the last): finish_segment alone."""
+    too_long = {**EXPERIENCE, "content": "word " * 5000}
+    valid = {"summary": "The user rebuilt a stale index."}
+    if conversation.segment == 2:
+        return {"tool_calls": [("finish_segment", {})]}
+    return {"tool_calls": [
+        [("finish_segment", {"summary": "too early"}), ("procedure_create", too_long)],
+        [("procedure_create", too_long), ("finish_segment", valid)],
+        [("procedure_create", EXPERIENCE), ("finish_segment", {"summary": ""})],
+        [("finish_segment", valid)],
+    ][conversation.step]}
+
+
+async def test_finish_segment_refuses_to_end_before_every_answer_of_its_turn_is_seen(make_app, tmp_path):
+    """finish_segment refuses (and the reply goes on) when a call of its turn comes after it, when a call before it
+    in its turn answered an error the model has not seen, and when the summary a later segment needs is missing."""
+    with ChatEndpoint(correcting_finish) as endpoint:
+        async with make_app(components={**llm_components(endpoint.base_url), **TWO_SEGMENTS}) as app:
+            ok, ans = await import_file(app, two_segment_original(tmp_path), request_id="refusals")
+            assert endpoint.errors == []
+            assert ok and ans["status"] == "complete", ans
+            first = [c for c in endpoint.conversations() if c.segment == 1]
+            assert [c.step for c in first] == [0, 1, 2, 3]
+            answers = [[json.loads(r) for r in c.tool_results] for c in first[1:]]
+            codes = [[a.get("error", {}).get("code") for a in turn] for turn in answers]
+            # turn 0: finish came first (refused: a call followed it), the create was too long
+            assert codes[0] == ["invalid_argument", "field_too_long"]
+            assert "procedure_create came after it" in answers[0][0]["error"]["message"]
+            # turn 1: the too-long create again, then finish: refused, the model has not seen that error yet
+            assert codes[1][-2:] == ["field_too_long", "invalid_argument"]
+            assert "procedure_create answered an error" in answers[1][-1]["error"]["message"]
+            # turn 2: the corrected create succeeded; finish refused the empty summary a later segment needs
+            assert answers[2][-2]["status"] == "created" and codes[2][-1] == "summary_invalid"
+            # turn 3 ended segment 1; segment 2 (the last) took one request and received the valid summary
+            second = [c for c in endpoint.conversations() if c.segment == 2]
+            assert [c.step for c in second] == [0]
+            assert "The user rebuilt a stale index." in second[0].prompt
+            assert ans["experiences"]["created"] == [f"procedures/{EXPERIENCE['filename']}"]

@@ -25,7 +25,7 @@ import pytest
 
 from helpers import EmbeddingEndpoint, write_word_tokenizer
 from helpers.chat import ROLLOUT as TRAJECTORY
-from helpers.chat import (ChatEndpoint, assert_offered_only_the_four_job_tools,
+from helpers.chat import (ChatEndpoint, assert_offered_only_the_extraction_tools,
                           experience_name, one_experience_per_segment)
 
 pytestmark = pytest.mark.slow  # real `reme` processes and services
@@ -141,7 +141,7 @@ def test_killed_one_shot_import_resumes_from_the_saved_copy(tmp_path):
         assert sorted({c.segment for c in run2}) == list(range(KILL_SEGMENT, total + 1))
         for conversation in run1 + run2:
             assert conversation.body["stream"] is True  # ReMe's default as_llm streams (SSE)
-            assert_offered_only_the_four_job_tools(conversation.body)
+            assert_offered_only_the_extraction_tools(conversation.body)
 
         # Exactly one experience per segment: no duplicate, none lost, each citing the copied trajectory.
         expected = sorted(experience_name(n) for n in range(1, total + 1))

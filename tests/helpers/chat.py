@@ -13,7 +13,7 @@ from typing import Any, Callable
 from helpers import LocalServer, send_json
 from helpers.corpus import JSONL
 
-TOOLS = ["procedure_create", "procedure_read", "procedure_search", "procedure_update"]
+TOOLS = ["finish_segment", "procedure_create", "procedure_read", "procedure_search", "procedure_update"]
 
 
 INJECTED_KEYS = ("_procedure_grant", "_procedure_sources", "tool_context_id")
@@ -298,9 +298,10 @@ def write_original(tmp_path: Path, name: str = "run.jsonl", data: str = JSONL) -
     return path
 
 
-def assert_offered_only_the_four_job_tools(body: dict, injected_keys=INJECTED_KEYS) -> None:
+def assert_offered_only_the_extraction_tools(body: dict, injected_keys=INJECTED_KEYS) -> None:
     tools = body.get("tools") or []
-    assert sorted(t["function"]["name"] for t in tools) == TOOLS  # no bash/read/write/edit/glob/grep built-ins
+    # the four job tools and finish_segment: no bash/read/write/edit/glob/grep built-ins
+    assert sorted(t["function"]["name"] for t in tools) == TOOLS
     for tool in tools:
         schema = tool["function"].get("parameters") or {}
         for key in injected_keys:  # injected keys are hidden from the model

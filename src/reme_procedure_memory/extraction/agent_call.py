@@ -2,8 +2,9 @@
 
 Contract: pure functions. ``merged_reply_kwargs`` gives the kwargs of every agent call (no built-in tools, the
 plugin's budget merged into the wrapper's, cancellation raised, a fresh session id; with a run exactly the four job
-tools and its grant, without one no tools); ``stop_reason`` says why a reply did not complete, for every ReMe wrapper
-backend, or None.
+tools and its grant, plus ``finish_segment`` when given (AgentScope backend: ``ends_with_tool``), without one no
+tools); ``stop_reason`` says why a reply did not complete, for every ReMe wrapper backend, or None; ``reply_text``
+is a completed reply's text (a ``finish_segment`` summary between ``<summary>`` tags).
 """
 
 from __future__ import annotations
@@ -11,7 +12,28 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from agentscope.tool import Toolkit
+from reme.components.agent_wrapper.as_agent_wrapper import AsAgentWrapper
+from reme.steps.evolve._evolve import agent_reply_result_text
+
+from .finish import reply_summary
 from .prompt import TOOLS
+from .summary import tagged
+
+
+def ends_with_tool(wrapper) -> bool:
+    """Whether the wrapper's agent can end a reply through ``finish_segment`` (ReMe's AgentScope backend, which
+    takes a prebuilt toolkit); other backends end a reply with its text."""
+    return isinstance(wrapper, AsAgentWrapper)
+
+
+def reply_text(result: dict) -> str:
+    """A completed reply's text: the ``finish_segment`` summary between ``<summary>`` tags (as given when it has
+    them already; a fixed sentence when none was asked for), else the reply's final text."""
+    summary = reply_summary(result)
+    if summary is None:
+        return agent_reply_result_text(result)
+    return tagged(summary) if summary else "(ended with finish_segment)"
 
 
 def stop_reason(result: dict) -> str | None:
@@ -29,10 +51,11 @@ def stop_reason(result: dict) -> str | None:
     return None
 
 
-def merged_reply_kwargs(wrapper, run, max_iters: int) -> dict[str, Any]:
+def merged_reply_kwargs(wrapper, run, max_iters: int, finish=None) -> dict[str, Any]:
     """Reply kwargs of every agent call: no built-in tools, budgets merged into the wrapper's (not replacing them),
     cancellation raised, a fresh session id (never reused: some SDKs refuse a used id). With a run: exactly the four
-    job tools and the run's injected grant; without one (summary repairs): no tools at all."""
+    job tools and the run's injected grant, and with ``finish`` (a ``FinishSegment``, AgentScope only) a toolkit of
+    those four built as the wrapper builds them plus ``finish``; without a run (summary repairs): no tools at all."""
     react = {**(wrapper.kwargs.get("react_config") or {}), "max_iters": max_iters,
              "interruption_raise_cancelled_error": True}
     kwargs: dict[str, Any] = {"builtin_tools": [], "react_config": react, "session_id": str(uuid.uuid4())}
@@ -40,6 +63,10 @@ def merged_reply_kwargs(wrapper, run, max_iters: int) -> dict[str, Any]:
         kwargs["job_tools"] = []
     else:
         kwargs.update(job_tools=list(TOOLS), injected_job_kwargs=run.injected(), tool_context_id=run.context_id)
+        if finish is not None:
+            jobs = wrapper._resolve_job_tools(list(TOOLS))
+            kwargs["toolkit"] = Toolkit(tools=[
+                *(wrapper._make_tool(job, run.context_id, run.injected()) for job in jobs), finish])
     if getattr(wrapper, "backend", "") == "claude_code":
         kwargs.update(tools=[], max_turns=max_iters)  # no built-in Claude Code tools; its own budget knob
     return kwargs

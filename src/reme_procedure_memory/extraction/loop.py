@@ -7,7 +7,9 @@ from the checkpoint's position:
    the segment: ``related.py``), render the prompt (the segment, summary so far, the caller's hint, those
    experiences, the best one's content, the ledger of an earlier attempt) and check that system prompt + user
    message + tool schemas fit ``context - reserve`` exact tokens, before any model call;
-2. open a run (secret grant, source = the copy) and let the agent work with exactly the four job tools;
+2. open a run (secret grant, source = the copy) and let the agent work with exactly the four job tools, plus
+   ``finish_segment`` where the wrapper takes it (AgentScope: ``finish.py``), which ends the reply in the turn of
+   the writes (one request for a segment whose writes succeed) and carries the rolling summary;
 3. an interrupted, cancelled, failed or iteration-exhausted reply stops the import resumably, never advancing;
 4. a completed reply is saved in the checkpoint first, so a failed advance reuses it instead of re-running;
 5. a segment whose own writes failed to publish (and were not corrected by a later write of the same path or
@@ -32,9 +34,10 @@ from ..errors import ErrorCode, ExtractionStopped, ProcedureError, TokenizerUnav
 from ..operations.reads import compact_answer
 from ..storage.journal import INDEX_PENDING, PUBLISHED, written_paths
 from . import prompt
-from .agent_call import merged_reply_kwargs, stop_reason
+from .agent_call import ends_with_tool, merged_reply_kwargs, reply_text, stop_reason
+from .finish import FinishSegment
 from .related import merged_related, related_queries
-from .summary import parse_summary, summary_problem
+from .summary import parse_summary, summary_problem, tagged
 
 if TYPE_CHECKING:
     from ..operations.runs import RunGrants
@@ -88,7 +91,7 @@ class Extraction:
             start=start, end=end, segment=self.text[start:end], hint=self.checkpoint.memory_hint,
             summary=self.checkpoint.summary, summary_limit=self.limits.summary,
             lines=prompt.ledger_lines(self._ledger(index), self._failed_writes(index)),
-            related=self._related.get(index),
+            related=self._related.get(index), finish_tool=ends_with_tool(self.wrapper),
         )
 
     async def _find_related(self, index: int) -> None:
@@ -107,7 +110,7 @@ class Extraction:
         self._related[index] = prompt.related_lines(merged_related(answers, RELATED_LIMIT))
 
     def _tool_schemas(self) -> str:
-        return prompt.tool_schemas(self.jobs)
+        return prompt.tool_schemas(self.jobs, ends_with_tool(self.wrapper))
 
     def _user_tokens(self, user: str, index: int) -> int:
         """The segment and the rolling summary inside the message keep the counts recorded when they were cut and
@@ -170,7 +173,8 @@ class Extraction:
         self._save()  # durable before the agent runs: a kill mid-run still counts the attempt
         run = self.grants.begin_run(self.record.request_id, [self.record.path], segment=index)
         run.carry_failures(self._failed_writes(index))  # an earlier attempt's failures stay until a write corrects them
-        kwargs = merged_reply_kwargs(self.wrapper, run, self.workspace.settings.extraction.max_iters)
+        kwargs = merged_reply_kwargs(self.wrapper, run, self.workspace.settings.extraction.max_iters,
+                                     self._finish_tool(index))
         try:
             result = await self.wrapper.reply(user, system_prompt=system, **kwargs)
         except asyncio.CancelledError:
@@ -190,35 +194,41 @@ class Extraction:
         if reason:
             code = ErrorCode.AGENT_BUDGET_EXHAUSTED if "exceed_max_iters" in reason else ErrorCode.AGENT_INTERRUPTED
             raise ExtractionStopped(code, f"Segment {number}/{total} did not finish: {reason}.")
-        reply = {"segment": index, "text": agent_reply_result_text(result)}
+        reply = {"segment": index, "text": reply_text(result)}
         self.checkpoint.saved_reply = reply
         self._save()
         return reply
 
+    async def _summary_status(self, index: int, reply: str) -> tuple[str | None, int | None, str | None]:
+        """The reply's summary, its exact tokens (when it is one) and what is wrong with it (None when valid)."""
+        start, end = self.checkpoint.span(index)
+        summary = parse_summary(reply)
+        problem = summary_problem(reply, summary, self.checkpoint.summary, self.text[start:end])
+        if problem is not None:
+            return summary, None, problem
+        try:
+            size = await self.workspace.tokens.acount(summary)
+        except TokenizerUnavailable as exc:
+            raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+        if size > self.limits.ceiling(self.limits.summary):
+            return summary, size, f"the summary has {size} tokens; the limit is {self.limits.summary}."
+        return summary, size, None
+
     async def _valid_summary(self, index: int, reply: str) -> tuple[str, int]:
         """The reply's summary and its exact token count, repaired by the agent (no tools) at most
         ``summary_repair_attempts`` times."""
-        ceiling = self.limits.ceiling(self.limits.summary)
         attempts = self.workspace.settings.extraction.summary_repair_attempts
-        start, end = self.checkpoint.span(index)
-        previous, segment = self.checkpoint.summary, self.text[start:end]
         for attempt in range(attempts + 1):
-            summary = parse_summary(reply)
-            problem = summary_problem(reply, summary, previous, segment)
+            summary, size, problem = await self._summary_status(index, reply)
+            if problem is None:
+                return summary, size
             # What the repair needs to see: the reply when it may hold the summary (no tags, or too long), the
             # segment when the reply holds none (no tags, empty, a placeholder, unchanged). A placeholder or an
             # unchanged summary is never quoted: it would only be copied back.
-            quote = summary is None and "<summary>" not in (reply or "")
-            show_segment = True
-            if problem is None:
-                try:
-                    size = await self.workspace.tokens.acount(summary)
-                except TokenizerUnavailable as exc:
-                    raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
-                if size <= ceiling:
-                    return summary, size
-                problem = f"the summary has {size} tokens; the limit is {self.limits.summary}."
-                quote, show_segment = True, False  # shortening needs the summary, not the segment
+            if size is not None:  # too long: shortening needs the summary, not the segment
+                quote, show_segment = True, False
+            else:
+                quote, show_segment = summary is None and "<summary>" not in (reply or ""), True
             if attempt == attempts:
                 break
             reply = await self._repair(index, reply if quote else "", problem, attempt + 1, show_segment)
@@ -229,6 +239,18 @@ class Extraction:
             f"Segment {index + 1}: the rolling summary is still invalid after {attempts} repair attempts "
             f"({problem}). Resume with the same request_id to run the segment again.",
         )
+
+    def _finish_tool(self, index: int) -> FinishSegment | None:
+        """``finish_segment`` for segment ``index``'s reply (None where the wrapper cannot take it): it ends the
+        reply in the turn of the writes, refusing while an answer of its turn is an unseen error or (before the last
+        segment) the summary is not valid by the same rules as a final reply's."""
+        if not ends_with_tool(self.wrapper):
+            return None
+
+        async def check(summary: str) -> str | None:
+            return (await self._summary_status(index, tagged(summary)))[2]
+
+        return FinishSegment(summary_required=index < self.checkpoint.total - 1, check=check)
 
     async def _repair(self, index: int, reply: str, problem: str, attempt: int, show_segment: bool) -> str:
         """One tool-less repair turn: the problem, the quoted reply (when given) and, when the summary must be

@@ -9,7 +9,8 @@ Contract: pure functions of their arguments (the shipped ``prompts.yaml`` is rea
   (``related_lines``), the ledger of earlier attempts (``ledger_lines``) and what to finish with (a rolling summary,
   except after the last segment);
 - ``repair_message(...)`` renders a tool-less summary repair turn;
-- ``tool_schemas(jobs)`` are the four job tools as function-calling requests carry them;
+- ``tool_schemas(jobs, finish_tool)`` are the four job tools (and ``finish_segment``) as function-calling requests
+  carry them;
 - ``user_tokens(counter, user, parts)`` counts a user message exactly, reusing recorded counts of parts inside it;
 - ``budget_problem(sizes, limits)`` is the sentence saying why an initial input does not fit, or None when it does.
 """
@@ -23,6 +24,7 @@ from typing import Iterable
 import yaml
 
 from ..storage.journal import ABANDONED
+from .finish import DESCRIPTION as FINISH_DESCRIPTION, FINISH_TOOL, INPUT_SCHEMA as FINISH_SCHEMA
 
 TOOLS = ("procedure_search", "procedure_read", "procedure_create", "procedure_update")
 PROMPTS = yaml.safe_load((Path(__file__).with_name("prompts.yaml")).read_text(encoding="utf-8"))
@@ -73,15 +75,18 @@ def related_lines(results: list[dict]) -> list[str]:
 
 
 def user_message(*, path: str, fmt: str, number: int, total: int, start: int, end: int, segment: str, hint: str,
-                 summary: str, lines: list[str], summary_limit: int, related: list[str] | None = None) -> str:
+                 summary: str, lines: list[str], summary_limit: int, related: list[str] | None = None,
+                 finish_tool: bool = False) -> str:
     """The user message of segment ``number`` of ``total`` (characters ``start``..``end`` of the copy at ``path``):
     the related experiences (``related``: ``related_lines``; [] for an empty library, None when not searched) and,
-    except on the last segment, the request for the rolling summary."""
+    except on the last segment, the request for the rolling summary: in the final reply, or with ``finish_tool``
+    as ``finish_segment``'s argument."""
     if related is None:
         listed = ""
     else:
         listed = PROMPTS["related"].format(entries="\n".join(related)) if related else PROMPTS["no_related"]
-    finish = PROMPTS["finish_last"] if number == total else PROMPTS["finish_segment"].format(
+    suffix = "_tool" if finish_tool else ""
+    finish = PROMPTS["finish_last" + suffix] if number == total else PROMPTS["finish_segment" + suffix].format(
         number=number, summary_limit=summary_limit)
     return PROMPTS["segment_user"].format(
         path=path, format=fmt, number=number, total=total,
@@ -103,11 +108,15 @@ def repair_message(*, segment_message: str, number: int, total: int, problem: st
     )
 
 
-def tool_schemas(jobs) -> str:
-    """The four tool schemas as function-calling requests carry them."""
+def tool_schemas(jobs, finish_tool: bool = False) -> str:
+    """The four job tools' schemas (and ``finish_segment``'s, with ``finish_tool``) as function-calling requests
+    carry them."""
+    schemas = [(name, jobs[name].description, jobs[name].parameters) for name in TOOLS]
+    if finish_tool:
+        schemas.append((FINISH_TOOL, FINISH_DESCRIPTION, FINISH_SCHEMA))
     return json.dumps(
-        [{"type": "function", "function": {"name": name, "description": jobs[name].description,
-                                           "parameters": jobs[name].parameters}} for name in TOOLS],
+        [{"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+         for name, description, parameters in schemas],
         ensure_ascii=False,
     )
 

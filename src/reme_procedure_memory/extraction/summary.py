@@ -1,7 +1,7 @@
 """The rolling summary's rules: where a reply's summary is, and when it is not a summary.
 
 Contract: pure functions of their arguments. ``parse_summary`` finds the summary between ``<summary>`` tags (or
-None); ``summary_problem`` says why a parsed summary is not one (none, empty, the prompt's placeholder copied back,
+None); ``tagged`` puts a summary given on its own between them; ``summary_problem`` says why a parsed summary is not one (none, empty, the prompt's placeholder copied back,
 the previous summary unchanged although the segment had content), or None. The size ceiling is checked by the
 caller with exact tokens.
 """
@@ -35,6 +35,12 @@ def parse_summary(reply: str) -> str | None:
             return span
     blocks = [block.strip() for block in SUMMARY.findall(reply) if block.strip()]
     return blocks[-1] if blocks else None
+
+
+def tagged(summary: str) -> str:
+    """A summary given on its own (e.g. to ``finish_segment``) as a reply: between ``<summary>`` tags, unless it
+    already has them."""
+    return summary if "<summary>" in summary else f"<summary>{summary}</summary>"
 
 
 def _comparable(text: str) -> str:
