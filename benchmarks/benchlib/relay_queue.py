@@ -8,7 +8,7 @@ Contract: pure functions of the queue's files (``N.req.json`` the request body, 
   requests' usage and the tool calls answered;
 - ``cost(conversations, trajectory_tokens)``: requests per segment and their histogram, prompt and completion tokens
   per trajectory token, tool calls by tool, segments with a read or a search, searches on segments that wrote
-  nothing, tool answers that are an SDK schema refusal;
+  nothing, tool answers that are an SDK schema refusal, ``finish_segment`` answers that refused to end the segment;
 - ``prompt_parts(queue, requests, count)``: where the prompt tokens go, each request's parts counted with ``count``
   and summed: tool schemas, system prompt, the segment (between ``<segment>`` tags), the listed matches of the
   library, the rest of the segment's message, AgentScope's reminder (any other user message), the model's own calls
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 RELATED_MARK = "match this segment best"  # the plugin's sentence that opens the listed matches
+FINISH = "finish_segment"  # the tool that ends a segment's reply (AgentScope); an error answer is a refusal
 SCHEMA_REFUSALS = ("is a required property", "Additional properties are not allowed", "is not of type")
 
 
@@ -46,7 +47,8 @@ def conversations(queue: Path, first: int = 1, last: int = 10**9) -> list[dict]:
     for n in sorted(r for r in counts if first <= r <= last):
         body = json.loads((queue / f"{n}.req.json").read_text(encoding="utf-8"))
         if not result or not any(m.get("role") == "assistant" for m in body["messages"]):
-            result.append({"requests": [], "prompt": 0, "completion": 0, "calls": Counter(), "refused": set()})
+            result.append({"requests": [], "prompt": 0, "completion": 0, "calls": Counter(), "refused": set(),
+                           "finish_refused": set()})
         conversation = result[-1]
         conversation["requests"].append(n)
         conversation["prompt"] += counts[n]["prompt_tokens"]
@@ -55,8 +57,11 @@ def conversations(queue: Path, first: int = 1, last: int = 10**9) -> list[dict]:
         if answer.is_file():
             for call in json.loads(answer.read_text(encoding="utf-8")).get("tool_calls") or []:
                 conversation["calls"][call["name"]] += 1
-        conversation["refused"] |= {m.get("tool_call_id") for m in body["messages"] if m.get("role") == "tool"
-                                    and any(r in text_of(m.get("content")) for r in SCHEMA_REFUSALS)}
+        answers = [m for m in body["messages"] if m.get("role") == "tool"]
+        conversation["refused"] |= {m.get("tool_call_id") for m in answers
+                                    if any(r in text_of(m.get("content")) for r in SCHEMA_REFUSALS)}
+        conversation["finish_refused"] |= {m.get("tool_call_id") for m in answers if m.get("name") == FINISH
+                                           and '"status": "error"' in text_of(m.get("content"))}
     return result
 
 
@@ -81,6 +86,7 @@ def cost(convs: list[dict], trajectory_tokens: int) -> dict:
         "segments_with_search": sum(1 for c in convs if c["calls"]["procedure_search"]),
         "searches_without_writes": sum(c["calls"]["procedure_search"] for c in convs if not writes(c)),
         "schema_refusals": sum(len(c["refused"]) for c in convs),
+        "finish_refusals": sum(len(c["finish_refused"]) for c in convs),
     }
 
 

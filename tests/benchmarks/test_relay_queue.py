@@ -35,6 +35,7 @@ def write_queue(queue: Path, requests: list[tuple[list[dict], dict]]) -> None:
 
 def test_conversations_cost_and_parts(tmp_path):
     refused = answer("c1", "procedure_create", "Error: 'operation_key' is a required property")
+    finish_refused = answer("c3", "finish_segment", '{"status": "error", "error": {"code": "summary_invalid"}}')
     write_queue(tmp_path, [
         ([SYSTEM, SEGMENT], {"tool_calls": [{"name": "procedure_search"}]}),           # a search, then nothing written
         ([SYSTEM, SEGMENT, call("c0", "procedure_search"), answer("c0", "procedure_search", "[]")],
@@ -42,7 +43,8 @@ def test_conversations_cost_and_parts(tmp_path):
         ([SYSTEM, SEGMENT], {"tool_calls": [{"name": "procedure_create"}]}),           # a refused create, then a read
         ([SYSTEM, SEGMENT, call("c1", "procedure_create"), refused], {"tool_calls": [{"name": "procedure_read"}]}),
         ([SYSTEM, SEGMENT, call("c1", "procedure_create"), refused, call("c2", "procedure_read"),
-          answer("c2", "procedure_read", "{}")], {"content": "Done."}),
+          answer("c2", "procedure_read", "{}"), call("c3", "finish_segment"), finish_refused],
+         {"tool_calls": [{"name": "finish_segment"}]}),
     ])
     convs = conversations(tmp_path)
     assert [c["requests"] for c in convs] == [[1, 2], [3, 4, 5]]
@@ -51,6 +53,7 @@ def test_conversations_cost_and_parts(tmp_path):
     assert figures["prompt"] == 150 and figures["prompt_per_trajectory_token"] == 15.0
     assert figures["searches_without_writes"] == 1 and figures["segments_with_read"] == 1
     assert figures["schema_refusals"] == 1  # the refused call is counted once, though re-sent twice
+    assert figures["finish_refusals"] == 1
     assert cost(conversations(tmp_path, first=3), 10)["segments"] == 1
     parts = prompt_parts(tmp_path, [1, 2], lambda text: len(text))  # characters as tokens
     assert parts["system prompt"] == 6 and parts["segment"] == 2 * len("<segment>\nabc\n</segment>")
