@@ -9,11 +9,12 @@ of ``N.req.json``, ``N.resp.json`` and ``usage.jsonl`` that ``server.py`` keeps)
 
 One conversation is one segment's agent run (a request without an assistant message starts one). It prints the
 requests per segment (and their histogram), prompt and completion tokens per trajectory token (the relay's counts;
-``--trajectories`` counts the files with the Qwen3 tokenizer, ``--trajectory-tokens`` takes the number), tool calls
-by tool, segments with a read or a search, searches on segments that wrote nothing, SDK schema refusals,
-finish_segment refusals, and the Qwen3 tokens of each part of the prompts summed over the requests (tool schemas, system prompt, segments, the listed
-matches, the rest of the segment messages, SDK reminders, the model's own calls re-sent, tool answers by tool). The
-figures are in ``benchmarks/README.md``, "Extraction with a capable model through the relay (issue 23)".
+``--trajectories`` counts the files with the Qwen3 tokenizer, ``--trajectory-tokens`` takes the number), tool calls by
+tool, segments with a read or a search, searches on segments that wrote nothing, SDK schema refusals, finish_segment
+refusals, and the Qwen3 tokens of each part of the prompts summed over the requests (tool schemas, system prompt,
+segments, the listed matches, the rest of the segment messages, SDK reminders, the model's own calls re-sent, tool
+answers by tool). The figures are in ``benchmarks/README.md``, "Extraction with a capable model through the relay
+(issue 23)".
 """
 
 from __future__ import annotations
