@@ -233,6 +233,12 @@ async def test_c5_an_addition_is_refused_beside_the_whole_field_over_the_limit_o
         ok, stale = await call_tool(app, run, "procedure_update", path=created["path"], expected_version="0" * 16,
                                     content_append="Reboot.")
         assert not ok and stale["error"]["code"] == "stale_version"
+        # additions overwrite nothing: the answer gives the version to retry with; a rewrite must read first
+        assert f"Retry the additions with expected_version {created['version']}" in stale["error"]["message"]
+        ok, rewrite = await call_tool(app, run, "procedure_update", path=created["path"], expected_version="0" * 16,
+                                      description="Drain a node")
+        assert not ok and rewrite["error"]["code"] == "stale_version"
+        assert "Read it again" in rewrite["error"]["message"] and "Retry the additions" not in rewrite["error"]["message"]
         stored = memory.read_experience(created["path"])
         assert stored["version"] == created["version"] and stored["experience"]["content"] == FIELDS["content"]
 

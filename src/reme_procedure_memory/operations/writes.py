@@ -239,10 +239,14 @@ class WritePath:
                     path=rel, version=current.version,
                 )
             if current.version != expected:
+                # additions keep whatever changed (nothing is overwritten), so they may be retried without a read
+                how = (f"Retry the additions with expected_version {current.version} (read it first if they may "
+                       "repeat what changed)" if not fields else
+                       "Read it again and retry with the current expected_version")
                 raise ProcedureError(
                     ErrorCode.STALE_VERSION,
-                    f"{rel} is at version {current.version}, not {expected}. Read it again and retry with the "
-                    "current expected_version and a new operation_key.",
+                    f"{rel} is at version {current.version}, not {expected}. {how} and a new operation_key (if you "
+                    "give one).",
                     path=rel, current_version=current.version,
                 )
             kept = {FIELD_TO_ARG[n]: t for n, t in current.experience.fields().items() if n in FIELD_TO_ARG
