@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.json_schema import SkipJsonSchema
 
 from ..errors import ErrorCode, ProcedureError
-from ..schema import FIELD_ALIAS, NAME_EXAMPLE, VIEW_NAMES
+from ..schema import ADVICE_MARKER, FIELD_ALIAS, NAME_EXAMPLE, VIEW_NAMES
 from .fields import (
     MAX_LIMIT,
     MAX_PAGE,
@@ -153,7 +153,9 @@ class UpdateArguments(_WriteArguments):
     when_to_use: FieldText = None
     content: FieldText = None
     when_to_use_append: FieldText = Field(None, description="Added after when_to_use; no read needed.")
-    content_append: FieldText = Field(None, description="Added after content; no read needed.")
+    content_append: FieldText = Field(
+        None, description=f"Added after content, before its \"{ADVICE_MARKER}\" part (which stays last); no read "
+                          "needed.")
 
 
 class AutoMemoryArguments(JobArguments):
