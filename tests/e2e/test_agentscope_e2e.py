@@ -17,6 +17,7 @@ import pytest
 
 from conftest import import_file, memory_of, run_job
 from helpers.corpus import TWO_SEGMENTS, two_segment_original
+from helpers.faults import Faults
 from helpers.chat import (
     EXPERIENCE,
     ChatEndpoint,
@@ -231,4 +232,34 @@ async def test_finish_segment_refuses_to_end_before_every_answer_of_its_turn_is_
             second = [c for c in endpoint.conversations() if c.segment == 2]
             assert [c.step for c in second] == [0]
             assert "The user rebuilt a stale index." in second[0].prompt
+            assert ans["experiences"]["created"] == [f"procedures/{EXPERIENCE['filename']}"]
+
+
+def create_then_finish_alone(conversation: Conversation) -> dict:
+    """A create and finish_segment in one turn; after the refusal (the create answered disk_full), finish alone."""
+    if conversation.step == 0:
+        return {"tool_calls": [("procedure_create", EXPERIENCE), ("finish_segment", {})]}
+    return {"tool_calls": [("finish_segment", {})]}
+
+
+async def test_a_write_that_could_not_be_saved_still_stops_the_segment_after_finish_segment(
+        make_app, tmp_path, monkeypatch):
+    """A full disk: finish_segment refuses in the turn of the failed create (the model has not seen it); finished
+    alone in the next turn, the reply ends and the segment's gate stops the import with disk_full, resumably."""
+    faults = Faults(monkeypatch)
+    ws = tmp_path / "ws"
+    with ChatEndpoint(create_then_finish_alone) as endpoint:
+        async with make_app(workspace=ws, components=llm_components(endpoint.base_url)) as app:
+            faults.full = {ws / "procedures"}
+            ok, ans = await import_file(app, write_original(tmp_path), request_id="full-finish")
+            assert endpoint.errors == []
+            assert not ok and ans["status"] == "incomplete" and ans["error"]["code"] == "disk_full", ans
+            assert [f["code"] for f in ans["failed_writes"]] == ["disk_full"]
+            conversations = endpoint.conversations()
+            assert [c.step for c in conversations] == [0, 1]
+            refusal = json.loads(conversations[1].tool_results[-1])
+            assert "procedure_create answered an error" in refusal["error"]["message"]
+            faults.full = set()
+            ok, ans = await import_file(app, write_original(tmp_path), request_id="full-finish")
+            assert ok and ans["status"] == "complete", ans  # the resume runs the segment again and saves it
             assert ans["experiences"]["created"] == [f"procedures/{EXPERIENCE['filename']}"]
