@@ -62,11 +62,12 @@ def merged_reply_kwargs(wrapper, run, max_iters: int, finish=None) -> dict[str, 
     if run is None:
         kwargs["job_tools"] = []
     else:
-        kwargs.update(job_tools=list(TOOLS), injected_job_kwargs=run.injected(), tool_context_id=run.context_id)
+        injected = run.injected()
+        kwargs.update(job_tools=list(TOOLS), injected_job_kwargs=injected, tool_context_id=run.context_id)
         if finish is not None:
             jobs = wrapper._resolve_job_tools(list(TOOLS))
             kwargs["toolkit"] = Toolkit(tools=[
-                *(wrapper._make_tool(job, run.context_id, run.injected()) for job in jobs), finish])
+                *(wrapper._make_tool(job, run.context_id, injected) for job in jobs), finish])
     if getattr(wrapper, "backend", "") == "claude_code":
         kwargs.update(tools=[], max_turns=max_iters)  # no built-in Claude Code tools; its own budget knob
     return kwargs
