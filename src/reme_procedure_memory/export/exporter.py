@@ -6,7 +6,9 @@ each valid one is rendered (``skills.py``) and the run is planned against the ma
 (``plan.py``). A conflict refuses the run before anything is written. Otherwise, under an exclusive lock of the
 directory: the marker is written with the old and new hashes of every file to change, then the files (each with the
 atomic writer), then the removals, then the settled marker. A kill at any point leaves every file the export's own
-by a recorded hash, so the next run goes on. A run that changes nothing writes nothing, the marker included.
+by a recorded hash and every folder it made or was emptying listed, so the next run goes on: it removes the
+temporary files beside its own files, writes what is still missing and removes the folder of a skill whose
+``SKILL.md`` an interrupted run already removed. A run that changes nothing writes nothing, the marker included.
 
 Directory layout::
 
@@ -146,10 +148,12 @@ def _apply(dest: Path, plan: Plan, marker: Marker) -> tuple[list[str], list[dict
     for path in plan.removes:
         atomic.remove_file(dest / path)
         removed.append(path)
-    for folder in folders(plan.removes):
+    for folder in [*folders(plan.removes), *plan.emptied]:
         if not atomic.remove_empty_dir(dest / folder):
             kept.append({"path": f"{folder}/", "reason": "its SKILL.md was removed (the experience no longer "
                                                           "exists); the folder holds other files and is left"})
+        elif folder in plan.emptied:  # the removal an interrupted run began
+            removed.append(f"{folder}/")
     if plan.changes or after != marker:
         atomic.write_json(dest / MARKER_FILE, after.to_json())
     return removed, kept

@@ -11,7 +11,9 @@ Rules (``plan_export``):
   run before any write (``export_conflict``): the export never replaces what it did not write.
 * A skill the marker lists whose experience file no longer exists is removed (its ``SKILL.md`` when still as written,
   then its folder when empty): the folder mirrors the library, and a skill of a deleted experience would go on
-  being used. A ``SKILL.md`` changed since is left in place and forgotten (it is the user's now). A skill whose
+  being used. A ``SKILL.md`` changed since is left in place and forgotten (it is the user's now). A listed skill whose
+  ``SKILL.md`` is gone but whose folder is still there is a removal a kill interrupted: the folder is the export's
+  own (the marker still lists its ``SKILL.md``) and is removed when empty, the entry kept until it is gone. A skill whose
   experience is still there but was not exported this time (it became invalid, or lost its name to another) is kept
   as it was and stays in the marker: a hand edit that broke a file for a moment does not delete its skill.
 """
@@ -82,6 +84,7 @@ class Plan:
     updated: list[str] = field(default_factory=list)
     unchanged: list[str] = field(default_factory=list)
     removes: list[str] = field(default_factory=list)  # the export's own files of deleted experiences
+    emptied: list[str] = field(default_factory=list)  # folders of removed skills whose SKILL.md a kill already removed
     kept: list[dict] = field(default_factory=list)  # {"path", "reason"}: skills left as they are
     conflicts: list[str] = field(default_factory=list)
     during: dict[str, Entry] = field(default_factory=dict)  # the marker while files are written (old and new hashes)
@@ -89,6 +92,7 @@ class Plan:
 
     @property
     def changes(self) -> bool:
+        """Whether files are written or removed (then the marker first records both hashes of each)."""
         return bool(self.writes or self.removes)
 
 
@@ -151,10 +155,18 @@ def _plan_leftover(plan: Plan, path: str, entry: Entry, found: dict[str, Found |
                                                   "is kept as it was"})
         plan.during[path] = plan.after[path] = entry
         return
-    there = found.get(path)
+    there, folder = found.get(path), path.rpartition("/")[0]
     if there is not None and there.kind == "file" and there.sha256 in entry.hashes:
         plan.removes.append(path)
         plan.during[path] = entry  # until it is gone
+    elif there is None and folder and (where := found.get(folder)) is not None:
+        if where.kind == "dir":  # a kill came between removing the SKILL.md and its folder: finish the removal
+            plan.emptied.append(folder)
+            plan.during[path] = entry  # until the folder is gone
+        else:
+            plan.kept.append({"path": f"{folder}/", "reason": f"{entry.experience or 'its experience'} no longer "
+                                                              f"exists, but {folder} is {_kind(where)} now: left in "
+                                                              "place and no longer the export's"})
     elif there is not None:
         plan.kept.append({"path": path, "reason": f"{entry.experience or 'its experience'} no longer exists, but "
                                                   "this file was changed since the export wrote it: left in place "
