@@ -27,6 +27,7 @@ from typing import Any
 from reme.components.base_component import BaseComponent
 from reme.components.embedding_store import BaseEmbeddingStore
 from reme.components.file_store import BaseFileStore
+from reme.enumeration import ComponentEnum
 
 from .cli import install_cli_error_hook
 from .errors import StartStorageError
@@ -44,7 +45,7 @@ from .search.views import Views
 from .settings import ProcedureSettings, load_settings
 from .storage.atomic import ensure_dir
 from .storage.guard import install_guard
-from .storage.layout import Layout
+from .storage.layout import Layout, Protected
 from .storage.lock import WorkspaceLock
 from .tokens import TokenCounter
 from .workspace import Workspace
@@ -113,9 +114,16 @@ class ProcedureMemory(BaseComponent):
         """Fail unless every configured directory is a real directory inside the workspace (storage/layout.py)."""
         self.layout.check_directories()
 
-    def protected_directories(self) -> list[tuple[Path, bool, str]]:
-        """What ReMe's generic file jobs may not change or read (storage/layout.py, used by storage/guard.py)."""
-        return self.layout.protected_directories()
+    def protected_directories(self) -> list[Protected]:
+        """What ReMe's generic file jobs may not change or read (storage/layout.py, used by storage/guard.py): the
+        plugin's directories and where the application's agent wrappers keep their session files
+        (``<mem_session_dir>/``, and a wrapper's own ``session_path`` elsewhere in the workspace)."""
+        sessions = []
+        if self.app_context is not None:
+            sessions.append(self.workspace_path / self.app_context.app_config.mem_session_dir)
+            wrappers = (self.app_context.components.get(ComponentEnum.AGENT_WRAPPER.value) or {}).values()
+            sessions += [w.session_path for w in wrappers if isinstance(getattr(w, "session_path", None), Path)]
+        return self.layout.protected_directories(sessions)
 
     @property
     def files(self):

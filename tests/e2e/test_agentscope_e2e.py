@@ -157,6 +157,44 @@ async def test_iteration_budget_exhaustion_is_resumable(make_app, tmp_path):
             assert sorted(p.name for p in (ws / "procedures").iterdir()) == [EXPERIENCE["filename"]]
 
 
+async def test_agent_session_files_are_removed_when_their_reply_ends_and_never_served(make_app, tmp_path):
+    """AgentScope dumps every reply's whole conversation (the segment's text) under ``mem_session/agentscope/``; the
+    plugin removes it once the reply ends — stopped or completed — and a resume does not need it (issue 30 item 4)."""
+    original = write_original(tmp_path)
+    ws = tmp_path / "ws"
+    sessions = ws / "mem_session" / "agentscope"
+    with ChatEndpoint(search_forever) as endpoint:
+        tight = {**llm_components(endpoint.base_url),
+                 "procedure_memory": {"default": {"extraction": {"max_iters": 2}}}}
+        async with make_app(workspace=ws, components=tight) as app:
+            ok, ans = await import_file(app, original, request_id="sessions-1")
+            assert not ok and ans["error"]["code"] == "agent_budget_exhausted", ans
+        assert sessions.is_dir() and list(sessions.iterdir()) == []  # the wrapper dumped one; it is gone
+        endpoint.script = search_create_summarize
+        generic = {name: {"backend": "base", "steps": [{"backend": f"{name}_step"}]} for name in ("load", "list", "read")}
+        plain_store = {"tokenizer": {"default": {"backend": "regex"}},
+                       "keyword_index": {"default": {"backend": "bm25"}}, "file_graph": {"default": {"backend": "local"}},
+                       "file_store": {"default": {"backend": "local", "embedding_store": "", "keyword_index": "default",
+                                                  "file_graph": "default", "tag_index": ""}}}
+        async with make_app(workspace=ws, components={**llm_components(endpoint.base_url), **plain_store},
+                            jobs=generic) as app:
+            ok, ans = await import_file(app, original, request_id="sessions-1")
+            assert ok and ans["status"] == "complete", ans
+            assert list(sessions.iterdir()) == []
+            # a leftover (a kill between the dump and its removal) is private to ReMe's generic jobs
+            leftover = sessions / "0b7d9c1e-5f3a-4c2b-9e8d-7a6b5c4d3e2f.jsonl"
+            leftover.write_text(original.read_text())
+            for job, args in [("load", {"path": "mem_session/agentscope/" + leftover.name}),
+                              ("list", {"path": "mem_session", "recursive": True}),
+                              ("read", {"path": ans["path"]})]:
+                response = await app.run_job(job, **args)
+                answer = json.loads(response.answer)
+                assert not response.success and answer["error"]["code"] == "protected_path", (job, answer)
+                assert "rebuilt 1200 documents" not in response.answer
+            ok, excerpt = await run_job(app, "procedure_read", kind="trajectory", path=ans["path"])
+            assert ok and "rebuilt 1200 documents" in excerpt["text"]  # the one way in (nothing to mask here)
+
+
 # -- finish_segment: a segment's writes and its end in one request -------------------------------------------------
 
 ONE_TURN_SUMMARY = "Segment {n}: the user rebuilt a stale search index after a config change."

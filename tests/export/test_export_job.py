@@ -23,6 +23,7 @@ from conftest import run_job
 from helpers import FIXTURES, FakeEmbeddingModel, experience_record, place_trajectory
 from helpers.agent_skills import skill_problems
 from helpers.cli import durable_state
+from helpers.export import library_v1, library_v2
 from helpers.corpus import corpus, write_corpus
 from helpers.faults import Faults
 
@@ -194,19 +195,6 @@ async def test_a_name_shared_by_two_experiences_is_refused_clearly(make_app, tmp
 
 class Killed(StorageError):
     """Stands for a kill at one durable write (nothing after it runs)."""
-
-
-def library_v1(ws: Path) -> None:
-    place_trajectory(ws)
-    (ws / "procedures").mkdir(parents=True, exist_ok=True)
-    for name in ("alpha", "beta", "gamma"):
-        (ws / f"procedures/{name}.json").write_text(json.dumps(experience_record(name, f"When {name}", "Do v1.")))
-
-
-def library_v2(ws: Path) -> None:
-    (ws / "procedures/alpha.json").write_text(json.dumps(experience_record("alpha", "When alpha", "Do v2.")))
-    (ws / "procedures/beta.json").unlink()
-    (ws / "procedures/delta.json").write_text(json.dumps(experience_record("delta", "When delta", "Do v2.")))
 
 
 DURABLE_STEPS = 5  # the marker, alpha/SKILL.md, delta/SKILL.md, INDEX.md (writes), beta (a removal), the marker

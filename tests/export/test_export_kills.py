@@ -16,13 +16,15 @@ import json
 import os
 import re
 import shutil
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
 from reme_procedure_memory.export.marker import MARKER_FILE
 
 from conftest import run_job
-from helpers import experience_record, place_trajectory
+from helpers import experience_record
+from helpers.export import library_v1, library_v2
 
 MUTATING = ("open", "replace", "rename", "unlink", "rmdir", "mkdir")
 TEMP_SUFFIX = re.compile(r"\.[0-9a-f]{8}\.tmp$")  # the atomic writer's temporary files: a random part
@@ -60,20 +62,6 @@ class KillSwitch:
         return target == self.root or self.root in target.parents
 
 
-def library_v1(ws: Path) -> None:
-    place_trajectory(ws)
-    (ws / "procedures").mkdir(parents=True, exist_ok=True)
-    for name in ("alpha", "beta", "gamma"):
-        (ws / f"procedures/{name}.json").write_text(json.dumps(experience_record(name, f"When {name}", "Do v1.")))
-
-
-def library_v2(ws: Path) -> None:
-    """alpha changed, beta deleted, delta new, gamma unchanged: every kind of write and removal."""
-    (ws / "procedures/alpha.json").write_text(json.dumps(experience_record("alpha", "When alpha", "Do v2.")))
-    (ws / "procedures/beta.json").unlink()
-    (ws / "procedures/delta.json").write_text(json.dumps(experience_record("delta", "When delta", "Do v2.")))
-
-
 def tree(root: Path) -> dict[str, tuple]:
     """Every entry under ``root`` (not following links): files with their bytes, directories, links."""
     out = {}
@@ -90,6 +78,17 @@ def tree(root: Path) -> dict[str, tuple]:
 
 async def export(app, dest: Path) -> tuple[bool, dict]:
     return await run_job(app, "procedure_export", dest=str(dest))
+
+
+@asynccontextmanager
+async def updated(make_app, tmp_path: Path):
+    """``(app, ws, base)``: library v1 exported to ``base``, then the library changed to v2 (not exported yet)."""
+    ws, base = tmp_path / "ws", tmp_path / "base"
+    library_v1(ws)
+    async with make_app(workspace=ws) as app:
+        assert (await export(app, base))[0]
+        library_v2(ws)
+        yield app, ws, base
 
 
 async def killed_export(app, monkeypatch, dest: Path, at: int) -> list[str]:
@@ -144,11 +143,7 @@ async def test_a_first_export_killed_at_any_mutating_call_is_finished_by_the_nex
 
 
 async def test_an_update_killed_at_any_mutating_call_is_finished_by_the_next(make_app, tmp_path, monkeypatch):
-    ws, base = tmp_path / "ws", tmp_path / "base"
-    library_v1(ws)
-    async with make_app(workspace=ws) as app:
-        assert (await export(app, base))[0]
-        library_v2(ws)
+    async with updated(make_app, tmp_path) as (app, ws, base):
         calls, expected, problems = await sweep(app, monkeypatch, tmp_path / "out", base)
     assert problems == []
     # every kind of mutating call is among the kill points: the sweep is not vacuous
@@ -160,11 +155,7 @@ async def test_an_update_killed_at_any_mutating_call_is_finished_by_the_next(mak
 @pytest.mark.slow
 async def test_a_rerun_killed_again_at_any_call_is_finished_by_the_third(make_app, tmp_path, monkeypatch):
     """Double crashes: the update killed at every call, its rerun killed at every call of its own, a third run."""
-    ws, base = tmp_path / "ws", tmp_path / "base"
-    library_v1(ws)
-    async with make_app(workspace=ws) as app:
-        assert (await export(app, base))[0]
-        library_v2(ws)
+    async with updated(make_app, tmp_path) as (app, ws, base):
         calls, expected, _ = await sweep(app, monkeypatch, tmp_path / "out", base)
         problems = []
         for first in range(len(calls)):
@@ -194,11 +185,8 @@ async def interrupted_removal(app, monkeypatch, base: Path, dest: Path) -> None:
 
 
 async def test_the_folder_an_interrupted_removal_left_is_removed_and_reported(make_app, tmp_path, monkeypatch):
-    ws, base, dest = tmp_path / "ws", tmp_path / "base", tmp_path / "out" / "skills"
-    library_v1(ws)
-    async with make_app(workspace=ws) as app:
-        assert (await export(app, base))[0]
-        library_v2(ws)
+    dest = tmp_path / "out" / "skills"
+    async with updated(make_app, tmp_path) as (app, ws, base):
         await interrupted_removal(app, monkeypatch, base, dest)
         ok, answer = await export(app, dest)
         assert ok and "conflicts" not in answer, answer
@@ -213,11 +201,8 @@ async def test_the_folder_an_interrupted_removal_left_is_removed_and_reported(ma
 async def test_an_experience_back_under_the_name_is_exported_after_an_interrupted_removal(
         make_app, tmp_path, monkeypatch, rerun_first):
     """The audit's defect: the folder a kill left empty was refused as foreign once a rerun had forgotten it."""
-    ws, base, dest = tmp_path / "ws", tmp_path / "base", tmp_path / "out" / "skills"
-    library_v1(ws)
-    async with make_app(workspace=ws) as app:
-        assert (await export(app, base))[0]
-        library_v2(ws)
+    dest = tmp_path / "out" / "skills"
+    async with updated(make_app, tmp_path) as (app, ws, base):
         await interrupted_removal(app, monkeypatch, base, dest)
         if rerun_first:
             assert (await export(app, dest))[0]
@@ -228,11 +213,8 @@ async def test_an_experience_back_under_the_name_is_exported_after_an_interrupte
 
 
 async def test_a_user_file_in_the_emptied_folder_keeps_it_and_is_never_removed(make_app, tmp_path, monkeypatch):
-    ws, base, dest = tmp_path / "ws", tmp_path / "base", tmp_path / "out" / "skills"
-    library_v1(ws)
-    async with make_app(workspace=ws) as app:
-        assert (await export(app, base))[0]
-        library_v2(ws)
+    dest = tmp_path / "out" / "skills"
+    async with updated(make_app, tmp_path) as (app, ws, base):
         await interrupted_removal(app, monkeypatch, base, dest)
         (dest / "beta/notes.md").write_text("mine\n")
         ok, answer = await export(app, dest)
@@ -255,11 +237,7 @@ async def test_after_any_kill_what_the_export_did_not_write_is_still_refused(mak
     Once the killed run's marker announces ``epsilon/SKILL.md`` (it is written before any file), an empty folder
     there cannot be told from the one the run made before the kill: the rerun takes it as its own and writes the
     skill into it. A foreign ``SKILL.md`` or a file there is refused all the same."""
-    ws, base = tmp_path / "ws", tmp_path / "base"
-    library_v1(ws)
-    async with make_app(workspace=ws) as app:
-        assert (await export(app, base))[0]
-        library_v2(ws)
+    async with updated(make_app, tmp_path) as (app, ws, base):
         (ws / "procedures/epsilon.json").write_text(json.dumps(experience_record("epsilon", "When e", "Do e.")))
         shutil.copytree(base, tmp_path / "count" / "skills", symlinks=True)
         with monkeypatch.context() as patch:

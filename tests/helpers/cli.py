@@ -133,7 +133,8 @@ def make_reme(root: Path, endpoint: EmbeddingEndpoint, tokenizer: Path) -> Reme:
     cwd.mkdir(parents=True, exist_ok=True)
     (cwd / ".env").write_text("")  # shadows any .env in a parent directory (ReMe loads it with override=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "LLM_", "REME_"))}
-    env.pop("PYTHONPATH", None)
+    # this checkout's code, not whatever the venv's editable install points at (a git worktree tests its own)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "src")
     env.update({
         "HF_HUB_OFFLINE": "1",
         "PYTHONIOENCODING": "utf-8",

@@ -204,6 +204,10 @@ GENERIC_REFUSED = [
     ("stat", {"path": "metadata/procedure/default/workspace.lock"}),
     ("list", {"path": "metadata/procedure/default"}),
     ("frontmatter_read", {"path": "metadata/procedure/default/workspace.lock"}),
+    ("read", {"path": TRAJECTORY}),  # a copy's content: procedure_read kind=trajectory serves it masked
+    ("load", {"path": TRAJECTORY}),
+    ("read_image", {"path": TRAJECTORY}),
+    ("list", {"path": "mem_session"}),  # the agents' session files
     ("reindex", {"file_store": "procedure_when_to_use"}),
     ("reindex", {"file_store": "procedure_when_to_use_content", "scope": "embedding"}),
 ]

@@ -10,6 +10,10 @@ and masked trajectory excerpts on every served channel.
   that holds a secret of every kind; ``procedure_read kind=trajectory`` over HTTP, MCP and the ``reme`` CLI client
   answers it masked, with the count, and the copy stays byte-exact. The one-shot CLI with
   ``mask_trajectory_secrets=false`` serves it as it is.
+* No twin (issue 30 item 4): on the same service, ReMe's own jobs — every served tool that takes a path, called on
+  the copy and on an agent session file a killed import left under ``mem_session/`` — answer no 8 characters of any
+  secret: content reads of the copy are refused and point to ``procedure_read``, the session directory is neither
+  read nor listed, neither is moved or deleted.
 """
 
 from __future__ import annotations
@@ -125,11 +129,17 @@ def check_masked(text: str) -> dict:
     return answer
 
 
+SESSION = "mem_session/agentscope/0b7d9c1e-5f3a-4c2b-9e8d-7a6b5c4d3e2f.jsonl"  # a killed extraction's leftover
+SESSION_DATA = json.dumps({"role": "user", "content": TRAJECTORY.decode()}).encode() + b"\n"
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("secrets-served")
     ws = root / "ws"
     place_trajectory(ws, "run.jsonl", TRAJECTORY)
+    (ws / SESSION).parent.mkdir(parents=True)
+    (ws / SESSION).write_bytes(SESSION_DATA)
     with EmbeddingEndpoint(64) as endpoint:
         reme = make_reme(root, endpoint, write_word_tokenizer(root / "tok" / "tokenizer.json"))
         with running_server(reme, ws, root / "server.log") as (proc, port):
@@ -185,3 +195,77 @@ def test_the_setting_off_serves_the_excerpt_as_it_is(tmp_path):
             answer = json.loads(text)
             assert answer["text"] == TRAJECTORY.decode() and "secrets_masked" not in answer
     assert (ws / COPY).read_bytes() == TRAJECTORY
+
+
+# -- no unmasked twin: ReMe's own jobs on the copy and on an agent session file --------------------------------------
+
+SECRET_FRAGMENTS = {f for item in ONE_OF_EACH for f in fragments(item.secret)}
+TO_PROCEDURE_READ = "procedure_read kind=trajectory"
+GENERIC = [  # (job, arguments, must succeed, a phrase the refusal must hold)
+    *[(job, {"path": COPY}, False, TO_PROCEDURE_READ) for job in ("read", "load", "read_image", "frontmatter_read")],
+    ("read", {"path": COPY, "start_line": 1, "end_line": 3}, False, TO_PROCEDURE_READ),
+    ("load", {"path": f"session/trajectories/../trajectories/{COPY.rpartition('/')[2]}"}, False, TO_PROCEDURE_READ),
+    ("stat", {"path": COPY}, True, ""),
+    ("list", {"path": "session/trajectories"}, True, ""),
+    *[(job, {"path": SESSION}, False, "session files") for job in ("read", "load", "read_image", "frontmatter_read",
+                                                                   "stat")],
+    ("list", {"path": "mem_session"}, False, "session files"),
+    ("list", {"path": "mem_session/agentscope", "recursive": True}, False, "session files"),
+    ("move", {"src_path": SESSION, "dst_path": "notes/session.md"}, False, "session files"),
+    ("move", {"src_path": "mem_session", "dst_path": "notes/sessions"}, False, "session files"),
+    ("delete", {"path": SESSION}, False, "session files"),
+    ("move", {"src_path": COPY, "dst_path": "notes/run.md"}, False, "would change"),
+]
+
+
+def no_secret_in(text: str) -> None:
+    assert not {f for f in SECRET_FRAGMENTS if f in text}, text[:300]
+
+
+@pytest.mark.parametrize("job, args, ok, phrase", GENERIC, ids=lambda v: v if isinstance(v, str) else None)
+def test_reme_generic_jobs_serve_no_byte_of_a_copy_or_an_agent_session_over_http(served, job, args, ok, phrase):
+    root, ws, port, reme = served
+    response = httpx.post(f"http://127.0.0.1:{port}/{job}", json=args, timeout=60)
+    assert response.status_code == 200, response.text[:500]
+    no_secret_in(response.text)
+    result = response.json()
+    assert result["success"] is ok, result
+    if not ok:
+        error = json.loads(result["answer"])["error"]
+        assert error["code"] == "protected_path" and phrase in error["message"], error
+    assert (ws / COPY).read_bytes() == TRAJECTORY and (ws / SESSION).read_bytes() == SESSION_DATA
+
+
+PATH_ARGUMENTS = ("path", "src_path", "file_path")
+
+
+def test_no_served_tool_that_takes_a_path_returns_a_byte_of_a_copy_or_an_agent_session(served):
+    """Every MCP tool of the service (ReMe's and the plugin's) with a path argument, called on the copy, the session
+    file and their directories: no answer holds 8 characters of a secret."""
+    from fastmcp import Client
+
+    root, ws, port, reme = served
+
+    async def session():
+        out = {}
+        async with Client(f"http://127.0.0.1:{port}/mcp", timeout=60) as client:
+            for tool in await client.list_tools():
+                props = tool.inputSchema.get("properties") or {}
+                paths = [p for p in PATH_ARGUMENTS if p in props]
+                if not paths:
+                    continue
+                for target in (COPY, SESSION, "session/trajectories", "mem_session/agentscope"):
+                    args = {p: target for p in paths}
+                    if "kind" in props:
+                        args["kind"] = "trajectory"
+                    result = await client.call_tool(tool.name, args, raise_on_error=False)
+                    out[(tool.name, target)] = "".join(getattr(c, "text", "") for c in result.content)
+        return out
+
+    answers = asyncio.run(asyncio.wait_for(session(), timeout=300))
+    tools = {name for name, _ in answers}
+    assert {"read", "load", "read_image", "frontmatter_read", "stat", "list", "procedure_read"} <= tools, tools
+    for (name, target), text in answers.items():
+        no_secret_in(text)
+    assert json.loads(answers[("procedure_read", COPY)])["secrets_masked"] == len(ONE_OF_EACH)  # the one way in
+    assert (ws / COPY).read_bytes() == TRAJECTORY and (ws / SESSION).read_bytes() == SESSION_DATA

@@ -4,12 +4,15 @@ Contract: pure functions. ``merged_reply_kwargs`` gives the kwargs of every agen
 plugin's budget merged into the wrapper's, cancellation raised, a fresh session id; with a run exactly the four job
 tools and its grant, plus ``finish_segment`` when given (AgentScope backend: ``ends_with_tool``), without one no
 tools); ``stop_reason`` says why a reply did not complete, for every ReMe wrapper backend, or None; ``reply_text``
-is a completed reply's text (a ``finish_segment`` summary between ``<summary>`` tags).
+is a completed reply's text (a ``finish_segment`` summary between ``<summary>`` tags); ``remove_session_file``
+removes the session file a reply left (AgentScope: the whole conversation, segment text included), which nothing
+reads again: every call has a fresh session id, and a resumed import restarts from its checkpoint.
 """
 
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
 from agentscope.tool import Toolkit
@@ -71,3 +74,23 @@ def merged_reply_kwargs(wrapper, run, max_iters: int, finish=None) -> dict[str, 
     if getattr(wrapper, "backend", "") == "claude_code":
         kwargs.update(tools=[], max_turns=max_iters)  # no built-in Claude Code tools; its own budget knob
     return kwargs
+
+
+def session_file(wrapper, kwargs: dict[str, Any]) -> Path | None:
+    """The file where ``wrapper`` keeps the session of a reply made with ``kwargs`` (ReMe's AgentScope backend dumps
+    ``<session_path>/<session id>.jsonl`` after every reply); None for backends whose SDK keeps its own store."""
+    if not isinstance(wrapper, AsAgentWrapper) or not kwargs.get("session_id"):
+        return None
+    return Path(wrapper.session_path) / f"{str(kwargs['session_id']).lower()}.jsonl"
+
+
+def remove_session_file(wrapper, kwargs: dict[str, Any], logger) -> None:
+    """Remove the session file of a finished (or failed) reply, when the backend left one; a failure is logged, not
+    raised (the file is private to ReMe's generic jobs either way: storage/guard.py)."""
+    path = session_file(wrapper, kwargs)
+    if path is None:
+        return
+    try:
+        path.unlink(missing_ok=True)
+    except OSError as exc:
+        logger.warning(f"procedure memory could not remove the agent session file {path}: {exc}")

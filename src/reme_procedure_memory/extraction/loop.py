@@ -9,7 +9,8 @@ from the checkpoint's position:
    message + tool schemas fit ``context - reserve`` exact tokens, before any model call;
 2. open a run (secret grant, source = the copy) and let the agent work with exactly the four job tools, plus
    ``finish_segment`` where the wrapper takes it (AgentScope: ``finish.py``), which ends the reply in the turn of
-   the writes (one request for a segment whose writes succeed) and carries the rolling summary;
+   the writes (one request for a segment whose writes succeed) and carries the rolling summary; the session file
+   the wrapper dumps after the reply (the whole conversation) is removed when the reply returns or fails;
 3. an interrupted, cancelled, failed or iteration-exhausted reply stops the import resumably, never advancing;
 4. a completed reply is saved in the checkpoint first, so a failed advance reuses it instead of re-running;
 5. a segment whose own writes failed to publish (and were not corrected by a later write of the same path or
@@ -34,7 +35,7 @@ from ..errors import ErrorCode, ExtractionStopped, ProcedureError, TokenizerUnav
 from ..operations.reads import compact_answer
 from ..storage.journal import INDEX_PENDING, PUBLISHED, written_paths
 from . import prompt
-from .agent_call import ends_with_tool, merged_reply_kwargs, reply_text, stop_reason
+from .agent_call import ends_with_tool, merged_reply_kwargs, remove_session_file, reply_text, stop_reason
 from .finish import FinishSegment
 from .related import merged_related, related_queries
 from .summary import parse_summary, summary_problem, tagged
@@ -186,6 +187,7 @@ class Extraction:
                 code, f"The extraction agent failed on segment {number}/{total}: {type(exc).__name__}: {exc}",
             ) from exc
         finally:
+            remove_session_file(self.wrapper, kwargs, self.workspace.logger)  # the segment's text, unmasked
             self.grants.end_run(run)
             # the segment's uncorrected failed writes: they gate the segment and the next attempt's ledger shows them
             self.checkpoint.failed_writes[str(index)] = list(run.failed_writes.values())
@@ -271,6 +273,8 @@ class Extraction:
         except Exception as exc:
             raise ExtractionStopped(ErrorCode.AGENT_FAILED,
                                     f"Summary repair failed: {type(exc).__name__}: {exc}") from exc
+        finally:
+            remove_session_file(self.wrapper, kwargs, self.workspace.logger)
         reason = stop_reason(result)
         if reason:
             raise ExtractionStopped(ErrorCode.AGENT_INTERRUPTED, f"Summary repair did not finish: {reason}.")

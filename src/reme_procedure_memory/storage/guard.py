@@ -11,11 +11,16 @@ built-in step classes in the application's own registry (``app_context.registry`
 global ``R`` and other Applications are untouched) by subclasses that check the call's path arguments first:
 
 * a change (write, edit, save, move's source and destination, delete, frontmatter update/delete, upload's and
-  download's destination) of a path in — or a parent of — ``procedure_dir``, the trajectory directory or
-  ``metadata/procedure/`` is refused: experiences change only through an extraction run;
-* a read (read, load, read_image, stat, list, frontmatter_read, upload's and download's source) inside
-  ``metadata/procedure/`` is refused: the journal, import records and checkpoints hold summaries, saved replies and
-  the absolute paths of originals. Experiences and trajectory copies stay readable (``procedure_read`` serves them);
+  download's destination) of a path in — or a parent of — ``procedure_dir``, the trajectory directory,
+  ``metadata/procedure/`` or an agent session directory is refused: experiences change only through an extraction
+  run;
+* any read or listing (read, load, read_image, frontmatter_read, upload's and download's source; stat, list) inside
+  ``metadata/procedure/`` or an agent wrapper's session directory (``<mem_session_dir>/``) is refused: the journal,
+  import records and checkpoints hold summaries, saved replies and the absolute paths of originals; a session file
+  holds a whole agent conversation (an extraction's: its segment's text, unmasked);
+* a read of a trajectory copy's content (read, load, read_image, frontmatter_read, a transfer's source) is refused
+  and points to ``procedure_read kind=trajectory``, which masks credentials; stat and list of the copies still work.
+  Experiences stay readable (``procedure_read`` serves them as they are);
 * any of these steps and ReMe's index maintenance steps refuse a caller-chosen ``file_store`` that is one of the
   plugin's views (ReMe's reindex or link rewriting would change them behind the plugin).
 
@@ -31,7 +36,9 @@ from typing import Any
 
 from reme.enumeration import ComponentEnum
 
-READ, WRITE = "read", "write"
+from .layout import NAMES, PRIVATE
+
+READ, LOOK, WRITE = "read", "look", "write"  # the content is returned (or copied); only names and sizes; a change
 WORKSPACE, CWD = "workspace", "cwd"  # what a relative path argument is relative to, as the built-in step reads it
 ANY_PATH = {"path": (WRITE, WORKSPACE), "src_path": (WRITE, WORKSPACE), "dst_path": (WRITE, WORKSPACE)}
 
@@ -40,8 +47,8 @@ PATH_ARGUMENTS: dict[str, dict[str, tuple[str, str]]] = {
     "read_step": {"path": (READ, WORKSPACE)},
     "load_step": {"path": (READ, WORKSPACE)},
     "read_image_step": {"path": (READ, WORKSPACE)},
-    "stat_step": {"path": (READ, WORKSPACE)},
-    "list_step": {"path": (READ, WORKSPACE)},
+    "stat_step": {"path": (LOOK, WORKSPACE)},
+    "list_step": {"path": (LOOK, WORKSPACE)},
     "frontmatter_read_step": {"path": (READ, WORKSPACE)},
     "write_step": {"path": (WRITE, WORKSPACE)},
     "edit_step": {"path": (WRITE, WORKSPACE)},
@@ -123,14 +130,20 @@ def refusal_of(app_context, context, rules: dict[str, tuple[str, str]]) -> str |
         target = _resolve(context.get(argument), workspace if base == WORKSPACE else None)
         if target is None:
             continue
+        shown = _shown(target, workspace)
         for memory in memories:
-            for directory, hidden, label in memory.protected_directories():
-                inside = target == directory or target.is_relative_to(directory)
-                if hidden and inside:
-                    return (f"`{argument}` {_shown(target, workspace)} is inside {label}, the procedure-memory "
-                            "plugin's private state; ReMe's generic file jobs cannot read or change it.")
-                if mode == WRITE and (inside or directory.is_relative_to(target)):
-                    return (f"`{argument}` {_shown(target, workspace)} would change {label}, which the "
+            for place in memory.protected_directories():
+                inside = target == place.directory or target.is_relative_to(place.directory)
+                if inside and place.access == PRIVATE:
+                    return (f"`{argument}` {shown} is inside {place.label}, {place.why}; ReMe's generic file jobs "
+                            "cannot read, list or change it while the procedure-memory plugin is enabled.")
+                if inside and place.access == NAMES and mode == READ:
+                    return (f"`{argument}` {shown} is inside {place.label}, {place.why}, which may hold "
+                            "credentials; ReMe's generic file jobs cannot read their content. Read an excerpt with "
+                            f"procedure_read kind=trajectory path={shown} (credentials masked); stat and list "
+                            "still work here.")
+                if mode == WRITE and (inside or place.directory.is_relative_to(target)):
+                    return (f"`{argument}` {shown} would change {place.label}, which the "
                             "procedure-memory plugin manages; ReMe's generic file jobs cannot modify it. Only an "
                             "import (procedure_auto_memory) writes there; procedure_read reads experiences and "
                             "trajectory excerpts.")

@@ -3,8 +3,8 @@
 Contract: every directory the component writes (experiences, trajectory copies, the plugin's metadata, ReMe's view
 state) is a real directory inside the workspace, no symlink on the way (checked when the application is built and
 again at start, before anything is created or indexed); experiences, copies and metadata are separate directories.
-The experience and trajectory directories (and, private, the plugin's metadata) are what ReMe's generic file jobs may
-not change (guard.py). Temporary files a kill or a full disk left behind are the plugin's own (never an imported copy)
+The experience and trajectory directories (and, private, the plugin's metadata and the agents' session files) are what
+ReMe's generic file jobs may not change (guard.py); trajectory copies they may list but not read. Temporary files a kill or a full disk left behind are the plugin's own (never an imported copy)
 and ReMe's next to the plugin's own store files; nothing else is removed.
 """
 
@@ -19,6 +19,21 @@ from .paths import check_directory, check_disjoint
 
 REME_TEMP_FILE = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # ReMe's atomic writers: ``.<file>.<uuid4 hex>.tmp``
 REME_VIEW_STATE = ("file_store", "file_graph", "keyword_index", "embedding_store")  # ReMe's kinds the views use
+# What ReMe's generic file jobs may do inside a protected directory (guard.py); none may change it.
+PRIVATE = "private"  # neither read nor list
+NAMES = "names"  # list and stat, not read: the content may hold credentials, served masked by procedure_read only
+READABLE = "readable"  # read: what procedure_read serves as it is
+
+
+@dataclass(frozen=True)
+class Protected:
+    """A directory ReMe's generic file jobs may not change: ``directory`` (resolved), ``access`` (``PRIVATE``,
+    ``NAMES`` or ``READABLE``), ``label`` (how a refusal names it) and ``why`` (one clause: what it holds)."""
+
+    directory: Path
+    access: str
+    label: str
+    why: str
 
 
 @dataclass(frozen=True)
@@ -63,14 +78,25 @@ class Layout:
             "metadata_dir": self.metadata_dir,
         })
 
-    def protected_directories(self) -> list[tuple[Path, bool, str]]:
-        """``(resolved directory, private, label)`` of what ReMe's generic file jobs may not change (see guard.py);
-        private directories they may not read either."""
+    def protected_directories(self, agent_session_dirs: list[Path] = ()) -> list[Protected]:
+        """What ReMe's generic file jobs may not change, and what of it they may read (see guard.py).
+
+        ``agent_session_dirs``: where the application's agent wrappers keep their session files (each a whole
+        conversation: an extraction's holds its segment's text); private when strictly inside the workspace (one
+        that is the workspace or above it is not the plugin's to close)."""
+        root = self.root.resolve()
+        sessions = [Protected(d.resolve(), PRIVATE, f"{d.resolve().relative_to(root).as_posix()}/",
+                              "where agents keep their session files (whole conversations, trajectory segments "
+                              "included)")
+                    for d in agent_session_dirs if d.resolve() != root and d.resolve().is_relative_to(root)]
         return [
-            ((self.root / self.procedure_dir).resolve(), False, f"the experience directory {self.procedure_dir}/"),
-            ((self.root / self.trajectory_rel_dir).resolve(), False,
-             f"the trajectory directory {self.trajectory_rel_dir}/"),
-            (self.state_dir.resolve(), True, f"{self.state_dir.relative_to(self.root).as_posix()}/"),
+            Protected((self.root / self.procedure_dir).resolve(), READABLE,
+                      f"the experience directory {self.procedure_dir}/", "the experiences"),
+            Protected((self.root / self.trajectory_rel_dir).resolve(), NAMES,
+                      f"the trajectory directory {self.trajectory_rel_dir}/", "the imported trajectory copies"),
+            Protected(self.state_dir.resolve(), PRIVATE, f"{self.state_dir.relative_to(self.root).as_posix()}/",
+                      "the procedure-memory plugin's private state (journal, import records, checkpoints)"),
+            *sessions,
         ]
 
     def temp_file_dirs(self) -> list[Path]:
