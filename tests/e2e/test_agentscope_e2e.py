@@ -171,11 +171,14 @@ async def test_agent_session_files_are_removed_when_their_reply_ends_and_never_s
             assert not ok and ans["error"]["code"] == "agent_budget_exhausted", ans
         assert sessions.is_dir() and list(sessions.iterdir()) == []  # the wrapper dumped one; it is gone
         endpoint.script = search_create_summarize
-        generic = {name: {"backend": "base", "steps": [{"backend": f"{name}_step"}]} for name in ("load", "list", "read")}
+        generic = {name: {"backend": "base", "steps": [{"backend": f"{name}_step"}]}
+                   for name in ("load", "list", "read")}
         plain_store = {"tokenizer": {"default": {"backend": "regex"}},
-                       "keyword_index": {"default": {"backend": "bm25"}}, "file_graph": {"default": {"backend": "local"}},
-                       "file_store": {"default": {"backend": "local", "embedding_store": "", "keyword_index": "default",
-                                                  "file_graph": "default", "tag_index": ""}}}
+                       "keyword_index": {"default": {"backend": "bm25"}},
+                       "file_graph": {"default": {"backend": "local"}},
+                       "file_store": {"default": {"backend": "local", "embedding_store": "",
+                                                  "keyword_index": "default", "file_graph": "default",
+                                                  "tag_index": ""}}}
         async with make_app(workspace=ws, components={**llm_components(endpoint.base_url), **plain_store},
                             jobs=generic) as app:
             ok, ans = await import_file(app, original, request_id="sessions-1")

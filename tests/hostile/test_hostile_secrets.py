@@ -236,6 +236,18 @@ def test_reme_generic_jobs_serve_no_byte_of_a_copy_or_an_agent_session_over_http
     assert (ws / COPY).read_bytes() == TRAJECTORY and (ws / SESSION).read_bytes() == SESSION_DATA
 
 
+def test_a_listing_of_the_workspace_leaves_private_files_out(served):
+    root, ws, port, reme = served
+    for path in ("", str(ws)):
+        response = httpx.post(f"http://127.0.0.1:{port}/list", json={"path": path, "recursive": True, "limit": 1000},
+                              timeout=60)
+        result = response.json()
+        assert result["success"], result
+        assert COPY in result["metadata"]["items"]  # names of copies stay listed
+        assert "mem_session" not in result["answer"] and "metadata/procedure" not in result["answer"], result
+    assert (ws / "metadata/procedure/default/workspace.lock").exists() and (ws / SESSION).exists()  # there, unlisted
+
+
 PATH_ARGUMENTS = ("path", "src_path", "file_path")
 
 

@@ -13,9 +13,10 @@ Rules (``plan_export``):
   then its folder when empty): the folder mirrors the library, and a skill of a deleted experience would go on
   being used. A ``SKILL.md`` changed since is left in place and forgotten (it is the user's now). A listed skill whose
   ``SKILL.md`` is gone but whose folder is still there is a removal a kill interrupted: the folder is the export's
-  own (the marker still lists its ``SKILL.md``) and is removed when empty, the entry kept until it is gone. A skill whose
-  experience is still there but was not exported this time (it became invalid, or lost its name to another) is kept
-  as it was and stays in the marker: a hand edit that broke a file for a moment does not delete its skill.
+  own (the marker still lists its ``SKILL.md``) and is removed when empty, the entry kept until it is gone (a folder
+  of another kind there is left and forgotten). A skill whose experience is still there but was not exported this
+  time (it became invalid, or lost its name to another) is kept as it was and stays in the marker: a hand edit that
+  broke a file for a moment does not delete its skill.
 """
 
 from __future__ import annotations

@@ -24,8 +24,10 @@ global ``R`` and other Applications are untouched) by subclasses that check the 
 * any of these steps and ReMe's index maintenance steps refuse a caller-chosen ``file_store`` that is one of the
   plugin's views (ReMe's reindex or link rewriting would change them behind the plugin).
 
-Paths resolve as the built-in steps resolve them (symlinks followed), so a link elsewhere cannot reach in. Every
-other call runs the built-in step unchanged. A refusal answers the plugin's JSON error (code ``protected_path``).
+A listing of a parent (``list`` of the workspace, recursive) leaves out the files of private directories (it may
+then show fewer than ``limit``). Paths resolve as the built-in steps resolve them (symlinks followed), so a link
+elsewhere cannot reach in. Every other call runs the built-in step unchanged. A refusal answers the plugin's JSON
+error (code ``protected_path``).
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ PATH_ARGUMENTS: dict[str, dict[str, tuple[str, str]]] = {
 GUARDED_MODULES = ("reme.steps.file_io", "reme.steps.transfer")  # an unknown step there: every path is a change
 STORE_STEPS = ("reindex_step", "optimize_index_step", "clear_store_step", "update_index_step")
 REFUSED = "protected_path"
+LISTED = "_format_relative"  # how ReMe's list step renders the files it walked (reme/steps/file_io/list.py)
 
 
 def step_rules(backend: str, cls: type) -> dict[str, tuple[str, str]] | None:
@@ -104,17 +107,38 @@ def guarded_step(cls: type, rules: dict[str, tuple[str, str]]) -> type:
         self.context.response.metadata["error"] = answer["error"]
         return None
 
-    return type(cls.__name__, (cls,), {
-        "procedure_guarded": True, "execute": execute,
-        "__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__,
-    })
+    members = {"procedure_guarded": True, "execute": execute,
+               "__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
+    if callable(getattr(cls, LISTED, None)):  # list: a parent's listing (recursive) leaves private files out
+        render = getattr(cls, LISTED)
+
+        def listed(self, files, workspace_dir):
+            private = [p.directory for m in _memories(self.app_context) for p in m.protected_directories()
+                       if p.access == PRIVATE]
+            return render([f for f in files if not _inside_any(f, private)], workspace_dir)
+
+        members[LISTED] = listed
+    return type(cls.__name__, (cls,), members)
+
+
+def _memories(app_context) -> list:
+    """The application's procedure-memory components. (Recognised by their ``protected_directories``: this module
+    cannot import component.py, which imports it.)"""
+    return [m for m in (app_context.components.get("procedure_memory") or {}).values()
+            if hasattr(m, "protected_directories")]
+
+
+def _inside_any(path: Path, directories: list[Path]) -> bool:
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError):
+        return True  # a path that cannot be resolved is not listed
+    return any(real == d or real.is_relative_to(d) for d in directories)
 
 
 def refusal_of(app_context, context, rules: dict[str, tuple[str, str]]) -> str | None:
-    """Why this call may not run (a sentence), or None. (Components are recognised by their
-    ``protected_directories``: this module cannot import component.py, which imports it.)"""
-    memories = [m for m in (app_context.components.get("procedure_memory") or {}).values()
-                if hasattr(m, "protected_directories")]
+    """Why this call may not run (a sentence), or None."""
+    memories = _memories(app_context)
     if not memories:
         return None
     chosen = context.get("file_store")

@@ -4,7 +4,8 @@ Contract: every directory the component writes (experiences, trajectory copies, 
 state) is a real directory inside the workspace, no symlink on the way (checked when the application is built and
 again at start, before anything is created or indexed); experiences, copies and metadata are separate directories.
 The experience and trajectory directories (and, private, the plugin's metadata and the agents' session files) are what
-ReMe's generic file jobs may not change (guard.py); trajectory copies they may list but not read. Temporary files a kill or a full disk left behind are the plugin's own (never an imported copy)
+ReMe's generic file jobs may not change (guard.py); trajectory copies they may list but not read. Temporary files a
+kill or a full disk left behind are the plugin's own (never an imported copy)
 and ReMe's next to the plugin's own store files; nothing else is removed.
 """
 
