@@ -178,7 +178,7 @@ class ProcedureStep(BaseStep):
         try:
             check_unicode(self.context.data)
             answer = await self.run()
-            return answer, answer.get("status") not in ("incomplete", "error")
+            return answer, answer.get("status") not in ("incomplete", "rejected", "error")
         except ProcedureError as exc:
             return exc.answer(), False
         except (StorageError, DamagedRecord) as exc:  # a full disk, an unwritable directory, a damaged record
