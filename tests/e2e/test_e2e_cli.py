@@ -209,6 +209,7 @@ def test_write_and_import_jobs_are_not_served_over_http(service):
         "procedure_auto_memory": {"file": str(outside), "filename": "stolen.jsonl"},
         "procedure_reindex": {},
         "procedure_export": {"dest": str(service.ws.parent / "exported-skills")},
+        "procedure_delete": {"path": "procedures/rebuild-search-after-config-change.json"},
     }
     with httpx.Client(base_url=service.url, timeout=30) as client:
         for job in HIDDEN_JOBS:

@@ -214,6 +214,7 @@ HIDDEN_JOBS = {
     "procedure_auto_memory": {"file": "/etc/passwd", "filename": "passwd.log"},
     "procedure_reindex": {},
     "procedure_export": {"dest": "/tmp/stolen-skills"},
+    "procedure_delete": {"path": EXPERIENCE},
 }
 
 

@@ -1,0 +1,90 @@
+"""Removing an experience: the one-shot ``procedure_delete`` job (never served, never an agent tool).
+
+Contract of ``Deletion.delete(raw_path)``, under the workspace's write lock:
+
+* the path is checked as ``procedure_read`` checks it; nothing at that path is ``not_found`` and changes nothing;
+* the content about to go is recorded first when the journal does not hold it (changed or placed by hand:
+  ``HandChanges.record_edit``), so the experience's history keeps the version that was removed;
+* the file (an invalid one or a link too) is removed durably, then the journal records the removal as a change made
+  by hand — its ``delete`` record (``storage/journal.py``), noted "removed with procedure_delete by <user>" — so
+  ``procedure_history`` shows who removed it and when; the path's open records are superseded, and the path leaves
+  both views and the pending list; the retention bound is applied to its records;
+* a kill between the removal and its record leaves a file the views list and the disk lacks: the next start records
+  it as a deletion by hand (``HandChanges.found_at_start``) and drops it from the views — the same outcome without
+  the note.
+
+A later create of the same name is an ordinary create: the name is free.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import time
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ErrorCode, ProcedureError
+from ..schema import version_of
+from ..storage.experiences import Link, read_entry
+from ..storage.journal import DELETE
+from .history import iso
+
+if TYPE_CHECKING:
+    from ..workspace import Workspace
+    from .hand_changes import HandChanges
+    from .reads import Reads
+    from .retention import Retention
+
+DELETE_JOB = "procedure_delete"
+
+
+def who() -> str:
+    """The note of a removal by the job: the job and the operating-system user that ran it."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a container): the job is still named
+        user = "an unknown user"
+    return f"removed with {DELETE_JOB} by {user}"
+
+
+class Deletion:
+    """``procedure_delete`` of one ProcedureMemory (see the module docstring)."""
+
+    def __init__(self, workspace: Workspace, reads: Reads, hand_changes: HandChanges, retention: Retention) -> None:
+        self.workspace = workspace
+        self.reads = reads
+        self.hand_changes = hand_changes
+        self.retention = retention
+
+    async def delete(self, raw_path) -> dict[str, Any]:
+        """Remove the experience at ``raw_path`` (see the module docstring); the answer names it, the version
+        removed and when."""
+        ws = self.workspace
+        rel = self.reads.experience_path(raw_path)
+        async with ws.write_lock:
+            version = await asyncio.to_thread(self._remove, rel)
+            ws.mark_changed()
+            ws.pending.clear(rel)
+            assert ws.views is not None
+            await ws.views.remove([rel])
+            ws.count_write()  # the close compacts BM25's lazily deleted documents
+            await asyncio.to_thread(self.retention.compact_paths, [rel])
+        return {
+            "status": "deleted", "path": rel, "version": version, "deleted_at": iso(time.time()), "note": who(),
+            "history": f"procedure_history path={rel} lists its versions, this removal last; a new experience "
+                       "may take the name.",
+        }
+
+    def _remove(self, rel: str) -> str:
+        """Record the content if the journal lacks it, remove the file, record the removal; the version removed."""
+        ws = self.workspace
+        data = read_entry(str(ws.root / rel))  # never follows a link
+        if data is None:
+            raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}; nothing was removed. Check the path "
+                                 "(procedure_list lists the experiences).", path=rel)
+        version = version_of(data.target if isinstance(data, Link) else data)
+        self.hand_changes.record_edit(rel, version)  # the history keeps what is removed
+        ws.files.remove(rel)
+        op = ws.journal.record_change(rel, DELETE, None, version, None, note=who())
+        ws.journal.supersede_path(rel, keep=op)
+        return version
