@@ -16,6 +16,7 @@ import yaml
 from conftest import add_trajectory, call_tool, memory_of, run_job
 from helpers import REPO
 from helpers.cli import durable_state
+from helpers.faults import Faults
 from helpers.revisions import FIELDS, NAME, PATH
 
 QUERY = "stale search results after a configuration change"
@@ -138,3 +139,23 @@ async def test_refusals_change_nothing(make_app, tmp_path, args, code):
 def test_the_job_is_one_shot_only():
     job = yaml.safe_load((REPO / "plugin.yaml").read_text())["application_defaults"]["jobs"]["procedure_delete"]
     assert job["enable_serve"] is False  # never served (HTTP, MCP), so never an agent's or a client's tool
+
+
+async def test_a_removal_the_journal_cannot_record_says_so_and_the_next_start_records_it(make_app, tmp_path,
+                                                                                        monkeypatch):
+    ws = tmp_path / "ws"
+    async with make_app() as app:
+        await create(app)
+        faults = Faults(monkeypatch)
+        faults.denied = {memory_of(app).state_dir / "operations"}
+        ok, answer = await run_job(app, "procedure_delete", path=PATH)
+        faults.denied = set()
+        assert not ok and answer["error"]["code"] == "storage_error", answer
+        assert answer["error"]["message"].startswith(f"{PATH} was removed, but the journal could not record")
+        assert "The next start records it" in answer["error"]["message"]
+        assert not (ws / PATH).exists() and await found(app) == {"when_to_use": [], "when_to_use_content": []}
+    async with make_app() as app:
+        assert memory_of(app).views.held_version(PATH) is None
+        versions = (await history(app))["versions"]
+        assert [v["change"] for v in versions] == ["create", "hand_delete"]
+        assert "note" not in versions[-1]  # found by the start: a deletion by hand, without the job's note

@@ -7,11 +7,12 @@ Contract of ``Deletion.delete(raw_path)``, under the workspace's write lock:
   ``HandChanges.record_edit``), so the experience's history keeps the version that was removed;
 * the file (an invalid one or a link too) is removed durably, then the journal records the removal as a change made
   by hand — its ``delete`` record (``storage/journal.py``), noted "removed with procedure_delete by <user>" — so
-  ``procedure_history`` shows who removed it and when; the path's open records are superseded, and the path leaves
-  both views and the pending list; the retention bound is applied to its records;
-* a kill between the removal and its record leaves a file the views list and the disk lacks: the next start records
-  it as a deletion by hand (``HandChanges.found_at_start``) and drops it from the views — the same outcome without
-  the note.
+  ``procedure_history`` shows who removed it and when; the path's open records are superseded, the path leaves both
+  views and the pending list, and the retention bound is applied to its records;
+* a record that cannot be written (a full disk) answers ``disk_full``/``storage_error`` saying the file is removed
+  already, and leaves the views as they are; so does a kill between the removal and its record: the next start finds
+  the file the views list gone and records the removal as a deletion by hand (``HandChanges.found_at_start``) — the
+  same outcome without the note.
 
 A later create of the same name is an ordinary create: the name is free.
 """
@@ -23,7 +24,7 @@ import getpass
 import time
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ErrorCode, ProcedureError
+from ..errors import ErrorCode, ProcedureError, storage_failure
 from ..schema import version_of
 from ..storage.experiences import Link, read_entry
 from ..storage.journal import DELETE
@@ -64,6 +65,13 @@ class Deletion:
         async with ws.write_lock:
             version = await asyncio.to_thread(self._remove, rel)
             ws.mark_changed()
+            try:
+                await asyncio.to_thread(self._record, rel, version)
+            except OSError as exc:  # the views keep the path: the next start finds the file gone and records it
+                code, message = storage_failure(exc)
+                raise ProcedureError(code, f"{rel} was removed, but the journal could not record the removal: "
+                                     f"{message} The next start records it as a deletion by hand and removes it "
+                                     "from the search views.", path=rel, version=version) from None
             ws.pending.clear(rel)
             assert ws.views is not None
             await ws.views.remove([rel])
@@ -76,7 +84,7 @@ class Deletion:
         }
 
     def _remove(self, rel: str) -> str:
-        """Record the content if the journal lacks it, remove the file, record the removal; the version removed."""
+        """Record the content if the journal lacks it and remove the file; the version removed."""
         ws = self.workspace
         data = read_entry(str(ws.root / rel))  # never follows a link
         if data is None:
@@ -85,6 +93,10 @@ class Deletion:
         version = version_of(data.target if isinstance(data, Link) else data)
         self.hand_changes.record_edit(rel, version)  # the history keeps what is removed
         ws.files.remove(rel)
-        op = ws.journal.record_change(rel, DELETE, None, version, None, note=who())
-        ws.journal.supersede_path(rel, keep=op)
         return version
+
+    def _record(self, rel: str, version: str) -> None:
+        """The removal in the journal (who, when); the path's open records superseded."""
+        journal = self.workspace.journal
+        op = journal.record_change(rel, DELETE, None, version, None, note=who())
+        journal.supersede_path(rel, keep=op)
