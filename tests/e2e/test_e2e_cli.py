@@ -437,6 +437,31 @@ def test_stopping_the_service_frees_the_workspace_for_maintenance(reme, tmp_path
     assert snapshot(ws / "procedures", ws / "session") == before
 
 
+def test_one_shot_delete_removes_an_experience_and_history_shows_who_and_when(reme, tmp_path):
+    """Issue 32 item 6 as an operator runs it: procedure_delete, then procedure_history and a search, each one-shot."""
+    ws = tmp_path / "ws"
+    path = "procedures/rebuild-search-after-config-change.json"
+    write_experience(ws, "rebuild-search-after-config-change.json", REBUILD)
+    write_experience(ws, "inspect-logs-before-rebuilding.json", INSPECT)
+    write_trajectory(ws)
+
+    removed = reme.start_job("procedure_delete", ws, f"path={path}")
+
+    assert removed.returncode == 0, removed.stderr[-3000:]
+    answer = json.loads(removed.stdout)
+    assert answer["status"] == "deleted" and answer["path"] == path and answer["deleted_at"], answer
+    assert not (ws / path).exists() and (ws / "procedures" / "inspect-logs-before-rebuilding.json").exists()
+    shown = reme.start_job("procedure_history", ws, f"path={path}")
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    history = json.loads(shown.stdout)
+    assert history["exists"] is False and [v["change"] for v in history["versions"]] == ["hand_edit", "hand_delete"]
+    assert history["versions"][-1]["note"].startswith("removed with procedure_delete by ") and history["versions"][-1]["at"]
+    found = reme.start_job("procedure_search", ws, "query=rebuild search after a configuration change", "limit=5")
+    assert found.returncode == 0 and path not in [r["path"] for r in json.loads(found.stdout)["results"]]
+    again = reme.start_job("procedure_delete", ws, f"path={path}")
+    assert again.returncode != 0 and json.loads(again.stderr.strip().splitlines()[-1])["error"]["code"] == "not_found"
+
+
 def test_embedding_outage_at_startup_keeps_serving_and_recovers(reme, tmp_path, endpoint):
     """Startup continues through a provider outage; search reports what is excluded; recovery re-indexes it."""
     ws = tmp_path / "ws"
