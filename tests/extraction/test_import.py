@@ -130,6 +130,7 @@ async def test_malformed_content_found_while_reading_is_rejected_and_keeps_the_c
         ok, ans = await import_file(app, original, request_id="bad-1")
         assert not ok and ans["status"] == "rejected" and ans["error"]["code"] == "malformed_input", ans
         assert "resume" not in ans and "new request_id" in ans["error"]["message"]  # resuming cannot succeed
+        assert f"job=procedure_delete path={ans['path']}" in ans["error"]["message"]  # the way to remove it
         assert (memory_of(app).workspace_path / ans["path"]).read_bytes() == original.read_bytes()
         assert app.agent.replies == []
         ok, listed = await run_job(app, "procedure_imports")

@@ -13,10 +13,11 @@ import json
 import pytest
 import yaml
 
-from conftest import add_trajectory, call_tool, memory_of, run_job
+from conftest import add_trajectory, call_tool, import_file, memory_of, run_job
 from helpers import REPO
 from helpers.cli import durable_state
 from helpers.faults import Faults
+from helpers.corpus import JSONL, replies, write
 from helpers.revisions import FIELDS, NAME, PATH
 
 QUERY = "stale search results after a configuration change"
@@ -120,7 +121,9 @@ async def test_an_invalid_file_placed_by_hand_can_be_removed(make_app, tmp_path)
 @pytest.mark.parametrize("args, code", [
     ({"path": "procedures/missing-experience.json"}, "not_found"),
     ({"path": "procedures/../outside.json"}, "path_outside_allowed_directory"),
-    ({"path": "session/trajectories/run.jsonl"}, "path_outside_allowed_directory"),
+    ({"path": "session/trajectories/run.jsonl"}, "not_found"),  # a copy no rejected import holds
+    ({"path": "session/trajectories/../procedures/" + NAME}, "path_outside_allowed_directory"),
+    ({"path": "metadata/procedure/default/imports/x.json"}, "path_outside_allowed_directory"),
     ({"path": "procedures/Not A Name.json"}, "invalid_argument"),
     ({}, "invalid_argument"),
     ({"path": PATH, "force": True}, "invalid_argument"),
@@ -159,3 +162,47 @@ async def test_a_removal_the_journal_cannot_record_says_so_and_the_next_start_re
         versions = (await history(app))["versions"]
         assert [v["change"] for v in versions] == ["create", "hand_delete"]
         assert "note" not in versions[-1]  # found by the start: a deletion by hand, without the job's note
+
+
+# -- a rejected import: its kept copy and its record (issue 32 item 5) ----------------------------------------------
+
+
+async def test_a_rejected_import_is_removed_with_its_copy_and_record(make_app, tmp_path):
+    original = write(tmp_path, "bad.json", '{"messages": [')
+    async with make_app(scripts=[]) as app:
+        memory = memory_of(app)
+        ok, rejected = await import_file(app, original, request_id="bad-1")
+        assert not ok and rejected["status"] == "rejected" and (memory.workspace_path / rejected["path"]).is_file()
+
+        ok, answer = await run_job(app, "procedure_delete", path=rejected["path"])
+
+        assert ok and answer == {"status": "deleted", "kind": "rejected_import", "path": rejected["path"],
+                                 "request_id": "bad-1", "error_code": "malformed_input"}, answer
+        assert list((memory.workspace_path / memory.trajectory_rel_dir).iterdir()) == []
+        assert list((memory.state_dir / "imports").iterdir()) == []
+        ok, listed = await run_job(app, "procedure_imports")
+        assert ok and listed["imports"] == []
+        ok, again = await run_job(app, "procedure_delete", path=rejected["path"])
+        assert not ok and again["error"]["code"] == "not_found"
+
+
+async def test_the_copy_of_an_import_that_was_not_rejected_stays(make_app, tmp_path):
+    original = write(tmp_path, "run.jsonl", JSONL)
+    async with make_app(scripts=[replies()]) as app:
+        ok, imported = await import_file(app, original, request_id="good-1")
+        assert ok, imported
+        before = durable_state(tmp_path / "ws")
+        ok, answer = await run_job(app, "procedure_delete", path=imported["path"])
+        assert not ok and answer["error"]["code"] == "invalid_argument" and "'good-1'" in answer["error"]["message"]
+        assert durable_state(tmp_path / "ws") == before
+
+
+async def test_a_rejected_copy_replaced_by_other_bytes_is_left(make_app, tmp_path):
+    original = write(tmp_path, "bad.jsonl", '{"a": 1}\nnot json\n')
+    async with make_app(scripts=[]) as app:
+        ok, rejected = await import_file(app, original, request_id="bad-2")
+        copy = memory_of(app).workspace_path / rejected["path"]
+        copy.write_text("someone else's file\n")
+        ok, answer = await run_job(app, "procedure_delete", path=rejected["path"])
+        assert not ok and answer["error"]["code"] == "invalid_argument", answer
+        assert copy.read_text() == "someone else's file\n"

@@ -112,7 +112,8 @@ async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads
                 await asyncio.to_thread(workspace.imports.put, record)
             raise ProcedureError(
                 code, f"{exc}. The saved copy {record.path} is kept (malformed input keeps its copy); this content "
-                "cannot be imported as it is: fix the file and import it with a new request_id.",
+                "cannot be imported as it is: fix the file and import it with a new request_id. To remove the copy "
+                f"and this import: reme start job=procedure_delete path={record.path} (one-shot).",
                 status=REJECTED, **answer) from None
         answer["format"] = trajectory_format(filename)
         checkpoint = await load_checkpoint(workspace, record, text, hint)

@@ -228,7 +228,8 @@ class DeleteArguments(JobArguments):
 
     model_config = ConfigDict(json_schema_extra=None)  # advertised without additionalProperties: CLI only
 
-    path: RawPath = Field(description="procedures/<name>.json: the experience to remove.")
+    path: RawPath = Field(description="procedures/<name>.json: the experience to remove; or the copy of a rejected "
+                          "import (session/trajectories/<file>, as procedure_imports lists it).")
 
 
 MODELS: dict[str, type[JobArguments]] = {

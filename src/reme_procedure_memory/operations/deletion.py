@@ -1,6 +1,8 @@
-"""Removing an experience: the one-shot ``procedure_delete`` job (never served, never an agent tool).
+"""Removing an experience, or a rejected import: the one-shot ``procedure_delete`` job (never served, never an agent
+tool). A ``path`` inside the trajectory directory names a rejected import's copy (``delete_rejected_import``); any
+other path an experience.
 
-Contract of ``Deletion.delete(raw_path)``, under the workspace's write lock:
+Contract of ``Deletion.delete(raw_path)`` for an experience, under the workspace's write lock:
 
 * the path is checked as ``procedure_read`` checks it; nothing at that path is ``not_found`` and changes nothing;
 * the content about to go is recorded first when the journal does not hold it (changed or placed by hand:
@@ -15,6 +17,11 @@ Contract of ``Deletion.delete(raw_path)``, under the workspace's write lock:
   same outcome without the note.
 
 A later create of the same name is an ordinary create: the name is free.
+
+For a rejected import (content found malformed while reading its copy, which the import keeps: docs/decisions.md
+``[import-rejected]``): its copy is removed, then its import record, so ``procedure_imports`` no longer lists it. The
+copy of any other import stays (it is the source of its experiences and of its resume): ``invalid_argument``; a path
+no rejected import holds is ``not_found``; a copy whose bytes are no longer the import's is left (``invalid_argument``).
 """
 
 from __future__ import annotations
@@ -24,10 +31,15 @@ import getpass
 import time
 from typing import TYPE_CHECKING, Any
 
+import hashlib
+from pathlib import Path
+
 from ..errors import ErrorCode, ProcedureError, storage_failure
 from ..schema import version_of
 from ..storage.experiences import Link, read_entry
+from ..storage.imports import remove_copy
 from ..storage.journal import DELETE
+from ..storage.paths import resolve_inside
 from .history import iso
 
 if TYPE_CHECKING:
@@ -61,6 +73,8 @@ class Deletion:
         """Remove the experience at ``raw_path`` (see the module docstring); the answer names it, the version
         removed and when."""
         ws = self.workspace
+        if isinstance(raw_path, str) and raw_path.strip().startswith(f"{ws.trajectory_rel_dir}/"):
+            return await self.delete_rejected_import(raw_path)
         rel = self.reads.experience_path(raw_path)
         async with ws.write_lock:
             version = await asyncio.to_thread(self._remove, rel)
@@ -100,3 +114,33 @@ class Deletion:
         journal = self.workspace.journal
         op = journal.record_change(rel, DELETE, None, version, None, note=who())
         journal.supersede_path(rel, keep=op)
+
+    async def delete_rejected_import(self, raw_path) -> dict[str, Any]:
+        """Remove the copy and the record of the rejected import whose copy is ``raw_path`` (module docstring)."""
+        ws = self.workspace
+        rel, target = resolve_inside(ws.root, ws.trajectory_rel_dir, raw_path, what="trajectory")
+        async with ws.write_lock:
+            return await asyncio.to_thread(self._remove_rejected, rel, target)
+
+    def _remove_rejected(self, rel: str, target: Path) -> dict[str, Any]:
+        ws = self.workspace
+        records, _ = ws.imports.scan()
+        holders = [r for r in records if r.path == rel]
+        record = next((r for r in holders if r.rejected), None)
+        if record is None:
+            if holders:
+                raise ProcedureError(
+                    ErrorCode.INVALID_ARGUMENT,
+                    f"{rel} is the copy of import {holders[0].request_id!r}, which was not rejected: an import's copy "
+                    "stays (its experiences cite it, a resume reads it). Only a rejected import's copy is removed.",
+                    path=rel)
+            raise ProcedureError(ErrorCode.NOT_FOUND, f"No rejected import holds {rel}; nothing was removed. "
+                                 "procedure_imports lists the imports with their copies.", path=rel)
+        if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() != record.sha256:
+            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"{rel} no longer holds the bytes import "
+                                 f"{record.request_id!r} copied; nothing was removed: move it away by hand.",
+                                 path=rel)
+        remove_copy(target)  # first: a record without its copy can still be removed by a second run
+        ws.imports.remove(record.request_id)
+        return {"status": "deleted", "kind": "rejected_import", "path": rel, "request_id": record.request_id,
+                "error_code": record.rejected}
