@@ -44,6 +44,7 @@ JOBS = [
     "procedure_reindex",
     "procedure_export",
     "procedure_history",
+    "procedure_delete",
 ]
 COPY_IGNORE = shutil.ignore_patterns(
     ".git", "build", "dist", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache", ".reme", "logs", ".venv",

@@ -11,7 +11,8 @@ is written without it.
 What it owns: one ``Workspace`` (``workspace.py``: the shared state) and the operations built on it — ``grants``
 (extraction runs), ``reads`` (search answers and reads), ``listing`` (the experiences and imports), ``write_path``
 (create, update), ``recovery`` (reconcile, reindex, pending retries), ``history`` (an experience's versions),
-``retention`` (the journal's bound) and ``hand_changes`` (changes made by hand, recorded when found). Steps
+``retention`` (the journal's bound), ``hand_changes`` (changes made by hand, recorded when found) and ``deletion``
+(the ``procedure_delete`` job). Steps
 (``jobs/steps.py``) validate their arguments and call the public coroutines here;
 every one returns a JSON-able answer or raises ProcedureError.
 """
@@ -33,6 +34,7 @@ from .cli import install_cli_error_hook
 from .errors import StartStorageError
 from .export.exporter import export_skills
 from .extraction.importer import run_import
+from .operations.deletion import Deletion
 from .operations.hand_changes import HandChanges
 from .operations.history import History
 from .operations.listing import Listing
@@ -89,6 +91,8 @@ class ProcedureMemory(BaseComponent):
         self.history = History(self.workspace, self.reads)  # an experience's versions (operations/history.py)
         # journal -> publish -> index (operations/writes.py)
         self.write_path = WritePath(self.workspace, self.hand_changes)
+        # procedure_delete (operations/deletion.py)
+        self.deletion = Deletion(self.workspace, self.reads, self.hand_changes, self.retention)
         self._import_lock: asyncio.Lock | None = None
         self._built_at = time.time()  # ReMe's temporary files older than this are stale (storage/layout.py)
         if self.app_context is not None:  # before any component starts: nothing may be created through a link
@@ -255,6 +259,11 @@ class ProcedureMemory(BaseComponent):
     async def export(self, dest: str) -> dict[str, Any]:
         """Write every valid experience as an Agent Skills folder into ``dest`` (see ``export/exporter.py``)."""
         return await export_skills(self.workspace, dest)
+
+    async def delete_experience(self, raw_path) -> dict[str, Any]:
+        """Remove one experience, recorded in its history (see ``Deletion.delete``)."""
+        await self.recovery.ensure_reconciled()
+        return await self.deletion.delete(raw_path)
 
     # -- search and read (operations/reads.py) ---------------------------------------------------------------------
 

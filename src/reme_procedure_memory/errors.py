@@ -1,7 +1,7 @@
 """Every answer code and every exception of the plugin, declared once.
 
-``ErrorCode`` lists the codes of the JSON answers (a failed job answers ``{"status": "error" | "incomplete",
-"error": {"code", "message"}}``); ``ProcedureError`` carries one to the step that answers it. ``StartupError`` is what
+``ErrorCode`` lists the codes of the JSON answers (a failed job answers ``{"status": "error" | "incomplete" |
+"rejected", "error": {"code", "message"}}``); ``ProcedureError`` carries one to the step that answers it. ``StartupError`` is what
 stops a start with one line on the CLI (``cli.py``). The rest are the internal failures each layer raises and the
 layer above turns into an answer code: storage (``StorageError`` → ``storage_failure`` → ``disk_full`` /
 ``storage_error``; ``DamagedRecord`` → ``metadata_damaged``), the views (``IndexFailure``, ``ProviderUnavailable`` →
@@ -22,7 +22,8 @@ class InvalidExperience(ValueError):
 
 class ErrorCode:
     """Every code of a failed job answer (``docs/reference.md`` lists each with what to do; a test keeps the two
-    equal). Tool and read answers are ``status: error``; an import that can be resumed is ``status: incomplete``."""
+    equal). Tool and read answers are ``status: error``; an import that can be resumed is ``status: incomplete``,
+    one whose content can never be imported ``status: rejected``."""
 
     # arguments and paths
     INVALID_ARGUMENT = "invalid_argument"

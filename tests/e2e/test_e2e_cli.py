@@ -209,6 +209,7 @@ def test_write_and_import_jobs_are_not_served_over_http(service):
         "procedure_auto_memory": {"file": str(outside), "filename": "stolen.jsonl"},
         "procedure_reindex": {},
         "procedure_export": {"dest": str(service.ws.parent / "exported-skills")},
+        "procedure_delete": {"path": "procedures/rebuild-search-after-config-change.json"},
     }
     with httpx.Client(base_url=service.url, timeout=30) as client:
         for job in HIDDEN_JOBS:
@@ -434,6 +435,31 @@ def test_stopping_the_service_frees_the_workspace_for_maintenance(reme, tmp_path
     answer = json.loads(rebuild.stdout)
     assert answer["status"] == "complete" and answer["indexed"] == 2 and answer["invalid_files"] == []
     assert snapshot(ws / "procedures", ws / "session") == before
+
+
+def test_one_shot_delete_removes_an_experience_and_history_shows_who_and_when(reme, tmp_path):
+    """Issue 32 item 6 as an operator runs it: procedure_delete, then procedure_history and a search, each one-shot."""
+    ws = tmp_path / "ws"
+    path = "procedures/rebuild-search-after-config-change.json"
+    write_experience(ws, "rebuild-search-after-config-change.json", REBUILD)
+    write_experience(ws, "inspect-logs-before-rebuilding.json", INSPECT)
+    write_trajectory(ws)
+
+    removed = reme.start_job("procedure_delete", ws, f"path={path}")
+
+    assert removed.returncode == 0, removed.stderr[-3000:]
+    answer = json.loads(removed.stdout)
+    assert answer["status"] == "deleted" and answer["path"] == path and answer["deleted_at"], answer
+    assert not (ws / path).exists() and (ws / "procedures" / "inspect-logs-before-rebuilding.json").exists()
+    shown = reme.start_job("procedure_history", ws, f"path={path}")
+    assert shown.returncode == 0, shown.stderr[-3000:]
+    history = json.loads(shown.stdout)
+    assert history["exists"] is False and [v["change"] for v in history["versions"]] == ["hand_edit", "hand_delete"]
+    assert history["versions"][-1]["note"].startswith("removed with procedure_delete by ") and history["versions"][-1]["at"]
+    found = reme.start_job("procedure_search", ws, "query=rebuild search after a configuration change", "limit=5")
+    assert found.returncode == 0 and path not in [r["path"] for r in json.loads(found.stdout)["results"]]
+    again = reme.start_job("procedure_delete", ws, f"path={path}")
+    assert again.returncode != 0 and json.loads(again.stderr.strip().splitlines()[-1])["error"]["code"] == "not_found"
 
 
 def test_embedding_outage_at_startup_keeps_serving_and_recovers(reme, tmp_path, endpoint):

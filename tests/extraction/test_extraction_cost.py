@@ -1,6 +1,6 @@
 """Extraction with fewer tokens and turns, same rules (issue 23, item 2), on the scripted agent and the real jobs.
 
-C1  in-run search answers are compact: path, version, similarity, description, when-to-use; the best result's content
+C1  in-run search answers are compact: path, version, scores.vector, description, when-to-use; the best result's content
     (bounded); results weak on both branches left out; a result the run was shown before only named;
     the agent's ``detail=full`` gets every result's content (still without raw scores and sources); every service
     caller gets whole ones
@@ -52,7 +52,10 @@ def test_c1_compact_answer_keeps_the_best_content_and_leaves_out_weak_results():
     assert compact["left_out"] == 2 and compact["detail"] == "compact" and "procedure_read" in compact["read_more"]
     best, other = compact["results"][0], compact["results"][1]
     assert best["content"] == "x" * COMPACT_CONTENT_CHARS and best["content_truncated"] is True
-    assert set(other) == {"path", "version", "similarity", "description", "when_to_use"} and other["similarity"] == 0.45
+    assert set(other) == {"path", "version", "scores", "description", "when-to-use"} and other["scores"] == {"vector": 0.45}
+    # the names of the full answer (issue 32 item 7): its `when-to-use` key and its `scores.vector`, rounded
+    full = answer["results"][1]
+    assert other["when-to-use"] == full["experience"]["when-to-use"] and full["scores"]["vector"] == 0.45
 
 
 async def test_c1_the_extraction_agent_gets_compact_answers_and_service_callers_whole_ones(make_app, tmp_path):
@@ -74,7 +77,7 @@ async def test_c1_the_extraction_agent_gets_compact_answers_and_service_callers_
         assert "read_more" not in whole  # every content is there, none cut
         assert [r.get("content") for r in whole["results"]] == [
             "Cordon the node, drain workloads, reboot.", "Rotate the keys and audit access."]
-        assert all(set(r) == {"path", "version", "similarity", "description", "when_to_use", "content"}
+        assert all(set(r) == {"path", "version", "scores", "description", "when-to-use", "content"}
                    for r in whole["results"])  # the agent's full: every content, no raw scores or sources
         ok, service = await run_job(app, "procedure_search", query="reboot a cluster node drain")
         assert ok and "detail" not in service and service["results"][0]["experience"]["sources"]

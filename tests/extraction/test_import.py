@@ -81,32 +81,69 @@ async def test_every_supported_format_is_read_and_kept_byte_exact(make_app, tmp_
         assert ans["request_id"]  # generated when none was given
 
 
+ELF = b"\x7fELF\x02\x01\x01\x00" + bytes(range(256))
+
+
 @pytest.mark.parametrize(
     "name, data, code",
     [
-        ("run.json", '{"messages": [', "malformed_input"),
-        ("run.jsonl", '{"a": 1}\nnot json\n', "malformed_input"),
         ("run.log", b"\xff\xfe\x00bad", "unsupported_format"),
         ("run.txt", b"caf\xe9 latin-1", "malformed_input"),
         ("image.png", b"\x89PNG\r\n", "unsupported_format"),
+        ("t.pdf", b"%PDF-1.7\n", "unsupported_format"),
+        ("program.log", ELF, "unsupported_format"),  # an ELF binary saved as .log: NUL bytes
         ("run.md", "   \n", "malformed_input"),
+        ("empty.jsonl", b"", "malformed_input"),
     ],
 )
-async def test_malformed_or_unsupported_input_is_incomplete_and_keeps_the_copy(make_app, tmp_path, name, data, code):
+async def test_what_is_not_text_of_a_supported_kind_is_rejected_before_anything_is_copied(
+        make_app, tmp_path, name, data, code):
+    original = write(tmp_path, name, data)
+    async with make_app(scripts=[]) as app:
+        memory = memory_of(app)
+        trajectories = memory.workspace_path / memory.trajectory_rel_dir
+        ok, ans = await import_file(app, original, request_id="bad-1")
+        assert not ok and ans["status"] == "rejected" and ans["error"]["code"] == code, ans
+        assert "Nothing was copied" in ans["error"]["message"] and "resume" not in ans and "path" not in ans
+        assert list(trajectories.iterdir()) == [] and list((memory.state_dir / "imports").iterdir()) == []
+        assert list((memory.state_dir / "processing").iterdir()) == []
+        assert app.agent.replies == []
+        ok, listed = await run_job(app, "procedure_imports")
+        assert ok and listed["imports"] == []  # nothing behind: the listing agrees (no import at all)
+        again = await import_file(app, original, request_id="bad-1")
+        assert again[1]["status"] == "rejected" and again[1]["error"]["code"] == code  # the same, still nothing
+        assert list(trajectories.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "name, data",
+    [
+        ("run.json", '{"messages": ['),
+        ("run.jsonl", '{"a": 1}\nnot json\n'),
+    ],
+)
+async def test_malformed_content_found_while_reading_is_rejected_and_keeps_the_copy(make_app, tmp_path, name, data):
+    """The spec's "malformed input produces an incomplete response and retains the saved original": the structure
+    is found wrong reading the saved copy; the answer is not complete (status rejected, the listing's status too)."""
     original = write(tmp_path, name, data)
     async with make_app(scripts=[]) as app:
         ok, ans = await import_file(app, original, request_id="bad-1")
-        assert not ok and ans["status"] == "incomplete" and ans["error"]["code"] == code
+        assert not ok and ans["status"] == "rejected" and ans["error"]["code"] == "malformed_input", ans
         assert "resume" not in ans and "new request_id" in ans["error"]["message"]  # resuming cannot succeed
+        assert f"job=procedure_delete path={ans['path']}" in ans["error"]["message"]  # the way to remove it
         assert (memory_of(app).workspace_path / ans["path"]).read_bytes() == original.read_bytes()
         assert app.agent.replies == []
+        ok, listed = await run_job(app, "procedure_imports")
+        assert [(i["request_id"], i["status"], i["error_code"]) for i in listed["imports"]] == [
+            ("bad-1", ans["status"], "malformed_input")]  # the answer and the listing agree
         again = await import_file(app, original, request_id="bad-1")
-        assert again[1]["error"]["code"] == code and "resume" not in again[1]  # the same, and still nothing to resume
+        assert again[1]["status"] == "rejected" and again[1]["error"]["code"] == "malformed_input"
+        assert "resume" not in again[1]  # the same, and still nothing to resume
 
 
 async def test_name_collisions_and_reservations(make_app, tmp_path):
     original = write(tmp_path, "run.jsonl", JSONL)
-    async with make_app(scripts=[replies(), replies(), replies()]) as app:
+    async with make_app(scripts=[replies() for _ in range(5)]) as app:
         memory = memory_of(app)
         paths = [(await import_file(app, original))[1]["path"] for _ in range(2)]
         assert paths == ["session/trajectories/run.jsonl", "session/trajectories/run-2.jsonl"]  # no content dedup
@@ -116,11 +153,34 @@ async def test_name_collisions_and_reservations(make_app, tmp_path):
                                         path="session/trajectories/run-3.jsonl", sha256="0", size=0))
         ok, ans = await import_file(app, original)
         assert ans["path"] == "session/trajectories/run-4.jsonl"  # a pending reservation keeps its name
-        dotted = write(tmp_path, "archive.tar.gz", "x\n")
-        ok, ans = await import_file(app, dotted)
-        assert not ok and ans["path"] == "session/trajectories/archive.tar.gz"  # .gz unsupported, copy kept
-        ok, ans = await import_file(app, dotted)
-        assert ans["path"] == "session/trajectories/archive.tar-2.gz"
+        dotted = write(tmp_path, "archive.tar.md", "x\n")
+        paths = [(await import_file(app, dotted))[1]["path"] for _ in range(2)]
+        assert paths == ["session/trajectories/archive.tar.md", "session/trajectories/archive.tar-2.md"]
+
+
+async def test_a_completed_import_run_again_says_that_nothing_was_done(make_app, tmp_path):
+    original = write(tmp_path, "run.jsonl", JSONL)
+    async with make_app(scripts=[replies()]) as app:
+        ok, first = await import_file(app, original, request_id="r1")
+        assert ok and "already_complete" not in first and "note" not in first, first
+        ok, again = await import_file(app, original, request_id="r1")
+        assert ok and again["status"] == "complete" and again["already_complete"] is True
+        assert "nothing was done" in again["note"] and "r1" in again["note"]
+        assert len(app.agent.replies) == 1 and again["segments"] == first["segments"]  # the first run's progress
+
+
+async def test_the_same_bytes_imported_again_are_a_new_import_that_names_the_earlier_one(make_app, tmp_path):
+    original = write(tmp_path, "run.jsonl", JSONL)
+    async with make_app(scripts=[replies() for _ in range(3)]) as app:
+        ok, first = await import_file(app, original)  # no request_id: a generated one
+        assert ok and "same_bytes_as" not in first and "note" not in first
+        ok, second = await import_file(app, original)
+        assert ok and second["request_id"] != first["request_id"]
+        assert second["path"] == "session/trajectories/run-2.jsonl"  # imported all the same (no deduplication)
+        assert second["same_bytes_as"] == [{"request_id": first["request_id"], "path": first["path"]}]
+        assert f"{first['request_id']} ({first['path']})" in second["note"]
+        ok, other = await import_file(app, write(tmp_path, "other.jsonl", JSONL + '{"role": "user"}\n'))
+        assert ok and "same_bytes_as" not in other  # other bytes: nothing to say
 
 
 async def test_request_id_resume_contract(make_app, tmp_path):

@@ -14,9 +14,9 @@ from helpers.corpus import write
 
 
 def entry(path, similarity=None, content=None):
-    result = {"path": path, "version": "v", "description": f"about {path}", "when_to_use": "w"}
+    result = {"path": path, "version": "v", "description": f"about {path}", "when-to-use": "w"}
     if similarity is not None:
-        result["similarity"] = similarity
+        result["scores"] = {"vector": similarity}
     if content is not None:
         result["content"] = content
     return result

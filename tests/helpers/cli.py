@@ -22,7 +22,8 @@ DIMENSIONS = 64
 PLUGINS = 'plugins=["procedure-memory"]'
 
 
-HIDDEN_JOBS = ("procedure_create", "procedure_update", "procedure_auto_memory", "procedure_reindex", "procedure_export")
+HIDDEN_JOBS = ("procedure_create", "procedure_update", "procedure_auto_memory", "procedure_reindex", "procedure_export",
+               "procedure_delete")
 
 
 SERVED_JOBS = ("procedure_search", "procedure_read", "procedure_list", "procedure_imports", "procedure_history")

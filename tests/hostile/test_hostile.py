@@ -218,6 +218,7 @@ HIDDEN_JOBS = {
     "procedure_auto_memory": {"file": "/etc/passwd", "filename": "passwd.log"},
     "procedure_reindex": {},
     "procedure_export": {"dest": "/tmp/stolen-skills"},
+    "procedure_delete": {"path": EXPERIENCE},
 }
 
 
@@ -313,11 +314,11 @@ def check_answer(text: str, success: bool | None, must_succeed: bool) -> dict:
     assert isinstance(answer, dict), text
     assert SECRET not in text
     if success is None:
-        success = answer.get("status") not in ("error", "incomplete")
+        success = answer.get("status") not in ("error", "incomplete", "rejected")
     if must_succeed:
         assert success and answer.get("status") == "ok", answer
     else:
-        assert not success and answer.get("status") in ("error", "incomplete"), answer
+        assert not success and answer.get("status") in ("error", "incomplete", "rejected"), answer
         assert answer["error"]["code"] in KNOWN_CODES and answer["error"]["message"], answer
     return answer
 
@@ -550,6 +551,11 @@ ONE_SHOT = [
             lambda ws, o: (o / "deep.json").write_text("[" * 100_000 + "]" * 100_000)),
     OneShot("nan-jsonl", ["job=procedure_auto_memory", "file={ORIG}/nan.jsonl", "filename=nan.jsonl"],
             "malformed_input", lambda ws, o: (o / "nan.jsonl").write_text('{"a": 1}\n{"loss": NaN}\n')),
+    # issue 32 item 5: refused before the copy, so nothing of the workspace changes (``changed == set()`` below)
+    OneShot("pdf", ["job=procedure_auto_memory", "file={ORIG}/t.pdf", "filename=t.pdf"], "unsupported_format",
+            lambda ws, o: (o / "t.pdf").write_bytes(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")),
+    OneShot("elf-as-log", ["job=procedure_auto_memory", "file={ORIG}/tool.log", "filename=tool.log"],
+            "unsupported_format", lambda ws, o: (o / "tool.log").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(64))),
     OneShot("long-filename", ["job=procedure_auto_memory", "file={ORIG}/run.log", "filename=" + "a" * 296 + ".log"],
             "invalid_argument", lambda ws, o: (o / "run.log").write_text("a log line\n")),
     OneShot("undecodable-filename", ["job=procedure_auto_memory", "file={ORIG}/run.log", b"filename=run\xff.log"],
@@ -609,7 +615,7 @@ def test_one_shot_cli_answers_hostile_input_cleanly(one_shot_results, case):
     changed = changed_files(*[state[0] for state in (before, after)]) - {str(ws / LOCK)}
     if case.code == "malformed_input":  # the expected destination: the kept copy and the import's own record
         assert changed == {str(ws / answer["path"]), *[p for p in changed if p.startswith(str(ws / IMPORTS))]}
-        assert (ws / answer["path"]).is_file() and answer["status"] == "incomplete"
+        assert (ws / answer["path"]).is_file() and answer["status"] == "rejected"
     else:
         assert changed == set(), changed
 

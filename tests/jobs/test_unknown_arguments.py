@@ -33,6 +33,7 @@ MISSPELLED = {
     "procedure_imports": ({}, "limits", "limit"),
     "procedure_export": ({"dest": "/tmp/skills"}, "destination", "dest"),
     "procedure_history": ({"path": "procedures/a.json"}, "dif", "diff"),
+    "procedure_delete": ({"path": "procedures/a.json"}, "paht", "path"),
 }
 
 

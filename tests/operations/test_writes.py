@@ -251,3 +251,17 @@ async def test_superseded_failed_intent_after_correction(make_app):
         assert ok and fixed["status"] == "updated"
         assert memory.journal.get("req-1", "op-1").status == SUPERSEDED
         assert len(memory.pending) == 0
+
+
+async def test_a_write_that_cannot_be_saved_names_the_experience_once(make_app, tmp_path, monkeypatch):
+    """Issue 32 item 7: the message read "Writing the write of procedures/...": it names the experience and where."""
+    from helpers.faults import Faults
+
+    async with make_app() as app:
+        run = memory_of(app).begin_run("req-1", [add_trajectory(app)])
+        faults = Faults(monkeypatch)
+        faults.full = {memory_of(app).workspace_path / "procedures"}
+        ok, ans = await create(app, run)
+        assert not ok and ans["error"]["code"] == "disk_full", ans
+        message = ans["error"]["message"]
+        assert message.startswith("Writing procedures/rebuild-search.json (") and "the write of" not in message

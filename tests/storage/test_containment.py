@@ -316,7 +316,7 @@ async def test_i2_i4_deep_nesting_and_non_finite_numbers_are_malformed_input_and
     original = write(tmp_path, name, data)
     async with make_app(scripts=[]) as app:  # the agent must never run
         ok, ans = await import_file(app, original, request_id="r1")
-        assert not ok and ans["status"] == "incomplete", ans
+        assert not ok and ans["status"] == "rejected", ans  # an import that did not complete, never resumable
         assert ans["error"]["code"] == "malformed_input" and detail in ans["error"]["message"], ans
         assert (memory_of(app).workspace_path / ans["path"]).read_bytes() == original.read_bytes()
 

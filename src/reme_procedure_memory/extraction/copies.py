@@ -2,6 +2,9 @@
 
 Contract of ``copy_original(workspace, source, filename, request_id, source_id)``, keyed by ``request_id``:
 
+* ``screen_original`` runs first, for a new import (no record of its request id): an unsupported extension, a file
+  over ``max_file_bytes``, an empty, binary (NUL bytes) or non-UTF-8 file is refused before anything is reserved
+  or copied (``rejected``, or ``file_too_large``: an ``error``), so such an import leaves nothing behind;
 * the original's bytes are copied to ``<session_dir>/<trajectory_subdir>/<filename>`` (``-2``, ``-3``, ... before the
   last extension when the name is taken on disk or reserved by another import), after a reservation record that
   holds the name and the SHA-256; files over ``max_file_bytes`` are refused before anything is copied;
@@ -20,12 +23,53 @@ import hashlib
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
-from ..errors import ErrorCode, ProcedureError
+from ..errors import ErrorCode, MalformedTrajectory, ProcedureError, UnsupportedTrajectory
 from ..storage.imports import COPIED, ImportRecord, publish_copy
+from ..storage.paths import check_directory
+from .formats import screen_text, trajectory_format
 
 if TYPE_CHECKING:
     from ..workspace import Workspace
-from ..storage.paths import check_directory
+
+REJECTED = "rejected"  # the status of an import whose content can never be imported (answer and listing alike)
+
+
+def rejected_code(exc: UnsupportedTrajectory | MalformedTrajectory) -> str:
+    """The answer code of a content check's failure."""
+    return ErrorCode.UNSUPPORTED_FORMAT if isinstance(exc, UnsupportedTrajectory) else ErrorCode.MALFORMED_INPUT
+
+
+def too_large(workspace: Workspace, source: str, size: int) -> ProcedureError:
+    return ProcedureError(
+        ErrorCode.FILE_TOO_LARGE,
+        f"file={source} has {size} bytes; the limit is {workspace.settings.max_file_bytes} "
+        "(components.procedure_memory.default.max_file_bytes). Nothing was copied.",
+    )
+
+
+def screen_original(workspace: Workspace, source: str, filename: str, request_id: str) -> None:
+    """Refuse, before anything is reserved or copied, a new import whose original can never be imported: an
+    unsupported extension, more than ``max_file_bytes``, an empty, binary or non-UTF-8 file (``formats.screen_text``)
+    answers ``status: rejected`` (``file_too_large``: ``error``, a setting can change it) and leaves nothing behind.
+    An import with a record (a resume) is left to ``copy_original`` and the read of its copy; so is an original that
+    is missing or not a regular file (they answer for it)."""
+    if workspace.imports.get(request_id) is not None:
+        return
+    original = Path(source)
+    try:
+        trajectory_format(filename)
+        if not original.is_file():
+            return
+        size = original.stat().st_size
+        if size > workspace.settings.max_file_bytes:
+            raise too_large(workspace, source, size)
+        screen_text(original.read_bytes(), filename)
+    except (UnsupportedTrajectory, MalformedTrajectory) as exc:
+        raise ProcedureError(
+            rejected_code(exc), f"{exc}. Nothing was copied: this file cannot be imported as it is; convert it to "
+            "text, Markdown, JSON or JSONL (UTF-8) and import that.", status=REJECTED, request_id=request_id,
+            filename=filename,
+        ) from None
 
 
 def copy_original(workspace: Workspace, source: str, filename: str, request_id: str, source_id: str) -> ImportRecord:
@@ -46,11 +90,7 @@ def copy_original(workspace: Workspace, source: str, filename: str, request_id: 
             raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"file={source} is not a regular file.")
         size = original.stat().st_size
         if size > workspace.settings.max_file_bytes:
-            raise ProcedureError(
-                ErrorCode.FILE_TOO_LARGE,
-                f"file={source} has {size} bytes; the limit is {workspace.settings.max_file_bytes} "
-                "(components.procedure_memory.default.max_file_bytes). Nothing was copied.",
-            )
+            raise too_large(workspace, source, size)
         data = original.read_bytes()
         if record is not None and hashlib.sha256(data).hexdigest() != record.sha256:
             raise ProcedureError(

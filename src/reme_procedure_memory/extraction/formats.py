@@ -1,8 +1,14 @@
 """Reading trajectories: plain text (extensionless too), Markdown, JSON, JSONL and logs.
 
-The extraction reads the decoded text itself, so JSON and JSONL keep every field. ``decode_trajectory`` checks
-that the bytes are what their extension says; anything else raises UnsupportedTrajectory / MalformedTrajectory
-with a message that names the problem (the saved copy is kept either way).
+The extraction reads the decoded text itself, so JSON and JSONL keep every field. Two checks, both pure:
+
+* ``screen_text``: what can be told of any file before it is copied — a supported extension, no NUL bytes (a binary
+  file), UTF-8 text, not empty. The import runs it on the original and refuses before anything is copied
+  (docs/decisions.md ``[import-rejected]``);
+* ``decode_trajectory``: ``screen_text`` and then the structure the extension promises (strict JSON, one JSON value
+  per JSONL line), found while reading the saved copy, which is then kept (the spec: malformed input retains it).
+
+Both raise UnsupportedTrajectory / MalformedTrajectory with a message that names the problem.
 """
 
 from __future__ import annotations
@@ -33,9 +39,10 @@ def trajectory_format(filename: str) -> str:
     )
 
 
-def decode_trajectory(data: bytes, filename: str) -> str:
-    """The decoded text of a trajectory after checking its format; raise Unsupported/MalformedTrajectory."""
-    kind = trajectory_format(filename)
+def screen_text(data: bytes, filename: str) -> str:
+    """The decoded text of a file whose extension is supported and whose bytes are UTF-8 text (no NUL byte), not
+    empty; raise UnsupportedTrajectory / MalformedTrajectory otherwise. Needs no structure: runs before the copy."""
+    trajectory_format(filename)
     if b"\x00" in data:
         raise UnsupportedTrajectory(f"{filename!r} contains NUL bytes: binary files are not trajectories")
     try:
@@ -44,6 +51,14 @@ def decode_trajectory(data: bytes, filename: str) -> str:
         raise MalformedTrajectory(f"{filename!r} is not UTF-8 text ({exc})") from None
     if not text.strip():
         raise MalformedTrajectory(f"{filename!r} is empty")
+    return text
+
+
+def decode_trajectory(data: bytes, filename: str) -> str:
+    """The decoded text of a trajectory after checking its format (``screen_text``, then the structure of JSON and
+    JSONL); raise Unsupported/MalformedTrajectory."""
+    text = screen_text(data, filename)
+    kind = trajectory_format(filename)
     body = text[1:] if text.startswith("\ufeff") else text  # a byte-order mark is checked past, and kept
     if kind == "json":
         check_json(body, f"{filename!r}")

@@ -3,16 +3,22 @@ remaining segments.
 
 Contract of an import keyed by ``request_id``:
 
-* before anything is copied, the model's settings, the embedding provider and the tokenizer are checked
-  (``preflight.py``; not for an import already complete): a failure answers ``error`` and changes nothing;
+* before anything is copied, the original is screened (``copies.screen_original``: extension, size, an empty,
+  binary or non-UTF-8 file answer ``rejected`` and leave nothing behind), then the model's settings, the embedding
+  provider and the tokenizer are checked (``preflight.py``); neither for an import already complete; a failure
+  answers ``error`` and changes nothing;
 * the original is copied byte-exactly under a reservation and verified (``copies.py``); the same request id reuses
   the copy and the checkpoint; other segmentation settings fail explicitly without changing anything;
-* malformed or unsupported content answers ``incomplete`` and keeps the copy, without a resume command (the copy
-  cannot change, so resuming cannot succeed);
+* content found malformed while reading the copy (JSON, JSONL structure) answers ``rejected`` — the status the
+  imports listing gives it — and keeps the copy, without a resume command (the copy cannot change, so resuming
+  cannot succeed);
 * every resumable failure answers ``incomplete`` with the request id, the progress so far and the exact command that
   resumes it, with the workspace and every setting override of this process (``resume.py``); a spent iteration
   budget names the setting and the resume command raises it;
-* a completed import run again answers ``complete`` (nothing to do) whatever the current settings;
+* a completed import run again answers ``complete`` with ``already_complete: true`` and a ``note`` that nothing
+  was done, whatever the current settings;
+* an import whose original's bytes an earlier import (another request id) copied already says so
+  (``same_bytes_as``, ``note``): new imports are not deduplicated, only told;
 * SIGINT or SIGTERM during the import (``interrupts`` holds the signal) ends it with ``ImportInterrupted``: the
   ``incomplete`` answer with its resume command; every record stays as its last atomic write left it.
 """
@@ -41,7 +47,7 @@ from ..interrupts import signal_name
 from ..storage.checkpoints import COMPLETE, Checkpoint
 from ..storage.imports import ImportRecord
 from ..tokens import SpanCounter
-from .copies import copy_original
+from .copies import REJECTED, copy_original, rejected_code, screen_original
 from .formats import decode_trajectory, trajectory_format
 from .loop import Extraction, make_progress
 from .preflight import preflight
@@ -91,26 +97,33 @@ async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads
     try:
         saved = workspace.checkpoints.get(request_id)
         if saved is None or saved.status != COMPLETE:  # a completed import needs none of them
+            await asyncio.to_thread(screen_original, workspace, source, filename, request_id)
             await preflight(workspace, wrapper)
         record = await asyncio.to_thread(copy_original, workspace, source, filename, request_id, source_id)
         answer["path"] = record.path
+        answer.update(await asyncio.to_thread(same_bytes, workspace, record))
         data = await asyncio.to_thread((workspace.root / record.path).read_bytes)
         try:
             text = decode_trajectory(data, filename)
         except (UnsupportedTrajectory, MalformedTrajectory) as exc:
-            code = ErrorCode.UNSUPPORTED_FORMAT if isinstance(exc, UnsupportedTrajectory) else ErrorCode.MALFORMED_INPUT
+            code = rejected_code(exc)
             if record.rejected != code:  # the listing tells it from a resumable stop
                 record.rejected = code
                 await asyncio.to_thread(workspace.imports.put, record)
-            raise incomplete(code, f"{exc}. The saved copy {record.path} is kept; this content cannot be imported "
-                                   "as it is: fix or convert the file and import it with a new request_id.",
-                             resumable=False) from None
+            raise ProcedureError(
+                code, f"{exc}. The saved copy {record.path} is kept (malformed input keeps its copy); this content "
+                "cannot be imported as it is: fix the file and import it with a new request_id. To remove the copy "
+                f"and this import: reme start job=procedure_delete path={record.path} (one-shot).",
+                status=REJECTED, **answer) from None
         answer["format"] = trajectory_format(filename)
         checkpoint = await load_checkpoint(workspace, record, text, hint)
         extraction = Extraction(workspace, grants, reads.search, app_context.jobs, wrapper, record, text,
                                 answer["format"], checkpoint, make_progress(workspace.logger))
         if checkpoint.status == COMPLETE:  # nothing to do, whatever the settings of this run
-            return {"status": "complete", **answer, **progress_of(workspace, extraction)}
+            return {"status": "complete", **answer, **progress_of(workspace, extraction), "already_complete": True,
+                    "note": f"request_id {request_id!r} was complete already: nothing was done again (no model "
+                            "call); the segments and experiences are those of its run. Import the file with a new "
+                            "request_id to extract from it again."}
         if hint and hint != checkpoint.memory_hint:  # a new focus applies to the remaining segments
             checkpoint.memory_hint = hint
             workspace.checkpoints.put(checkpoint)
@@ -126,7 +139,7 @@ async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads
                                                   "left it; run the `resume` command to continue.")
         raise ImportInterrupted(error.answer(), interrupts[0]) from None
     except ProcedureError as exc:
-        if exc.status == "error":  # refused before anything could be resumed (conflicts, bad files): keep it so
+        if exc.status in ("error", REJECTED):  # refused before anything could be resumed (conflicts, bad files)
             exc.details = {**answer, **exc.details}
         raise  # or an incomplete answer made above
     except ExtractionStopped as exc:
@@ -177,6 +190,20 @@ async def load_checkpoint(workspace: Workspace, record: ImportRecord, text: str,
     )
     workspace.checkpoints.put(checkpoint)
     return checkpoint
+
+
+def same_bytes(workspace: Workspace, record: ImportRecord) -> dict[str, Any]:
+    """``same_bytes_as`` (``[{request_id, path}]``) and a ``note`` when other imports copied the same bytes (new
+    imports are not deduplicated: the answer only says so); {} otherwise. Damaged records are skipped."""
+    records, _ = workspace.imports.scan()
+    earlier = [{"request_id": r.request_id, "path": r.path} for r in sorted(records, key=lambda r: r.created_at)
+               if r.sha256 == record.sha256 and r.request_id != record.request_id]
+    if not earlier:
+        return {}
+    named = ", ".join(f"{e['request_id']} ({e['path']})" for e in earlier[:3]) + (" ..." if len(earlier) > 3 else "")
+    return {"same_bytes_as": earlier,
+            "note": f"These bytes were imported before as {named}; this import is a new one all the same (imports "
+                    "are not deduplicated). To resume an import, give its request_id."}
 
 
 def progress_of(workspace: Workspace, extraction: Extraction) -> dict[str, Any]:

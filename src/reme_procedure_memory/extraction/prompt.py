@@ -67,7 +67,7 @@ def related_lines(results: list[dict]) -> list[str]:
         head = f"- {r['path']} ({r['version']}): {r['description']}"
         if "content" in r:
             more = " (continues: procedure_read it before rewriting the content)" if r.get("content_truncated") else ""
-            lines.append(f"{head}\n  when to use: {r['when_to_use']}\n  content{more}:\n"
+            lines.append(f"{head}\n  when to use: {r['when-to-use']}\n  content{more}:\n"
                          + "\n".join(f"    {line}" for line in r["content"].splitlines()))
         else:
             lines.append(head)

@@ -8,7 +8,7 @@ Contract: pure functions of their arguments.
   the beginning of a long query);
 - ``merged_related(answers, limit)`` merges the compact search answers of those queries: rank by rank (each
   query's best first), each path once, at most ``limit``; only the entry the model is most likely to revise keeps its
-  content (the highest vector similarity among the entries that carry one, else the first such entry), so it can be
+  content (the highest vector score, ``scores.vector``, among the entries that carry one, else the first such entry), so it can be
   updated without a ``procedure_read`` round trip while the message stays short.
 """
 
@@ -42,7 +42,7 @@ def merged_related(answers: list[dict[str, Any]], limit: int) -> list[dict[str, 
                 merged.setdefault(results[rank]["path"], dict(results[rank]))
     entries = list(merged.values())
     with_content = [e for e in entries if "content" in e]
-    keep = max(with_content, key=lambda e: e.get("similarity", float("-inf")), default=None)
+    keep = max(with_content, key=lambda e: (e.get("scores") or {}).get("vector", float("-inf")), default=None)
     for entry in entries:
         if entry is not keep:
             entry.pop("content", None)

@@ -223,6 +223,15 @@ class HistoryArguments(JobArguments):
     limit: Integer = Field(20, ge=1, le=MAX_LIMIT, description="Most versions to list (default 20).")
 
 
+class DeleteArguments(JobArguments):
+    """``reme start job=procedure_delete path=procedures/<name>.json``: a one-shot CLI job, not an agent tool."""
+
+    model_config = ConfigDict(json_schema_extra=None)  # advertised without additionalProperties: CLI only
+
+    path: RawPath = Field(description="procedures/<name>.json: the experience to remove; or the copy of a rejected "
+                          "import (session/trajectories/<file>, as procedure_imports lists it).")
+
+
 MODELS: dict[str, type[JobArguments]] = {
     "procedure_search": SearchArguments,
     "procedure_read": ReadArguments,
@@ -234,6 +243,7 @@ MODELS: dict[str, type[JobArguments]] = {
     "procedure_imports": ImportsArguments,
     "procedure_export": ExportArguments,
     "procedure_history": HistoryArguments,
+    "procedure_delete": DeleteArguments,
 }
 
 

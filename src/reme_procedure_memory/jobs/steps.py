@@ -27,6 +27,7 @@ from ..operations.writes import canonical_filename
 from .arguments import (
     AutoMemoryArguments,
     CreateArguments,
+    DeleteArguments,
     HistoryArguments,
     ImportsArguments,
     ExportArguments,
@@ -178,7 +179,7 @@ class ProcedureStep(BaseStep):
         try:
             check_unicode(self.context.data)
             answer = await self.run()
-            return answer, answer.get("status") not in ("incomplete", "error")
+            return answer, answer.get("status") not in ("incomplete", "rejected", "error")
         except ProcedureError as exc:
             return exc.answer(), False
         except (StorageError, DamagedRecord) as exc:  # a full disk, an unwritable directory, a damaged record
@@ -307,6 +308,15 @@ class ProcedureExportStep(ProcedureStep):
     async def run(self) -> dict[str, Any]:
         memory = self.memory
         return await memory.export(self.validated_arguments(ExportArguments).dest)
+
+
+class ProcedureDeleteStep(ProcedureStep):
+    """``reme start job=procedure_delete plugins='["procedure-memory"]' path=procedures/x.json`` (one-shot CLI):
+    removes one experience, recorded in its history."""
+
+    async def run(self) -> dict[str, Any]:
+        memory = self.memory
+        return await memory.delete_experience(self.validated_arguments(DeleteArguments).path)
 
 
 class ProcedureAutoMemoryStep(ProcedureStep):

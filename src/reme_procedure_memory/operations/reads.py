@@ -55,8 +55,8 @@ COMPACT_CONTENT_CHARS = 4000  # the best result's content beyond this is left to
 
 def compact_answer(answer: dict[str, Any], shown: set[tuple[str, str]] | None = None, *,
                    every_content: bool = False) -> dict[str, Any]:
-    """A search answer with less to read: each result's path, version, similarity (the vector branch's cosine, when
-    it ran), description and when-to-use; the best
+    """A search answer with less to read, under the names of the full answer: each result's path, version,
+    ``scores.vector`` (the vector branch's cosine, rounded, when it ran), description and ``when-to-use``; the best
     result's content too, up to ``COMPACT_CONTENT_CHARS`` characters; results whose vector and BM25 scores are both
     below ``COMPACT_KEEP_SHARE`` of the best of their branch left out (``left_out`` says how many). A result in
     ``shown`` (path and version an earlier answer of the same run showed; updated here) is only named
@@ -81,9 +81,9 @@ def compact_answer(answer: dict[str, Any], shown: set[tuple[str, str]] | None = 
         shown.add(identity)
         experience = result["experience"]
         entry = {"path": result["path"], "version": result["version"],
-                 "description": experience["description"], "when_to_use": experience["when-to-use"]}
+                 "description": experience["description"], "when-to-use": experience["when-to-use"]}
         if result["scores"]["vector"] is not None:  # fused RRF scores hardly differ; the cosine tells how close
-            entry["similarity"] = round(result["scores"]["vector"], 2)
+            entry["scores"] = {"vector": round(result["scores"]["vector"], 2)}
         if every_content or not content_given:
             content, content_given = experience["content"], True
             entry["content"] = content[:COMPACT_CONTENT_CHARS]

@@ -300,7 +300,7 @@ class WritePath:
                     raise
             ws.journal.set_status(op, PUBLISHED)
         except OSError as exc:
-            code, message = storage_failure(exc, f"the write of {op.path}")
+            code, message = storage_failure(exc, op.path)
             run.write_failed(op, code, message)
             raise ProcedureError(
                 code,

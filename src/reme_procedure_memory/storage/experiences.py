@@ -299,3 +299,9 @@ class ExperienceFiles(ExperienceDirectory):
         """Atomically publish experience bytes (only while the directory is a real one inside the workspace)."""
         check_directory(self.workspace, self.rel_dir, setting="procedure_dir")
         atomic.atomic_write(self.abs(rel_path), data)
+
+    def remove(self, rel_path: str) -> None:
+        """Durably remove an experience file (a link itself, never its target; nothing when it is gone), only while
+        the directory is a real one inside the workspace."""
+        check_directory(self.workspace, self.rel_dir, setting="procedure_dir")
+        atomic.remove_file(self.abs(rel_path))

@@ -169,8 +169,8 @@ def refusal_of(app_context, context, rules: dict[str, tuple[str, str]]) -> str |
                 if mode == WRITE and (inside or place.directory.is_relative_to(target)):
                     return (f"`{argument}` {shown} would change {place.label}, which the "
                             "procedure-memory plugin manages; ReMe's generic file jobs cannot modify it. Only an "
-                            "import (procedure_auto_memory) writes there; procedure_read reads experiences and "
-                            "trajectory excerpts.")
+                            "import (procedure_auto_memory) writes there, procedure_delete (one-shot CLI) removes an "
+                            "experience; procedure_read reads experiences and trajectory excerpts.")
     return None
 
 

@@ -67,6 +67,10 @@ class ImportRegistry:
     def put(self, record: ImportRecord) -> None:
         write_json(self.path(record.request_id), record.__dict__)
 
+    def remove(self, request_id: str) -> None:
+        """Durably remove the record of ``request_id`` (nothing when there is none)."""
+        atomic.remove_file(self.path(request_id))
+
     def scan(self) -> tuple[list[ImportRecord], dict[str, str]]:
         """Every import record (by file name), read only, and the damaged ones (path -> cause): unreadable, other
         fields, or fields of other types (``check_types``). Nothing is set aside."""
@@ -101,3 +105,8 @@ class ImportRegistry:
 def publish_copy(target: Path, data: bytes) -> None:
     """Publish the byte-exact copy of an original (atomic, durable)."""
     atomic.atomic_write(target, data)
+
+
+def remove_copy(target: Path) -> None:
+    """Durably remove a copy (only a rejected import's: ``operations/deletion.py``); nothing when it is gone."""
+    atomic.remove_file(target)

@@ -396,10 +396,11 @@ class OperationJournal:
         return found, damaged
 
     def record_change(self, path: str, tool: str, data: bytes | Link | None, previous: str | None,
-                      modified_at: float | None) -> Operation:
+                      modified_at: float | None, *, note: str = "") -> Operation:
         """Durably record a change made by hand (``EDIT``: the file's content ``data``; ``DELETE``: none) of
         ``path``, which the journal last knew at version ``previous``. The text of a file that is not UTF-8 is kept
-        with U+FFFD and its real version in ``file_version``; a symbolic link is recorded with an empty text."""
+        with U+FFFD and its real version in ``file_version``; a symbolic link is recorded with an empty text.
+        ``note`` (who made the change, e.g. the ``procedure_delete`` job) is what a history shows as its note."""
         target, file_version = "", None
         if tool == EDIT:
             raw = data.target if isinstance(data, Link) else (data or b"")
@@ -411,7 +412,7 @@ class OperationJournal:
             scope=HAND_SCOPE, key=f"{tool}:{path}:{time.time_ns()}", tool=tool, request="", path=path,
             target=target, expected_version=previous, status=RECORDED, created_at=now,
             published_at=modified_at if modified_at is not None else now, file_version=file_version,
-            error="a symbolic link: experiences are regular files" if isinstance(data, Link) else "",
+            error="a symbolic link: experiences are regular files" if isinstance(data, Link) else note,
         )
         self.put(op)
         return op
