@@ -91,7 +91,7 @@ async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads
     try:
         saved = workspace.checkpoints.get(request_id)
         if saved is None or saved.status != COMPLETE:  # a completed import needs none of them
-            await preflight(workspace, wrapper)
+            await preflight(workspace, wrapper, request_id)
         record = await asyncio.to_thread(copy_original, workspace, source, filename, request_id, source_id)
         answer["path"] = record.path
         data = await asyncio.to_thread((workspace.root / record.path).read_bytes)
