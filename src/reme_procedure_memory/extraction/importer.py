@@ -9,9 +9,9 @@ Contract of an import keyed by ``request_id``:
   the copy and the checkpoint; other segmentation settings fail explicitly without changing anything;
 * malformed or unsupported content answers ``incomplete`` and keeps the copy, without a resume command (the copy
   cannot change, so resuming cannot succeed);
-* every resumable failure answers ``incomplete`` with the request id, the progress so far and the exact command that
-  resumes it, with the workspace and every setting override of this process (``resume.py``); a spent iteration
-  budget names the setting and the resume command raises it;
+* every resumable failure answers ``incomplete`` with the request id, the progress so far, the exact command that
+  resumes it (what makes it the same import) and the names of the settings it reads from the environment
+  (``resume.py``); a spent iteration budget names the setting and the resume command raises it;
 * a completed import run again answers ``complete`` (nothing to do) whatever the current settings;
 * SIGINT or SIGTERM during the import (``interrupts`` holds the signal) ends it with ``ImportInterrupted``: the
   ``incomplete`` answer with its resume command; every record stays as its last atomic write left it.
@@ -45,7 +45,7 @@ from .copies import copy_original
 from .formats import decode_trajectory, trajectory_format
 from .loop import Extraction, make_progress
 from .preflight import preflight
-from .resume import resume_command
+from .resume import resume_fields
 from .segmenter import SEGMENTER_VERSION, segment_counted
 
 if TYPE_CHECKING:
@@ -85,7 +85,7 @@ async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads
             key, now = workspace.setting("extraction.max_iters"), workspace.settings.extraction.max_iters
             changes[key] = 2 * now
             message += f" Raise {key} (now {now}); the resume command below uses {2 * now}."
-        resume = {"resume": resume_command(app_context, source, filename, request_id, changes)} if resumable else {}
+        resume = resume_fields(app_context, source, filename, request_id, changes) if resumable else {}
         return ProcedureError(code, message, status="incomplete", **answer, **progress, **details, **resume)
 
     try:
