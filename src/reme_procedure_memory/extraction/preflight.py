@@ -28,6 +28,8 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..errors import DamagedRecord, ErrorCode, ProcedureError, TokenizerUnavailable
+from ..storage.imports import ImportRecord
+from ..storage.records import load_record
 
 if TYPE_CHECKING:
     from ..workspace import Workspace
@@ -52,14 +54,15 @@ async def preflight(workspace: Workspace, wrapper, request_id: str | None = None
 
 def nothing_done(workspace: Workspace, request_id: str | None) -> str:
     """The sentence that ends a refusal: nothing was copied, or (a resume) the copy and progress are kept."""
-    try:
-        record = workspace.imports.get(request_id) if request_id else None
-    except DamagedRecord:  # the import itself reports it once it runs
-        record = None
-    if record is None:
+    if not request_id or not workspace.imports.path(request_id).is_file():
         return NOTHING_DONE
-    return (f"Nothing was changed: the copy {record.path} and the progress of request_id {request_id} are kept; run "
-            "the same command again once fixed.")
+    try:  # read only: a damaged record is the import's to report and set aside, once it runs
+        record = load_record(workspace.imports.path(request_id), ImportRecord)
+    except DamagedRecord:
+        record = None
+    copy = f"the copy {record.path}" if record is not None else "its copy"
+    return (f"Nothing was changed: {copy} and the progress of request_id {request_id} are kept; run the same command "
+            "again once fixed.")
 
 
 def shown_url(url: str) -> str:
