@@ -137,7 +137,7 @@ def model_at(base_url: str) -> dict:
 
 
 REFUSALS = {
-    "refused key": ((401, {"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}),
+    "refused key": ((401, {"error": {"message": f"Incorrect API key provided: {KEY}", "code": "invalid_api_key"}}),
                     ["refused the key", "components.as_llm.default.credential.api_key", "LLM_API_KEY", "HTTP 401"]),
     "forbidden": ((403, {"error": {"message": "access denied"}}), ["refused the key", "LLM_API_KEY", "HTTP 403"]),
     "unknown model": ((404, {"error": {"message": "The model `fake-chat` does not exist or you do not have access "

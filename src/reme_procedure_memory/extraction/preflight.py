@@ -140,7 +140,9 @@ async def probe(model, name: str, key: str, logger=None) -> str | None:
                 "OpenAI-compatible base URL (for example https://api.openai.com/v1 or http://localhost:11434/v1) "
                 "in the environment or .env.")
     except sdk.APIStatusError as exc:
-        status, said = exc.status_code, " ".join(str(getattr(exc, "message", "") or exc).split())[:300]
+        status, said = exc.status_code, " ".join(str(getattr(exc, "message", "") or exc).split())
+        secret = str(getattr(client, "api_key", "") or "")
+        said = (said.replace(secret, "***") if len(secret) >= 4 else said)[:300]  # a provider may echo the key
         if status in (401, 403):
             return (f"The extraction model's endpoint {url} refused the key ({key}.credential.api_key, LLM_API_KEY; "
                     f"HTTP {status}: {said}). Set LLM_API_KEY to a key this endpoint accepts, in the environment or "
