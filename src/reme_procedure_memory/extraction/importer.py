@@ -12,9 +12,9 @@ Contract of an import keyed by ``request_id``:
 * content found malformed while reading the copy (JSON, JSONL structure) answers ``rejected`` — the status the
   imports listing gives it — and keeps the copy, without a resume command (the copy cannot change, so resuming
   cannot succeed);
-* every resumable failure answers ``incomplete`` with the request id, the progress so far and the exact command that
-  resumes it, with the workspace and every setting override of this process (``resume.py``); a spent iteration
-  budget names the setting and the resume command raises it;
+* every resumable failure answers ``incomplete`` with the request id, the progress so far, the exact command that
+  resumes it (what makes it the same import) and the names of the settings it reads from the environment
+  (``resume.py``); a spent iteration budget names the setting and the resume command raises it;
 * a completed import run again answers ``complete`` with ``already_complete: true`` and a ``note`` that nothing
   was done, whatever the current settings;
 * an import whose original's bytes an earlier import (another request id) copied already says so
@@ -51,7 +51,7 @@ from .copies import REJECTED, copy_original, rejected_code, screen_original
 from .formats import decode_trajectory, trajectory_format
 from .loop import Extraction, make_progress
 from .preflight import preflight
-from .resume import resume_command
+from .resume import resume_fields
 from .segmenter import SEGMENTER_VERSION, segment_counted
 
 if TYPE_CHECKING:
@@ -91,14 +91,14 @@ async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads
             key, now = workspace.setting("extraction.max_iters"), workspace.settings.extraction.max_iters
             changes[key] = 2 * now
             message += f" Raise {key} (now {now}); the resume command below uses {2 * now}."
-        resume = {"resume": resume_command(app_context, source, filename, request_id, changes)} if resumable else {}
+        resume = resume_fields(app_context, source, filename, request_id, changes) if resumable else {}
         return ProcedureError(code, message, status="incomplete", **answer, **progress, **details, **resume)
 
     try:
         saved = workspace.checkpoints.get(request_id)
         if saved is None or saved.status != COMPLETE:  # a completed import needs none of them
             await asyncio.to_thread(screen_original, workspace, source, filename, request_id)
-            await preflight(workspace, wrapper)
+            await preflight(workspace, wrapper, request_id)
         record = await asyncio.to_thread(copy_original, workspace, source, filename, request_id, source_id)
         answer["path"] = record.path
         answer.update(await asyncio.to_thread(same_bytes, workspace, record))
