@@ -142,6 +142,14 @@ def planted(seed: int = 0) -> list[Planted]:
         "HEROKU_API_KEY={}")
     add("secret_assignment", "yaml-webhook-secret", _pick(rng, B62, 24), "webhook_secret: {}")
     add("secret_assignment", "kwarg-token", _pick(rng, HEX, 64), 'client = Client(auth_token="{}")')
+    # issue 30: a token as a URL's user, passwords on command lines, short password names
+    add("github_token", "ghp-url-user", "ghp_" + _pick(rng, B62, 36), "git clone https://{}@github.com/o/r.git")
+    add("token_in_url", "url-user-token", _pick(rng, B62, 32), "git remote add origin https://{}@git.example.com/r")
+    add("password_in_command", "mysql-p", _password(rng, 12), "mysql -h db -u app -p{} orders")
+    add("password_in_command", "sshpass", _password(rng, 10), "sshpass -p '{}' ssh deploy@10.0.0.5")
+    add("password_in_command", "curl-u", _password(rng, 12), "curl -u admin:{} https://jenkins.internal/api")
+    add("password_in_command", "pgpassword", _password(rng, 14), "PGPASSWORD={} psql -h db -U app")
+    add("secret_assignment", "pw", _password(rng, 10), "pw={}")
     return out
 
 
