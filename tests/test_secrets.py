@@ -247,7 +247,7 @@ def test_common_credential_forms_are_found(text, secret, kind):
     "redis-cli -a $REDIS_PASSWORD", "the -----BEGIN RSA PRIVATE KEY----- line starts the file",
     "-----BEGIN OPENSSH PRIVATE KEY-----\n...\n-----END OPENSSH PRIVATE KEY-----",
     "Copy the block from -----BEGIN PRIVATE KEY----- through -----END PRIVATE KEY----- into key.pem.",
-    "\u041f\u0430\u0440\u043e\u043b\u044c \u0438 \u0442\u043e\u043a\u0435\u043d: \u0441\u043c. \u0434\u043e\u043a\u0443\u043c\u0435\u043d\u0442\u0430\u0446\u0438\u044e",
+    "Пароль и токен: см. документацию",
     "\u5bc6\u7801\uff1a\u8bf7\u4f7f\u7528\u73af\u5883\u53d8\u91cf\uff0c\u4e0d\u8981\u5199\u5728\u4ee3\u7801\u91cc",
 ])
 def test_look_alikes_of_the_new_forms_are_not_flagged(text):

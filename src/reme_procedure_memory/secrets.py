@@ -29,9 +29,9 @@ The rules, most specific first (docs/decisions.md#secret-guard says why a rule s
    followed by a random-looking value.
 6. ``secret_assignment``: a random-looking value assigned (``=``, ``:``, ``=>``, ``:=``, JSON ``"name": "value"``,
    escaped JSON, a ``--flag value``) to a name whose words say credential: ``password``, ``passwd``, ``passphrase``,
-   ``pwd``, ``pass``, ``pw``, ``psw``, ``secret``, ``token``, ``credential``, ``auth``, ``authorization``, or ``key`` qualified as
-   ``api``/``access``/``secret``/``private``/``client``/… key — but not names that say the value is something else
-   (``next_page_token``, ``max_tokens``, ``public_key``, ``key_id``, ``token_type``, ``secret_name``, …).
+   ``pwd``, ``pass``, ``pw``, ``psw``, ``secret``, ``token``, ``credential``, ``auth``, ``authorization``, or
+   ``key`` qualified as ``api``/``access``/``secret``/``private``/``client``/… key — but not names that say the value
+   is something else (``next_page_token``, ``max_tokens``, ``public_key``, ``key_id``, ``token_type``, ``secret_name``, …).
 
 Every rule judges the text as a reader sees it (``textfold.fold``: NFKC, zero-width characters removed, Cyrillic and
 Greek look-alikes folded), and findings are spans of the original characters.
@@ -179,8 +179,9 @@ def looks_random(value: str, min_chars: int = MIN_VALUE_CHARS) -> bool:
 # -- the rules -------------------------------------------------------------------------------------------------------
 
 # A token starts where no letter, digit or base64 character precedes it (inside base64, hex or an identifier it is
-# not a token), or right after a URL's ``://`` (a token as the URL's user). After ``-`` or ``_`` it may start a token (``deploy-with-ghp_…``) unless what it is glued to is
-# random itself: then it is the inside of a base64url blob (``glued_to_random``).
+# not a token), or right after a URL's ``://`` (a token as the URL's user: ``_after_scheme``). After ``-`` or ``_``
+# it may start a token (``deploy-with-ghp_…``) unless what it is glued to is random itself: then it is the inside of
+# a base64url blob (``glued_to_random``).
 _START = r"(?<![A-Za-z0-9+/])"
 _GLUED = re.compile(r"[A-Za-z0-9_\-]{1,64}$")
 
@@ -265,6 +266,7 @@ _COMMAND = re.compile(
     r"(?P<command>mysql(?:dump|admin|import|check|show|slap|pump|sh)?|mariadb(?:-?dump|-?admin)?"
     r"|mongo(?:sh|dump|restore|export|import)?|sshpass|curl|wget|redis-cli|docker[ \t]+login)(?![\w\-])")
 _COMMAND_BEFORE = frozenset(string.ascii_letters + string.digits + "_.-/$")
+_VARIABLE_BEFORE = frozenset(string.ascii_letters + string.digits + "_$")
 _COMMAND_END = re.compile(r"\n|\\+n|[|;]|&&")
 MAX_COMMAND_CHARS = 1024
 _OPTION = r"(?<![\w\-])"
@@ -455,7 +457,7 @@ def _command_passwords(text: str) -> list[Finding]:
     out = []
     for at in words_at(text, PASSWORD_VARIABLES):
         match = _PASSWORD_VARIABLE.match(text, at)
-        if match is None or (at and text[at - 1] in _COMMAND_BEFORE):
+        if match is None or (at and text[at - 1] in _VARIABLE_BEFORE):
             continue
         value, start, end = _option_value(match)
         if not _placeholder_option(value):

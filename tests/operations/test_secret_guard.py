@@ -271,7 +271,8 @@ async def test_an_append_that_completes_a_key_block_is_refused(make_app, field):
         before = durable_state(memory.workspace_path)
         result = await call_tool(app, run, "procedure_update", path=created["path"],
                                  expected_version=created["version"], **{f"{field}_append": KEY_REST})
-        await assert_refused_and_unchanged(app, result, KEY, f"{field}_append", before, stored=KEY_REST.rsplit("\n", 1)[0])
+        body = KEY_REST.rsplit("\n", 1)[0]
+        await assert_refused_and_unchanged(app, result, KEY, f"{field}_append", before, stored=body)
         assert "with this addition" in result[1]["error"]["message"]
         # an addition that completes nothing is written
         ok, answer = await call_tool(app, run, "procedure_update", path=created["path"],
@@ -296,16 +297,8 @@ async def test_a_key_split_across_two_fields_is_refused(make_app):
 ])
 async def test_a_filename_whose_canonical_spelling_is_a_key_is_refused(make_app, filename):
     """``SK-<HEX>`` passes as sent but is stored as ``sk-<hex>``: the canonical name is judged."""
-    async with make_app() as app:
-        memory = memory_of(app)
-        run = memory.begin_run("req-1", [add_trajectory(app)])
-        before = durable_state(memory.workspace_path)
-        ok, answer = await create(app, run, name=filename)
-        assert not ok and answer["error"]["code"] == "secret_detected", answer
-        assert {s["field"] for s in answer["secrets"]} == {"filename"}
-        assert durable_state(memory.workspace_path) == before
-        ok, listed = await run_job(app, "procedure_list")
-        assert ok and listed["experiences"] == [] if "experiences" in listed else ok
+    answer = await refused_create(make_app, name=filename)
+    assert {s["field"] for s in answer["secrets"]} == {"filename"}
 
 
 @pytest.mark.parametrize("text", [
@@ -314,15 +307,23 @@ async def test_a_filename_whose_canonical_spelling_is_a_key_is_refused(make_app,
     "Log in with \uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44\uff1dZx9K2mPq7Lr4Tw8Y first.",  # fullwidth
 ])
 async def test_a_credential_spelled_with_look_alike_characters_is_refused(make_app, text):
+    answer = await refused_create(make_app, content=text)
+    assert answer["secrets"][0]["offset"] == text.index("Zx9K")  # in the characters as sent
+    assert "Zx9K2mPq" not in json.dumps(answer, ensure_ascii=False)
+
+
+async def refused_create(make_app, **overrides) -> dict:
+    """The answer of a create that must be refused with ``secret_detected``; nothing written, nothing listed."""
     async with make_app() as app:
         memory = memory_of(app)
         run = memory.begin_run("req-1", [add_trajectory(app)])
         before = durable_state(memory.workspace_path)
-        ok, answer = await create(app, run, content=text)
+        ok, answer = await create(app, run, **overrides)
         assert not ok and answer["error"]["code"] == "secret_detected", answer
-        assert answer["secrets"][0]["offset"] == text.index("Zx9K")  # in the characters as sent
-        assert "Zx9K2mPq" not in json.dumps(answer, ensure_ascii=False)
         assert durable_state(memory.workspace_path) == before
+        ok, listed = await run_job(app, "procedure_list")
+        assert ok and listed["experiences"] == [], listed
+        return answer
 
 
 @pytest.mark.parametrize("label", ["ghp-url-user", "url-user-token", "mysql-p", "sshpass", "curl-u", "pw"])
