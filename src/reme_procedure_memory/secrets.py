@@ -8,8 +8,9 @@ the secret's text: callers answer with kinds and offsets only.
 
 The rules, most specific first (docs/decisions.md#secret-guard says why a rule set and not a detector library):
 
-1. ``private_key``: a PEM / OpenSSH / PGP ``-----BEGIN … PRIVATE KEY-----`` line followed by a base64 body (a header
-   alone, or one followed by a placeholder, is documentation, not a key).
+1. ``private_key``: a PEM / OpenSSH / PGP ``-----BEGIN … PRIVATE KEY-----`` line followed by a base64 body, or with
+   a body line (40 base64 characters with a digit) anywhere before its END line, whatever is written between (a
+   header alone, or one followed by a placeholder, is documentation, not a key). A block has no length limit.
 2. Provider tokens by their published prefixes: AWS access key ids (``AKIA``/``ASIA``/``ABIA``/``ACCA`` + 16),
    Google API keys (``AIza`` + 35) and OAuth secrets/tokens (``GOCSPX-``, ``ya29.``), ``sk-ant-…``, ``sk-…``,
    GitHub (``ghp_``/``gho_``/``ghu_``/``ghs_``/``ghr_``, ``github_pat_``), GitLab (``glpat-``), Slack (``xox?-``,
@@ -18,16 +19,24 @@ The rules, most specific first (docs/decisions.md#secret-guard says why a rule s
    ``ghp_xxxx…`` are not keys.
 3. ``jwt``: ``eyJ….eyJ….…`` whose first part decodes to a JSON header with ``alg``.
 4. ``password_in_url``: ``scheme://user:password@host`` unless the password is a placeholder (``<PASSWORD>``,
-   ``${DB_PASSWORD}``, ``password``, ``***``, the user name again as in ``postgres:postgres@``).
+   ``${DB_PASSWORD}``, ``password``, ``***``, the user name again as in ``postgres:postgres@``); ``token_in_url``:
+   ``scheme://<random-looking user>@host`` (a provider token there is found by its prefix: rule 2).
+   ``password_in_command``: a password given to a command-line client (``mysql -p…``, ``--password=…``,
+   ``sshpass -p …``, ``curl -u user:…``, ``wget --password=…``, ``docker login -p …``, ``redis-cli -a …``,
+   ``mongosh -p …``) or in the variable one reads (``PGPASSWORD=…``, ``MYSQL_PWD=…``), unless a placeholder as in
+   URLs (also ``$VAR``, an option, a command substitution).
 5. ``basic_auth``: ``Basic <base64>`` that decodes to ``user:password``; ``bearer_token``: ``Bearer`` / ``token``
    followed by a random-looking value.
 6. ``secret_assignment``: a random-looking value assigned (``=``, ``:``, ``=>``, ``:=``, JSON ``"name": "value"``,
    escaped JSON, a ``--flag value``) to a name whose words say credential: ``password``, ``passwd``, ``passphrase``,
-   ``pwd``, ``pass``, ``secret``, ``token``, ``credential``, ``auth``, ``authorization``, or ``key`` qualified as
-   ``api``/``access``/``secret``/``private``/``client``/… key — but not names that say the value is something else
-   (``next_page_token``, ``max_tokens``, ``public_key``, ``key_id``, ``token_type``, ``secret_name``, …).
+   ``pwd``, ``pass``, ``pw``, ``psw``, ``secret``, ``token``, ``credential``, ``auth``, ``authorization``, or
+   ``key`` qualified as ``api``/``access``/``secret``/``private``/``client``/… key — but not names that say the value
+   is something else (``next_page_token``, ``max_tokens``, ``public_key``, ``key_id``, ``token_type``, ``secret_name``, …).
 
-"Random-looking" (``looks_random``) is what keeps ids, words and code out: long enough (16 characters, 12 for
+Every rule judges the text as a reader sees it (``textfold.fold``: NFKC, zero-width characters removed, Cyrillic and
+Greek look-alikes folded), and findings are spans of the original characters.
+
+"Random-looking" (``looks_random``) is what keeps ids, words and code out: long enough (16 characters, 8 for
 password names), letters and digits, Shannon entropy near what random text of that length has, no run of six equal
 characters, and not mostly words of ``WORDS`` (``db_password_prod_2024``, ``securePass123``, ``YOUR_API_KEY_HERE``),
 no placeholder or code syntax (``<…>``, ``{…}``, ``$VAR``, ``%s``, ``***``, ``settings.api_key``, ``f(x)``). Bare
@@ -47,6 +56,8 @@ import string
 from collections import Counter
 from dataclasses import dataclass
 from typing import NamedTuple
+
+from .textfold import fold
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("provider_api_key", "a provider API key (npm, PyPI, SendGrid, Groq, xAI, Replicate, …)", "<API_KEY>"),
     Kind("jwt", "a JSON Web Token", "<JWT>"),
     Kind("password_in_url", "a password in a URL", "<PASSWORD>"),
+    Kind("token_in_url", "a token as a URL's user name", "<TOKEN>"),
+    Kind("password_in_command", "a password on a command line", "<PASSWORD>"),
     Kind("basic_auth", "HTTP Basic credentials", "<BASIC_AUTH>"),
     Kind("bearer_token", "a bearer token", "<TOKEN>"),
     Kind("secret_assignment", "a random-looking value assigned to a key, secret, token or password name", "<SECRET>"),
@@ -92,7 +105,7 @@ class Finding:
 # -- what "random-looking" means ---------------------------------------------------------------------------------------
 
 MIN_VALUE_CHARS = 16  # a value assigned to a credential name, a bearer token
-MIN_PASSWORD_CHARS = 12  # a value assigned to a password name (generated passwords are often 12-16 characters)
+MIN_PASSWORD_CHARS = 8  # a value assigned to a password name (generated passwords are 8 characters and more)
 MAX_VALUE_CHARS = 4096
 # Words that make up placeholders, code references and human-chosen values ("YOUR_API_KEY_HERE", "securePass123",
 # "db_password_prod_2024"): a value whose characters are mostly these is not random. Random text seldom contains
@@ -166,8 +179,9 @@ def looks_random(value: str, min_chars: int = MIN_VALUE_CHARS) -> bool:
 # -- the rules -------------------------------------------------------------------------------------------------------
 
 # A token starts where no letter, digit or base64 character precedes it (inside base64, hex or an identifier it is
-# not a token). After ``-`` or ``_`` it may start a token (``deploy-with-ghp_…``) unless what it is glued to is
-# random itself: then it is the inside of a base64url blob (``glued_to_random``).
+# not a token), or right after a URL's ``://`` (a token as the URL's user: ``_after_scheme``). After ``-`` or ``_``
+# it may start a token (``deploy-with-ghp_…``) unless what it is glued to is random itself: then it is the inside of
+# a base64url blob (``glued_to_random``).
 _START = r"(?<![A-Za-z0-9+/])"
 _GLUED = re.compile(r"[A-Za-z0-9_\-]{1,64}$")
 
@@ -218,15 +232,18 @@ _PREFIXED = [
 ]
 # One pass finds every prefixed token: group i + 1 is format i.
 # (the lookahead of the first characters lets the scan skip most positions at once: five times faster)
-_PREFIXED_RE = re.compile(r"(?=[AGSdghnprsxy])" + _START + "(?:" + "|".join(f"({f.pattern})" for f in _PREFIXED) + ")")
+_PREFIXED_BODY = "(?:" + "|".join(f"({f.pattern})" for f in _PREFIXED) + ")"
+_PREFIXED_RE = re.compile(r"(?=[AGSdghnprsxy])" + _START + _PREFIXED_BODY)
+_PREFIXED_AT = re.compile(_PREFIXED_BODY)  # after "://" (a lookbehind alternative would slow the whole scan)
 
-_PEM_BEGIN = re.compile(
-    r"-----BEGIN ((?:[A-Z0-9]+ ){0,3})PRIVATE KEY( BLOCK)?-----"
-    # optional header lines (Proc-Type, DEK-Info, Version, Comment), then the base64 body; newlines may be real or
-    # escaped (a key inside a JSON string)
-    r"(?:(?:\\+[rn]|\s)+[A-Za-z\-]+: [^\n\\]*)*(?:\\+[rn]|\s)+[A-Za-z0-9+/=]{20,}",
-)
+_PEM_BEGIN_LINE = "-----BEGIN "
+_PEM_HEADER = re.compile(r"-----BEGIN ((?:[A-Z0-9]+ ){0,3})PRIVATE KEY( BLOCK)?-----")
+# after the BEGIN line: optional header lines (Proc-Type, DEK-Info, Version, Comment), then the base64 body; newlines
+# may be real or escaped (a key inside a JSON string)
+_PEM_BODY_START = re.compile(r"(?:(?:\\+[rn]|\s)+[A-Za-z\-]+: [^\n\\]*)*(?:\\+[rn]|\s)+[A-Za-z0-9+/=]{20,}")
 _PEM_BODY = re.compile(r"(?:[A-Za-z0-9+/=]|\\+[rn]|\s)*")
+# a body line anywhere between the BEGIN and END lines (text put between them does not make a key documentation)
+_PEM_BODY_LINE = re.compile(r"(?=[A-Za-z0-9+/]{40})(?=[A-Za-z+/]*[0-9])[A-Za-z0-9+/]{40,}")
 MAX_KEY_BLOCK_CHARS = 16384  # an RSA-8192 PEM is about 6,400 characters; a PGP block with subkeys a few more
 
 _JWT = re.compile(r"(?=eyJ)" + _START + r"eyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_\-]{10,}\.[A-Za-z0-9_\-]{16,}")
@@ -235,15 +252,45 @@ _JWT = re.compile(r"(?=eyJ)" + _START + r"eyJ[A-Za-z0-9_\-]{10,}\.eyJ[A-Za-z0-9_
 _URL_USERINFO = re.compile(
     r"(?P<user>[^\s:/?#@\"'<>\\\[\]]{0,128}):(?P<password>[^\s/?#@\"'<>\\]{1,256})@(?=[A-Za-z0-9\[])",
 )
+_URL_TOKEN_USER = re.compile(r"(?P<user>[^\s:/?#@\"'<>\\\[\]]{16,256})@(?=[A-Za-z0-9\[])")
 PLACEHOLDER_PASSWORDS = frozenset({"password", "passwd", "pass", "pwd", "pw", "secret", "changeme", "example",
                                    "user", "username", "x", "xxx", "xxxx", "token", "apikey", "api_key", "redacted"})
+
+# Command lines that take a password as an argument: the command, then its options up to the end of the command (a
+# line, an escaped newline, a pipe, ``;`` or ``&&``). An option's value may be quoted (also with escaped quotes, in
+# JSON); its span is the value without the quotes.
+_VALUE = r"""(?:'(?P<q1>[^'\n]{1,256})'|\\*"(?P<q2>[^"\\\n]{1,256})\\*"|(?P<bare>[^\s'"\\;|&)`]{1,256}))"""
+# (each command's first word is found with str.find: a regex tried at every position costs four times as much)
+COMMAND_WORDS = ("mysql", "mariadb", "mongo", "sshpass", "curl", "wget", "redis-cli", "docker")
+_COMMAND = re.compile(
+    r"(?P<command>mysql(?:dump|admin|import|check|show|slap|pump|sh)?|mariadb(?:-?dump|-?admin)?"
+    r"|mongo(?:sh|dump|restore|export|import)?|sshpass|curl|wget|redis-cli|docker[ \t]+login)(?![\w\-])")
+_COMMAND_BEFORE = frozenset(string.ascii_letters + string.digits + "_.-/$")
+_VARIABLE_BEFORE = frozenset(string.ascii_letters + string.digits + "_$")
+_COMMAND_END = re.compile(r"\n|\\+n|[|;]|&&")
+MAX_COMMAND_CHARS = 1024
+_OPTION = r"(?<![\w\-])"
+COMMAND_OPTIONS = {  # family (a command's name starts with it) -> its password options
+    "mysql": re.compile(_OPTION + r"(?:-p(?=[^\s\-])|--pass(?:word)?=)" + _VALUE),  # -p with a space prompts
+    "mariadb": re.compile(_OPTION + r"(?:-p(?=[^\s\-])|--pass(?:word)?=)" + _VALUE),
+    "mongo": re.compile(_OPTION + r"(?:-p[ \t]*|--password[= \t][ \t]*)" + _VALUE),
+    "sshpass": re.compile(_OPTION + r"-p[ \t]*" + _VALUE),
+    "redis-cli": re.compile(_OPTION + r"(?:-a[ \t]+|--pass[= \t][ \t]*)" + _VALUE),
+    "docker": re.compile(_OPTION + r"(?:-p[ \t]+|--password[= \t][ \t]*)" + _VALUE),
+    "wget": re.compile(_OPTION + r"--(?:http-|ftp-|proxy-)?password[= \t][ \t]*" + _VALUE),
+    "curl": re.compile(_OPTION + r"(?:-u|-U|--user|--proxy-user)(?:=|[ \t]+|(?=[^\s\-]))" + _VALUE),
+}
+_USER_OPTION = re.compile(_OPTION + r"(?:-u[ \t]*|--user(?:name)?[= \t][ \t]*)" + _VALUE)
+# environment variables the command-line clients read a password from
+PASSWORD_VARIABLES = ("PGPASSWORD", "MYSQL_PWD", "SSHPASS", "REDISCLI_AUTH")
+_PASSWORD_VARIABLE = re.compile(r"(?:" + "|".join(PASSWORD_VARIABLES) + r")=" + _VALUE)
 
 # ``Basic <base64>``, ``Bearer <token>``, ``token <token>`` (GitHub's Authorization scheme)
 _AUTH_SCHEME = re.compile(r"(?=[bBtT])(?i:\b(?P<scheme>basic|bearer|token))[ \t]+(?P<value>[A-Za-z0-9\-._~+/]{8,}=*)")
 
 # Assignments are found from the credential words in names (a pass over every name of a JSON-heavy trajectory costs
 # three times as much): each hit is widened to its whole name, then the operator and the value must follow it.
-_CREDENTIAL_HINT = re.compile(r"(?=[pPsStTkKaAcC])(?i:pass|pwd|secret|token|key|auth|cred)")
+_CREDENTIAL_HINT = re.compile(r"(?=[pPsStTkKaAcC])(?i:pass|pwd|pw|psw|secret|token|key|auth|cred)")
 _NAME_CHARS = frozenset(string.ascii_letters + string.digits + "_.-")
 MAX_NAME_CHARS = 64
 _ASSIGNED = re.compile(
@@ -254,6 +301,7 @@ _NAME_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 # A word that is, or ends in, one of these names a password (dbpassword) or another credential (authtoken,
 # clientsecret); "pass" only as a whole word (not compass, bypass)
 PASSWORD_ENDINGS = ("password", "passwd", "passphrase", "pwd")
+PASSWORD_WORDS = frozenset({"pass", "pw", "psw", "pswd", "passw", "pword", "passwrd"})  # only as whole words
 CREDENTIAL_ENDINGS = ("secret", "token", "credential", "credentials", "apikey", "secretkey",
                       "accesskey", "privatekey", "authkey", "masterkey", "signingkey", "encryptionkey", "accountkey")
 CREDENTIAL_WORDS = frozenset({"auth", "authorization", "secrets"})
@@ -279,7 +327,7 @@ def credential_name(name: str) -> str | None:
     words = [w.lower() for w in _NAME_WORDS.findall(name)]
     if not words or any(w in NOT_CREDENTIAL for w in words):
         return None
-    if any(w == "pass" or w.endswith(PASSWORD_ENDINGS) for w in words):
+    if any(w in PASSWORD_WORDS or w.endswith(PASSWORD_ENDINGS) for w in words):
         return "password"
     for i, word in enumerate(words):
         if word.endswith(CREDENTIAL_ENDINGS) or word in CREDENTIAL_WORDS:
@@ -289,26 +337,63 @@ def credential_name(name: str) -> str | None:
     return None
 
 
+def key_block(text: str, header: re.Match) -> Finding | None:
+    """The private key block whose BEGIN line is ``header`` (a match of ``_PEM_HEADER`` in ``text``), or None when it
+    has no body (a header alone, or one followed by a placeholder, is documentation).
+
+    The block ends with its END line when one comes before the next BEGIN line (blocks do not nest), whatever its
+    length and whatever is written between (a body line of 40 base64 characters is the key's); without an END line
+    the body must follow the header and the block is the run of base64 lines after it. Cost: linear in the text up to
+    the next BEGIN line."""
+    label = header.group(1) + "PRIVATE KEY" + (header.group(2) or "")
+    end_line = f"-----END {label}-----"
+    after = header.end()
+    following = text.find(_PEM_BEGIN_LINE, after)
+    stop = text.find(end_line, after, len(text) if following < 0 else following)
+    direct = _PEM_BODY_START.match(text, after)
+    if stop >= 0 and (direct and direct.end() <= stop or _PEM_BODY_LINE.search(text, after, stop)):
+        return Finding(header.start(), stop + len(end_line), "private_key")
+    if stop < 0 and direct:
+        return Finding(header.start(), _PEM_BODY.match(text, after).end(), "private_key")
+    return None
+
+
 def _private_keys(text: str) -> list[Finding]:
-    out = []
-    for match in _PEM_BEGIN.finditer(text):
-        label = match.group(1) + "PRIVATE KEY" + (match.group(2) or "")
-        end_line = f"-----END {label}-----"
-        stop = text.find(end_line, match.end(), match.end() + MAX_KEY_BLOCK_CHARS)
-        end = stop + len(end_line) if stop >= 0 else _PEM_BODY.match(text, match.end()).end()
-        out.append(Finding(match.start(), end, "private_key"))
-    return out
+    return [block for header in _PEM_HEADER.finditer(text) if (block := key_block(text, header)) is not None]
+
+
+def enclosing_key_block(text: str, at: int) -> Finding | None:
+    """The private key block of ``text`` whose BEGIN line is the last one starting at or before ``at``, when there
+    is one (whatever its length: found from ``at`` backwards, not by scanning a window)."""
+    begin = text.rfind(_PEM_BEGIN_LINE, 0, at + len(_PEM_BEGIN_LINE))
+    header = _PEM_HEADER.match(text, begin) if begin >= 0 else None
+    return key_block(text, header) if header else None
 
 
 def _prefixed(text: str) -> list[Finding]:
     out = []
-    for match in _PREFIXED_RE.finditer(text):
+    for match in merged(_PREFIXED_RE.finditer(text), _after_scheme(text)):
         if glued_to_random(text, match.start()):
             continue
         token = _PREFIXED[match.lastindex - 1]
         if random_enough(match.group()[token.prefix:], words=not token.fixed):
             out.append(Finding(match.start(), match.end(), token.kind))
     return out
+
+
+def _after_scheme(text: str):
+    """The prefixed tokens right after a URL's ``://`` (a token as the URL's user)."""
+    at = text.find("://")
+    while at >= 0:
+        match = _PREFIXED_AT.match(text, at + 3)
+        if match:
+            yield match
+        at = text.find("://", at + 3)
+
+
+def merged(*iterables):
+    """The matches of several scans in the order of their starts."""
+    return sorted((m for matches in iterables for m in matches), key=lambda m: m.start())
 
 
 def _jwts(text: str) -> list[Finding]:
@@ -341,8 +426,66 @@ def _url_passwords(text: str) -> list[Finding]:
         match = _URL_USERINFO.match(text, at + 3)
         if match and at > 0 and text[at - 1].isalnum() and not placeholder_password(match["password"], match["user"]):
             out.append(Finding(match.start("password"), match.end("password"), "password_in_url"))
+        elif match is None and at > 0 and text[at - 1].isalnum():  # a token as the user: https://<token>@host
+            user = _URL_TOKEN_USER.match(text, at + 3)
+            if user and looks_random(user["user"]):
+                out.append(Finding(user.start("user"), user.end("user"), "token_in_url"))
         at = text.find("://", at + 3)
     return out
+
+
+def _option_value(match: re.Match) -> tuple[str, int, int]:
+    """The value of an option matched with ``_VALUE`` (without its quotes) and its span."""
+    group = next(g for g in ("q1", "q2", "bare") if match.group(g) is not None)
+    return match.group(group), match.start(group), match.end(group)
+
+
+def words_at(text: str, words) -> list[int]:
+    """Every position where one of ``words`` starts, in order."""
+    out = []
+    for word in words:
+        at = text.find(word)
+        while at >= 0:
+            out.append(at)
+            at = text.find(word, at + 1)
+    return sorted(out)
+
+
+def _command_passwords(text: str) -> list[Finding]:
+    """Passwords given on a command line (``COMMAND_OPTIONS``) or in the variables CLIs read them from
+    (``PASSWORD_VARIABLES``): any value that is not a placeholder (``placeholder_password``, a ``$VAR``, an option)."""
+    out = []
+    for at in words_at(text, PASSWORD_VARIABLES):
+        match = _PASSWORD_VARIABLE.match(text, at)
+        if match is None or (at and text[at - 1] in _VARIABLE_BEFORE):
+            continue
+        value, start, end = _option_value(match)
+        if not _placeholder_option(value):
+            out.append(Finding(start, end, "password_in_command"))
+    for at in words_at(text, COMMAND_WORDS):
+        command = _COMMAND.match(text, at)
+        if command is None or (at and text[at - 1] in _COMMAND_BEFORE):
+            continue
+        stop = _COMMAND_END.search(text, command.end(), command.end() + MAX_COMMAND_CHARS)
+        stop = stop.start() if stop else min(len(text), command.end() + MAX_COMMAND_CHARS)
+        family = command.group("command").split()[0].rstrip("0123456789")
+        family = next(f for f in COMMAND_OPTIONS if family.startswith(f))
+        users = [_option_value(m)[0] for m in _USER_OPTION.finditer(text, command.end(), stop)]
+        for option in COMMAND_OPTIONS[family].finditer(text, command.end(), stop):
+            value, start, end = _option_value(option)
+            if family == "curl":  # user:password
+                user, colon, password = value.partition(":")
+                if colon and password and not _placeholder_option(password, user):
+                    out.append(Finding(start + len(user) + 1, end, "password_in_command"))
+                elif not password and looks_random(user):  # a token as the user, no password
+                    out.append(Finding(start, start + len(user), "password_in_command"))
+            elif not _placeholder_option(value, *users[:1]):
+                out.append(Finding(start, end, "password_in_command"))
+    return out
+
+
+def _placeholder_option(value: str, user: str = "") -> bool:
+    return placeholder_password(value.strip(), user) or value.startswith("-") or "`" in value
 
 
 def _authorization(text: str) -> list[Finding]:
@@ -394,11 +537,21 @@ def _assignments(text: str) -> list[Finding]:
 
 
 # The rules in order of precedence: where findings overlap, the earlier rule's is kept.
-RULES = (_private_keys, _prefixed, _jwts, _url_passwords, _authorization, _assignments)
+RULES = (_private_keys, _prefixed, _jwts, _url_passwords, _command_passwords, _authorization, _assignments)
 
 
 def find_secrets(text: str) -> list[Finding]:
-    """Every secret in ``text``, sorted by position, without overlaps (the more specific rule wins)."""
+    """Every secret in ``text``, sorted by position, without overlaps (the more specific rule wins).
+
+    The rules judge ``text`` as a reader sees it (``textfold.fold``: NFKC, zero-width characters removed, look-alike
+    letters folded), and each finding is the span of the original characters."""
+    folded = fold(text)
+    if folded is None:
+        return _find(text)
+    return [Finding(folded.start(f.start), folded.end(f.end), f.kind) for f in _find(folded.text)]
+
+
+def _find(text: str) -> list[Finding]:
     kept: list[Finding] = []  # sorted by start, not overlapping
     for rule in RULES:
         for finding in rule(text):
@@ -426,20 +579,27 @@ def mask_secrets(text: str, findings: list[Finding]) -> str:
 
 
 # How far around an excerpt ``secrets_within`` looks: a secret that reaches into the excerpt is found whole (and so
-# masked) if it is shorter than this; private key blocks, the longest, are under MAX_KEY_BLOCK_CHARS.
+# masked) if it is shorter than this. Private key blocks, the longest, are found in the whole text instead.
 SCAN_MARGIN = MAX_KEY_BLOCK_CHARS
 
 
 def secrets_within(text: str, start: int, end: int, margin: int = SCAN_MARGIN) -> list[Finding]:
     """The secrets that overlap ``text[start:end]``, clipped to it, with positions relative to ``start``.
 
-    Only ``text[start - margin:end + margin]`` is scanned, so the cost of an excerpt does not grow with the file;
-    a secret cut by the excerpt's edge is still found (whole) and its part inside the excerpt reported.
+    ``text[start - margin:end + margin]`` is scanned, so the cost of an excerpt does not grow with the file; a secret
+    cut by the excerpt's edge is still found (whole) and its part inside the excerpt reported. A private key block of
+    any length that reaches into the excerpt is found from its BEGIN line, searched backwards from the excerpt's first
+    and last characters (``enclosing_key_block``: two backward searches and the block's own characters).
     """
     low = max(0, start - margin)
+    found = [Finding(f.start + low, f.end + low, f.kind) for f in find_secrets(text[low:end + margin])]
+    for at in dict.fromkeys((start, end - 1) if end > start else ()):
+        block = enclosing_key_block(text, at)
+        if block is not None and block.start < end and block.end > start:
+            found = [f for f in found if f.end <= block.start or f.start >= block.end] + [block]
     out = []
-    for finding in find_secrets(text[low:end + margin]):
-        clipped_start, clipped_end = max(finding.start + low, start), min(finding.end + low, end)
+    for finding in sorted(found):
+        clipped_start, clipped_end = max(finding.start, start), min(finding.end, end)
         if clipped_start < clipped_end:
             out.append(Finding(clipped_start - start, clipped_end - start, finding.kind))
     return out

@@ -142,6 +142,14 @@ def planted(seed: int = 0) -> list[Planted]:
         "HEROKU_API_KEY={}")
     add("secret_assignment", "yaml-webhook-secret", _pick(rng, B62, 24), "webhook_secret: {}")
     add("secret_assignment", "kwarg-token", _pick(rng, HEX, 64), 'client = Client(auth_token="{}")')
+    # issue 30: a token as a URL's user, passwords on command lines, short password names
+    add("github_token", "ghp-url-user", "ghp_" + _pick(rng, B62, 36), "git clone https://{}@github.com/o/r.git")
+    add("token_in_url", "url-user-token", _pick(rng, B62, 32), "git remote add origin https://{}@git.example.com/r")
+    add("password_in_command", "mysql-p", _password(rng, 12), "mysql -h db -u app -p{} orders")
+    add("password_in_command", "sshpass", _password(rng, 10), "sshpass -p '{}' ssh deploy@10.0.0.5")
+    add("password_in_command", "curl-u", _password(rng, 12), "curl -u admin:{} https://jenkins.internal/api")
+    add("password_in_command", "pgpassword", _password(rng, 14), "PGPASSWORD={} psql -h db -U app")
+    add("secret_assignment", "pw", _password(rng, 10), "pw={}")
     return out
 
 
@@ -218,6 +226,20 @@ def look_alikes(seed: int = 0) -> list[tuple[str, str]]:
         ("path-pwd", "pwd: /home/agent/projects/app2/src"),
         ("stripe-publishable", f"pk_live_{_pick(rng, B62, 24)}"),
         ("bypass-flag", '"bypass_cache": "7f3a9c1e5b2d8f4a6c0e"'),
+        # issue 30: look-alikes of the command-line, URL-user and short-name rules, and of folded text
+        ("mysql-prompt", "mysql -h db.internal -P 3306 -u app -p orders"),
+        ("mysql-env", 'mysqldump -uroot -p"$MYSQL_ROOT_PASSWORD" shop > shop.sql'),
+        ("port-flags", "ssh -p 2222 deploy@host && docker run -p 8080:80 nginx && mkdir -p /tmp/a/b"),
+        ("sshpass-placeholder", "sshpass -p '<password>' ssh deploy@host; sshpass -e ssh host"),
+        ("curl-placeholders", 'curl -u "$USER:$PASS" https://x.example.com; curl -u admin:admin http://localhost:9200'),
+        ("pw-placeholder", "pw=<PASSWORD> and pwd=`pwd`"),
+        ("url-users", "https://x-access-token@github.com/o/r, ssh://git@gitlab.example.com:2222/g/p.git, "
+                      f"https://{_pick(rng, string.ascii_lowercase, 8)}-bot@git.example.com/r.git"),
+        ("key-headers-doc", "Copy everything from -----BEGIN OPENSSH PRIVATE KEY----- through "
+                            "-----END OPENSSH PRIVATE KEY----- into ~/.ssh/id_ed25519."),
+        ("cyrillic-prose", "Пароль и токен храните в переменных окружения, а не в коде."),
+        ("chinese-prose", "密码：请使用环境变量，不要写在代码里（见 README）。"),
+        ("fullwidth-words", "ｐａｓｓｗｏｒｄ： ｓｅｅ ｔｈｅ ｖａｕｌｔ"),
     ]
     return items
 

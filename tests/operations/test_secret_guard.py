@@ -242,3 +242,117 @@ async def test_a_secret_in_an_argument_the_job_does_not_take_is_refused_as_a_sec
         assert durable_state(memory_of(app).workspace_path) == before
         ok, answer = await create(app, run, api_key="<API_KEY>")  # without a secret: the unknown name is refused
         assert not ok and answer["error"]["code"] == "invalid_argument" and "`api_key`" in answer["error"]["message"]
+
+
+# -- issue 30: the guard judges what is stored ------------------------------------------------------------------------
+
+KEY = SECRETS["rsa-pem"]
+KEY_BEGIN, KEY_REST = KEY.secret.split("\n", 1)
+
+
+async def assert_refused_and_unchanged(app, result, item, field: str, before, stored: str = "") -> None:
+    """Refused (``assert_refused``), nothing written, and search serves no part of the secret (of ``stored``: the
+    part that was not already stored)."""
+    assert_refused(*result, item, field)
+    assert durable_state(memory_of(app).workspace_path) == before
+    ok, answer = await run_job(app, "procedure_search", query="rotate deploy key")
+    assert ok and not {f for f in fragments(stored or item.secret) if f in json.dumps(answer)}
+
+
+@pytest.mark.parametrize("field", ["content", "when_to_use"])
+async def test_an_append_that_completes_a_key_block_is_refused(make_app, field):
+    """A field ending in a BEGIN line alone is documentation; the addition of the body and END line would store a
+    whole key: the grown field is judged, not the addition alone."""
+    async with make_app() as app:
+        memory = memory_of(app)
+        run = memory.begin_run("req-1", [add_trajectory(app)])
+        ok, created = await create(app, run, **{field: f"Rotate the deploy key; the file starts with\n{KEY_BEGIN}"})
+        assert ok, created
+        before = durable_state(memory.workspace_path)
+        result = await call_tool(app, run, "procedure_update", path=created["path"],
+                                 expected_version=created["version"], **{f"{field}_append": KEY_REST})
+        body = KEY_REST.rsplit("\n", 1)[0]
+        await assert_refused_and_unchanged(app, result, KEY, f"{field}_append", before, stored=body)
+        assert "with this addition" in result[1]["error"]["message"]
+        # an addition that completes nothing is written
+        ok, answer = await call_tool(app, run, "procedure_update", path=created["path"],
+                                     expected_version=created["version"], **{f"{field}_append": "Then reload."})
+        assert ok and answer["status"] == "updated", answer
+
+
+async def test_a_key_split_across_two_fields_is_refused(make_app):
+    async with make_app() as app:
+        memory = memory_of(app)
+        run = memory.begin_run("req-1", [add_trajectory(app)])
+        before = durable_state(memory.workspace_path)
+        result = await create(app, run, when_to_use=f"When the deploy key must be rotated:\n{KEY_BEGIN}",
+                              content=KEY_REST)
+        await assert_refused_and_unchanged(app, result, KEY, "when_to_use + content", before)
+
+
+@pytest.mark.parametrize("filename", [
+    "SK-" + "9F3A6C1E5B2D8F4A6C0E7B9D1F3A5C7E" + ".json",
+    "GLPAT_" + "Zx9K2mPq7Lr4Tw8YvB3nQ5" + ".json",
+    "notes-DOP_V1_" + "0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e" + ".json",
+])
+async def test_a_filename_whose_canonical_spelling_is_a_key_is_refused(make_app, filename):
+    """``SK-<HEX>`` passes as sent but is stored as ``sk-<hex>``: the canonical name is judged."""
+    answer = await refused_create(make_app, name=filename)
+    assert {s["field"] for s in answer["secrets"]} == {"filename"}
+
+
+@pytest.mark.parametrize("text", [
+    "Log in with p\u0430ssword=Zx9K2mPq7Lr4Tw8Y first.",  # a Cyrillic а
+    "Log in with pass\u200bword=Zx9K2mPq7Lr4Tw8Y first.",  # a zero-width space
+    "Log in with \uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44\uff1dZx9K2mPq7Lr4Tw8Y first.",  # fullwidth
+])
+async def test_a_credential_spelled_with_look_alike_characters_is_refused(make_app, text):
+    answer = await refused_create(make_app, content=text)
+    assert answer["secrets"][0]["offset"] == text.index("Zx9K")  # in the characters as sent
+    assert "Zx9K2mPq" not in json.dumps(answer, ensure_ascii=False)
+
+
+async def refused_create(make_app, **overrides) -> dict:
+    """The answer of a create that must be refused with ``secret_detected``; nothing written, nothing listed."""
+    async with make_app() as app:
+        memory = memory_of(app)
+        run = memory.begin_run("req-1", [add_trajectory(app)])
+        before = durable_state(memory.workspace_path)
+        ok, answer = await create(app, run, **overrides)
+        assert not ok and answer["error"]["code"] == "secret_detected", answer
+        assert durable_state(memory.workspace_path) == before
+        ok, listed = await run_job(app, "procedure_list")
+        assert ok and listed["experiences"] == [], listed
+        return answer
+
+
+@pytest.mark.parametrize("label", ["ghp-url-user", "url-user-token", "mysql-p", "sshpass", "curl-u", "pw"])
+async def test_common_credential_forms_are_refused(make_app, label):
+    item = SECRETS[label]
+    async with make_app() as app:
+        memory = memory_of(app)
+        run = memory.begin_run("req-1", [add_trajectory(app)])
+        before = durable_state(memory.workspace_path)
+        result = await create(app, run, content=f"Deploy: {item.text}")
+        await assert_refused_and_unchanged(app, result, item, "content", before)
+
+
+async def test_a_long_key_block_is_masked_in_an_excerpt_far_from_its_begin_line(make_app):
+    """An excerpt that starts more than the scan margin after a key's BEGIN line is still the key's: masked."""
+    import random
+    import string
+    rng = random.Random(9)
+    body = "".join(rng.choice(string.ascii_letters + string.digits + "+/") for _ in range(60_000))
+    key = ("-----BEGIN RSA PRIVATE KEY-----\n" + "\n".join(body[i:i + 64] for i in range(0, len(body), 64))
+           + "\n-----END RSA PRIVATE KEY-----")
+    data = json.dumps({"role": "tool", "content": key}).encode() + b"\n" + b'{"role": "user", "content": "ok"}\n'
+    async with make_app() as app:
+        rel = add_trajectory(app, "long-key.jsonl", data)
+        text = data.decode()
+        for offset in (20_000, 40_000, 55_000):
+            ok, page = await run_job(app, "procedure_read", kind="trajectory", path=rel, offset=offset, length=2000)
+            assert ok and page["secrets_masked"] == 1 and page["text"] == "[masked:private_key]", page
+        end = text.index("-----END RSA PRIVATE KEY-----")
+        ok, page = await run_job(app, "procedure_read", kind="trajectory", path=rel, offset=end - 500, length=2000)
+        assert ok and page["text"].startswith("[masked:private_key]") and '"role": "user"' in page["text"]
+        assert not {f for f in fragments(key) if f in page["text"]}

@@ -57,7 +57,7 @@ from ..storage.journal import (
 from ..tokens import TokenCounter
 from .hand_changes import HandChanges
 from .runs import Run
-from .secret_guard import refuse_secrets
+from .secret_guard import refuse_assembled, refuse_secrets
 
 if TYPE_CHECKING:
     from ..workspace import Workspace
@@ -184,7 +184,11 @@ class WritePath:
         raw_name, canonical = raw["filename"], args.filename
         rel = ws.files.rel(canonical)
         fields = experience_fields(args)
-        refuse_secrets({FIELD_TO_ARG[name]: text for name, text in fields.items()})
+        # what is stored is judged: the fields, together too, and the name as spelled on disk (the underscores of a
+        # token's prefix became hyphens: both spellings are judged)
+        refuse_secrets({"filename": [canonical, canonical.replace("-", "_")],
+                        **{FIELD_TO_ARG[name]: text for name, text in fields.items()}})
+        refuse_assembled({FIELD_TO_ARG[name]: text for name, text in fields.items()})
         await check_lengths(ws.tokens, ws.settings.token_limits, fields)
         check_sources(ws.root, run)
         experience = Experience.model_validate({**fields, "sources": list(run.sources)})
@@ -254,6 +258,10 @@ class WritePath:
             refuse_secrets(kept, already_in=rel)  # a hand-edited file: the write would publish its secret again
             now = current.experience.fields()
             grown = {name: with_addition(now[name], text) for name, text in additions.items()}
+            # the grown field is judged, not the addition alone: an addition may complete what the field began
+            refuse_secrets({f"{FIELD_TO_ARG[name]}_append": text for name, text in grown.items()}, added=True)
+            refuse_assembled({FIELD_TO_ARG[name]: text for name, text in {**now, **fields, **grown}.items()
+                              if name in FIELD_TO_ARG})
             if grown:
                 await check_lengths(ws.tokens, ws.settings.token_limits, grown, added=True)
             self._record_predecessor(rel, current.version)
