@@ -14,9 +14,13 @@ journal by the first start). Until then its history is its current file, unrecor
 version without an import (``versions.py``). Recording is idempotent: a change already recorded is the journal's
 latest version and is not recorded again.
 
+Proof: a content counts as recorded only when a record holding it exists, never on a marker alone (a marker is made
+before its record: ``storage/path_index.py``). A kill between the two therefore leaves the content unrecorded only
+until it is next found, at the next start, reindex or update, which records it then.
+
 Cost: a file that holds what the experience's newest record writes is told from one listing of its markers (their
-names carry each record's time and version), so a start whose views were rebuilt checks every file the journal knows
-without reading records; only the others read the experience's records.
+names carry each record's time and version) and one ``stat`` of that record's file, so a start whose views were
+rebuilt checks every file the journal knows without reading records; only the others read the experience's records.
 """
 
 from __future__ import annotations
@@ -46,6 +50,13 @@ class HandChanges:
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
 
+    def _newest_is(self, path: str, version: str) -> bool:
+        """Whether the newest record of ``path`` writes ``version`` and exists: its marker's name says what it
+        writes, its file that it was written (the cheap proof; see the module docstring)."""
+        journal = self.workspace.journal
+        newest = journal.paths.newest(path)
+        return newest is not None and newest.version == version and journal.has_record(newest)
+
     def _latest(self, path: str) -> Operation | None:
         records, _ = self.workspace.journal.path_records(path)
         return latest_version([op for _, op in records])
@@ -63,8 +74,7 @@ class HandChanges:
         for path in gone:
             if journal.paths.digest(path) not in known or self.workspace.files.read_bytes(path) is not None:
                 continue
-            newest = journal.paths.newest(path)
-            if newest is not None and newest.version == DELETED:  # recorded already
+            if self._newest_is(path, DELETED):  # recorded already
                 continue
             latest = self._latest(path)
             if latest is not None and latest.tool != DELETE:
@@ -76,15 +86,14 @@ class HandChanges:
         """Record the current content of ``path`` as an edit made by hand unless the journal's latest version of it
         is that content (or the file is gone); ``seen``: the file's version as just read, if known. Returns whether
         it recorded one."""
-        newest = self.workspace.journal.paths.newest(path)
-        if seen is not None and newest is not None and newest.version == seen:  # what the newest record wrote
+        if seen is not None and self._newest_is(path, seen):  # what the newest record wrote
             return False
         absolute = str(self.workspace.root / path)
         data = read_entry(absolute)  # never follows a link
         if data is None:
             return False
         version = version_of(data.target if isinstance(data, Link) else data)
-        if newest is not None and newest.version == version:
+        if version != seen and self._newest_is(path, version):
             return False
         latest = self._latest(path)
         if latest is not None and latest.tool != DELETE and latest.target_version == version:

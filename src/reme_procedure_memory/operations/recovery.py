@@ -119,6 +119,12 @@ class Recovery:
             if op.status == INTENT:
                 recover_intent(op, files, journal)
         ws.damaged_metadata.update(journal.damaged)
+        if journal.index_built:
+            ws.logger.warning(
+                f"procedure memory: the journal had no path index (operations/paths/): built it from "
+                f"{journal.index_built} records (a journal written before the index, or the index was lost; the "
+                "compaction summaries are also kept in operations/compacted/)")
+            journal.index_built = None
 
     async def reconcile(self) -> dict[str, Any]:
         """Make both views agree with the experience files, after recovering journal intents.
@@ -258,7 +264,11 @@ class Recovery:
         if self.deferred:  # the start left the journal's open records to this pass
             self.settle_journal()
             self.deferred = False
-        ws.damaged_metadata.update(ws.journal.check_records())  # the start read only open records
+        damaged, recreated = ws.journal.check_records()  # the start read only open records
+        ws.damaged_metadata.update(damaged)
+        if recreated:
+            ws.logger.warning(f"procedure memory recreated {recreated} missing markers of the journal's path index "
+                              "(operations/paths/): the versions of those records were missing from histories")
         ws.damaged_metadata.update(ws.checkpoints.check_records())  # only their imports read them
         compacted = self.retention.sweep()
         invalid_paths = {i["path"] for i in invalid}
@@ -270,6 +280,7 @@ class Recovery:
             "pending_indexes": failed,
             "damaged_metadata": self.damaged_records(),
             "journal_records_compacted": compacted,
+            "journal_markers_recreated": recreated,
             "seconds": round(time.monotonic() - started, 3),
         }
 
