@@ -33,6 +33,7 @@ from ..errors import IndexFailure, ProviderUnavailable
 from ..schema import VIEW_NAMES, version_of
 from ..storage.experiences import BadFile, StoredExperience
 from ..storage.journal import INDEX_PENDING, INDEXED, INTENT, SUPERSEDED, recover_intent
+from ..storage.path_index import COMPACTED, PATHS_DIR, SUMMARIES_DIR
 from .hand_changes import HandChanges
 from .retention import Retention
 
@@ -48,6 +49,19 @@ DAMAGED_RECORD_FIX = (
     "Resume the import it belongs to (the same reme start job=procedure_auto_memory command): it stops once with "
     "metadata_damaged, sets the file aside as <file>.damaged and continues on the next resume."
 )
+
+MISSING_RECORD_FIX = ("This marker names a journal record that was removed outside the plugin: restore the record from "
+                      "a backup to bring its version back, or remove the marker once inspected.")
+SUMMARY_FIX = ("A compaction summary belongs to no import: repair it or move it aside; its other copy, if readable, "
+               "keeps the history's numbers until the next compaction rewrites both.")
+
+
+def damaged_fix(path: Path) -> str:
+    """What to do about one damaged metadata file: a marker or a compaction summary of the path index (under
+    ``operations/paths/`` or ``operations/compacted/``), else a record of an import."""
+    if path.parent.parent.name == PATHS_DIR or path.parent.name == SUMMARIES_DIR:
+        return SUMMARY_FIX if path.name == COMPACTED or path.parent.name == SUMMARIES_DIR else MISSING_RECORD_FIX
+    return DAMAGED_RECORD_FIX
 
 
 # One-shot jobs whose process leaves start-up indexing alone: the reindex indexes every file itself (one pass instead
@@ -303,7 +317,7 @@ class Recovery:
     def damaged_records(self) -> list[dict[str, str]]:
         """Damaged metadata records that were skipped and are still in place (not yet set aside by their import)."""
         ws = self.workspace
-        return [{"path": ws.relative(path), "error": cause, "fix": DAMAGED_RECORD_FIX}
+        return [{"path": ws.relative(path), "error": cause, "fix": damaged_fix(Path(path))}
                 for path, cause in sorted(ws.damaged_metadata.items()) if Path(path).exists()]
 
 

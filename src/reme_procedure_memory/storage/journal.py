@@ -145,6 +145,21 @@ class OperationJournal:
         return Ref(final.parent.name[: -len(SCOPE_SUFFIX)], final.name[: -len(".json")],
                    round(op.created_at * 1e6), DELETED if op.tool == DELETE else op.target_version)
 
+    def scope_directory(self, scope: str) -> Path:
+        """The directory of a scope's records (it exists once the scope has had a record)."""
+        return self._scope_dir(scope)
+
+    def marked_scopes(self) -> dict[str, int]:
+        """Scope directory name -> how many markers name a record in it: one listing per experience the journal
+        knows (the evidence that a scope directory that is gone had records)."""
+        counts: dict[str, int] = {}
+        for directory in self.paths.paths():
+            for ref in self.paths.refs_in(directory):
+                if ref.confirmed:
+                    name = ref.scope_digest + SCOPE_SUFFIX
+                    counts[name] = counts.get(name, 0) + 1
+        return counts
+
     def _record_files(self, ref: Ref) -> tuple[Path, Path]:
         """The final and the open file of the record ``ref`` names."""
         scope_dir = self.directory / (ref.scope_digest + SCOPE_SUFFIX)
