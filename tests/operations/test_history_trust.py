@@ -93,19 +93,28 @@ async def test_a_kill_before_the_hand_record_of_an_update_loses_no_version_on_re
     assert answer["versions"][0]["text"] == text and answer["versions"][0]["version"] == version
 
 
-async def test_a_kill_before_the_hand_record_of_a_start_records_it_at_the_next_start(make_app, tmp_path, monkeypatch):
-    ws = tmp_path / "ws"
+async def created(make_app) -> None:
+    """The experience, created by an import's agent: the journal knows it."""
     async with make_app() as app:
         run = memory_of(app).begin_run("req-1", [add_trajectory(app)])
         assert (await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS))[0]
-    edited = (ws / PATH).read_text().replace("indexes", "indexes by hand")
-    (ws / PATH).write_text(edited)
+
+
+async def start_killed_at_the_hand_record(make_app, monkeypatch) -> None:
     hits = kill_at_hand_record(monkeypatch)
     app = make_app.build()
     await dies(app.start())
     assert hits
     monkeypatch.undo()
     abandon(app)
+
+
+async def test_a_kill_before_the_hand_record_of_a_start_records_it_at_the_next_start(make_app, tmp_path, monkeypatch):
+    ws = tmp_path / "ws"
+    await created(make_app)
+    edited = (ws / PATH).read_text().replace("indexes", "indexes by hand")
+    (ws / PATH).write_text(edited)
+    await start_killed_at_the_hand_record(make_app, monkeypatch)
     async with make_app() as app:
         answer = await history(app)
     assert [(v["change"], v["recorded"]) for v in answer["versions"]] == [("create", True), ("hand_edit", True)]
@@ -115,16 +124,9 @@ async def test_a_kill_before_the_hand_record_of_a_start_records_it_at_the_next_s
 async def test_a_kill_before_the_hand_record_of_a_deletion_records_it_at_the_next_start(make_app, tmp_path,
                                                                                        monkeypatch):
     ws = tmp_path / "ws"
-    async with make_app() as app:
-        run = memory_of(app).begin_run("req-1", [add_trajectory(app)])
-        assert (await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS))[0]
+    await created(make_app)
     (ws / PATH).unlink()
-    hits = kill_at_hand_record(monkeypatch)
-    app = make_app.build()
-    await dies(app.start())
-    assert hits
-    monkeypatch.undo()
-    abandon(app)
+    await start_killed_at_the_hand_record(make_app, monkeypatch)
     async with make_app() as app:
         answer = await history(app)
     assert [v["change"] for v in answer["versions"]] == ["create", "hand_delete"]
@@ -133,9 +135,7 @@ async def test_a_kill_before_the_hand_record_of_a_deletion_records_it_at_the_nex
 async def test_a_kill_before_the_hand_record_of_a_reindex_records_it_at_the_next_reindex(make_app, tmp_path,
                                                                                         monkeypatch):
     ws = tmp_path / "ws"
-    async with make_app() as app:
-        run = memory_of(app).begin_run("req-1", [add_trajectory(app)])
-        assert (await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS))[0]
+    await created(make_app)
     edited = (ws / PATH).read_text().replace("indexes", "indexes by hand")
     (ws / PATH).write_text(edited)
     reindexing = {"backend": "cli", "job": "procedure_reindex"}

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING
 
 from ..schema import version_of
 from ..storage.experiences import Link, read_entry
-from ..storage.journal import DELETE, EDIT, Operation
-from ..storage.path_index import DELETED
+from ..storage.journal import DELETE, EDIT, HAND_SCOPE, SCOPE_SUFFIX, Operation
+from ..storage.path_index import DELETED, Ref
 from .versions import is_version, order
 
 if TYPE_CHECKING:
@@ -50,37 +50,48 @@ class HandChanges:
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
 
-    def _newest_is(self, path: str, version: str) -> bool:
-        """Whether the newest record of ``path`` writes ``version`` and exists: its marker's name says what it
-        writes, its file that it was written (the cheap proof; see the module docstring)."""
+    def _newest_is(self, path: str, version: str) -> Ref | None:
+        """The newest record of ``path`` if it writes ``version`` and exists (its marker's name says what it writes,
+        its file that it was written: the cheap proof; see the module docstring), else None."""
         journal = self.workspace.journal
         newest = journal.paths.newest(path)
-        return newest is not None and newest.version == version and journal.has_record(newest)
+        return newest if newest is not None and newest.version == version and journal.has_record(newest) else None
 
     def _latest(self, path: str) -> Operation | None:
         records, _ = self.workspace.journal.path_records(path)
         return latest_version([op for _, op in records])
 
-    def found_at_start(self, changed: dict[str, str], gone: list[str]) -> list[str]:
+    def found_at_start(self, changed: dict[str, str], gone: list[str]) -> tuple[list[str], list[str]]:
         """Record the edits of ``changed`` files (path -> version, as the start's scan read them) and the deletion
         of ``gone`` ones (both out of step with the views) that the journal does not hold yet, for experiences the
-        journal knows. Returns the paths recorded."""
+        journal knows. Returns the paths recorded, and those whose change by hand an earlier start had recorded
+        already (killed before its views took the change in: its compaction may be owed too)."""
         journal = self.workspace.journal
         known = journal.paths.known()  # one listing, however many files are out of step (a rebuild: all of them)
-        recorded = []
+        recorded, earlier = [], []
         for path, version in changed.items():
-            if journal.paths.digest(path) in known and self.record_edit(path, version):
+            if journal.paths.digest(path) not in known:
+                continue
+            if self.record_edit(path, version):
                 recorded.append(path)
+            elif self._by_hand(self._newest_is(path, version)):
+                earlier.append(path)
         for path in gone:
             if journal.paths.digest(path) not in known or self.workspace.files.read_bytes(path) is not None:
                 continue
             if self._newest_is(path, DELETED):  # recorded already
+                earlier.append(path)
                 continue
             latest = self._latest(path)
             if latest is not None and latest.tool != DELETE:
                 journal.record_change(path, DELETE, None, latest.target_version, None)
                 recorded.append(path)
-        return recorded
+        return recorded, earlier
+
+    def _by_hand(self, ref: Ref | None) -> bool:
+        """Whether ``ref`` names a record of a change made by hand."""
+        return ref is not None and self.workspace.journal.scope_directory(HAND_SCOPE).name == (
+            ref.scope_digest + SCOPE_SUFFIX)
 
     def record_edit(self, path: str, seen: str | None = None) -> bool:
         """Record the current content of ``path`` as an edit made by hand unless the journal's latest version of it

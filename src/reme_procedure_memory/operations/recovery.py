@@ -185,13 +185,14 @@ class Recovery:
         as the current, unrecorded version, and is recorded before the agent next writes over it."""
         gone = sorted({p for v in VIEW_NAMES for p in indexed[v]} - on_disk)
         try:
-            recorded = self.hand_changes.found_at_start(changed, gone)
+            recorded, earlier = self.hand_changes.found_at_start(changed, gone)
         except OSError as exc:
             self.workspace.logger.warning(f"procedure memory: changes made by hand were not recorded: {exc}")
             return
         if recorded:
             self.workspace.logger.info(f"procedure memory recorded changes made by hand: {recorded}")
-            self.retention.compact_paths(recorded)
+        if recorded or earlier:  # earlier: recorded by a start killed before it compacted them
+            self.retention.compact_paths(recorded + earlier)
 
     def settle_journal(self) -> None:
         """Resolve every open journal record against its file once the views are settled."""
