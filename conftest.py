@@ -17,6 +17,17 @@ from helpers import FakeEmbeddingModel, ScriptedAgent, qwen3_tokenizer_dir, writ
 
 
 
+def pytest_collection_modifyitems(config, items):
+    """The full fault sweep (``fault_sweep``) runs only when a ``-m`` expression names it: CI's ``pytest -q`` runs
+    its sample (``tests/hostile/test_fault_sweep.py``)."""
+    if "fault_sweep" in (config.getoption("markexpr") or ""):
+        return
+    swept = [item for item in items if item.get_closest_marker("fault_sweep")]
+    if swept:
+        config.hook.pytest_deselected(items=swept)
+        items[:] = [item for item in items if not item.get_closest_marker("fault_sweep")]
+
+
 def deep_merge(base: dict, extra: dict) -> dict:
     out = dict(base)
     for key, value in extra.items():

@@ -131,6 +131,11 @@ def storage_failure(exc: OSError, what: str = "") -> tuple[str, str]:
             f"Writing {subject} failed: {cause}. Free space on the file system that holds "
             f"{Path(str(target)).parent} (or raise the quota); nothing half-written was kept."
         )
+    if exc.errno == errno.ENOTDIR and Path(str(target)).is_file():  # a file where a directory must be
+        return ErrorCode.STORAGE_ERROR, (
+            f"Writing {subject} failed: {cause}. {target} is not a directory: move it aside (a directory the "
+            "plugin rebuilds from its records)."
+        )
     return ErrorCode.STORAGE_ERROR, (
         f"Writing {subject} failed: {cause}. Make sure {Path(str(target)).parent} exists and is writable by this "
         "process (permissions, a read-only mount, a failing disk); nothing half-written was kept."

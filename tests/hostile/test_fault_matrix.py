@@ -23,18 +23,16 @@ import shutil
 from pathlib import Path
 
 import pytest
-from reme_procedure_memory.schema import version_of
 from reme_procedure_memory.search.view import state as viewstate
 from reme_procedure_memory.storage import atomic
 
 from conftest import import_file, memory_of, run_job
-from helpers import summary
 from helpers.corpus import corpus, long_trajectory, write
+from helpers.rollout import REVISED, agent
 from helpers.views import branch_scores, edit_by_hand, fresh_copy, indexed_corpus
 
 SEGMENTED = {"procedure_memory": {"default": {"token_limits": {"segment": 60}}}}
 QUERIES = [q for _, _, q in corpus()[:4]] + ["rotate the canary deployment", "drain the rollout queue first"]
-REVISED = corpus()[0][0]  # the experience the import revises
 PROCESSING = "metadata/procedure/default/processing"  # the checkpoints
 
 
@@ -74,33 +72,6 @@ class DurableWrites:
             leave_behind()
             raise Killed(f"killed at durable write {self.kill_at} ({path})")
         self.done.append(str(path))
-
-
-def agent() -> list:
-    """The extraction agent of every run, clean or resumed: the same calls with the same operation keys (a resumed
-    segment sends them again; the journal answers the ones already done). The revision names the version the file
-    had before the import (as ``test_views.write_corpus`` placed it)."""
-    original = version_of(json.dumps(corpus()[0][1], indent=2).encode())
-
-    async def segment(tools, prompt, kwargs):
-        number = int(prompt.split("segment ", 1)[1].split(" of", 1)[0])
-        if number == 1:
-            ok, ans = await tools.call("procedure_create", filename="canary-rollout.json", operation_key="s1-1",
-                                       description="Roll out behind a canary",
-                                       when_to_use="Before a risky deployment of the rollout service",
-                                       content="Rotate the canary deployment, watch errors, then promote.")
-            assert ok, ans
-        elif number == 2:
-            ok, ans = await tools.call("procedure_update", path=f"procedures/{REVISED}", expected_version=original,
-                                       operation_key="s2-1", content="Drain the rollout queue first, then proceed.")
-            assert ok, ans
-            ok, ans = await tools.call("procedure_create", filename="drain-queue.json", operation_key="s2-2",
-                                       description="Drain a queue", when_to_use="When the rollout queue backs up",
-                                       content="Drain the rollout queue first, then restart its workers.")
-            assert ok, ans
-        return summary(f"Read up to segment {number}: rollout steps.")
-
-    return [segment] * 20
 
 
 def tree(ws: Path, *dirs: str) -> dict[str, bytes]:

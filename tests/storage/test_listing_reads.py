@@ -109,8 +109,8 @@ def test_a_scope_is_read_without_being_converted_or_set_aside(tmp_path):
            op("s", "3", "update", "procedures/b.json", INDEXED, 3), op("s", "4", "create", "procedures/c.json",
                                                                             ABANDONED, 4),
            op("s", "5", "create", "procedures/d.json", INTENT, 5)]
-    for one in ops:
-        write_json(journal._path("s", one.key), one.__dict__)
+    for one in ops:  # as put writes them: an open record in its open file
+        write_json((journal._open_path if one.status == INTENT else journal._path)("s", one.key), one.__dict__)
     # a record with both files: the final one is the record
     write_json(journal._open_path("s", "2"), {**ops[1].__dict__, "status": "published", "path": "procedures/x.json"})
     write_json(journal._path("s", "6"), {**ops[0].__dict__, "key": "6", "path": ["not", "text"]})  # wrong type

@@ -14,9 +14,13 @@ journal by the first start). Until then its history is its current file, unrecor
 version without an import (``versions.py``). Recording is idempotent: a change already recorded is the journal's
 latest version and is not recorded again.
 
+Proof: a content counts as recorded only when a record holding it exists, never on a marker alone (a marker is made
+before its record: ``storage/path_index.py``). A kill between the two therefore leaves the content unrecorded only
+until it is next found, at the next start, reindex or update, which records it then.
+
 Cost: a file that holds what the experience's newest record writes is told from one listing of its markers (their
-names carry each record's time and version), so a start whose views were rebuilt checks every file the journal knows
-without reading records; only the others read the experience's records.
+names carry each record's time and version) and one ``stat`` of that record's file, so a start whose views were
+rebuilt checks every file the journal knows without reading records; only the others read the experience's records.
 """
 
 from __future__ import annotations
@@ -26,8 +30,8 @@ from typing import TYPE_CHECKING
 
 from ..schema import version_of
 from ..storage.experiences import Link, read_entry
-from ..storage.journal import DELETE, EDIT, Operation
-from ..storage.path_index import DELETED
+from ..storage.journal import DELETE, EDIT, HAND_SCOPE, SCOPE_SUFFIX, Operation
+from ..storage.path_index import DELETED, Ref
 from .versions import is_version, order
 
 if TYPE_CHECKING:
@@ -46,45 +50,61 @@ class HandChanges:
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
 
+    def _newest_is(self, path: str, version: str) -> Ref | None:
+        """The newest record of ``path`` if it writes ``version`` and exists (its marker's name says what it writes,
+        its file that it was written: the cheap proof; see the module docstring), else None."""
+        journal = self.workspace.journal
+        newest = journal.paths.newest(path)
+        return newest if newest is not None and newest.version == version and journal.has_record(newest) else None
+
     def _latest(self, path: str) -> Operation | None:
         records, _ = self.workspace.journal.path_records(path)
         return latest_version([op for _, op in records])
 
-    def found_at_start(self, changed: dict[str, str], gone: list[str]) -> list[str]:
+    def found_at_start(self, changed: dict[str, str], gone: list[str]) -> tuple[list[str], list[str]]:
         """Record the edits of ``changed`` files (path -> version, as the start's scan read them) and the deletion
         of ``gone`` ones (both out of step with the views) that the journal does not hold yet, for experiences the
-        journal knows. Returns the paths recorded."""
+        journal knows. Returns the paths recorded, and those whose change by hand an earlier start had recorded
+        already (killed before its views took the change in: its compaction may be owed too)."""
         journal = self.workspace.journal
         known = journal.paths.known()  # one listing, however many files are out of step (a rebuild: all of them)
-        recorded = []
+        recorded, earlier = [], []
         for path, version in changed.items():
-            if journal.paths.digest(path) in known and self.record_edit(path, version):
+            if journal.paths.digest(path) not in known:
+                continue
+            if self.record_edit(path, version):
                 recorded.append(path)
+            elif self._by_hand(self._newest_is(path, version)):
+                earlier.append(path)
         for path in gone:
             if journal.paths.digest(path) not in known or self.workspace.files.read_bytes(path) is not None:
                 continue
-            newest = journal.paths.newest(path)
-            if newest is not None and newest.version == DELETED:  # recorded already
+            if self._newest_is(path, DELETED):  # recorded already
+                earlier.append(path)
                 continue
             latest = self._latest(path)
             if latest is not None and latest.tool != DELETE:
                 journal.record_change(path, DELETE, None, latest.target_version, None)
                 recorded.append(path)
-        return recorded
+        return recorded, earlier
+
+    def _by_hand(self, ref: Ref | None) -> bool:
+        """Whether ``ref`` names a record of a change made by hand."""
+        return ref is not None and self.workspace.journal.scope_directory(HAND_SCOPE).name == (
+            ref.scope_digest + SCOPE_SUFFIX)
 
     def record_edit(self, path: str, seen: str | None = None) -> bool:
         """Record the current content of ``path`` as an edit made by hand unless the journal's latest version of it
         is that content (or the file is gone); ``seen``: the file's version as just read, if known. Returns whether
         it recorded one."""
-        newest = self.workspace.journal.paths.newest(path)
-        if seen is not None and newest is not None and newest.version == seen:  # what the newest record wrote
+        if seen is not None and self._newest_is(path, seen):  # what the newest record wrote
             return False
         absolute = str(self.workspace.root / path)
         data = read_entry(absolute)  # never follows a link
         if data is None:
             return False
         version = version_of(data.target if isinstance(data, Link) else data)
-        if newest is not None and newest.version == version:
+        if version != seen and self._newest_is(path, version):
             return False
         latest = self._latest(path)
         if latest is not None and latest.tool != DELETE and latest.target_version == version:

@@ -6,8 +6,10 @@ records are versions and in what order is ``versions.py``. The answer follows ``
 (``status``, ``kind``, ``path``; ``next_offset`` for the next page) and says, besides the versions:
 
 * ``compacted``: how many older versions the retention bound removed (numbers continue after them);
-* ``damaged_records``: records of this experience that cannot be read, or were set aside as damaged — reported,
-  never hidden (a version may be missing between two listed ones: ``previous_version`` shows it);
+* ``damaged_records``: records of this experience that cannot be read, were set aside as damaged, or are missing
+  (a confirmed marker names them: removed outside the plugin), a damaged copy of its compaction summary, and its
+  marker directory when that was removed (the records found without it are listed) — reported, never hidden (a
+  version may be missing between two listed ones: ``previous_version`` shows it);
 * ``exists`` and ``current_version``: the file now. The current file is always the last version; when no record
   holds it, that version is ``recorded: false``.
 
@@ -17,6 +19,7 @@ refuses it (``Reads.experience_path``).
 
 from __future__ import annotations
 
+import json
 import os
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import DamagedRecord, ErrorCode, ProcedureError
 from ..schema import version_of
 from ..storage.experiences import Link, read_entry
+from ..storage.journal import HAND_SCOPE
 from ..storage.path_index import COMPACTED, Compacted
 from .versions import Version, diff, versions
 
@@ -35,6 +39,10 @@ DAMAGED_FIX = ("Resume the import it belongs to (the same reme start job=procedu
                "file aside as <file>.damaged, kept for inspection. A record of a change made by hand, or "
                f"{COMPACTED}, belongs to no import: repair it or move it aside by hand. Until then the version it "
                "held, if any, is missing from this history.")
+MISSING_FIX = ("Restore the record from a backup to bring its version back. Its marker under operations/paths/ is "
+               "what shows the loss; remove it once inspected (procedure_reindex reports it until then).")
+LOST_MARKERS_FIX = ("Run procedure_reindex (the one-shot CLI, other workspace processes stopped): it reads every "
+                    "journal record and recreates the missing markers (journal_markers_recreated).")
 SET_ASIDE_FIX = ("Kept for inspection; the version it held, if any, is missing from this history. Repair the file "
                  "and move it back to its original name (without .damaged) to restore it.")
 
@@ -90,15 +98,19 @@ class History:
         records, damaged = journal.path_records(rel)
         try:
             summary = journal.paths.compacted(rel)
-        except DamagedRecord as exc:
+        except DamagedRecord:
             summary = Compacted(rel)
-            damaged_summary = {"record": ws.relative(exc.path), "error": exc.cause, "set_aside": False}
-        else:
-            damaged_summary = None
+        reported = [{"record": ws.relative(exc.path), "error": exc.cause, "set_aside": False, "fix": DAMAGED_FIX}
+                    for exc in journal.paths.damaged_copies(rel)]
         removing = set(summary.removing)
         ops = [op for ref, op in records if ref.name not in removing]
         current = current_file(str(ws.root / rel))
-        if not ops and current is None and not damaged and damaged_summary is None and not summary.versions:
+        if not journal.paths.has_directory(rel):
+            found, lost = self._without_markers(rel, current)
+            ops += found
+            reported += lost
+        damaged = [d for d in damaged if d.ref is None or d.ref.name not in removing]
+        if not ops and current is None and not damaged and not reported and not summary.versions:
             raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}, and the journal has no history of "
                                  "it. Check the path (procedure_search finds experiences).", path=rel)
         listed = versions(ops, current, compacted=summary.versions)
@@ -108,8 +120,9 @@ class History:
                           listed[offset + n - 1] if offset + n > 0 else None, with_diff)
             for n, v in enumerate(page)
         ]
-        reported = [{"record": ws.relative(d.file), "error": d.error, "set_aside": d.set_aside} for d in damaged]
-        reported += [damaged_summary] if damaged_summary else []
+        reported = [{"record": ws.relative(d.file), "error": d.error, "set_aside": d.set_aside,
+                     "fix": SET_ASIDE_FIX if d.set_aside else MISSING_FIX if d.missing else DAMAGED_FIX}
+                    for d in damaged] + reported
         answer: dict[str, Any] = {
             "status": "ok", "kind": "history", "path": rel, "exists": current is not None,
             "current_version": current[0] if current else None, "total": len(listed), "offset": offset,
@@ -123,7 +136,39 @@ class History:
                         f"finished imports were removed ({COMPACTED})",
             }
         if reported:
-            answer["damaged_records"] = [{**d, "fix": SET_ASIDE_FIX if d["set_aside"] else DAMAGED_FIX}
-                                         for d in reported]
+            answer["damaged_records"] = reported
         answer["versions"] = entries
         return answer
+
+    def _without_markers(self, rel: str, current) -> tuple[list, list[dict[str, Any]]]:
+        """An experience without a marker directory: placed by hand and never written by an import (nothing to
+        say), or its directory was removed. Evidence of the latter: a compaction summary beside the index, or a
+        record of ``rel`` in the journal of an import that made one of the file's sources (those imports' records
+        and the changes made by hand are then read: the versions a reindex would index again). Returns the records
+        found and the damage to report."""
+        ws = self.workspace
+        journal = ws.journal
+        sources = set()
+        if current is not None and current[1] is not None:
+            try:
+                data = json.loads(current[1])
+                sources = {s for s in data.get("sources", []) if isinstance(s, str)} if isinstance(data, dict) \
+                    else set()
+            except (ValueError, RecursionError):
+                pass
+        found = []
+        if sources:
+            imports, _ = ws.imports.scan()
+            for request_id in sorted({r.request_id for r in imports if r.path in sources}):
+                found += [op for op in journal.read_scope(request_id)[0] if op.path == rel]
+        summary = journal.paths.summary_files(rel)[1]
+        if not found and not summary.exists():
+            return [], []
+        found += [op for op in journal.read_scope(HAND_SCOPE)[0] if op.path == rel]
+        directory = journal.paths.directory / journal.paths.digest(rel)
+        return found, [{
+            "record": ws.relative(directory), "set_aside": False, "fix": LOST_MARKERS_FIX,
+            "error": f"the marker directory of this experience is missing (removed outside the plugin): "
+                     f"{len(found)} of its records were found by reading the journals of the imports named in its "
+                     "sources and its changes made by hand; records of other imports may be missing here",
+        }]

@@ -33,6 +33,7 @@ from ..errors import IndexFailure, ProviderUnavailable
 from ..schema import VIEW_NAMES, version_of
 from ..storage.experiences import BadFile, StoredExperience
 from ..storage.journal import INDEX_PENDING, INDEXED, INTENT, SUPERSEDED, recover_intent
+from ..storage.path_index import COMPACTED, PATHS_DIR, SUMMARIES_DIR
 from .hand_changes import HandChanges
 from .retention import Retention
 
@@ -48,6 +49,19 @@ DAMAGED_RECORD_FIX = (
     "Resume the import it belongs to (the same reme start job=procedure_auto_memory command): it stops once with "
     "metadata_damaged, sets the file aside as <file>.damaged and continues on the next resume."
 )
+
+MISSING_RECORD_FIX = ("This marker names a journal record that was removed outside the plugin: restore the record from "
+                      "a backup to bring its version back, or remove the marker once inspected.")
+SUMMARY_FIX = ("A compaction summary belongs to no import: repair it or move it aside; its other copy, if readable, "
+               "keeps the history's numbers until the next compaction rewrites both.")
+
+
+def damaged_fix(path: Path) -> str:
+    """What to do about one damaged metadata file: a marker or a compaction summary of the path index (under
+    ``operations/paths/`` or ``operations/compacted/``), else a record of an import."""
+    if path.parent.parent.name == PATHS_DIR or path.parent.name == SUMMARIES_DIR:
+        return SUMMARY_FIX if path.name == COMPACTED or path.parent.name == SUMMARIES_DIR else MISSING_RECORD_FIX
+    return DAMAGED_RECORD_FIX
 
 
 # One-shot jobs whose process leaves start-up indexing alone: the reindex indexes every file itself (one pass instead
@@ -119,6 +133,12 @@ class Recovery:
             if op.status == INTENT:
                 recover_intent(op, files, journal)
         ws.damaged_metadata.update(journal.damaged)
+        if journal.index_built:
+            ws.logger.warning(
+                f"procedure memory: the journal had no path index (operations/paths/): built it from "
+                f"{journal.index_built} records (a journal written before the index, or the index was lost; the "
+                "compaction summaries are also kept in operations/compacted/)")
+            journal.index_built = None
 
     async def reconcile(self) -> dict[str, Any]:
         """Make both views agree with the experience files, after recovering journal intents.
@@ -165,13 +185,14 @@ class Recovery:
         as the current, unrecorded version, and is recorded before the agent next writes over it."""
         gone = sorted({p for v in VIEW_NAMES for p in indexed[v]} - on_disk)
         try:
-            recorded = self.hand_changes.found_at_start(changed, gone)
+            recorded, earlier = self.hand_changes.found_at_start(changed, gone)
         except OSError as exc:
             self.workspace.logger.warning(f"procedure memory: changes made by hand were not recorded: {exc}")
             return
         if recorded:
             self.workspace.logger.info(f"procedure memory recorded changes made by hand: {recorded}")
-            self.retention.compact_paths(recorded)
+        if recorded or earlier:  # earlier: recorded by a start killed before it compacted them
+            self.retention.compact_paths(recorded + earlier)
 
     def settle_journal(self) -> None:
         """Resolve every open journal record against its file once the views are settled."""
@@ -258,7 +279,11 @@ class Recovery:
         if self.deferred:  # the start left the journal's open records to this pass
             self.settle_journal()
             self.deferred = False
-        ws.damaged_metadata.update(ws.journal.check_records())  # the start read only open records
+        damaged, recreated = ws.journal.check_records()  # the start read only open records
+        ws.damaged_metadata.update(damaged)
+        if recreated:
+            ws.logger.warning(f"procedure memory recreated {recreated} missing markers of the journal's path index "
+                              "(operations/paths/): the versions of those records were missing from histories")
         ws.damaged_metadata.update(ws.checkpoints.check_records())  # only their imports read them
         compacted = self.retention.sweep()
         invalid_paths = {i["path"] for i in invalid}
@@ -270,6 +295,7 @@ class Recovery:
             "pending_indexes": failed,
             "damaged_metadata": self.damaged_records(),
             "journal_records_compacted": compacted,
+            "journal_markers_recreated": recreated,
             "seconds": round(time.monotonic() - started, 3),
         }
 
@@ -292,7 +318,7 @@ class Recovery:
     def damaged_records(self) -> list[dict[str, str]]:
         """Damaged metadata records that were skipped and are still in place (not yet set aside by their import)."""
         ws = self.workspace
-        return [{"path": ws.relative(path), "error": cause, "fix": DAMAGED_RECORD_FIX}
+        return [{"path": ws.relative(path), "error": cause, "fix": damaged_fix(Path(path))}
                 for path, cause in sorted(ws.damaged_metadata.items()) if Path(path).exists()]
 
 

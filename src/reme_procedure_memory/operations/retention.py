@@ -11,7 +11,9 @@ Contract:
 * How: the path's ``compacted.json`` first counts the versions removed and names the records being removed; then
   the records and their markers go; then the names are cleared. A kill in between leaves names that the next
   compaction removes and that a history answer skips, so no version is counted twice or shown after it was
-  counted. Nothing else is touched: experience files, the views and other paths' records stay as they are.
+  counted. The summary is kept twice (``path_index.py``), so losing one copy renumbers no history. Pending markers
+  of records a kill kept from being written are removed too. Nothing else is touched: experience files, the views
+  and other paths' records stay as they are.
 * A failure to compact (a full disk, a damaged ``compacted.json``) is logged and leaves the records in place: the
   bound is re-applied at the next occasion. Nothing that depends on a removed record breaks: a completed import run
   again lists only the writes whose records remain.
@@ -65,6 +67,7 @@ class Retention:
         summary = Compacted(path, summary.versions + versions, newest, [ref.name for ref in refs])
         journal.paths.put_compacted(summary)
         journal.remove_records(path, refs)
+        journal.paths.remove_orphans(path, [r for r in journal.paths.refs(path) if not journal.has_record(r)])
         summary.removing = []
         journal.paths.put_compacted(summary)
         return len(refs)

@@ -33,6 +33,12 @@ from ..storage.path_index import Ref
 # made on that was never recorded).
 CREATE, UPDATE, HAND_EDIT, HAND_DELETE, UNRECORDED = "create", "update", "hand_edit", "hand_delete", "unrecorded"
 
+# The first version when the oldest record names a predecessor no record holds and nothing is counted as compacted.
+PREDECESSOR_NOTE = ("no journal record holds this version: it was placed or changed by hand before the journal "
+                    "recorded such changes, or its record was removed by the retention bound and the compaction "
+                    "summary (compacted.json, in both its copies) is lost; then the versions before it are not "
+                    "counted and this history's numbers start too low")
+
 
 @dataclass
 class Version:
@@ -81,8 +87,7 @@ def versions(ops: list[Operation], current: tuple[str, str | None, float | None]
     found = [_version(op) for op in durable]
     if found and found[0].previous_version is not None and not compacted:
         found.insert(0, Version(version=found[0].previous_version, change=UNRECORDED, text=None, at=None,
-                                recorded=False, note="this version was never recorded (placed or changed by hand "
-                                                     "before the journal recorded such changes)"))
+                                recorded=False, note=PREDECESSOR_NOTE))
     if current is not None:
         version, text, modified = current
         if found and found[-1].version == version:

@@ -16,6 +16,7 @@ experience's history and the retention bound.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -28,7 +29,7 @@ from ..errors import DamagedRecord, StorageError
 from ..schema import version_of
 from .atomic import fsync_dir, write_json
 from .experiences import ExperienceFiles, Link, entry_names, read_entry
-from .path_index import BUILDING_DIR, DELETED, PATHS_DIR, PathIndex, Ref
+from .path_index import BUILDING_DIR, DELETED, PATHS_DIR, PENDING, SUMMARIES_DIR, PathIndex, Ref
 from .records import glob_escape, load_owned_record, load_record
 
 # Journal record states. "intent" is written before the publish; the others after it.
@@ -108,9 +109,10 @@ class OperationJournal:
     to their open files, and renamed ``<digest>.v2``. Damaged final records are not read by a start:
     ``check_records`` (the reindex) and the import that owns them find them.
 
-    Every record also has a marker under ``paths/`` (``path_index.py``), made before the record is first written:
-    ``path_records`` reads one experience's records without listing the journal. A journal without that index is
-    indexed in full once, by the first scan.
+    Every record also has a marker under ``paths/`` (``path_index.py``), made pending before the record is first
+    written and confirmed after it: ``path_records`` reads one experience's records without listing the journal.
+    A journal without that index is indexed in full once, by the first scan (``index_built``: how many records it
+    indexed, for the start's log).
     """
 
     def __init__(self, directory: Path) -> None:
@@ -122,6 +124,7 @@ class OperationJournal:
         self._open: dict[tuple[str, str], Operation] | None = None
         self._twins: dict[Path, set[Path]] = {}  # scope directory -> open files whose final record is not yet durable
         self.damaged: dict[str, str] = {}  # damaged records skipped by a scan: path -> cause
+        self.index_built: int | None = None  # records the first scan indexed when ``paths/`` was missing
 
     def _scope_dir(self, scope: str) -> Path:
         return self.directory / (hashlib.sha256(scope.encode("utf-8")).hexdigest()[:32] + SCOPE_SUFFIX)
@@ -142,12 +145,30 @@ class OperationJournal:
         return Ref(final.parent.name[: -len(SCOPE_SUFFIX)], final.name[: -len(".json")],
                    round(op.created_at * 1e6), DELETED if op.tool == DELETE else op.target_version)
 
-    def _mark(self, op: Operation) -> None:
-        """Make the marker of ``op``'s record under its path (once per record and process)."""
-        ref = self._ref(op)
-        if ref not in self._marked:
-            self.paths.add(op.path, ref)
-            self._marked.add(ref)
+    def scope_directory(self, scope: str) -> Path:
+        """The directory of a scope's records (it exists once the scope has had a record)."""
+        return self._scope_dir(scope)
+
+    def marked_scopes(self) -> dict[str, int]:
+        """Scope directory name -> how many markers name a record in it: one listing per experience the journal
+        knows (the evidence that a scope directory that is gone had records)."""
+        counts: dict[str, int] = {}
+        for directory in self.paths.paths():
+            for ref in self.paths.refs_in(directory):
+                if ref.confirmed:
+                    name = ref.scope_digest + SCOPE_SUFFIX
+                    counts[name] = counts.get(name, 0) + 1
+        return counts
+
+    def _record_files(self, ref: Ref) -> tuple[Path, Path]:
+        """The final and the open file of the record ``ref`` names."""
+        scope_dir = self.directory / (ref.scope_digest + SCOPE_SUFFIX)
+        return scope_dir / f"{ref.stem}.json", scope_dir / f"{ref.stem}{OPEN_SUFFIX}"
+
+    def has_record(self, ref: Ref) -> bool:
+        """Whether the record ``ref`` names exists (its final or open file): the proof that what its marker says is
+        recorded (a marker alone proves nothing: ``path_index.py``). Two ``stat`` calls at most."""
+        return any(os.path.lexists(file) for file in self._record_files(ref))
 
     def records(self, scope: str) -> list[Operation]:
         """Every record of a scope (its import's ledger), oldest first. A damaged record is set aside and raised:
@@ -158,7 +179,7 @@ class OperationJournal:
             stem = _record_stem(path.name)
             if stem not in chosen or not path.name.endswith(OPEN_SUFFIX):  # the final file is the record
                 chosen[stem] = path
-        found = [load_owned_record(path, Operation) for path in chosen.values()]
+        found = [load_owned_record(path, _stated(path)) for path in chosen.values()]
         return sorted((op for op in found if op is not None), key=lambda op: op.created_at)
 
     def read_scope(self, scope: str) -> tuple[list[Operation], dict[str, str]]:
@@ -198,12 +219,14 @@ class OperationJournal:
             return None
         op = load_record(path, Operation, None if isinstance(raw, Link) else raw)
         _check_shape(path, op)
+        _check_state(path, op)
         return op
 
     def get(self, scope: str, key: str) -> Operation | None:
         """The record of a scoped key, or None (a damaged record is set aside and raised)."""
         self._scan()  # scope directories of the earlier layout are converted before any read
-        op = load_owned_record(self._path(scope, key), Operation)
+        final = self._path(scope, key)
+        op = load_owned_record(final, _stated(final))
         return op if op is not None else load_owned_record(self._open_path(scope, key), Operation)
 
     def put(self, op: Operation, *, sync_dir: bool = True) -> None:
@@ -213,7 +236,18 @@ class OperationJournal:
         as the record, which the next identical retry reopens again."""
         open_records = self._scan()  # scope directories of the earlier layout are converted before the first write
         scope_dir, key = self._scope_dir(op.scope), (op.scope, op.key)
-        self._mark(op)  # before the record: a record is never without its marker (a marker alone is ignored)
+        ref = self._ref(op)
+        first = ref not in self._marked  # this process makes the marker of each record once
+        if first:  # pending before the record, confirmed after it: path_index.py
+            self.paths.begin(op.path, ref)
+        self._write(op, scope_dir, key, open_records, sync_dir)
+        if first:
+            self.paths.confirm(op.path, ref)
+            self._marked.add(ref)
+
+    def _write(self, op: Operation, scope_dir: Path, key: tuple[str, str],
+               open_records: dict[tuple[str, str], Operation], sync_dir: bool) -> None:
+        """The record's write of ``put``."""
         if op.status in OPEN_STATES:
             write_json(self._open_path(op.scope, op.key), op.__dict__, sync_dir=sync_dir)
             open_records[key] = op
@@ -258,8 +292,11 @@ class OperationJournal:
         call, once: every record gets its marker, built aside and then renamed into place (``path_index.py``); a
         damaged record cannot be attributed to a path: it stays listed in ``damaged``."""
         if self._open is None:
+            if os.path.lexists(self.paths.directory) and not self.paths.exists():  # no write could name the cause
+                raise StorageError(errno.ENOTDIR, "Not a directory", str(self.paths.directory))
             self._open = {}
             builder = None if self.paths.exists() else PathIndex(self.directory / BUILDING_DIR)
+            built = 0
             if builder is not None:
                 shutil.rmtree(builder.directory, ignore_errors=True)  # a build a kill interrupted: again
             for scope_dir, dir_fd, names in self._scopes():
@@ -275,6 +312,7 @@ class OperationJournal:
                     op = read[name] = self._read(scope_dir, dir_fd, name)
                     if op is not None and builder is not None and _has_shape(op):
                         builder.add(op.path, self._ref(op))
+                        built += 1
                     if op is not None and op.status in OPEN_STATES:
                         self._open[(op.scope, op.key)] = op
                         if not is_open:
@@ -289,6 +327,7 @@ class OperationJournal:
                     self._convert(scope_dir, converted)
             if builder is not None and builder.exists():
                 builder.publish_as(self.paths.directory)
+                self.index_built = built
         return self._open
 
     def _convert(self, scope_dir: Path, converted: list[tuple[Operation, Path]]) -> None:
@@ -315,16 +354,49 @@ class OperationJournal:
             fsync_dir(scope_dir)
             _unlink_all(self._twins.pop(scope_dir))
 
-    def check_records(self) -> dict[str, str]:
+    def check_records(self) -> tuple[dict[str, str], int]:
         """Read every record (final ones too) and return the damaged ones (path -> cause), also kept in
-        ``damaged``: the full check a reindex reports. A record found without its marker gets it again."""
+        ``damaged``, and how many markers were recreated: the full check a reindex reports. A record found without
+        its marker gets it again; a confirmed marker whose record is gone (and not being compacted) is reported as
+        damaged under the marker's name; a pending marker whose record was never written is removed."""
         self._scan()
+        recreated = 0
         for scope_dir, dir_fd, names in self._scopes():
             for name in names:
                 op = self._read(scope_dir, dir_fd, name)
                 if op is not None and _has_shape(op):
-                    self.paths.add(op.path, self._ref(op))
-        return dict(self.damaged)
+                    ref = self._ref(op)
+                    if (scope_dir.name, _record_stem(name)) != (ref.scope_digest + SCOPE_SUFFIX, ref.stem):
+                        continue  # a copy under another name (not where the journal keeps it): no marker
+                    marker = self.paths.directory / self.paths.digest(op.path) / ref.name
+                    if not (os.path.lexists(marker) or os.path.lexists(f"{marker}{PENDING}")):
+                        self.paths.add(op.path, ref)
+                        recreated += 1
+        for directory in self.paths.paths():
+            try:
+                removing = set(self.paths.compacted_in(directory).removing)
+            except DamagedRecord as exc:
+                self.damaged[str(exc.path)] = exc.cause
+                removing = set()
+            orphans = []
+            for ref in self.paths.refs_in(directory):
+                if ref.name in removing or self.has_record(ref) or self._set_aside(ref):
+                    continue
+                if ref.confirmed:
+                    self.damaged[str(directory / ref.name)] = missing_cause(self, ref)
+                else:
+                    orphans.append(directory / (ref.name + PENDING))
+            _unlink_all(orphans)
+        return dict(self.damaged), recreated
+
+    def _set_aside(self, ref: Ref) -> list[Path]:
+        """The set-aside (``.damaged``) copies of the record ``ref`` names."""
+        return [aside for file in self._record_files(ref)
+                for aside in sorted(file.parent.glob(f"{glob_escape(file.name)}.damaged*"))]
+
+    def relative(self, file: Path) -> str:
+        """``file`` relative to the journal's directory's parent (``operations/...``)."""
+        return str(file.relative_to(self.directory.parent))
 
     def _read(self, scope_dir: Path, dir_fd: int, name: str) -> Operation | None:
         """The record file ``name`` of a scope directory, read through its descriptor (a link by its path, as it
@@ -334,7 +406,7 @@ class OperationJournal:
         if raw is None:
             return None
         try:
-            return load_record(path, Operation, None if isinstance(raw, Link) else raw)
+            return _check_state(path, load_record(path, Operation, None if isinstance(raw, Link) else raw))
         except DamagedRecord as exc:
             self.damaged[str(path)] = exc.cause
             return None
@@ -344,7 +416,8 @@ class OperationJournal:
         listed once and open while its step runs: a long journal is read without resolving a path per record."""
         try:
             with os.scandir(self.directory) as entries:
-                scopes = sorted(e.name for e in entries if e.is_dir() and e.name not in (PATHS_DIR, BUILDING_DIR))
+                scopes = sorted(e.name for e in entries
+                                if e.is_dir() and e.name not in (PATHS_DIR, BUILDING_DIR, SUMMARIES_DIR))
         except (FileNotFoundError, NotADirectoryError):
             return
         for scope in scopes:
@@ -368,31 +441,38 @@ class OperationJournal:
 
     def path_records(self, path: str) -> tuple[list[tuple[Ref, Operation]], list[DamagedEntry]]:
         """Every readable record of experience ``path`` with its ref (in no particular order), and the damaged
-        ones: a record that does not parse (or has the wrong shape) and one already set aside as
-        ``<file>.damaged``. Reads only: nothing is set aside or repaired here (a history answer never changes the
-        workspace). Beside a damaged final record the open one, if readable, is the record."""
+        ones: a record that does not parse (or has the wrong shape, or is final with an open status), one already
+        set aside as ``<file>.damaged``, and one a confirmed marker names that is gone (``missing``; a pending
+        marker without its record is a kill before the record: skipped). Reads only: nothing is set aside or
+        repaired here (a history answer never changes the workspace). Beside a damaged final record the open one,
+        if readable, is the record."""
         found: list[tuple[Ref, Operation]] = []
         damaged: list[DamagedEntry] = []
         for ref in self.paths.refs(path):
-            scope_dir = self.directory / (ref.scope_digest + SCOPE_SUFFIX)
-            files = (scope_dir / f"{ref.stem}.json", scope_dir / f"{ref.stem}{OPEN_SUFFIX}")
+            files = self._record_files(ref)
+            unreadable = []
             for file in files:
                 try:
                     op = load_record(file, Operation)
                     if op is not None:
                         _check_shape(file, op)
+                        _check_state(file, op)
                 except DamagedRecord as exc:
-                    damaged.append(DamagedEntry(file, exc.cause, set_aside=False))
+                    unreadable.append(DamagedEntry(file, exc.cause, set_aside=False, ref=ref))
+                    op = None
                     continue
                 if op is not None:
                     if op.path == path:  # else: another path's record under a colliding digest (not this history)
                         found.append((ref, op))
                     break
-            else:
-                for file in files:
-                    for aside in sorted(scope_dir.glob(f"{glob_escape(file.name)}.damaged*")):
-                        damaged.append(DamagedEntry(aside, "set aside as damaged by the import it belongs to",
-                                                    set_aside=True))
+            damaged += unreadable  # beside a damaged final record the open one, if readable, is the record
+            if op is None:
+                aside = self._set_aside(ref)
+                damaged += [DamagedEntry(file, "set aside as damaged by the import it belongs to", set_aside=True,
+                                         ref=ref) for file in aside]
+                if not unreadable and not aside and ref.confirmed:  # a pending one: a kill before its record
+                    damaged.append(DamagedEntry(files[0], missing_cause(self, ref), set_aside=False, ref=ref,
+                                                missing=True))
         return found, damaged
 
     def record_change(self, path: str, tool: str, data: bytes | Link | None, previous: str | None,
@@ -457,11 +537,36 @@ class OperationJournal:
 
 @dataclass(frozen=True)
 class DamagedEntry:
-    """A journal record of an experience that cannot be read: its file (or its set-aside name) and why."""
+    """A journal record of an experience that cannot be read: its file (or its set-aside name) and why; ``missing``:
+    its confirmed marker names a record that is gone (``path_index.py``)."""
 
     file: Path
     error: str
     set_aside: bool
+    ref: Ref | None = None
+    missing: bool = False
+
+
+def missing_cause(journal: OperationJournal, ref: Ref) -> str:
+    """Why a confirmed marker without its record is damage (the marker was made after the record was written)."""
+    final = journal._record_files(ref)[0]
+    return (f"the journal record {journal.relative(final)} is missing: its marker was made after it was written, so "
+            "it was removed outside the plugin; the version it held is missing from this history")
+
+
+def _stated(path: Path):
+    """The record factory of a read by its import: an ``Operation`` whose state fits ``path``'s name."""
+    return lambda **record: _check_state(path, Operation(**record))
+
+
+def _check_state(path: Path, op: Operation) -> Operation:
+    """``op``, unless its file ``path`` is a final record (``<digest>.json`` of a scope directory of this layout)
+    holding an open status: never written so (``put``), so changed by hand; DamagedRecord then."""
+    if (path.parent.name.endswith(SCOPE_SUFFIX) and not path.name.endswith(OPEN_SUFFIX)
+            and op.status in OPEN_STATES):
+        raise DamagedRecord(path, f"a final record with the open status {op.status!r} (changed by hand?): a record "
+                                  "is final once its file is <digest>.json")
+    return op
 
 
 def _has_shape(op: Operation) -> bool:
