@@ -92,7 +92,7 @@ REPO = Path(__file__).resolve().parent.parent
 VIEWS = ("when_to_use", "when_to_use_content")
 LIBRARY = Path("data/experience-library/bfcl_qwen3_8b.jsonl")  # inside the shared directory
 FIXTURES = REPO / "tests" / "fixtures"  # the smoke run's data without ../shared
-sys.path.append(str(REPO / "tests"))  # helpers.py: the smoke run's test doubles and word-level tokenizer
+sys.path.append(str(REPO / "tests"))  # tests/helpers/: the smoke run's test doubles and word-level tokenizer
 
 
 # -- tasks ----------------------------------------------------------------------------------------------------------
@@ -213,7 +213,7 @@ def application(workspace: Path, tokenizer: Path, args, with_model: bool = False
     app = Application(plugins=["procedure-memory"], workspace_dir=str(workspace), service={"backend": "cli"},
                       enable_logo=False, log_to_console=False, log_to_file=False, components=components)
     if args.smoke or scripts is not None:
-        from helpers import FakeEmbeddingModel, ScriptedAgent  # tests/helpers.py: the doubles the tests may use
+        from helpers import FakeEmbeddingModel, ScriptedAgent  # tests/helpers/: the doubles the tests may use
 
         if args.smoke:
             app.context.components["as_embedding"]["procedure"].model = FakeEmbeddingModel(args.embedding_dimensions)

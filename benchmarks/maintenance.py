@@ -130,7 +130,7 @@ class SharedEmbeddingServer:
             except OSError:
                 if time.monotonic() > deadline or self.server.poll() is not None:
                     self.__exit__()
-                    raise SystemExit("the embedding server did not start")
+                    raise SystemExit("the embedding server did not start") from None
                 time.sleep(0.2)
 
     def __exit__(self, *exc) -> None:

@@ -1,7 +1,7 @@
 """What a capable model's extraction run through the relay cost: requests, tokens and where they go (issue 23).
 
 Run from the repository root (a venv with the plugin installed) on a relay queue (``shared/tools/relay``: the folder
-of ``N.req.json``, ``N.resp.json`` and ``usage.jsonl`` that ``server.py`` keeps)::
+of ``N.req.json``, ``N.resp.json`` and ``usage.jsonl`` that the relay's server keeps)::
 
     python benchmarks/relay_costs.py /tmp/relay-q --trajectory-tokens 15188            # the whole queue
     python benchmarks/relay_costs.py /tmp/relay-q --trajectories a.jsonl b.md --first 1 --last 50 --json out.json

@@ -23,8 +23,8 @@ What runs, all real except the library being a fixture:
 
 1. Every line of the experience library (JSONL with ``when_to_use``, ``content``, ``metadata.task_query``) becomes
    one experience file: ``when-to-use`` = ``when_to_use``, ``content`` = ``content``, ``description`` = the first
-   sentence of ``content``; each cites a stand-in trajectory copied into the workspace (``benchmarks/_library.py``,
-   shared with ``extraction.py``), and the run stops unless all are indexed and searchable.
+   sentence of ``content``; each cites a stand-in trajectory copied into the workspace
+   (``benchmarks/benchlib/library.py``, shared with ``extraction.py``), and the run stops unless all are indexed and searchable.
 2. For each tokenizer (the shipped ``plugin.yaml`` one, and ReMe's ``regex`` as the baseline), an in-process
    ``Application(plugins=["procedure-memory"])`` on its own workspace indexes them with the real ``procedure_reindex``
    job, then every distinct ``metadata.task_query`` is asked through the real ``procedure_search`` job on both views

@@ -18,8 +18,9 @@ Measured side by side in one run, on the real Qwen3 tokenizer (``tokenizers.Toke
 
 (a) one plain ``Tokenizer.encode(text, add_special_tokens=False)`` over the whole text (its token count is reported;
     the timed region is the call only, freeing the ``Encoding`` is timed separately);
-(b) ``reme_procedure_memory.segmenter.segment(text, 98304, counter.count)`` with the plugin's ``TokenCounter`` on the
-    same tokenizer file, the counter wrapped to count calls (and the characters they encode, and calls over budget).
+(b) ``reme_procedure_memory.extraction.segmenter.segment(text, 98304, counter.count)`` with the plugin's
+    ``TokenCounter`` on the same tokenizer file, the counter wrapped to count calls (and the characters they encode,
+    and calls over budget).
 
 Outside the timed regions the segments are verified: they tile the text (``"".join(...) == text``) and each one's exact
 count (counted again) is at most the budget. Timings are the median of ``--reps`` repetitions (a then b each time);

@@ -26,7 +26,7 @@ def log(message: str) -> None:
 
 
 class EmbeddingServer:
-    """``embed_server_minilm.py`` in its own interpreter on 127.0.0.1 (a free port); stopped by its PID."""
+    """``../shared/tools/embed_server_minilm.py`` in its own interpreter on 127.0.0.1 (a free port); stopped by its PID."""
 
     def __init__(self, python: str, script: Path, tokenizer: str | None) -> None:
         self.python, self.script, self.tokenizer = python, script, tokenizer

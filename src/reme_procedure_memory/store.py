@@ -4,7 +4,8 @@ What is durable: the experience files (``procedures/<name>.json``, the only trut
 trajectory copies (``session/trajectories/``) and the plugin's metadata under ``metadata/procedure/<component>/``
 (``imports/``, ``operations/``, ``processing/``, the lock). Everything else (the views) is derived and rebuildable.
 
-* **One writer.** Every durable file is written by ``storage.atomic.atomic_write``: a temporary file
+* **One writer.** Only modules of ``storage/`` write durable files (which ones: ``storage/__init__.py``); each file
+  with content, the lock file aside, is written by ``storage.atomic.atomic_write``: a temporary file
   ``.<name>.<8 random>.tmp`` in the same directory (the process umask, or the replaced file's mode), fsync,
   ``os.replace``, fsync of the directory. A reader sees the old bytes or the new ones, never a mix. A failed write
   raises ``StorageError`` naming the destination (answered ``disk_full`` / ``storage_error``) and leaves no

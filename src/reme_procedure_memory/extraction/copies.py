@@ -14,7 +14,7 @@ Contract of ``copy_original(workspace, source, filename, request_id, source_id)`
 * a lost import record (damaged and set aside, or deleted by hand) is rebuilt from the verified copy this request id
   made (found through its checkpoint), never by copying the original a second time (``rebuild_lost_record``).
 
-The files themselves are written by ``store.py`` (``ImportRegistry``, ``publish_copy``).
+The files themselves are written by ``storage/imports.py`` (``ImportRegistry``, ``publish_copy``).
 """
 
 from __future__ import annotations

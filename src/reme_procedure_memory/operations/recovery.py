@@ -19,7 +19,7 @@ Contract (what every path below guarantees):
   the export, which reads only the files. Anything else that needs the views in such a process reconciles first
   (``ensure_reconciled``).
 * A reindex clears and rebuilds both views under the write lock while searches wait (``without_rebuild``); it never
-  writes experience or trajectory files. All durable writes go through store.py.
+  writes experience or trajectory files. Durable files are written by ``storage/`` only (``storage/__init__.py``).
 """
 
 from __future__ import annotations

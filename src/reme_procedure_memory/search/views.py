@@ -3,7 +3,7 @@
 * ``when_to_use`` indexes the when-to-use text; ``when_to_use_content`` indexes when-to-use + "\\n\\n" + content.
 * Each experience is exactly one record (one FileNode with one FileChunk) in each view; chunk id ``<view>:<path>``,
   ``metadata.version`` is the file version the record was built from, ``metadata.tokenizer`` the identity of the
-  view's BM25 tokenizer (see keyword_tokenizer.py): records of another tokenizer make the view inconsistent.
+  view's BM25 tokenizer (see keyword/tokenizer.py): records of another tokenizer make the view inconsistent.
 * Each view is its own file store with its own BM25 index and file graph; both share one embedding store (cache).
 * The plugin embeds record texts itself, under a timeout, before upserting: an embedding failure never leaves a
   BM25-only record behind. Any indexing failure removes the path from both views and raises IndexFailure.

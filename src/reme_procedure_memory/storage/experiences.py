@@ -1,6 +1,6 @@
-"""Reading the experience directory: names, listing, and the one validation every reader shares.
+"""The experience directory: names, listing, the one validation every reader shares, and publishing.
 
-Contract: nothing here writes. ``ExperienceDirectory.read(rel_path)`` answers a ``StoredExperience``, a ``BadFile``
+Contract: ``ExperienceDirectory`` never writes; its ``read(rel_path)`` answers a ``StoredExperience``, a ``BadFile``
 (its name is not a valid experience name, its bytes are not an experience, a source is not an existing trajectory
 copy, or it is a symbolic link, never followed; the error says what to fix) or None when absent, for search, read,
 update, reconcile and reindex alike, so a hand-placed file follows the rules of a written one. ``paths``/``scan``
@@ -8,7 +8,8 @@ list and read every ``*.json`` entry, ``page`` one page of them (the listing); t
 one inside the workspace first, then listed and read through one descriptor of it. ``scan`` and ``page`` validate
 each file exactly as ``read`` does (``_judge``); only the reading differs: relative to that descriptor (``scan`` with
 reader threads ahead when reads wait on the disk).
-Publishing is ``store.ExperienceFiles.publish`` (store.py is the only writer of durable files).
+Writing is ``ExperienceFiles``' alone (``publish``/``remove``, atomic), the one writer of experience files (the
+modules that write durable files: ``storage/__init__.py``).
 """
 
 from __future__ import annotations
@@ -293,7 +294,7 @@ def read_batch(names: list[str], dir_fd: int) -> list[bytes | Link | None | OSEr
 
 
 class ExperienceFiles(ExperienceDirectory):
-    """The experience directory (names, reads and listing: ``experiences.py``) and its atomic publish."""
+    """The experience directory (names, reads and listing: ``ExperienceDirectory``) and its atomic publish and removal."""
 
     def publish(self, rel_path: str, data: bytes) -> None:
         """Atomically publish experience bytes (only while the directory is a real one inside the workspace)."""

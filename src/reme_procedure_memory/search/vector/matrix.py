@@ -11,7 +11,7 @@ Contract of ``VectorMatrix``:
 
 How: every row is also kept as int8 codes (``quantization.py`` states the codes and the proven bound of their
 error). faiss scans each block's codes for its best approximate scores; the candidates are scored in float32 by
-faiss's float16 kernel (``vector_blocks.Float16Rows``: numpy widens float16 one value at a time, ten times slower),
+faiss's float16 kernel (``blocks.Float16Rows``: numpy widens float16 one value at a time, ten times slower),
 within a proven error (``float32_error``); a block whose weakest returned candidate could still beat the k-th score
 (its approximate score plus the bound) is screened again, deeper, until its weakest candidate cannot, so no row that
 belongs in the top k is ever missed. Only the candidates within twice the float32 error of the k-th float32 score

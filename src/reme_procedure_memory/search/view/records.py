@@ -6,7 +6,7 @@ scores; its vector as base64 little-endian float16 when ``inline``, else whether
 read that back (an inline vector becomes the chunk's embedding, a view of the decoded bytes). ``RecordColumns`` turns
 such records (``inline=False``) into the columns a snapshot holds (one list per field: one ``json.loads`` per column
 instead of one per record), and ``restore_columns`` builds the chunks and packed graph nodes straight from them,
-without pydantic validation (the snapshot is our own data, protected by a checksum; see viewstate.py). Every chunk
+without pydantic validation (the snapshot is our own data, protected by a checksum; see state.py). Every chunk
 made here is ``slim``: it shares one pydantic fields set, its repeated metadata strings (view, tokenizer) are interned
 and its id is ``sys.intern``-ed, so the store, its graph, BM25 and the vector matrix share one string object per id.
 ``text_digest`` is what a record keeps of its text (the experience file holds the text itself).

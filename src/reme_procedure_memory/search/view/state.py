@@ -5,7 +5,7 @@ Layout of ``<metadata>/file_store/<store>_<version>.view/`` (``g`` is the snapsh
     MANIFEST.json             which generation is current, and the size and CRC-32 of each of its parts: {"format",
                               "generation", "records", "chunks", "dimensions", "vector_space", "parts": {name:
                               {"bytes", "crc32"}}}
-    <g>.records.json.zst      the records as columns (viewrecords.RecordColumns: one JSON list per field), one zstd
+    <g>.records.json.zst      the records as columns (records.RecordColumns: one JSON list per field), one zstd
                               frame with its content checksum
     <g>.vectors.<array>.npy   the vector index, one plain ``.npy`` per array of ``VectorMatrix.export``
     <g>.bm25.<array>.npy      the keyword index, one ``.npy`` per array of ``ProcedureBM25Index.snapshot``

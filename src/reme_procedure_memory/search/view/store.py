@@ -1,14 +1,14 @@
 """ProcedureFileStore (file_store backend ``procedure_local``): ReMe's ``local`` file store for the plugin's views.
 
 What it changes, and why (records, chunks, graph nodes and BM25 scoring stay ReMe's); this module holds the
-mutations and the persistence, its bases the vectors (viewvectors.py) and the searches (viewsearch.py):
+mutations and the persistence, its bases the vectors (vectors.py) and the searches (searches.py):
 
-* **Vectors** live in a ``VectorMatrix`` (vectors.py: exact cosine top-k screened by an int8 scan) and nowhere else:
-  a chunk's ``embedding`` stays None, ``vector_of``/``has_vector`` ask the matrix (viewvectors.py). ReMe's local
+* **Vectors** live in a ``VectorMatrix`` (vector/matrix.py: exact cosine top-k screened by an int8 scan), only there:
+  a chunk's ``embedding`` stays None, ``vector_of``/``has_vector`` ask the matrix (vectors.py). ReMe's local
   search stacks float16 vectors in a Python loop (~0.5 s per 10k records at 1,024 dimensions).
 * **Searches** (vector and keyword) run in a worker thread (``scan_executor``), never on the event loop; readers-writer
   locks keep mutations (on the event loop) out of a running search.
-* **Persistence is incremental** (viewstate.py, records as in viewrecords.py): a snapshot of records (as columns),
+* **Persistence is incremental** (state.py, records as in records.py): a snapshot of records (as columns),
   vectors and the BM25 index plus an append-only log of later upserts and deletes. ``dump`` (and closing) appends the
   changes since the last one, and writes a new snapshot only when the log has grown past a share of the view, after a
   clear, after BM25 compaction, or after loading a snapshot of an earlier format. The keyword index (``procedure_bm25``) and graph (``procedure_graph``) keep no files of their own; this
