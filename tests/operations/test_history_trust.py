@@ -17,7 +17,7 @@ from reme_procedure_memory.storage import journal as journal_module
 
 from conftest import add_trajectory, call_tool, import_file, memory_of, run_job
 from helpers.corpus import TWO_SEGMENTS, two_segment_original
-from helpers.revisions import CONTENTS, FIELDS, NAME, PATH, revising_agent
+from helpers.revisions import FIELDS, NAME, PATH, revising_agent
 
 
 class Killed(BaseException):
