@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from reme.components.prompt_handler import PromptHandler
@@ -20,7 +21,16 @@ from reme.components.service import CliService
 from reme.steps.base_step import BaseStep
 
 from ..component import ProcedureMemory
-from ..errors import DamagedRecord, ErrorCode, ImportInterrupted, ProcedureError, StorageError, storage_failure
+from ..export.marker import MARKER_FILE
+from ..errors import (
+    DamagedRecord,
+    ErrorCode,
+    ImportInterrupted,
+    ProcedureError,
+    StorageError,
+    access_failure,
+    storage_failure,
+)
 from ..operations.reads import compact_answer
 from ..operations.secret_guard import refuse_secrets
 from ..operations.writes import canonical_filename
@@ -186,6 +196,10 @@ class ProcedureStep(BaseStep):
             code, message = (storage_failure(exc) if isinstance(exc, StorageError)
                              else (ErrorCode.METADATA_DAMAGED, f"{exc}. Run the same command again to continue."))
             return {"status": "error", "error": {"code": code, "message": message}}, False
+        except OSError as exc:  # any other file-system failure (a read, a listing): still a storage code
+            self.logger.exception(f"{self.name} failed: {exc}")
+            code, message = access_failure(exc)
+            return {"status": "error", "error": {"code": code, "message": message}}, False
         except Exception as exc:  # still one JSON answer (agents and MCP see only the answer); logged in full
             self.logger.exception(f"{self.name} failed: {exc}")
             error = {"code": ErrorCode.INTERNAL_ERROR, "message": f"{type(exc).__name__}: {exc}"}
@@ -306,7 +320,21 @@ class ProcedureExportStep(ProcedureStep):
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        return await memory.export(self.validated_arguments(ExportArguments).dest)
+        dest = self.validated_arguments(ExportArguments).dest
+        config = self.app_context.app_config
+        if "workspace_dir" not in config.model_fields_set:  # not ReMe's silent default (.reme in the cwd)
+            raise ProcedureError(
+                ErrorCode.INVALID_ARGUMENT,
+                "procedure_export needs the workspace to export: add workspace_dir=<workspace> (without it ReMe "
+                f"would use {memory.workspace_path}). Nothing was written.",
+            )
+        if not memory.files.paths() and not (Path(dest) / MARKER_FILE).exists():
+            raise ProcedureError(  # an empty export would claim the destination for this workspace
+                ErrorCode.NOT_FOUND,
+                f"{memory.workspace_path / memory.settings.procedure_dir} holds no experience, so there is nothing "
+                f"to export and {dest} was left as it was. Check workspace_dir, or import a trajectory first.",
+            )
+        return await memory.export(dest)
 
 
 class ProcedureAutoMemoryStep(ProcedureStep):
