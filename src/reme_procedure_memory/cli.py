@@ -75,10 +75,14 @@ def unknown_job_sentence(name: str, *, served_only: bool) -> str:
         return (f"`{name}` is not served by the service (imports, writes, reindex and export run one-shot): run "
                 f"reme start job={name} plugins='[\"procedure-memory\"]' workspace_dir=<workspace> ...")
     candidates = sorted(n for n, served in jobs.items() if served or not served_only)
-    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
-    guess = f"did you mean `{close[0]}`? " if close else ""
+    # compared without the shared prefix, which would make every name look close; a name it begins comes first
+    stem = {candidate.removeprefix("procedure_"): candidate for candidate in candidates}
+    given = name.removeprefix("procedure").lstrip("s_")
+    begun = [s for s in stem if given and s.startswith(given)]
+    close = begun if len(begun) == 1 else difflib.get_close_matches(given, list(stem), n=1, cutoff=0.6)
+    guess = f"; did you mean `{stem[close[0]]}`?" if close else "."
     which = "served " if served_only else ""
-    return f"There is no {which}job `{name}`; {guess}The {which}jobs of procedure-memory: {', '.join(candidates)}."
+    return f"There is no {which}job `{name}`{guess} The {which}jobs of procedure-memory: {', '.join(candidates)}."
 
 
 def _raised_in(tb, function: str) -> bool:
