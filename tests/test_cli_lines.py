@@ -87,14 +87,18 @@ def test_the_client_http_refusal_of_a_procedure_job_is_one_line():
     assert operator_line(httpx.HTTPStatusError("500", request=request, response=failing)) is None
 
 
-def test_plugin_state_is_the_experience_or_the_metadata_directory(tmp_path):
+def test_plugin_state_is_any_of_the_plugins_directories(tmp_path):
     procedures, state = tmp_path / "procedures", tmp_path / "metadata/procedure/default"
-    assert not holds_plugin_state(procedures, state)
+    copies = tmp_path / "session/trajectories"
+    assert not holds_plugin_state(procedures, copies, state)
     state.mkdir(parents=True)
-    assert holds_plugin_state(procedures, state)
+    assert holds_plugin_state(procedures, copies, state)
     state.rmdir()
+    copies.mkdir(parents=True)  # trajectory copies alone (a read of one is a job on an existing workspace)
+    assert holds_plugin_state(procedures, copies, state)
+    copies.rmdir()
     procedures.symlink_to(tmp_path / "elsewhere")  # a dangling link is still the user's state (start names it)
-    assert holds_plugin_state(procedures, state)
+    assert holds_plugin_state(procedures, copies, state)
 
 
 def test_only_empty_directories_are_taken_back_and_a_workspace_holding_anything_stays(tmp_path):
@@ -129,7 +133,7 @@ async def test_a_one_shot_search_on_a_missing_workspace_is_refused_before_anythi
     with pytest.raises(WorkspaceNotFound) as refused:
         make_app.build(workspace=ws, service={"backend": "cli", "job": "procedure_search", "job_args": {}})
     assert str(refused.value).startswith(f"procedure_search needs an existing procedure-memory workspace, and {ws} "
-                                         "has none (no procedures/ and no metadata/procedure/default/).")
+                                         "has none (no procedures/, session/trajectories/ or metadata/procedure/default/).")
     assert not ws.exists()
     async with make_app(workspace=ws, service={"backend": "cli", "job": "procedure_auto_memory", "job_args": {}}):
         pass  # an import makes the workspace

@@ -155,7 +155,8 @@ class ProcedureMemory(BaseComponent):
         unknown = job.startswith("procedure") and job not in config.jobs
         if not unknown and not needs_existing_workspace(self.app_context, job, self.name):
             return
-        existing = holds_plugin_state(self.workspace_path / self.settings.procedure_dir, self.state_dir)
+        existing = holds_plugin_state(self.workspace_path / self.settings.procedure_dir,
+                                      self.workspace_path / self.trajectory_rel_dir, self.state_dir)
         if not existing:
             subdirs = [config.metadata_dir, config.session_dir, config.mem_session_dir, config.resource_dir,
                        config.daily_dir, config.digest_dir]
@@ -166,7 +167,8 @@ class ProcedureMemory(BaseComponent):
             return
         raise WorkspaceNotFound(
             f"{job} needs an existing procedure-memory workspace, and {self.workspace_path} has none (no "
-            f"{self.settings.procedure_dir}/ and no {self.layout.metadata_dir}/procedure/{self.name}/). Check "
+            f"{self.settings.procedure_dir}/, {self.trajectory_rel_dir}/ or {self.layout.metadata_dir}/procedure/"
+            f"{self.name}/). Check "
             "workspace_dir (a relative path is resolved from the current directory); a new workspace is made by "
             "`reme start` (the service) or an import (job=procedure_auto_memory). Nothing was written.",
         )

@@ -206,9 +206,9 @@ READ_JOBS = {
 
 def not_found_line(job: str, ws: Path) -> str:
     return (f"reme: error: workspace_not_found: {job} needs an existing procedure-memory workspace, and {ws} has none "
-            "(no procedures/ and no metadata/procedure/default/). Check workspace_dir (a relative path is resolved "
-            "from the current directory); a new workspace is made by `reme start` (the service) or an import "
-            "(job=procedure_auto_memory). Nothing was written.")
+            "(no procedures/, session/trajectories/ or metadata/procedure/default/). Check workspace_dir (a relative "
+            "path is resolved from the current directory); a new workspace is made by `reme start` (the service) or "
+            "an import (job=procedure_auto_memory). Nothing was written.")
 
 
 @pytest.mark.parametrize("job", sorted(READ_JOBS))

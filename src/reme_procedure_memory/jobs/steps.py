@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
 from reme.components.prompt_handler import PromptHandler
@@ -21,6 +20,7 @@ from reme.components.service import CliService
 from reme.steps.base_step import BaseStep
 
 from ..component import ProcedureMemory
+from ..export.destination import resolve_destination
 from ..export.marker import MARKER_FILE
 from ..errors import (
     DamagedRecord,
@@ -316,7 +316,9 @@ class ProcedureReindexStep(ProcedureStep):
 
 
 class ProcedureExportStep(ProcedureStep):
-    """``reme start job=procedure_export plugins='["procedure-memory"]' dest=/abs/dir`` (one-shot CLI)."""
+    """``reme start job=procedure_export plugins='["procedure-memory"]' workspace_dir=<ws> dest=/abs/dir`` (one-shot
+    CLI). ``workspace_dir`` must be given, and a workspace without experience files never claims ``dest``
+    (decisions.md, missing-workspace)."""
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
@@ -328,12 +330,14 @@ class ProcedureExportStep(ProcedureStep):
                 "procedure_export needs the workspace to export: add workspace_dir=<workspace> (without it ReMe "
                 f"would use {memory.workspace_path}). Nothing was written.",
             )
-        if not memory.files.paths() and not (Path(dest) / MARKER_FILE).exists():
-            raise ProcedureError(  # an empty export would claim the destination for this workspace
-                ErrorCode.NOT_FOUND,
-                f"{memory.workspace_path / memory.settings.procedure_dir} holds no experience, so there is nothing "
-                f"to export and {dest} was left as it was. Check workspace_dir, or import a trajectory first.",
-            )
+        if not memory.files.paths():  # a refused destination says so first (the export checks it again)
+            claimed = (resolve_destination(dest, memory.workspace_path) / MARKER_FILE).exists()
+            if not claimed:
+                raise ProcedureError(  # an empty export would claim the destination for this workspace
+                    ErrorCode.NOT_FOUND,
+                    f"{memory.workspace_path / memory.settings.procedure_dir} holds no experience, so there is nothing "
+                    f"to export and {dest} was left as it was. Check workspace_dir, or import a trajectory first.",
+                )
         return await memory.export(dest)
 
 

@@ -1,7 +1,7 @@
 """Whether a workspace holds the plugin's state, and taking back the empty directories a refused process created.
 
-A workspace holds plugin state when its experience directory or the component's metadata directory exists (a start,
-an import, a reindex or a user's own ``procedures/`` made it). ReMe creates the workspace and its standard
+A workspace holds plugin state when its experience directory, its trajectory directory or the component's metadata
+directory exists (a start, an import, a reindex or a user's own ``procedures/`` made it). ReMe creates the workspace and its standard
 subdirectories while it builds the application, before any plugin code can look at them; a process that then
 refuses because there was nothing to read takes them back: each of those subdirectories that is an empty directory
 created (status change time) after the plugin was loaded, then the workspace directory itself if that left it
@@ -21,9 +21,10 @@ from pathlib import Path
 LOADED_AT = time.time()
 
 
-def holds_plugin_state(procedure_dir: Path, state_dir: Path) -> bool:
-    """Whether either the experience directory or the component's metadata directory exists (any file type)."""
-    return os.path.lexists(procedure_dir) or os.path.lexists(state_dir)
+def holds_plugin_state(*directories: Path) -> bool:
+    """Whether any of the plugin's own directories (experiences, trajectory copies, the component's metadata)
+    exists (any file type)."""
+    return any(os.path.lexists(directory) for directory in directories)
 
 
 def remove_created_here(root: Path, subdirs: list[str], since: float = LOADED_AT) -> list[Path]:
