@@ -140,3 +140,20 @@ async def test_a_one_shot_search_on_a_missing_workspace_is_refused_before_anythi
     assert (ws / "procedures").is_dir() and (ws / "metadata/procedure/default").is_dir()
     async with make_app(workspace=ws, service={"backend": "cli", "job": "procedure_search", "job_args": {}}):
         pass  # now it exists
+
+
+async def test_any_file_system_failure_in_a_job_answers_a_storage_code(make_app, monkeypatch):
+    from conftest import memory_of, run_job
+
+    async with make_app() as app:
+        memory = memory_of(app)
+
+        async def unreadable(cursor, limit):
+            raise PermissionError(errno.EACCES, "Permission denied", str(memory.workspace_path / "procedures"))
+
+        monkeypatch.setattr(memory, "list_experiences", unreadable)
+        ok, answer = await run_job(app, "procedure_list")
+        assert not ok and answer == {"status": "error", "error": {"code": "storage_error", "message": (
+            f"Using {memory.workspace_path}/procedures failed: Permission denied (errno EACCES). Make sure "
+            f"{memory.workspace_path} exists and is readable and writable by this process (permissions, a read-only "
+            "mount, a full or failing disk), then run the command again.")}}
