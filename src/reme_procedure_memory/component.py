@@ -30,8 +30,8 @@ from reme.components.embedding_store import BaseEmbeddingStore
 from reme.components.file_store import BaseFileStore
 from reme.enumeration import ComponentEnum
 
-from .cli import install_cli_error_hook
-from .errors import StartStorageError
+from .cli import install_cli_error_hook, install_service_guard, serving, unknown_job_sentence
+from .errors import ServiceStartAborted, StartStorageError, StartupError, UnknownJob, WorkspaceNotFound
 from .export.exporter import export_skills
 from .extraction.importer import run_import
 from .operations.deletion import Deletion
@@ -49,8 +49,32 @@ from .storage.atomic import ensure_dir
 from .storage.guard import install_guard
 from .storage.layout import Layout, Protected
 from .storage.lock import WorkspaceLock
+from .storage.presence import holds_plugin_state, remove_created_here
 from .tokens import TokenCounter
 from .workspace import Workspace
+
+# ReMe imports this module (the plugin's backends) before it creates the workspace: from here on, the failures an
+# operator fixes from one sentence are one line on the CLI, also those of ReMe's own workspace set-up (cli.py).
+install_cli_error_hook()
+
+CREATING_STEPS = ("procedure_auto_memory_step",)  # a one-shot job with such a step may start a new workspace
+
+
+def one_shot_job(app_context) -> str | None:
+    """The job this process was started to run (``reme start job=...``), None for a service."""
+    service = app_context.app_config.service
+    return (getattr(service, "job", None) or None) if service.backend == "cli" else None
+
+
+def needs_existing_workspace(app_context, job_name: str, name: str) -> bool:
+    """Whether the one-shot job ``job_name`` is one of the plugin's jobs on component ``name`` that needs an existing
+    workspace: every plugin job but the import. False for ReMe's own jobs (and for the service: a new workspace is
+    how a user starts)."""
+    job = app_context.app_config.jobs.get(job_name)
+    ours = [step for step in (job.steps if job is not None else [])
+            if step.backend.startswith("procedure_") and step.backend.endswith("_step")
+            and (getattr(step, "procedure_memory", None) or "default") == name]
+    return bool(ours) and not any(step.backend in CREATING_STEPS for step in ours)
 
 
 class ProcedureMemory(BaseComponent):
@@ -64,6 +88,8 @@ class ProcedureMemory(BaseComponent):
         super().__init__(**{k: v for k, v in kwargs.items() if k in identity})
         # a busy workspace or bad settings: one line on stderr from the CLI, the traceback in the log file only
         install_cli_error_hook(self.app_context is not None and self.app_context.app_config.log_to_console)
+        if self.app_context is not None:  # a service's start failure: the same one line (cli.py)
+            install_service_guard(self.app_context.service)
         self.settings: ProcedureSettings = load_settings(raw, prefix=f"components.procedure_memory.{self.name}")
         self.embedding_store = self.bind(self.settings.embedding_store, BaseEmbeddingStore, optional=False)
         # One top-level attribute per view so ReMe resolves them and starts them before this component.
@@ -97,10 +123,14 @@ class ProcedureMemory(BaseComponent):
         self._built_at = time.time()  # ReMe's temporary files older than this are stale (storage/layout.py)
         if self.app_context is not None:  # before any component starts: nothing may be created through a link
             self.check_directories()
+            self.check_one_shot_job()
         # ReMe builds every component before it starts any: taking the lock here refuses a second process before any
         # store starts (and could persist itself on the way out). Released by _close after the stores' last write.
         self._lock_file = WorkspaceLock(self.state_dir / "workspace.lock")
-        self._lock_file.acquire()
+        try:
+            self._lock_file.acquire()
+        except OSError as exc:  # the lock file cannot be created (a read-only workspace, a full disk): one line
+            raise StartStorageError(exc) from exc
 
     # -- paths and shared state (the workspace's) ---------------------------------------------------------------
 
@@ -117,6 +147,36 @@ class ProcedureMemory(BaseComponent):
     def check_directories(self) -> None:
         """Fail unless every configured directory is a real directory inside the workspace (storage/layout.py)."""
         self.layout.check_directories()
+
+    def check_one_shot_job(self) -> None:
+        """Before anything is created: refuse ``reme start job=procedure_<unknown>`` (UnknownJob, the closest name)
+        and a one-shot job that only reads on a workspace without plugin state (WorkspaceNotFound, naming the path;
+        ``needs_existing_workspace``). The directories ReMe created for such a process are taken back
+        (storage/presence.py)."""
+        job = one_shot_job(self.app_context)
+        if job is None:
+            return
+        config = self.app_context.app_config
+        unknown = job.startswith("procedure") and job not in config.jobs
+        if not unknown and not needs_existing_workspace(self.app_context, job, self.name):
+            return
+        existing = holds_plugin_state(self.workspace_path / self.settings.procedure_dir,
+                                      self.workspace_path / self.trajectory_rel_dir, self.state_dir)
+        if not existing:
+            subdirs = [config.metadata_dir, config.session_dir, config.mem_session_dir, config.resource_dir,
+                       config.daily_dir, config.digest_dir]
+            remove_created_here(self.workspace_path, [d for d in subdirs if d])
+        if unknown:
+            raise UnknownJob(unknown_job_sentence(job, served_only=False))
+        if existing:
+            return
+        raise WorkspaceNotFound(
+            f"{job} needs an existing procedure-memory workspace, and {self.workspace_path} has none (no "
+            f"{self.settings.procedure_dir}/, {self.trajectory_rel_dir}/ or {self.layout.metadata_dir}/procedure/"
+            f"{self.name}/). Check "
+            "workspace_dir (a relative path is resolved from the current directory); a new workspace is made by "
+            "`reme start` (the service) or an import (job=procedure_auto_memory). Nothing was written.",
+        )
 
     def protected_directories(self) -> list[Protected]:
         """What ReMe's generic file jobs may not change or read (storage/layout.py, used by storage/guard.py): the
@@ -180,6 +240,14 @@ class ProcedureMemory(BaseComponent):
         return [self.workspace.relative(p) for p in removed]
 
     async def _start(self) -> None:
+        try:
+            await self._start_up()
+        except StartupError as exc:  # a service answers it in one line and exits (cli.py, install_service_guard)
+            if serving(self.app_context):
+                raise ServiceStartAborted(exc) from exc
+            raise
+
+    async def _start_up(self) -> None:
         self.check_directories()  # again: a link may have appeared since the application was built
         install_guard(self.app_context)
         if not self._lock_file.held:  # restarted after a close
@@ -240,6 +308,8 @@ class ProcedureMemory(BaseComponent):
                 for store in reversed(self._own_stores()):
                     try:
                         await store.close()
+                    except OSError as exc:  # said in one line: a start that could not save them already said why
+                        self.logger.error(f"procedure memory: closing {store.name} failed: {exc}")
                     except Exception as exc:
                         self.logger.exception(f"procedure memory: closing {store.name} failed: {exc}")
                 self._remove_temp_files(self.imports.reserved_paths())

@@ -44,6 +44,11 @@ class ErrorCode:
     STORAGE_ERROR = "storage_error"
     METADATA_DAMAGED = "metadata_damaged"
     INTERNAL_ERROR = "internal_error"
+    # a start or a command line that stops before any job runs (one line on the CLI: cli.py)
+    WORKSPACE_BUSY = "workspace_busy"  # another process holds the workspace's lock
+    WORKSPACE_NOT_FOUND = "workspace_not_found"  # a job that only reads was given a workspace without plugin state
+    INVALID_SETTINGS = "invalid_settings"
+    UNKNOWN_JOB = "unknown_job"  # a `procedure_*` job name that does not exist (or is not served)
     # the import: its copy and checkpoint
     REQUEST_ID_CONFLICT = "request_id_conflict"
     FILE_TOO_LARGE = "file_too_large"
@@ -92,11 +97,26 @@ class ProcedureError(Exception):
 
 class StartupError(Exception):
     """An error that stops a start and that a user fixes from its one-line message (what, which key or holder,
-    how to fix). The CLI prints it as one line; in-process callers catch it like any exception."""
+    how to fix). The CLI prints it as one line, ``<code>: <message>``; in-process callers catch it like any
+    exception."""
+
+    code: str = ErrorCode.INTERNAL_ERROR  # each subclass names its own
+
+
+class ServiceStartAborted(BaseException):
+    """A StartupError (``error``) of a service start (``reme start`` without a job): raised past ReMe's handlers,
+    which would print its traceback, to the service's guard (``cli.py``), which answers the one line and exits 1.
+    A BaseException, so no ``except Exception`` logs it on the way; the start's rollback still runs."""
+
+    def __init__(self, error: StartupError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 class SettingsError(StartupError, ValueError):
     """Invalid settings; the message names each bad key and the fix."""
+
+    code = ErrorCode.INVALID_SETTINGS
 
 
 class ContainmentError(ProcedureError, ValueError, StartupError):
@@ -142,6 +162,17 @@ def storage_failure(exc: OSError, what: str = "") -> tuple[str, str]:
     )
 
 
+def access_failure(exc: OSError) -> tuple[str, str]:
+    """The error code and sentence of a file-system call that failed outside the plugin's durable writers (a read,
+    a directory listing, a library's own write): ``disk_full`` or ``storage_error``, naming the path and the cause."""
+    target = exc.filename or "the workspace"
+    cause = f"{exc.strerror or type(exc).__name__} (errno {errno.errorcode.get(exc.errno, exc.errno)})"
+    code = ErrorCode.DISK_FULL if exc.errno in DISK_FULL_ERRNOS else ErrorCode.STORAGE_ERROR
+    return code, (f"Using {target} failed: {cause}. Make sure {Path(str(target)).parent} exists and is readable and "
+                  "writable by this process (permissions, a read-only mount, a full or failing disk), then run the "
+                  "command again.")
+
+
 class StartStorageError(StartupError):
     """A start could not write what it must (the views' state, a directory of the workspace): one line on the CLI,
     ``<code>: <what failed and what to do>``, with the code (``disk_full`` or ``storage_error``) as ``code``."""
@@ -162,6 +193,22 @@ class DamagedRecord(ValueError):
 
 class WorkspaceBusy(StartupError, RuntimeError):
     """Another process (or another application in this process) holds the workspace."""
+
+    code = ErrorCode.WORKSPACE_BUSY
+
+
+class WorkspaceNotFound(StartupError):
+    """A job that only reads (search, read, listings, history, export, reindex) was started on a workspace that
+    does not exist or holds no plugin state; the message names the path and the fix. Nothing was created."""
+
+    code = ErrorCode.WORKSPACE_NOT_FOUND
+
+
+class UnknownJob(StartupError):
+    """A ``procedure_*`` job name that the plugin does not define (the message suggests the closest one), or one
+    the service does not serve (the message says how to run it)."""
+
+    code = ErrorCode.UNKNOWN_JOB
 
 
 class TokenizerUnavailable(RuntimeError):

@@ -12,7 +12,9 @@ from helpers import FakeEmbeddingModel
 
 
 def start_config(tmp_path, word_tokenizer, *cli_args: str) -> dict:
-    """The config `reme start job=procedure_reindex plugins='["procedure-memory"]' ...` would build."""
+    """The config `reme start job=procedure_reindex plugins='["procedure-memory"]' ...` would build, on a workspace
+    with an (empty) experience directory: a reindex needs an existing workspace ([missing-workspace])."""
+    (tmp_path / "ws" / "procedures").mkdir(parents=True, exist_ok=True)
     args = parse_kwargs(
         "job=procedure_reindex", 'plugins=["procedure-memory"]', f"workspace_dir={tmp_path / 'ws'}",
         "log_to_file=false", f"components.procedure_memory.default.tokenizer_source={word_tokenizer}", *cli_args,

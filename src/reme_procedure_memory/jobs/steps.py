@@ -20,7 +20,17 @@ from reme.components.service import CliService
 from reme.steps.base_step import BaseStep
 
 from ..component import ProcedureMemory
-from ..errors import DamagedRecord, ErrorCode, ImportInterrupted, ProcedureError, StorageError, storage_failure
+from ..export.destination import resolve_destination
+from ..export.marker import MARKER_FILE
+from ..errors import (
+    DamagedRecord,
+    ErrorCode,
+    ImportInterrupted,
+    ProcedureError,
+    StorageError,
+    access_failure,
+    storage_failure,
+)
 from ..operations.reads import compact_answer
 from ..operations.secret_guard import refuse_secrets
 from ..operations.writes import canonical_filename
@@ -187,6 +197,10 @@ class ProcedureStep(BaseStep):
             code, message = (storage_failure(exc) if isinstance(exc, StorageError)
                              else (ErrorCode.METADATA_DAMAGED, f"{exc}. Run the same command again to continue."))
             return {"status": "error", "error": {"code": code, "message": message}}, False
+        except OSError as exc:  # any other file-system failure (a read, a listing): still a storage code
+            self.logger.exception(f"{self.name} failed: {exc}")
+            code, message = access_failure(exc)
+            return {"status": "error", "error": {"code": code, "message": message}}, False
         except Exception as exc:  # still one JSON answer (agents and MCP see only the answer); logged in full
             self.logger.exception(f"{self.name} failed: {exc}")
             error = {"code": ErrorCode.INTERNAL_ERROR, "message": f"{type(exc).__name__}: {exc}"}
@@ -303,11 +317,29 @@ class ProcedureReindexStep(ProcedureStep):
 
 
 class ProcedureExportStep(ProcedureStep):
-    """``reme start job=procedure_export plugins='["procedure-memory"]' dest=/abs/dir`` (one-shot CLI)."""
+    """``reme start job=procedure_export plugins='["procedure-memory"]' workspace_dir=<ws> dest=/abs/dir`` (one-shot
+    CLI). ``workspace_dir`` must be given, and a workspace without experience files never claims ``dest``
+    (decisions.md, missing-workspace)."""
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        return await memory.export(self.validated_arguments(ExportArguments).dest)
+        dest = self.validated_arguments(ExportArguments).dest
+        config = self.app_context.app_config
+        if "workspace_dir" not in config.model_fields_set:  # not ReMe's silent default (.reme in the cwd)
+            raise ProcedureError(
+                ErrorCode.INVALID_ARGUMENT,
+                "procedure_export needs the workspace to export: add workspace_dir=<workspace> (without it ReMe "
+                f"would use {memory.workspace_path}). Nothing was written.",
+            )
+        if not memory.files.paths():  # a refused destination says so first (the export checks it again)
+            claimed = (resolve_destination(dest, memory.workspace_path) / MARKER_FILE).exists()
+            if not claimed:
+                raise ProcedureError(  # an empty export would claim the destination for this workspace
+                    ErrorCode.NOT_FOUND,
+                    f"{memory.workspace_path / memory.settings.procedure_dir} holds no experience, so there is nothing "
+                    f"to export and {dest} was left as it was. Check workspace_dir, or import a trajectory first.",
+                )
+        return await memory.export(dest)
 
 
 class ProcedureDeleteStep(ProcedureStep):
