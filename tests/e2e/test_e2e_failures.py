@@ -262,7 +262,7 @@ def test_f4_an_empty_workspace_does_not_claim_the_destination(cli):
 
 # -- F5 ---------------------------------------------------------------------------------------------------------------
 
-JOBS = ("procedure_auto_memory, procedure_create, procedure_export, procedure_history, procedure_imports, "
+JOBS = ("procedure_auto_memory, procedure_create, procedure_delete, procedure_export, procedure_history, procedure_imports, "
         "procedure_list, procedure_read, procedure_reindex, procedure_search, procedure_update")
 SERVED = "procedure_history, procedure_imports, procedure_list, procedure_read, procedure_search"
 
