@@ -230,19 +230,26 @@ def embedding_name() -> str:
     return f"{backend} {os.environ.get('EMBEDDING_MODEL_NAME', 'text-embedding-v4')}"
 
 
+def cell(number) -> str:
+    return "—" if number is None else f"{number}"
+
+
 def report(result: dict) -> str:
     s = result["summary"]
     lines = [f"relevance calibration: {result['experiences']} experiences, {s['cases']['on']} on-topic and "
              f"{s['cases']['off']} off-topic user turns (tasks {result['tasks']}), embedding {result['embedding']}"]
     for view, v in s["views"].items():
-        lines.append(f"\n{view}: AUC {v['auc']}  best relevance on-topic {v['best_on']}")
-        lines.append(f"{' ' * len(view)}  best relevance off-topic {v['best_off']}")
-        lines.append("  floor  off->0  on->1  on useful>=1  results/on  useful share")
+        on, off = v["best_on"] or {}, v["best_off"] or {}
+        lines += ["", f"{view}: AUC {cell(v['auc'])}; best relevance on-topic p05 {cell(on.get('p05'))} p50 "
+                      f"{cell(on.get('p50'))} p95 {cell(on.get('p95'))}; off-topic p50 {cell(off.get('p50'))} p95 "
+                      f"{cell(off.get('p95'))} max {cell(off.get('max'))}",
+                  "| floor | off-topic: 0 results | on-topic: >= 1 result | on-topic: >= 1 useful | results per "
+                  "on-topic | useful share |", "| --- | --- | --- | --- | --- | --- |"]
         for row in v["floors"]:
-            lines.append(f"  {row['floor']:.3f}  {row['off_answer_0']}  {row['on_answer_1']}  {row['on_useful_1']}"
-                         f"  {row['on_results']}  {row['on_precision']}")
-    lines.append(f"\nsuggested floor (lowest with off-topic -> 0 results in >= {s['target_off_answer_0']:.0%} in "
-                 f"every view): {s['suggested_floor']}")
+            lines.append(f"| {row['floor']:.3f} | {cell(row['off_answer_0'])} | {cell(row['on_answer_1'])} | "
+                         f"{cell(row['on_useful_1'])} | {cell(row['on_results'])} | {cell(row['on_precision'])} |")
+    lines.append(f"\nsuggested floor (the lowest at which >= {s['target_off_answer_0']:.0%} of the off-topic turns "
+                 f"answer 0 results in every view): {cell(s['suggested_floor'])}")
     return "\n".join(lines)
 
 
