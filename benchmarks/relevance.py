@@ -134,7 +134,8 @@ def summarize(cases: list[Case], target: float = TARGET) -> dict:
     out: dict = {"cases": {"on": sum(c.topic == "on" for c in cases), "off": sum(c.topic == "off" for c in cases)},
                  "views": {}}
     for view in VIEWS:
-        best = {topic: [max(c.relevance[view], default=0.0) for c in cases if c.topic == topic] for topic in ("on", "off")}
+        best = {topic: [max(c.relevance[view], default=0.0) for c in cases if c.topic == topic]
+                for topic in ("on", "off")}
         useful_best = [max((r for r, u in zip(c.relevance[view], c.useful[view]) if u), default=0.0)
                        for c in cases if c.topic == "on"]
         out["views"][view] = {
@@ -150,7 +151,7 @@ def summarize(cases: list[Case], target: float = TARGET) -> dict:
     return out
 
 
-# -- the run ------------------------------------------------------------------------------------------------------------
+# -- the run ----------------------------------------------------------------------------------------------------
 
 
 def function_classes() -> dict[str, str]:

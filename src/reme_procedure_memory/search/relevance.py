@@ -53,7 +53,8 @@ class Relevance:
 
     A candidate lacks a branch's score when it was not among that branch's candidates: ``cosine_of(path)`` and
     ``bm25_of(path)`` then give the exact value (``cosine_of``: None for a record without a vector, which counts as
-    cosine 0). ``cosine_of`` is None when the vector branch did not run. Any thread may call it (the lookups lock what they read)."""
+    cosine 0). ``cosine_of`` is None when the vector branch did not run. Any thread may call it (the lookups lock
+    what they read)."""
 
     def __init__(self, vector_weight: float, self_score: float, cosine_of: Callable[[str], float | None] | None,
                  bm25_of: Callable[[str], float]) -> None:

@@ -264,7 +264,7 @@ class ProcedureBM25Index(BM25Index):
             if n_docs == 0 or not ids:
                 return QueryScores({}, self_score, tuple(ids), None, self.generation)
             scores = self._score_query(ids)
-            hits = {self._doc_ids[int(i)]: float(scores[int(i)]) for i in self._top_k(scores, limit)} if limit > 0 else {}
+            hits = {self._doc_ids[int(i)]: float(scores[int(i)]) for i in self._top_k(scores, limit)}
             return QueryScores(hits, self_score, tuple(ids), scores, self.generation)
 
     def score_of(self, searched: QueryScores, doc_id: str) -> float:

@@ -1,7 +1,8 @@
 """The searches of a ``ProcedureFileStore``: vector and keyword top-k as paths or chunks, off the event loop.
 
 Contract of ``ViewSearches`` (a base of ``ProcedureFileStore``, whose records, vector matrix, its lock and keyword
-index it reads): ``nearest_paths``/``keyword_paths`` (``keyword_scored``: with the search's ``QueryScores``) return the top ``limit`` records as ``(path, score)`` (blocking:
+index it reads): ``nearest_paths``/``keyword_paths`` (``keyword_scored``: with the search's ``QueryScores``) return
+the top ``limit`` records as ``(path, score)`` (blocking:
 a scan, under the matrix's read lock), for callers that run them in a scan thread of ``scan_executor`` (one per core,
 faiss on one OpenMP thread each: concurrent searches are the parallelism), never on the event loop (``Views.search_page``
 runs both and the fusion in one such call); ``nearest``/``vector_search`` keep ReMe's ``vector_search`` contract
