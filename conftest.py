@@ -63,7 +63,10 @@ def app_factory(default_workspace: Path, word_tokenizer: Path):
               service: dict | None = None, **kwargs):
         ws = workspace or default_workspace
         base_components = {
-            "procedure_memory": {"default": {"tokenizer_source": str(word_tokenizer), "pending_retry_seconds": 0}},
+            # no relevance floor: it is calibrated for the embedded model, the fake embedding is for plumbing (the
+            # floor's tests set it)
+            "procedure_memory": {"default": {"tokenizer_source": str(word_tokenizer), "pending_retry_seconds": 0,
+                                             "search": {"min_relevance": 0}}},
             "as_embedding": {"procedure": {"dimensions": 64}},
         }
         app = Application(

@@ -21,10 +21,15 @@ root, in the venv with the plugin and the ``benchmarks`` extra (``pip install -e
     python benchmarks/downstream.py build --out /tmp/mem --train 0-19 --rollouts passed   # + the model's own passes
     python benchmarks/downstream.py run --tasks 44-63 --arms none,plugin,library --workspace /tmp/mem/ws \
         --k 3 --view when_to_use_content --fields all --json /tmp/downstream.json
+    python benchmarks/downstream.py run ... --min-relevance 0 --tools none --memory-tokens 0   # the delivery before
     python benchmarks/downstream.py run ... --endpoint none=http://127.0.0.1:18612/v1 \
         --endpoint plugin=http://127.0.0.1:18613/v1            # one answerer per arm (relay servers)
 
     python benchmarks/downstream.py run --local-model --tasks 44,45 --arms none,plugin --workspace ...  # shared 1.5B
+
+The memory arms' delivery (issue 31) defaults to the plugin's: ``procedure_search`` with its relevance floor (the
+setting, or ``--min-relevance``), ``tools`` = the task's function names (``--tools task``; ``none`` passes none) and a
+budget of ``--memory-tokens`` (500) tokens of experience text per block, whole experiences best first.
 
 Arms run concurrently (one asyncio task each; model requests in worker threads), tasks of an arm one after the
 other. Each arm may have its own endpoint (``--endpoint ARM=URL``; the others use ``LLM_BASE_URL``). Every arm gets
@@ -342,6 +347,29 @@ def digest(directory: Path, parts: tuple[str, ...] | None = None) -> str:
 
 
 MEMORY_PARTS = ("procedures", "session")
+DEFAULT_MEMORY_TOKENS = 500  # ``run --memory-tokens``: the experience text of one block, at most
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What a memory arm asks ``procedure_search`` for beyond the query (issue 31). The defaults are the delivery
+    before it (no floor, every experience, no budget: what the in-process tests use); ``run``'s flags default to the
+    new one: the plugin's relevance floor, the task's function names as ``tools``, a ``DEFAULT_MEMORY_TOKENS``
+    budget."""
+
+    min_relevance: float | None = 0.0  # None: the plugin's setting (search.min_relevance)
+    task_tools: bool = False  # pass the task's function names as tools=
+    max_tokens: int | None = None  # the answer's experience text, at most (exact tokens; whole experiences)
+
+    def arguments(self, functions) -> dict:
+        args: dict = {}
+        if self.min_relevance is not None:
+            args["min_relevance"] = self.min_relevance
+        if self.task_tools and functions:
+            args["tools"] = list(functions)
+        if self.max_tokens:
+            args["max_tokens"] = self.max_tokens
+        return args
 
 
 def app_settings(dimensions: int | None) -> SimpleNamespace:
@@ -357,9 +385,10 @@ class Memory:
     at exit closes it and checks that ``source`` (all bytes) and the copy's memory are unchanged (``frozen``)."""
 
     def __init__(self, label: str, source: Path, copy_to: Path, view: str, k: int, fields: tuple[str, ...],
-                 tokenizer: Path, dimensions: int | None) -> None:
+                 tokenizer: Path, dimensions: int | None, delivery: "Delivery | None" = None) -> None:
         self.label, self.source, self.path = label, source, copy_to
         self.view, self.k, self.fields = view, k, fields
+        self.delivery = delivery or Delivery()
         self.tokenizer, self.dimensions = tokenizer, dimensions
         self.app = None
         self.frozen: dict = {}
@@ -392,9 +421,11 @@ class Memory:
         self.frozen["unchanged"] = (self.frozen["source_before"] == self.frozen["source_after"]
                                     and self.frozen["memory_before"] == self.frozen["memory_after"])
 
-    async def block(self, query: str) -> tuple[str, dict]:
-        """The memory block for ``query`` and what went into it (paths, scores, exact tokens)."""
-        response = await self.app.run_job("procedure_search", query=query[:4096], index=self.view, limit=self.k)
+    async def block(self, query: str, functions: list[str] | tuple[str, ...] = ()) -> tuple[str, dict]:
+        """The memory block for ``query`` and what went into it (paths, scores, relevance, exact tokens, results
+        the token budget left out); ``functions``: the task's tools, passed as ``tools=`` when the delivery says so."""
+        response = await self.app.run_job("procedure_search", query=query[:4096], index=self.view, limit=self.k,
+                                          **self.delivery.arguments(functions))
         answer = json.loads(response.answer)
         if not response.success:
             raise RuntimeError(f"{self.label}: procedure_search failed: {answer}")
@@ -402,7 +433,9 @@ class Memory:
         block = memory_block([r["experience"] for r in results], self.fields)
         tokens = await self.app.context.components["procedure_memory"]["default"].tokens.acount(block) if block else 0
         return block, {"paths": [r["path"] for r in results], "scores": [round(r["score"], 5) for r in results],
-                       "tokens": tokens, "vector_search": answer.get("vector_search", {}).get("available", True),
+                       "relevance": [r.get("relevance") for r in results], "tokens": tokens,
+                       "budget_left_out": answer.get("token_budget", {}).get("left_out", 0),
+                       "vector_search": answer.get("vector_search", {}).get("available", True),
                        "pending": len(answer.get("pending_indexes", []))}
 
 
@@ -471,7 +504,7 @@ async def solve(lib: SimpleNamespace, task: Task, arm: Arm) -> dict:
         turn = copy.deepcopy(turn)
         if arm.memory is not None and inject_at(arm.inject, turn_index):
             query = turn[-1]["content"]
-            block, found = await arm.memory.block(query)
+            block, found = await arm.memory.block(query, [f["name"] for f in entry["function"]])
             turn[-1]["content"] = with_block(block, query)
             memory_log.append({"turn": turn_index, **found})
         messages.extend(turn)
@@ -716,6 +749,7 @@ class RunSettings:
     dimensions: int | None = None
     concurrent: bool = True
     keep_messages: bool = False
+    delivery: Delivery = field(default_factory=Delivery)
 
 
 async def run(settings: RunSettings, workdir: Path, lib: SimpleNamespace | None = None) -> dict:
@@ -749,7 +783,7 @@ async def run(settings: RunSettings, workdir: Path, lib: SimpleNamespace | None 
         memory = None
         if name in sources:
             memory = Memory(name, sources[name], workdir / f"{name}-copy", settings.view, settings.k, settings.fields,
-                            settings.tokenizer, settings.dimensions)
+                            settings.tokenizer, settings.dimensions, settings.delivery)
             memories.append(memory)
         arms.append(Arm(name, endpoint, f"{tag}_{name}", memory, settings.inject))
     started = time.monotonic()
@@ -797,7 +831,14 @@ def settings_from(args, arms: list[str]) -> RunSettings:
     return RunSettings(parse_ids(args.tasks), arms, urls, args.workspace, library, args.view, args.k, fields,
                        args.inject, os.environ.get("LLM_MODEL_NAME", "model"), os.environ.get("LLM_API_KEY", "none"),
                        args.temperature, args.timeout, default_tokenizer(), args.embedding_dimensions,
-                       not args.sequential_arms, args.keep_messages)
+                       not args.sequential_arms, args.keep_messages, delivery_from(args))
+
+
+def delivery_from(args) -> Delivery:
+    """``run``'s delivery flags: ``--min-relevance`` (default: the plugin's setting), ``--tools task|none``,
+    ``--memory-tokens`` (0: no budget)."""
+    return Delivery(min_relevance=args.min_relevance, task_tools=args.tools == "task",
+                    max_tokens=args.memory_tokens or None)
 
 
 def local_servers(args, workdir: Path, model: bool, embeddings: bool):
@@ -995,6 +1036,12 @@ def main(argv=None) -> None:
     r.add_argument("--k", type=int, default=3, help="experiences per block (procedure_search limit)")
     r.add_argument("--fields", default="all", help="'all' or e.g. when-to-use,content")
     r.add_argument("--inject", default="every", choices=("every", "first"), help="before every turn, or the first")
+    r.add_argument("--min-relevance", type=float, default=None,
+                   help="procedure_search's relevance floor (default: the plugin's setting; 0: none)")
+    r.add_argument("--tools", default="task", choices=("task", "none"),
+                   help="task: only experiences naming one of the task's functions (procedure_search tools=)")
+    r.add_argument("--memory-tokens", type=int, default=DEFAULT_MEMORY_TOKENS,
+                   help="most tokens of experience text per block, whole experiences best first (0: no budget)")
     r.add_argument("--sequential-arms", action="store_true", help="one arm after the other (one shared endpoint)")
     r.add_argument("--keep-messages", action="store_true", help="keep every conversation in --json")
     r.add_argument("--workdir", type=Path, default=None)

@@ -337,9 +337,12 @@ class ProcedureMemory(BaseComponent):
 
     # -- search and read (operations/reads.py) ---------------------------------------------------------------------
 
-    async def search(self, query: str, view: str, limit: int) -> dict[str, Any]:
-        """Hybrid search of one view; full current experiences with path, version and scores."""
-        return await self.reads.search(query, view, limit)
+    async def search(self, query: str, view: str, limit: int, *, min_relevance: float | None = None,
+                     tools: tuple[str, ...] = (), max_tokens: int | None = None) -> dict[str, Any]:
+        """Hybrid search of one view; full current experiences with path, version, relevance and scores.
+        ``min_relevance`` None: the setting ``search.min_relevance``."""
+        floor = self.settings.search.min_relevance if min_relevance is None else min_relevance
+        return await self.reads.search(query, view, limit, min_relevance=floor, tools=tools, max_tokens=max_tokens)
 
     def experience_path(self, raw) -> str:
         """Validate an experience path argument: ``<procedure_dir>/<valid name>.json``."""

@@ -59,6 +59,16 @@ class HistorySettings(BaseModel):
     keep_versions: int = Field(20, ge=1)  # per experience: the records of its newest versions are kept
 
 
+class SearchSettings(BaseModel):
+    """What ``procedure_search`` delivers by default (search/relevance.py, docs/guide.md "Relevance")."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # the relevance floor of a service caller's search (an argument overrides it); calibrated on the embedded MiniLM
+    # (benchmarks/relevance.py): another embedding model needs its own
+    min_relevance: float = Field(0.2, ge=0, le=1)
+
+
 class ProcedureSettings(BaseModel):
     """Everything configurable under ``components.procedure_memory.<name>``."""
 
@@ -87,6 +97,7 @@ class ProcedureSettings(BaseModel):
     token_limits: TokenLimits = Field(default_factory=TokenLimits)
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)
     history: HistorySettings = Field(default_factory=HistorySettings)
+    search: SearchSettings = Field(default_factory=SearchSettings)
 
     @field_validator("procedure_dir", "trajectory_subdir")
     @classmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -290,3 +291,33 @@ def test_rollout_trajectory_names_each_tool_result_and_the_api_classes(tasks):
     assert lines[0] == {"role": "system", "content": "You are an assistant with tools from: TwitterAPI, GorillaFileSystem."}
     assert lines[3] == {"role": "tool", "content": "[]", "tool_call_id": "c1", "name": "ls"}
     assert lines[1:3] + lines[4:] == conversation[:2] + conversation[3:]
+
+
+def test_the_delivery_passes_the_floor_the_tasks_tools_and_the_budget_to_procedure_search(lib, tasks, tmp_path,
+                                                                                           embeddings):
+    """issue 31: ``run``'s delivery flags reach the real procedure_search of the memory arm."""
+    tokenizer = write_word_tokenizer(tmp_path / "tok" / "tokenizer.json")
+    ws = make_workspace(tmp_path, tokenizer, lib, EXPERIENCES)
+    query = tasks[T0].messages[0]
+    functions = [f["name"] for f in tasks[T0].entry["function"] if f["name"] in ("mkdir", "mv", "touch")]
+    deliveries = {"before": downstream.Delivery(), "tools": downstream.Delivery(task_tools=True),
+                  "budget": downstream.Delivery(max_tokens=1), "floor": downstream.Delivery(min_relevance=1.0)}
+
+    async def blocks() -> dict:
+        out = {}
+        for label, delivery in deliveries.items():
+            async with downstream.Memory(label, ws, tmp_path / label, "when_to_use_content", 3, downstream.FIELD_NAMES,
+                                         tokenizer, 64, delivery) as memory:
+                out[label] = await memory.block(query, functions)
+        return out
+
+    found = asyncio.run(blocks())
+    before = found["before"][1]["paths"]
+    assert len(before) == 3 and all(0 <= r <= 1 for r in found["before"][1]["relevance"])
+    naming = [p for p in before if any(re.search(rf"(?<![\w]){f}(?![\w])", EXPERIENCES[p.split("/")[1]]["content"])
+                                       for f in functions)]
+    assert len(functions) == 3 and len(naming) == 1 and found["tools"][1]["paths"] == naming
+    assert found["budget"][0] == "" and found["budget"][1]["budget_left_out"] == 3
+    assert found["floor"][1]["paths"] == [] and found["floor"][1]["tokens"] == 0
+    assert downstream.Delivery(None, True, 500).arguments(["cd"]) == {"tools": ["cd"], "max_tokens": 500}
+    assert downstream.Delivery(0.3, True, None).arguments([]) == {"min_relevance": 0.3}

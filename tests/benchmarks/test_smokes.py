@@ -60,6 +60,7 @@ SMOKES: dict[str, tuple[list[str], float]] = {
     "downstream.py": (["smoke"], 300),
     "secret_guard.py": (["--smoke"], 120),
     "relay_costs.py": (["--smoke"], 120),
+    "relevance.py": (["--smoke"], 180),
 }
 
 
@@ -267,13 +268,28 @@ def check_relay_costs(out: str) -> None:
         assert int(numbers(rf"^\| {re.escape(part)} \| {{N}} \| {{N}}% \|$", out)[0]) > 0
 
 
+def check_relevance(out: str) -> None:
+    experiences, on, off = numbers(r"^relevance calibration: {N} experiences, {N} on-topic and {N} off-topic user "
+                                   r"turns \(tasks 20-29\), embedding embedded all-MiniLM-L6-v2", out)
+    assert experiences == "20" and int(on) > 0 and int(off) > 0
+    for view in ("when_to_use", "when_to_use_content"):
+        figures = numbers(rf"^{view}: AUC {{N}}; best relevance on-topic p05 {{N}} p50 {{N}} p95 {{N}}; off-topic "
+                          rf"p50 {{N}} p95 {{N}} max {{N}}$", out)
+        assert all(0 <= value(v) <= 1 for v in figures)
+    rows = re.findall(rf"^\| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER}|—) \|$",
+                      out, re.MULTILINE)
+    assert len(rows) == 2 * 21 and all(0 <= value(v) <= 1 for row in rows for v in row[:4])
+    numbers(r"^suggested floor \(the lowest at which >= 99% of the off-topic turns answer 0 results in every view\): "
+            r"(?:{N}|—)$", out)
+
+
 CHECKS = {
     "search.py": check_search, "segment.py": check_segment, "service.py": check_service,
     "tokenizer.py": check_tokenizer, "maintenance.py": check_maintenance, "prompt_overhead.py": check_prompt_overhead,
     "read_cost.py": check_read_cost, "listing.py": check_listing, "retrieval.py": check_retrieval,
     "real_model.py": check_real_model,
     "extraction.py": check_extraction, "downstream.py": check_downstream, "secret_guard.py": check_secrets,
-    "relay_costs.py": check_relay_costs,
+    "relay_costs.py": check_relay_costs, "relevance.py": check_relevance,
 }
 
 

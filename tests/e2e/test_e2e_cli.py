@@ -348,7 +348,7 @@ def test_mcp_exposes_only_the_read_jobs(service):
 
     assert set(SERVED_JOBS) <= out["names"]
     assert not set(HIDDEN_JOBS) & out["names"]
-    assert out["search_params"] == {"query", "index", "limit", "detail"}
+    assert out["search_params"] == {"query", "index", "limit", "detail", "min_relevance", "tools", "max_tokens"}
     assert out["search"]["status"] == "ok"
     assert out["search"]["results"][0]["path"] == "procedures/rebuild-search-after-config-change.json"
     assert out["read"]["experience"] == INSPECT
@@ -529,3 +529,41 @@ def test_served_reads_stay_inside_their_directories(service):
     finally:
         for link in links:
             link.unlink()
+
+
+def test_relevance_floor_tools_and_token_budget_are_served_on_cli_http_and_mcp(service):
+    """issue 31: the delivery arguments reach the job from every channel (the CLI as text, HTTP and MCP as JSON)."""
+    query = "inspect logs or delete the build directory"
+    answer, ok = service.reme.call(service.port, "procedure_search", f"query={query}", "min_relevance=0",
+                                   "tools=Inspect,Delete", "max_tokens=1000")
+    assert ok and answer["min_relevance"] == 0, answer
+    assert {r["path"] for r in answer["results"]} == {"procedures/inspect-logs-before-rebuilding.json",
+                                                      "procedures/clean-temporary-files-of-failed-build.json"}
+    assert all(0 <= r["relevance"] <= 1 for r in answer["results"])
+    assert answer["token_budget"]["max_tokens"] == 1000 and answer["token_budget"]["left_out"] == 0
+    nothing, ok = service.reme.call(service.port, "procedure_search", f"query={query}", "min_relevance=1")
+    assert ok and nothing["results"] == [] and nothing["min_relevance"] == 1
+
+    with httpx.Client(base_url=service.url, timeout=30) as client:
+        response = client.post("/procedure_search", json={"query": query, "min_relevance": 0, "tools": ["Inspect"],
+                                                          "max_tokens": 3}).json()
+        refused = client.post("/procedure_search", json={"query": query, "min_relevance": 2}).json()
+    budgeted = json.loads(response["answer"])
+    assert response["success"] and budgeted["results"] == []
+    assert budgeted["token_budget"] == {"max_tokens": 3, "tokens": 0, "left_out": 1}  # never cut: left out
+    assert not refused["success"]
+    assert json.loads(refused["answer"])["error"]["message"] == "`min_relevance` must be a number from 0 to 1."
+
+    async def session():
+        from fastmcp import Client
+        async with Client(f"{service.url}/mcp") as client:
+            tools = {tool.name: tool for tool in await client.list_tools()}
+            found = await client.call_tool("procedure_search", {"query": query, "min_relevance": 0,
+                                                                "tools": ["Inspect"]})
+            none = await client.call_tool("procedure_search", {"query": query, "tools": ["no_such_function"]})
+            return tools, json.loads(found.content[0].text), json.loads(none.content[0].text)
+
+    tools, found, none = asyncio.run(asyncio.wait_for(session(), timeout=60))
+    assert {"min_relevance", "tools", "max_tokens"} <= set(tools["procedure_search"].inputSchema["properties"])
+    assert [r["path"] for r in found["results"]] == ["procedures/inspect-logs-before-rebuilding.json"]
+    assert none["results"] == []

@@ -109,6 +109,30 @@ def valid_flag(value: Any) -> bool:
     return isinstance(value, str) and value.strip().lower() in ("true", "false", "yes", "no", "1", "0")
 
 
+def valid_fraction(value: Any) -> bool:
+    """What ``min_relevance`` accepts: absent, or a number from 0 to 1 (also as text); never a bool."""
+    if value is None or value == "":
+        return True
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            return False
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and 0 <= value <= 1
+
+
+def valid_tools(value: Any) -> bool:
+    """What ``tools`` accepts: absent, or 1-256 names (a list, or text of comma-separated names), each 1-200
+    characters of Unicode text without whitespace."""
+    if value is None or value == "":
+        return True
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list) or not 0 < len(names) <= 256:
+        return False
+    return all(valid_text(n, numbers=False, max_chars=200) and not any(c.isspace() for c in n.strip())
+               for n in names)
+
+
 @dataclass(frozen=True)
 class Slot:
     """One argument of one served job: the other arguments are valid; ``accepts`` says which values must work."""
@@ -123,6 +147,9 @@ SERVED_SLOTS = [
     Slot("procedure_search", "query", {}, lambda v: valid_text(v, numbers=True, max_chars=4096)),
     Slot("procedure_search", "index", {"query": "stale search"}, lambda v: v in (None, "")),
     Slot("procedure_search", "limit", {"query": "stale search"}, lambda v: valid_int(v, 1, 50)),
+    Slot("procedure_search", "min_relevance", {"query": "stale search"}, valid_fraction),
+    Slot("procedure_search", "tools", {"query": "stale search"}, valid_tools),
+    Slot("procedure_search", "max_tokens", {"query": "stale search"}, lambda v: valid_int(v, 1, None)),
     Slot("procedure_read", "path", {}, lambda v: v == "procedures/./rebuild-search-after-config-change.json"),
     Slot("procedure_read", "path", {"kind": "trajectory"}, lambda v: False),
     Slot("procedure_read", "kind", {"path": EXPERIENCE}, lambda v: not v or v == "experience"),

@@ -109,11 +109,55 @@ def refusal(model, arguments, **context) -> str:
 
 
 def test_search_defaults_and_the_clis_numbers_as_text():
+    unset = {"detail": None, "min_relevance": None, "tools": None, "max_tokens": None}
     assert validate(SearchArguments, {"query": " stale index "}).model_dump() == {
-        "query": "stale index", "index": "when_to_use_content", "limit": 5, "detail": None}
-    assert validate(SearchArguments, {"query": 404, "limit": "07", "index": ""}).model_dump() == {
-        "query": "404", "index": "when_to_use_content", "limit": 7, "detail": None}
+        "query": "stale index", "index": "when_to_use_content", "limit": 5, **unset}
+    assert validate(SearchArguments, {"query": 404, "limit": "07", "index": "", "min_relevance": "",
+                                      "tools": "", "max_tokens": ""}).model_dump() == {
+        "query": "404", "index": "when_to_use_content", "limit": 7, **unset}
     assert validate(SearchArguments, {"query": "q", "limit": 50.0}).limit == 50
+
+
+@pytest.mark.parametrize("given, expected", [
+    (0, 0.0), (1, 1.0), (0.35, 0.35), ("0.35", 0.35), ("00.5", 0.5), (" 1 ", 1.0),
+])
+def test_min_relevance_takes_numbers_from_0_to_1_also_as_cli_text(given, expected):
+    assert validate(SearchArguments, {"query": "q", "min_relevance": given}).min_relevance == expected
+
+
+@pytest.mark.parametrize("given, expected", [
+    (["post_tweet", "cd"], ("post_tweet", "cd")),
+    ("post_tweet", ("post_tweet",)),
+    ("post_tweet, cd,post_tweet", ("post_tweet", "cd")),  # the CLI's tools=a,b; repeats dropped
+    (["GorillaFileSystem.cd", " ls "], ("GorillaFileSystem.cd", "ls")),
+])
+def test_tools_takes_a_list_or_the_clis_comma_separated_names(given, expected):
+    assert validate(SearchArguments, {"query": "q", "tools": given}).tools == expected
+
+
+TOOLS_SENTENCE = ("`tools` must be a list of function names (the CLI also takes `tools=name1,name2`), each 1-200 "
+                  "characters without spaces, at most 256.")
+RELEVANCE_SENTENCE = "`min_relevance` must be a number from 0 to 1."
+
+
+@pytest.mark.parametrize("arguments, message", [
+    ({"query": "q", "min_relevance": 1.5}, RELEVANCE_SENTENCE),
+    ({"query": "q", "min_relevance": -0.1}, RELEVANCE_SENTENCE),
+    ({"query": "q", "min_relevance": True}, RELEVANCE_SENTENCE),
+    ({"query": "q", "min_relevance": "high"}, RELEVANCE_SENTENCE),
+    ({"query": "q", "min_relevance": "nan"}, RELEVANCE_SENTENCE),
+    ({"query": "q", "tools": []}, TOOLS_SENTENCE),
+    ({"query": "q", "tools": ["a", 3]}, TOOLS_SENTENCE),
+    ({"query": "q", "tools": ["two words"]}, TOOLS_SENTENCE),
+    ({"query": "q", "tools": "a,,b"}, TOOLS_SENTENCE),
+    ({"query": "q", "tools": ["x" * 201]}, TOOLS_SENTENCE),
+    ({"query": "q", "tools": [f"f{n}" for n in range(257)]}, TOOLS_SENTENCE),
+    ({"query": "q", "tools": {"a": 1}}, TOOLS_SENTENCE),
+    ({"query": "q", "max_tokens": 0}, "`max_tokens` must be at least 1 (got 0)."),
+    ({"query": "q", "max_tokens": "lots"}, "`max_tokens` must be an integer."),
+])
+def test_search_refuses_bad_delivery_arguments_in_one_sentence(arguments, message):
+    assert refusal(SearchArguments, arguments) == message
 
 
 @pytest.mark.parametrize("arguments, message", [

@@ -121,13 +121,13 @@ async def test_search_scans_and_reads_result_files_off_the_event_loop(make_app, 
 
     async with make_app(workspace=ws) as app:
         loop_thread = threading.current_thread().name
-        for cls, name in ((ProcedureFileStore, "nearest_paths"), (ProcedureFileStore, "keyword_paths"),
+        for cls, name in ((ProcedureFileStore, "nearest_paths"), (ProcedureFileStore, "keyword_scored"),
                           (ExperienceFiles, "read")):
             observed(cls, name)
         _, _, query = corpus()[5]
         ok, ans = await run_job(app, "procedure_search", query=query, index="when_to_use_content", limit=5)
         assert ok and len(ans["results"]) == 5
-        assert set(seen) == {"nearest_paths", "keyword_paths", "read"}, seen
+        assert set(seen) == {"nearest_paths", "keyword_scored", "read"}, seen
         assert all(loop_thread not in threads for threads in seen.values()), (loop_thread, seen)
 
 

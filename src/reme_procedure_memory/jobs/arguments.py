@@ -40,6 +40,7 @@ from .fields import (
     FieldText,
     Filename,
     Flag,
+    Fraction,
     ImportFile,
     ImportFilename,
     ImportText,
@@ -48,6 +49,7 @@ from .fields import (
     Query,
     RawPath,
     RequestId,
+    ToolNames,
     new_request_id,
 )
 
@@ -84,7 +86,7 @@ class JobArguments(BaseModel):
 
 
 class SearchArguments(JobArguments):
-    EMPTY_IS_DEFAULT = frozenset({"index", "limit", "detail"})
+    EMPTY_IS_DEFAULT = frozenset({"index", "limit", "detail", "min_relevance", "tools", "max_tokens"})
 
     query: Query = Field(description="What you want to do, or the situation you are in.")
     index: Literal[VIEW_NAMES] = Field(
@@ -95,6 +97,10 @@ class SearchArguments(JobArguments):
     detail: Literal["full", "compact"] = Field(
         None, description="compact (default in extraction runs): the best result's content, weak results left out; "
         "full: every result whole.")
+    min_relevance: Fraction = Field(
+        None, description="Leave out results less relevant than this, 0-1 (default: the configured floor).")
+    tools: ToolNames = Field(None, description="Only experiences whose content names one of these functions.")
+    max_tokens: Integer = Field(None, ge=1, description="Most tokens of experience text in the answer, best first.")
 
 
 class ReadArguments(JobArguments):

@@ -27,6 +27,8 @@ MAX_CURSOR_CHARS = 4096
 MAX_INT_DIGITS = 12
 MAX_OPERATION_KEY_CHARS = 200
 MAX_REQUEST_ID_CHARS = 128
+MAX_TOOL_NAMES = 256  # function names a search may be given (``tools``)
+MAX_TOOL_NAME_CHARS = 200
 MAX_FILENAME_BYTES = 200  # leaves room under NAME_MAX (255) for "-N" and the atomic writer's ".<name>.<rand>.tmp"
 
 
@@ -45,6 +47,35 @@ def _integer(value: Any, info: ValidationInfo) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _refuse(f"`{info.field_name}` must be an integer.")
     return value
+
+
+def _fraction(value: Any, info: ValidationInfo) -> float:
+    """A number from 0 to 1: ints, floats and number text (the CLI keeps ``00.5`` as text); never bools."""
+    if isinstance(value, str):
+        try:
+            value = float(value.strip())
+        except ValueError:
+            pass
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise _refuse(f"`{info.field_name}` must be a number from 0 to 1.")
+    return float(value)
+
+
+def _tool_names(value: Any, info: ValidationInfo) -> tuple[str, ...]:
+    """Function names: a list of strings, or one string of comma-separated names (the CLI's ``tools=a,b``); each
+    stripped and non-empty, without whitespace inside; repeats dropped, order kept."""
+    names = value.split(",") if isinstance(value, str) else value
+    sentence = (f"`{info.field_name}` must be a list of function names (the CLI also takes `tools=name1,name2`), "
+                f"each 1-{MAX_TOOL_NAME_CHARS} characters without spaces, at most {MAX_TOOL_NAMES}.")
+    if not isinstance(names, (list, tuple)) or not names or len(names) > MAX_TOOL_NAMES:
+        raise _refuse(sentence)
+    out = []
+    for name in names:
+        if not isinstance(name, str) or not name.strip() or len(name.strip()) > MAX_TOOL_NAME_CHARS \
+                or any(c.isspace() for c in name.strip()):
+            raise _refuse(sentence)
+        out.append(name.strip())
+    return tuple(dict.fromkeys(out))
 
 
 def _query(value: Any, info: ValidationInfo) -> str:
@@ -184,6 +215,9 @@ def _alias(value: Any) -> None:
 
 
 Integer = Annotated[int, BeforeValidator(_integer)]
+Fraction = Annotated[float, BeforeValidator(_fraction), WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
+ToolNames = Annotated[tuple[str, ...], BeforeValidator(_tool_names),
+                      WithJsonSchema({"type": "array", "items": {"type": "string"}})]
 Flag = Annotated[bool, BeforeValidator(_flag)]
 Query = Annotated[str, BeforeValidator(_query)]
 FieldText = Annotated[str, BeforeValidator(_field_text)]

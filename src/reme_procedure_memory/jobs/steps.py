@@ -211,15 +211,19 @@ class ProcedureStep(BaseStep):
 
 
 class ProcedureSearchStep(ProcedureStep):
-    """``procedure_search query=... index=when_to_use|when_to_use_content limit=5``."""
+    """``procedure_search query=... index=when_to_use|when_to_use_content limit=5 [min_relevance=0.3]
+    [tools=a,b] [max_tokens=800]``. Inside an extraction run the relevance floor is 0 unless given: the agent looks
+    for any related experience to revise."""
 
     tool = "procedure_search"
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
         args = self.validated_arguments(SearchArguments)
-        answer = await memory.search(args.query, args.index, args.limit)
         run = self._agent_call()[0]
+        floor = 0.0 if args.min_relevance is None and run is not None else args.min_relevance
+        answer = await memory.search(args.query, args.index, args.limit, min_relevance=floor,
+                                     tools=args.tools or (), max_tokens=args.max_tokens)
         if not answer["results"] and run is not None:  # the extraction agent's next step
             answer["note"] = EMPTY_SEARCH_NOTE
         detail = args.detail or ("compact" if run is not None else "full")

@@ -3,7 +3,10 @@
 Contract: nothing here writes. A search answer holds full current experiences read from their files at answer time
 (never the indexed text), each with its path, version and fused and per-branch scores; files pending an index are
 excluded from results and listed in ``pending_indexes`` (``index_complete=false``); a vector branch that failed is
-reported as ``vector_search.available=false`` beside BM25-only results. Experience paths are validated against the
+reported as ``vector_search.available=false`` beside BM25-only results. Each result carries its absolute
+``relevance`` (search/relevance.py); a search may leave out the candidates below ``min_relevance`` (unread), those
+whose content names none of ``tools`` and, best first, those beyond a ``max_tokens`` budget (delivery.py). Experience
+paths are validated against the
 procedure directory (containment in paths.py; the file itself by ``ExperienceFiles.read``, the one validation search,
 read and update share). Trajectory excerpts count decoded characters and are capped by characters and exact tokens;
 masked (``mask``), the credentials in them are replaced by ``[masked:<kind>]`` labels (``secrets.py``) before the token
@@ -15,13 +18,14 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..errors import ErrorCode, ProcedureError, TokenizerUnavailable
 from ..schema import check_name
 from ..secrets import mask_label, mask_secrets, masked_prefix, secrets_within
 from ..storage.experiences import BadFile, StoredExperience
 from ..storage.paths import resolve_inside
+from .delivery import experience_text, names_any, tool_pattern, within_budget
 
 if TYPE_CHECKING:
     from ..search.fusion import Fused
@@ -30,11 +34,15 @@ if TYPE_CHECKING:
     from .recovery import Recovery
 
 
-def search_result(hit: Fused, item: StoredExperience) -> dict[str, Any]:
-    """One result of a search answer: the current experience with its path, version and scores."""
+RELEVANCE_DIGITS = 4  # a result's relevance as answered
+
+
+def search_result(hit: Fused, item: StoredExperience, relevance: float) -> dict[str, Any]:
+    """One result of a search answer: the current experience with its path, version, relevance and scores."""
     return {
         "path": item.path,
         "version": item.version,
+        "relevance": round(relevance, RELEVANCE_DIGITS),
         "score": hit.score,
         "scores": {
             "rrf": hit.score,
@@ -113,13 +121,16 @@ class Reads:
         """Drop the cached trajectory text (at close)."""
         self._decoded = None
 
-    async def search(self, query: str, view: str, limit: int) -> dict[str, Any]:
-        """Hybrid search of one view; full current experiences with path, version and scores.
+    async def search(self, query: str, view: str, limit: int, *, min_relevance: float = 0.0,
+                     tools: tuple[str, ...] = (), max_tokens: int | None = None) -> dict[str, Any]:
+        """Hybrid search of one view; full current experiences with path, version, relevance and scores.
 
         Hits of pending files are skipped; a hit whose file was edited by hand into an invalid one since indexing is
-        excluded and reported (``pending_indexes``), never served stale. The page's files are read in the search's
-        one scan-thread call (``Views.search_page``), past missing and invalid files until ``limit`` are valid; a
-        second worker call reads further candidates only if a file read there turned pending meanwhile.
+        excluded and reported (``pending_indexes``), never served stale. Candidates below ``min_relevance`` are
+        passed over unread; with ``tools``, an experience whose content names none of them is passed over. The
+        page's files are read in the search's one scan-thread call (``Views.search_page``), past missing and invalid
+        files until ``limit`` are valid; a second worker call reads further candidates only if a file read there
+        turned pending meanwhile. With ``max_tokens`` the results are then cut to the budget (``token_budget``).
         """
         ws, recovery = self.workspace, self.recovery
         views = ws.views
@@ -127,11 +138,17 @@ class Reads:
         await recovery.ensure_reconciled()
         await recovery.retries.maybe_start()
         files = ws.files  # one validation context for this answer's reads
+        pattern = tool_pattern(tools) if tools else None
 
-        def first_page(fused: list[Fused]) -> tuple[list[Fused], list[tuple[Fused, Any]], int]:
-            return (fused, *self._read_page(files, fused, 0, limit))
+        def wanted(item: StoredExperience) -> bool:
+            return pattern is None or names_any(item.experience.content, pattern)
 
-        (fused, read, position), vector_error = await recovery.without_rebuild(
+        def first_page(fused: list[Fused], relevance) -> tuple[list[Fused], Any, list[tuple[Fused, Any]], int]:
+            def relevant(hit: Fused) -> bool:
+                return relevance(hit) >= min_relevance
+            return (fused, relevance, *self._read_page(files, fused, 0, limit, relevant, wanted))
+
+        (fused, relevance, read, position), vector_error = await recovery.without_rebuild(
             lambda: views.search_page(view, query, limit, ws.settings.vector_weight, first_page),
         )
         results = []
@@ -144,39 +161,61 @@ class Reads:
                 if isinstance(item, BadFile):  # edited by hand since indexing: exclude and report, never stale
                     recovery.mark_invalid(item)
                     continue
-                results.append(search_result(hit, item))
+                results.append(search_result(hit, item, relevance(hit)))
             if len(results) >= limit or position >= len(fused):
                 break
-            read, position = await asyncio.to_thread(self._read_page, files, fused, position, limit - len(results))
+            read, position = await asyncio.to_thread(self._read_page, files, fused, position, limit - len(results),
+                                                     lambda hit: relevance(hit) >= min_relevance, wanted)
         answer: dict[str, Any] = {
             "status": "ok",
             "index": view,
             "query": query,
+            "min_relevance": min_relevance,
             "results": results,
             "index_complete": not ws.pending,
             "pending_indexes": ws.pending.entries(),
         }
+        if max_tokens is not None:
+            answer["token_budget"] = await self._budget(answer, max_tokens)
         if vector_error:
             answer["vector_search"] = {"available": False, "error": vector_error}
         return answer
 
-    def _read_page(self, files: ExperienceFiles, fused: list[Fused], start: int,
-                   wanted: int) -> tuple[list[tuple[Fused, Any]], int]:
-        """Read the files of the candidates from ``fused[start]`` on, skipping pending files, until ``wanted`` of
-        them are valid experiences (blocking: a worker thread). Returns each candidate read with what
-        ``ExperienceFiles.read`` gave (an experience, a BadFile or None) and the position after the last one read."""
+    async def _budget(self, answer: dict[str, Any], max_tokens: int) -> dict[str, int]:
+        """Cut ``answer``'s results to the best first ones whose experience texts fit ``max_tokens`` (exact tokens);
+        what the answer says about it."""
+        results = answer["results"]
+        try:
+            counts = await self.workspace.tokens.acount_many([experience_text(r["experience"]) for r in results])
+        except TokenizerUnavailable as exc:
+            raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+        kept = within_budget(counts, max_tokens)
+        answer["results"] = results[:kept]
+        return {"max_tokens": max_tokens, "tokens": sum(counts[:kept]), "left_out": len(results) - kept}
+
+    def _read_page(self, files: ExperienceFiles, fused: list[Fused], start: int, wanted: int,
+                   relevant: Callable[[Fused], bool] = lambda hit: True,
+                   admitted: Callable[[StoredExperience], bool] = lambda item: True,
+                   ) -> tuple[list[tuple[Fused, Any]], int]:
+        """Read the files of the candidates from ``fused[start]`` on, skipping pending files and the candidates
+        that are not ``relevant`` (unread), until ``wanted`` of them are valid experiences that are ``admitted``
+        (blocking: a worker thread). Returns each candidate read with what ``ExperienceFiles.read`` gave (an
+        experience, a BadFile or None; an experience not admitted is left out) and the position after the last one
+        read."""
         pending = self.workspace.pending
         read: list[tuple[Fused, Any]] = []
         position = start
         while wanted > 0 and position < len(fused):
             hit = fused[position]
             position += 1
-            if hit.path in pending:
+            if hit.path in pending or not relevant(hit):
                 continue
             item = files.read(hit.path)
-            read.append((hit, item))
             if isinstance(item, StoredExperience):
+                if not admitted(item):
+                    continue
                 wanted -= 1
+            read.append((hit, item))
         return read, position
 
     def experience_path(self, raw) -> str:

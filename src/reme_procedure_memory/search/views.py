@@ -7,7 +7,8 @@
 * Each view is its own file store with its own BM25 index and file graph; both share one embedding store (cache).
 * The plugin embeds record texts itself, under a timeout, before upserting: an embedding failure never leaves a
   BM25-only record behind. Any indexing failure removes the path from both views and raises IndexFailure.
-* Search fuses the vector and BM25 candidate lists with weighted RRF (always RRF, also when one list is empty).
+* Search fuses the vector and BM25 candidate lists with weighted RRF (always RRF, also when one list is empty), and
+  gives the page a ``Relevance`` of the candidates (relevance.py: from the raw cosine and BM25 evidence, not RRF).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from ..storage.experiences import StoredExperience
 from .embedding import EmbeddingClient
 from .executors import keyword_executor, scan_executor
 from .fusion import Fused, rrf_fuse
+from .relevance import Relevance
 from .keyword.tokenizer import tokenizer_identity
 from .view.store import ProcedureFileStore
 
@@ -162,11 +164,11 @@ class Views:
         """Fused candidates of ``view`` (best first, at least ``limit`` when available) and, if the vector branch
         was unavailable, why: the fusion without reading any file (``benchmarks/search.py`` times it apart; answers
         use ``search_page``)."""
-        return await self.search_page(view, query, limit, vector_weight, lambda fused: fused)
+        return await self.search_page(view, query, limit, vector_weight, lambda fused, _relevance: fused)
 
     async def search_page(self, view: str, query: str, limit: int, vector_weight: float,
-                          page: Callable[[list[Fused]], T]) -> tuple[T, str | None]:
-        """``page(fused candidates)`` and, if the vector branch was unavailable, why.
+                          page: Callable[[list[Fused], Relevance], T]) -> tuple[T, str | None]:
+        """``page(fused candidates, their relevance)`` and, if the vector branch was unavailable, why.
 
         The query vector comes first, on the event loop (the shared embedding cache; the provider on a miss). Then
         one scan-thread call does the rest: BM25, the matrix scan, the fusion and ``page`` (e.g. reading the result
@@ -176,27 +178,48 @@ class Views:
         candidates = min(MAX_CANDIDATES, max(50, limit * 5))
         query_vector, vector_error = (await self.embeddings.query_vector(query)) if vector_weight > 0 else (None, None)
         loop = asyncio.get_running_loop()
-        found = await loop.run_in_executor(scan_executor(), _fused_page, store, query, query_vector, candidates,
-                                           vector_weight, page)
+        found = await loop.run_in_executor(scan_executor(), _fused_page, view, store, query, query_vector,
+                                           candidates, vector_weight, page)
         return found, vector_error
 
 
-def _fused_page(store: ProcedureFileStore, query: str, query_vector, candidates: int, vector_weight: float,
-                page: Callable[[list[Fused]], T]) -> T:
-    """BM25 and vector candidates of one view, fused, passed to ``page`` (blocking: runs in a scan thread).
+def _fused_page(view: str, store: ProcedureFileStore, query: str, query_vector, candidates: int,
+                vector_weight: float, page: Callable[[list[Fused], Relevance], T]) -> T:
+    """BM25 and vector candidates of one view, fused, passed to ``page`` with their ``Relevance`` (blocking: runs
+    in a scan thread).
 
     Over a matrix of more than ``PARALLEL_ROWS`` rows BM25 runs in a keyword thread beside the scan (a search's
     latency is then about the longer of the two, not their sum); below, both run here, one after the other: the
     scan is short and a second hand-off would cost more than it saves.
     """
     keyword: list[tuple[str, float]] = []
+    searched = None  # the BM25 search's QueryScores
     beside = None  # BM25 running in a keyword thread
-    if vector_weight < 1:
+    if vector_weight < 1:  # at weight 1 relevance is the cosine alone: no BM25 needed
         if query_vector is not None and store.vectors is not None and len(store.vectors) > PARALLEL_ROWS:
-            beside = keyword_executor().submit(store.keyword_paths, query, candidates)
+            beside = keyword_executor().submit(store.keyword_scored, query, candidates)
         else:
-            keyword = store.keyword_paths(query, candidates)
+            keyword, searched = store.keyword_scored(query, candidates)
     vector = store.nearest_paths(query_vector, candidates) if query_vector is not None else []
     if beside is not None:
-        keyword = beside.result()
-    return page(rrf_fuse(vector, keyword, vector_weight))
+        keyword, searched = beside.result()
+    return page(rrf_fuse(vector, keyword, vector_weight), _relevance(view, store, query_vector, searched,
+                                                                     vector_weight))
+
+
+def _relevance(view: str, store: ProcedureFileStore, query_vector, searched, vector_weight: float) -> Relevance:
+    """The ``Relevance`` of one search's candidates: a score missing from a branch's list is looked up exactly
+    (the record's cosine; its BM25 score from the search's own scores)."""
+    index = store.keyword_index
+    if searched is None or index is None:
+        def bm25_of(path: str) -> float:
+            return 0.0
+    else:
+        def bm25_of(path: str) -> float:
+            return index.score_of(searched, chunk_id(view, path))
+    cosine_of = None
+    if query_vector is not None:
+        def cosine_of(path: str) -> float | None:
+            return store.cosine_to(query_vector, chunk_id(view, path))
+    return Relevance(vector_weight if query_vector is not None else 0.0,
+                     searched.self_score if searched is not None else 0.0, cosine_of, bm25_of)

@@ -16,6 +16,9 @@ Contract:
 * a search keeps each long posting list's score contributions (ReMe's expression, bit for bit) in a byte-bounded
   least-recently-used cache until the next mutation: ReMe recomputes them for every query, which at 100k documents
   is most of the content view's keyword time;
+* ``scored_search`` also answers the query's self-score (relevance.py) and keeps the search's score of every document,
+  so the score of a document outside the top ``limit`` is looked up later (``score_of``) instead of searched again;
+  after a mutation it is scored anew, exactly;
 * persistence belongs to the ``ProcedureFileStore`` that uses it (``snapshot``/``restore`` in the store's snapshot, and
   the store's log replays the adds and deletes after it): ``load``/``dump`` do nothing, so closing never rewrites it.
 """
@@ -27,11 +30,13 @@ import sys
 import threading
 from collections import OrderedDict
 from contextlib import contextmanager
+from dataclasses import dataclass
 
 import numpy as np
 from reme.components.keyword_index.bm25_index import BM25Index
 
 from ..locks import ReadWriteLock
+from ..relevance import unseen_idf
 
 FORMAT = 2
 
@@ -88,6 +93,18 @@ class ContributionCache:
         return len(self._entries)
 
 
+@dataclass(frozen=True)
+class QueryScores:
+    """One query's BM25 search (``ProcedureBM25Index.scored_search``): the top hits (``{doc_id: score}``, best
+    first), the query's self-score, and what ``score_of`` needs to look up any other document's score."""
+
+    hits: dict[str, float]
+    self_score: float
+    query_ids: tuple[int, ...]
+    scores: np.ndarray | None  # every slot's score at search time (None: no query term in the vocabulary)
+    generation: int  # the index's mutation count at search time
+
+
 class ProcedureBM25Index(BM25Index):
     """ReMe's BM25 with growable arrays and store-owned persistence (see the module docstring)."""
 
@@ -103,6 +120,7 @@ class ProcedureBM25Index(BM25Index):
         self._capacity: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # token id -> (doc idx, tf) buffers
         self._lens_capacity: np.ndarray | None = None
         self._deleted_capacity: np.ndarray | None = None
+        self.generation = 0  # mutations so far: a QueryScores of an earlier generation is stale
 
     # -- growable arrays (ReMe's add_docs calls these) ---------------------------------------------------------------
 
@@ -150,6 +168,7 @@ class ProcedureBM25Index(BM25Index):
         """The write lock, with the cached contributions dropped: any write changes a count, a length or a posting."""
         with self.lock.write():
             self.contributions.clear()
+            self.generation += 1
             yield
 
     async def add_docs(self, docs_dict: dict[str, str]) -> None:
@@ -229,14 +248,37 @@ class ProcedureBM25Index(BM25Index):
 
     def search(self, query: str, limit: int) -> dict[str, float]:
         """``retrieve`` for any thread: ``{doc_id: score}``, best first (ReMe's scoring and top-k)."""
+        return self.scored_search(query, limit).hits
+
+    def scored_search(self, query: str, limit: int) -> QueryScores:
+        """``search``'s hits (same scores and order), with the query's self-score (the sum of the IDFs of its
+        distinct terms, a term no live document holds at ``unseen_idf``; relevance.py) and every document's score
+        for ``score_of``."""
         with self.lock.read():
-            if self.n_docs == 0 or limit <= 0:
-                return {}
-            query_ids = self._encode_query(query)
-            if not query_ids:
-                return {}
-            scores = self._score_query(query_ids)
-            return {self._doc_ids[int(i)]: float(scores[int(i)]) for i in self._top_k(scores, limit)}
+            n_docs = self.n_docs
+            terms = list(dict.fromkeys(t for t in (tok.strip() for tok in self._tokenize(query)) if t))
+            ids = [self.vocab[t] for t in terms if t in self.vocab]
+            unseen = unseen_idf(n_docs)
+            self_score = sum(unseen for t in terms if t not in self.vocab)
+            self_score += sum(self._get_idf(tid, n_docs) or unseen for tid in ids) if n_docs else unseen * len(ids)
+            if n_docs == 0 or not ids:
+                return QueryScores({}, self_score, tuple(ids), None, self.generation)
+            scores = self._score_query(ids)
+            hits = {self._doc_ids[int(i)]: float(scores[int(i)]) for i in self._top_k(scores, limit)}
+            return QueryScores(hits, self_score, tuple(ids), scores, self.generation)
+
+    def score_of(self, searched: QueryScores, doc_id: str) -> float:
+        """The BM25 score of ``doc_id`` for ``searched``'s query: from its search while the index is unchanged, else
+        scored now (0 for a document the index does not hold)."""
+        if searched.scores is None:
+            return 0.0
+        with self.lock.read():
+            idx = self._doc_id_to_idx.get(doc_id)
+            if idx is None:
+                return 0.0
+            if searched.generation == self.generation:
+                return float(searched.scores[idx])
+            return float(self._score_query(list(searched.query_ids), np.array([idx], dtype=np.int32))[0])
 
     # -- persistence, driven by the store -----------------------------------------------------------------------
 

@@ -306,6 +306,17 @@ class VectorMatrix:
         order = np.lexsort((scored_rows, -exact))[:k]
         return scored_rows[order], exact[order]
 
+    def cosine(self, query, item: str) -> float | None:
+        """The exact cosine similarity of ``item``'s vector with ``query``, computed as ``search`` scores its
+        results (float64 from the stored float16 values); None when ``item`` has no vector here or ``query`` is
+        not of this matrix's dimensions or is zero."""
+        row = self._row_of.get(item)
+        q = np.asarray(query, dtype=np.float64).reshape(-1)
+        norm = float(np.sqrt(q @ q)) if q.shape[0] == self.dimensions else 0.0
+        if row is None or norm == 0.0:
+            return None
+        return float(self._exact(np.array([row]), q / norm)[0])
+
     def _candidates(self, screens: list[Screened]) -> tuple[np.ndarray, np.ndarray]:
         """The screened rows that are not outliers (those are rescored anyway) and their approximate scores."""
         rows = np.concatenate([screened.rows for screened in screens])

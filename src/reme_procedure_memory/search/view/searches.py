@@ -1,11 +1,13 @@
 """The searches of a ``ProcedureFileStore``: vector and keyword top-k as paths or chunks, off the event loop.
 
 Contract of ``ViewSearches`` (a base of ``ProcedureFileStore``, whose records, vector matrix, its lock and keyword
-index it reads): ``nearest_paths``/``keyword_paths`` return the top ``limit`` records as ``(path, score)`` (blocking:
+index it reads): ``nearest_paths``/``keyword_paths`` (``keyword_scored``: with the search's ``QueryScores``) return
+the top ``limit`` records as ``(path, score)`` (blocking:
 a scan, under the matrix's read lock), for callers that run them in a scan thread of ``scan_executor`` (one per core,
 faiss on one OpenMP thread each: concurrent searches are the parallelism), never on the event loop (``Views.search_page``
 runs both and the fusion in one such call); ``nearest``/``vector_search`` keep ReMe's ``vector_search`` contract
 (chunks with ``vector`` and ``score``) in a scan thread, falling back to ReMe's stock scan for filtered searches.
+``cosine_to`` is one record's exact cosine (as ``nearest_paths`` scores it), for a relevance outside the top ``limit``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 from reme.schema import FileChunk
 
 from ..executors import scan_executor
-from ..keyword.bm25 import ProcedureBM25Index
+from ..keyword.bm25 import ProcedureBM25Index, QueryScores
 from ..locks import ReadWriteLock
 from ..vector.matrix import VectorMatrix
 
@@ -42,11 +44,22 @@ class ViewSearches:
 
     def keyword_paths(self, query: str, limit: int) -> list[tuple[str, float]]:
         """Top ``limit`` records as ``(path, BM25 score)`` (blocking; ReMe's BM25 scores and order)."""
-        if not self.keyword_index or limit <= 0 or not query.strip():
-            return []
-        hits = self.keyword_index.search(query.strip(), limit)
-        chunks = [(self.file_chunks.get(cid), score) for cid, score in hits.items()]
-        return [(chunk.path, score) for chunk, score in chunks if chunk is not None]
+        return self.keyword_scored(query, limit)[0]
+
+    def keyword_scored(self, query: str, limit: int) -> tuple[list[tuple[str, float]], QueryScores | None]:
+        """``keyword_paths`` and the search's ``QueryScores`` (None without a keyword index or a query)."""
+        if not self.keyword_index or not query.strip():
+            return [], None
+        searched = self.keyword_index.scored_search(query.strip(), max(0, limit))
+        chunks = [(self.file_chunks.get(cid), score) for cid, score in searched.hits.items()]
+        return [(chunk.path, score) for chunk, score in chunks if chunk is not None], searched
+
+    def cosine_to(self, query_embedding, chunk_id: str) -> float | None:
+        """The exact cosine of record ``chunk_id``'s vector with the query's; None when it has none."""
+        if not self.embedding_store or self.vectors is None:
+            return None
+        with self.vectors_lock.read():
+            return self.vectors.cosine(query_embedding, chunk_id)
 
     def nearest(self, query_embedding, limit: int) -> list[FileChunk]:
         """Top ``limit`` chunks by cosine to an already computed query vector, scores as ReMe's vector_search."""
