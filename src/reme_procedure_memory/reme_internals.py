@@ -11,12 +11,14 @@ Contract:
   resume patches, ReMe's stock fusion for the benchmark) are reached only through the accessors below; other modules
   import the accessor, never the name (the test scans ``src/`` and ``benchmarks/`` for it).
 * A subclass of a ReMe class (``ProcedureBM25Index``, ``ProcedureFileGraph``, ``ProcedureFileStore``,
-  ``SnowballTokenizer``, ``EmbeddedEmbedding``, the component) overrides ReMe's hooks under their own names and
+  ``SnowballTokenizer``, ``EmbeddedEmbedding``, the component) overrides ReMe's hooks under ReMe's names and
   reads the state it inherits directly: a Python override must carry ReMe's name, and the BM25 index is ReMe's code
   on ReMe's arrays, bit for bit, on the search hot path. Those names are in the table with the module that names them
   (``users``); the test refuses any other private name such a class inherits from ReMe and names.
 * Accessors that return a bound method (``embedding_fits``) are fetched once per call by their users, never per
   document.
+* Importing this module reads no private name and imports no private module of ReMe (the accessors do, when
+  called), so ``moved()`` always runs and reports every change of an upgrade at once.
 
 File:line references are to the installed package, ``site-packages/reme/`` of ReMe 0.4.2.0.
 """
@@ -25,8 +27,6 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
-import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +38,6 @@ from reme.components.agent_wrapper.base_agent_wrapper import BaseAgentWrapper
 from reme.components.file_store import local_file_store
 from reme.config import config_parser
 from reme.schema import FileChunk
-from reme.steps.evolve import _evolve
 from reme.steps.index.search import SearchStep
 
 BM25 = "reme.components.keyword_index.bm25_index:BM25Index"
@@ -116,7 +115,7 @@ PRIVATE: tuple[Private, ...] = (
     # -- ProcedureFileStore: ReMe's local store (search/view/store.py, vectors.py, searches.py) --------------------
     Private("reme.components.file_store.local_file_store", "_VECTOR_SEARCH_BATCH_SIZE", "global", int,
             "components/file_store/local_file_store.py:30",
-            "the batch of ReMe's stock vector scan, which the filtered fallback repeats (VECTOR_SEARCH_BATCH)"),
+            "the batch of ReMe's stock vector scan, which the filtered fallback repeats (vector_search_batch)"),
     Private(STORE, "_embedding_dim_matches", "method", "(self, embedding)",
             "components/file_store/local_file_store.py:200",
             "whether a vector fits the active embedding model (embedding_fits)"),
@@ -171,17 +170,23 @@ PRIVATE: tuple[Private, ...] = (
 
 # -- accessors ------------------------------------------------------------------------------------------------------
 
-VECTOR_SEARCH_BATCH: int = local_file_store._VECTOR_SEARCH_BATCH_SIZE
-"""Chunks per batch of ReMe's stock ``vector_search`` scan (local_file_store.py:30, used at :1012)."""
 
 LISTED_FILES_HOOK = "_format_relative"
 """The name of ``ListStep``'s static renderer of the files it walked (steps/file_io/list.py:88, called at :114);
 ``storage/guard.py`` overrides it in its guarded subclass to leave private files out of a listing."""
 
 
+def vector_search_batch() -> int:
+    """Chunks per batch of ReMe's stock ``vector_search`` scan (local_file_store.py:30, used at :1012), which the
+    view's filtered vector search repeats so that its scores are ReMe's, batch for batch."""
+    return local_file_store._VECTOR_SEARCH_BATCH_SIZE
+
+
 def reply_result_text(result: dict) -> str:
     """The final text block of an agent reply result, as ReMe's evolve steps read it (steps/evolve/_evolve.py:34):
     the plugin reads an extraction reply exactly as ReMe's own agent jobs do, for every wrapper backend."""
+    from reme.steps.evolve import _evolve  # a private module: imported when called (see the module docstring)
+
     return _evolve.agent_reply_result_text(result)
 
 
@@ -263,7 +268,7 @@ def owner_of(entry: Private) -> Any:
 
 def problem(entry: Private) -> str | None:
     """What no longer holds of ``entry`` in the installed ReMe, or None. An ``attribute`` is looked up on an instance
-    of its owner built without arguments (ReMe's components need none), inside a temporary working directory."""
+    of its owner built without arguments (ReMe's components need none, and their ``__init__`` writes nothing)."""
     label = f"{entry.owner}.{entry.name}"
     try:
         owner = owner_of(entry)
@@ -286,13 +291,7 @@ def problem(entry: Private) -> str | None:
 
 
 def _attribute_problem(label: str, owner: type, entry: Private) -> str | None:
-    here = os.getcwd()
-    with tempfile.TemporaryDirectory() as scratch:
-        os.chdir(scratch)  # a component's paths default to the working directory; nothing is written in __init__
-        try:
-            instance = owner()
-        finally:
-            os.chdir(here)
+    instance = owner()
     if entry.name not in vars(instance):
         return f"{label}: no longer set by {owner.__name__}.__init__"
     value = vars(instance)[entry.name]

@@ -20,7 +20,7 @@ from reme.components.file_store import local_file_store
 from reme.schema import FileChunk
 from reme.utils.jsonl_zst import read_jsonl_zst
 
-from ...reme_internals import VECTOR_SEARCH_BATCH, chunk_filter, embedding_fits, legacy_chunk, query_embedding
+from ...reme_internals import chunk_filter, embedding_fits, legacy_chunk, query_embedding, vector_search_batch
 from ..locks import ReadWriteLock
 from ..vector.matrix import VectorMatrix
 from .records import slim, text_digest
@@ -129,7 +129,7 @@ class ViewVectors:
         matches = chunk_filter(self, search_filter)
         candidates = [c for c in self.file_chunks.values() if self.has_vector(c.id) and matches(c)]
         scores: list[float] = []
-        batch = VECTOR_SEARCH_BATCH
+        batch = vector_search_batch()
         with self.vectors_lock.read():
             for start in range(0, len(candidates), batch):
                 matrix = np.stack([self.vectors.view(c.id) for c in candidates[start:start + batch]])
