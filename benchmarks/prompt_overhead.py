@@ -51,7 +51,7 @@ AGENTSCOPE = {
 
 def reminder_text() -> str:
     """AgentScope's runtime-state reminder, as its agent injects it before the first model call."""
-    from agentscope.agent._config import InjectionConfig  # the installed AgentScope's own template
+    from agentscope.agent import InjectionConfig  # the installed AgentScope's own template
 
     state = "<current-time>2026-12-03T15:28:39</current-time>\n<timezone>UTC</timezone>"
     return InjectionConfig().template.format(runtime_state=state)

@@ -366,7 +366,8 @@ class Bench:
         """ReMe's stock local store on the same records and vectors: vector_search + keyword_search + _rrf_merge
         (as SearchStep does, candidates 50, vector weight 0.7)."""
         from reme.schema import FileChunk
-        from reme.steps.index.search import SearchStep
+
+        from reme_procedure_memory.reme_internals import stock_rrf_merge
 
         site = self.big
         for view in VIEWS:
@@ -396,7 +397,7 @@ class Bench:
                     stock.vector_search(q, STOCK_CANDIDATES, {}),
                     stock.keyword_search(q, STOCK_CANDIDATES, {}),
                 )
-                fused = SearchStep._rrf_merge(vector_hits, keyword_hits, VECTOR_WEIGHT)
+                fused = stock_rrf_merge(vector_hits, keyword_hits, VECTOR_WEIGHT)
                 total.append(time.perf_counter() - started)
                 s, (plugin_fused, _) = await timed(site.memory.views.search, view, q, SEARCH_LIMIT, VECTOR_WEIGHT)
                 plugin.append(s)

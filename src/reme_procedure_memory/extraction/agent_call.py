@@ -17,8 +17,8 @@ from typing import Any
 
 from agentscope.tool import Toolkit
 from reme.components.agent_wrapper.as_agent_wrapper import AsAgentWrapper
-from reme.steps.evolve._evolve import agent_reply_result_text
 
+from ..reme_internals import job_tool, reply_result_text, resolve_jobs
 from .finish import reply_summary
 from .prompt import TOOLS
 from .summary import tagged
@@ -35,7 +35,7 @@ def reply_text(result: dict) -> str:
     them already; a fixed sentence when none was asked for), else the reply's final text."""
     summary = reply_summary(result)
     if summary is None:
-        return agent_reply_result_text(result)
+        return reply_result_text(result)
     return tagged(summary) if summary else "(ended with finish_segment)"
 
 
@@ -68,9 +68,9 @@ def merged_reply_kwargs(wrapper, run, max_iters: int, finish=None) -> dict[str, 
         injected = run.injected()
         kwargs.update(job_tools=list(TOOLS), injected_job_kwargs=injected, tool_context_id=run.context_id)
         if finish is not None:
-            jobs = wrapper._resolve_job_tools(list(TOOLS))
+            jobs = resolve_jobs(wrapper, list(TOOLS))
             kwargs["toolkit"] = Toolkit(tools=[
-                *(wrapper._make_tool(job, run.context_id, injected) for job in jobs), finish])
+                *(job_tool(wrapper, job, run.context_id, injected) for job in jobs), finish])
     if getattr(wrapper, "backend", "") == "claude_code":
         kwargs.update(tools=[], max_turns=max_iters)  # no built-in Claude Code tools; its own budget knob
     return kwargs

@@ -29,10 +29,9 @@ import asyncio
 import sys
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
-from reme.steps.evolve._evolve import agent_reply_result_text
-
 from ..errors import ErrorCode, ExtractionStopped, ProcedureError, TokenizerUnavailable
 from ..operations.reads import compact_answer
+from ..reme_internals import reply_result_text
 from ..storage.journal import INDEX_PENDING, PUBLISHED, written_paths
 from . import prompt
 from .agent_call import ends_with_tool, merged_reply_kwargs, remove_session_file, reply_text, stop_reason
@@ -278,7 +277,7 @@ class Extraction:
         reason = stop_reason(result)
         if reason:
             raise ExtractionStopped(ErrorCode.AGENT_INTERRUPTED, f"Summary repair did not finish: {reason}.")
-        return agent_reply_result_text(result)
+        return reply_result_text(result)
 
     def _failed_writes(self, index: int) -> list[dict[str, str]]:
         """Failed, uncorrected writes of the segment's last attempt (as saved in the checkpoint)."""

@@ -25,12 +25,13 @@ import os
 import re
 import shlex
 import threading
-import types
 from pathlib import Path
 from typing import Any
 
-from reme.config import config_parser, resolve_app_config
+from reme.config import resolve_app_config
 from reme.plugin import resolve_plugin_runtime
+
+from ..reme_internals import placeholders_reading
 
 _SECRET_KEYS = {"api_key", "app_secret", "authorization", "cookie", "password", "private_key", "secret", "token"}
 _SECRET_SUFFIXES = ("_access_key", "_api_key", "_password", "_private_key", "_secret", "_token")
@@ -89,16 +90,11 @@ def _resolved(plugins: list[str], environ) -> dict:
     ReMe expands placeholders from ``os.environ`` inside ``config_parser`` only (its one use of ``os``); that module
     alone sees ``environ`` while the configuration resolves, so no other code or thread is affected.
     """
-    with _CLEAN_SHELL:
-        real_os = config_parser.os
-        config_parser.os = types.SimpleNamespace(environ=environ)
+    with _CLEAN_SHELL, placeholders_reading(environ):
         try:
-            try:
-                return resolve_plugin_runtime(resolve_app_config(log_config=False, plugins=plugins)).config
-            except ValueError:  # a placeholder without a default: the bare command would not even start
-                return resolve_plugin_runtime({"plugins": plugins}).config
-        finally:
-            config_parser.os = real_os
+            return resolve_plugin_runtime(resolve_app_config(log_config=False, plugins=plugins)).config
+        except ValueError:  # a placeholder without a default: the bare command would not even start
+            return resolve_plugin_runtime({"plugins": plugins}).config
 
 
 def _baseline_config(plugins: list[str]) -> dict:

@@ -38,6 +38,7 @@ from typing import Any
 
 from reme.enumeration import ComponentEnum
 
+from ..reme_internals import LISTED_FILES_HOOK
 from .layout import NAMES, PRIVATE
 
 READ, LOOK, WRITE = "read", "look", "write"  # the content is returned (or copied); only names and sizes; a change
@@ -67,7 +68,6 @@ PATH_ARGUMENTS: dict[str, dict[str, tuple[str, str]]] = {
 GUARDED_MODULES = ("reme.steps.file_io", "reme.steps.transfer")  # an unknown step there: every path is a change
 STORE_STEPS = ("reindex_step", "optimize_index_step", "clear_store_step", "update_index_step")
 REFUSED = "protected_path"
-LISTED = "_format_relative"  # how ReMe's list step renders the files it walked (reme/steps/file_io/list.py)
 
 
 def step_rules(backend: str, cls: type) -> dict[str, tuple[str, str]] | None:
@@ -109,15 +109,15 @@ def guarded_step(cls: type, rules: dict[str, tuple[str, str]]) -> type:
 
     members = {"procedure_guarded": True, "execute": execute,
                "__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
-    if callable(getattr(cls, LISTED, None)):  # list: a parent's listing (recursive) leaves private files out
-        render = getattr(cls, LISTED)
+    if callable(getattr(cls, LISTED_FILES_HOOK, None)):  # list: a parent's listing (recursive) leaves private files out
+        render = getattr(cls, LISTED_FILES_HOOK)
 
         def listed(self, files, workspace_dir):
             private = [p.directory for m in _memories(self.app_context) for p in m.protected_directories()
                        if p.access == PRIVATE]
             return render([f for f in files if not _inside_any(f, private)], workspace_dir)
 
-        members[LISTED] = listed
+        members[LISTED_FILES_HOOK] = listed
     return type(cls.__name__, (cls,), members)
 
 

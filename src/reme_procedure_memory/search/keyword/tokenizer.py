@@ -57,7 +57,7 @@ class SnowballTokenizer(RegexTokenizer):
 
     def _term(self, raw: str) -> str:
         token = raw.lower()
-        if self.filter_stopwords and token in self._stopwords:
+        if self.filter_stopwords and token in self.stopwords:
             return ""
         return self.stem(token)
 

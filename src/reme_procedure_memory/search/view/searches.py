@@ -17,6 +17,7 @@ from typing import Any
 
 from reme.schema import FileChunk
 
+from ...reme_internals import query_embedding
 from ..executors import scan_executor
 from ..keyword.bm25 import ProcedureBM25Index, QueryScores
 from ..locks import ReadWriteLock
@@ -78,8 +79,8 @@ class ViewSearches:
         """ReMe's contract on the matrix; filters fall back to the stock scan."""
         if search_filter or limit <= 0:
             return await super().vector_search(query, limit, search_filter)
-        query_embedding = await self._get_query_embedding(query)
-        if query_embedding is None:
+        query_vector = await query_embedding(self, query)
+        if query_vector is None:
             return []
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(scan_executor(), self.nearest, query_embedding, limit)
+        return await loop.run_in_executor(scan_executor(), self.nearest, query_vector, limit)

@@ -20,6 +20,7 @@ from reme.components.file_store import local_file_store
 from reme.schema import FileChunk
 from reme.utils.jsonl_zst import read_jsonl_zst
 
+from ...reme_internals import chunk_filter, embedding_fits, legacy_chunk, query_embedding, vector_search_batch
 from ..locks import ReadWriteLock
 from ..vector.matrix import VectorMatrix
 from .records import slim, text_digest
@@ -71,7 +72,8 @@ class ViewVectors:
         with self.vectors_lock.write():
             for chunk in chunks:
                 slim(chunk)
-            keep = [c for c in chunks if self.embedding_store and self._embedding_dim_matches(c.embedding)]
+            fits = embedding_fits(self)
+            keep = [c for c in chunks if self.embedding_store and fits(c.embedding)]
             self._matrix().set_many((c.id, c.embedding) for c in keep)
             kept = {id(c) for c in keep}
             for chunk in chunks:
@@ -106,11 +108,12 @@ class ViewVectors:
     def _keep_legacy_vectors(self) -> None:
         """A view of an earlier plugin version (ReMe's own chunk file): its vectors stay available to
         ``reusable_vector`` while the component re-indexes the files, so the migration embeds nothing it had."""
+        fits = embedding_fits(self)
         try:
             for line in read_jsonl_zst(self.chunks_path, self.encoding):
                 if line.strip():
-                    chunk = self._deserialize_chunk(line)
-                    if self._embedding_dim_matches(chunk.embedding):
+                    chunk = legacy_chunk(line)
+                    if fits(chunk.embedding):
                         self._reusable[chunk.id] = (text_digest(chunk.text), chunk.embedding)
         except Exception as exc:  # unreadable: those files are embedded again
             self.logger.warning(f"{self.name}: the previous version's vectors are unreadable ({exc})")
@@ -120,17 +123,17 @@ class ViewVectors:
         """ReMe's stock ``vector_search`` (see the module docstring); each result carries a copy of its vector."""
         if limit <= 0:
             return []
-        query_embedding = await self._get_query_embedding(query)
-        if query_embedding is None:
+        query_vector = await query_embedding(self, query)
+        if query_vector is None:
             return []
-        matches = self._prepare_search_filter(search_filter)
+        matches = chunk_filter(self, search_filter)
         candidates = [c for c in self.file_chunks.values() if self.has_vector(c.id) and matches(c)]
         scores: list[float] = []
-        batch = local_file_store._VECTOR_SEARCH_BATCH_SIZE
+        batch = vector_search_batch()
         with self.vectors_lock.read():
             for start in range(0, len(candidates), batch):
                 matrix = np.stack([self.vectors.view(c.id) for c in candidates[start:start + batch]])
-                scores += local_file_store.batch_cosine_similarity(query_embedding.reshape(1, -1), matrix)[0].tolist()
+                scores += local_file_store.batch_cosine_similarity(query_vector.reshape(1, -1), matrix)[0].tolist()
             best = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))[:limit]
             return [candidates[i].model_copy(update={"scores": {"vector": scores[i], "score": scores[i]},
                                                      "embedding": np.array(self.vectors.view(candidates[i].id))})
