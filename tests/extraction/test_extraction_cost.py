@@ -164,7 +164,7 @@ async def test_c3_the_segment_lists_the_related_experiences_and_the_last_asks_fo
     assert "the runtime searched for you" in system and "nothing reusable needs no write: end it at once" in system
     assert "Name every tool or function the steps call" in system
     from reme_procedure_memory.schema import ADVICE_MARKER
-    assert f'"{ADVICE_MARKER}"' in system  # faithfulness: own advice marked as such (additions go before it)
+    assert ADVICE_MARKER not in system  # faithfulness: no advice of the extractor's own unless extraction.advice
 
 
 async def test_c3_an_empty_library_is_said_so_and_a_segment_may_end_without_a_tool_call(make_app, tmp_path):

@@ -82,7 +82,7 @@ class Extraction:
     # -- prompts ------------------------------------------------------------------------------------------------
 
     def _system_prompt(self) -> str:
-        return prompt.system_prompt(self.limits)
+        return prompt.system_prompt(self.limits, self.workspace.settings.extraction.advice)
 
     def _user_message(self, index: int) -> str:
         start, end = self.checkpoint.span(index)

@@ -148,6 +148,28 @@ async def check_lengths(tokens: TokenCounter, limits: TokenLimits, fields: dict[
         raise ProcedureError(ErrorCode.FIELD_TOO_LONG, f"Nothing was written: {way_out}", fields=too_long)
 
 
+async def check_growth(tokens: TokenCounter, limit: int, fields: dict[str, str], rel: str) -> None:
+    """An update's additions may take the experience's three text fields (``fields``, as they would be written) to
+    at most ``limit`` tokens (``extraction.grow_limit``; 0: no bound): past it the answer asks for one consolidated
+    rewrite, since appended cases make an experience grow with every trajectory instead of generalising."""
+    if limit <= 0:
+        return
+    try:
+        total = sum(await tokens.acount_many([fields[name] for name in ("description", "when-to-use", "content")]))
+    except TokenizerUnavailable as exc:
+        raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+    if total > limit:
+        raise ProcedureError(
+            ErrorCode.CONSOLIDATE_REQUIRED,
+            f"Nothing was written: with the addition, {rel} would hold {total} tokens, more than additions may grow "
+            f"an experience to ({limit}). Fold this case into its general procedure instead: procedure_update it "
+            "with `content` (and `when_to_use` if needed) rewritten as one procedure that covers this case too "
+            "(a placeholder for a value that varies, a condition where a step differs, a rule's count raised), "
+            "no longer than before; procedure_read it first if you were not shown its content.",
+            path=rel, tokens=total, limit=limit,
+        )
+
+
 def check_sources(workspace: Path, run: Run) -> None:
     """The run's source trajectories must still exist when it writes."""
     for source in run.sources:
@@ -256,6 +278,7 @@ class WritePath:
             grown = {name: with_addition(now[name], text) for name, text in additions.items()}
             if grown:
                 await check_lengths(ws.tokens, ws.settings.token_limits, grown, added=True)
+                await check_growth(ws.tokens, ws.settings.extraction.grow_limit, {**now, **fields, **grown}, rel)
             self._record_predecessor(rel, current.version)
             merged = {**now, **fields, **grown}
             merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))

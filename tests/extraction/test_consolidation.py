@@ -1,0 +1,94 @@
+"""Consolidated experiences (issue 31, items 1 and 2) on the scripted agent and the real jobs.
+
+- the extraction prompt asks for one general procedure (placeholders, conditions, a value only as an example) with
+  the environment's conventions as rules carrying their evidence, and for revisions that fold new evidence in
+  rather than append a case;
+- the extractor's own advice is off unless ``extraction.advice`` is set;
+- an update's additions may grow an experience only to ``extraction.grow_limit`` tokens (``consolidate_required``;
+  nothing is written), while a whole rewrite is judged by the field limits alone.
+"""
+
+from __future__ import annotations
+
+from reme_procedure_memory.extraction.prompt import system_prompt
+from reme_procedure_memory.schema import ADVICE_MARKER
+from reme_procedure_memory.settings import TokenLimits
+
+from conftest import add_trajectory, call_tool, import_file, memory_of
+from helpers.corpus import JSONL, write
+
+FIELDS = {"description": "Drain a node", "when_to_use": "Before rebooting a cluster node",
+          "content": "Cordon the node, drain workloads, then reboot."}
+
+
+def test_the_prompt_asks_for_general_procedures_with_rules_and_folded_revisions():
+    system = system_prompt(TokenLimits())
+    assert "arguments as placeholders" in system and 'A concrete value appears only as a short example' in system
+    assert 'after a line "Rules:"' in system and "(2 trajectories)" in system  # a rule carries its evidence
+    assert "Never a remark about one run" in system
+    assert "Fold the" in system and "Never add this trajectory's" in system and "does not grow" in system
+    assert "{" not in system and "}" not in system  # every placeholder filled
+
+
+def test_the_extractors_own_advice_is_off_unless_asked_for():
+    off, on = system_prompt(TokenLimits()), system_prompt(TokenLimits(), advice=True)
+    assert ADVICE_MARKER not in off and "Add no step, rule or advice the trajectory does not show." in off
+    assert f'"{ADVICE_MARKER}"' in on and "Add no step, rule or advice" not in on
+    assert off.replace(off.split("narration")[1].split("Skip")[0], "") == \
+        on.replace(on.split("narration")[1].split("Skip")[0], "")  # only the advice sentence differs
+
+
+async def test_the_advice_setting_reaches_the_agents_system_prompt(make_app, tmp_path):
+    systems = []
+
+    async def nothing(tools, prompt, kwargs):
+        systems.append(kwargs["system_prompt"])
+        return "Nothing reusable."
+
+    for advice in (False, True):
+        components = {"procedure_memory": {"default": {"extraction": {"advice": advice}}}}
+        async with make_app(workspace=tmp_path / f"ws-{advice}", components=components, scripts=[nothing]) as app:
+            ok, answer = await import_file(app, write(tmp_path, "run.jsonl", JSONL), request_id=f"r-{advice}")
+            assert ok and answer["status"] == "complete", answer
+    assert [ADVICE_MARKER in s for s in systems] == [False, True]
+
+
+async def test_additions_grow_an_experience_only_to_the_grow_limit(make_app):
+    async with make_app() as app:
+        memory = memory_of(app)
+        run = memory.begin_run("req", [add_trajectory(app)], segment=0)
+        ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json", **FIELDS)
+        assert ok, created
+        now = sum(await memory.tokens.acount_many(list(FIELDS.values())))
+    limit = now + 3  # room for a short addition, not for a case of five words
+    components = {"procedure_memory": {"default": {"extraction": {"grow_limit": limit}}}}
+    async with make_app(components=components) as app:
+        memory = memory_of(app)
+        run = memory.begin_run("req-2", [add_trajectory(app, "run-2.jsonl")], segment=0)
+        at = {"path": created["path"], "expected_version": created["version"]}
+        ok, grown = await call_tool(app, run, "procedure_update", **at, content_append="one two three four five")
+        assert not ok and grown["error"]["code"] == "consolidate_required", grown
+        assert grown["tokens"] == now + 5 and grown["limit"] == limit
+        message = grown["error"]["message"]
+        assert message.startswith("Nothing was written") and "general procedure" in message and "`content`" in message
+        stored = memory.read_experience(created["path"])
+        assert stored["version"] == created["version"] and stored["experience"]["content"] == FIELDS["content"]
+        # a whole rewrite is judged by the field limits alone (the agent chose its length)
+        longer = FIELDS["content"] + " Then uncordon it, check the pods, and watch the node for ten minutes."
+        ok, rewritten = await call_tool(app, run, "procedure_update", **at, content=longer)
+        assert ok and rewritten["status"] == "updated", rewritten
+        ok, small = await call_tool(app, run, "procedure_update", path=created["path"],
+                                    expected_version=rewritten["version"], when_to_use_append="Also")
+        assert not ok and small["error"]["code"] == "consolidate_required"  # already past it: rewrite, not append
+
+
+async def test_a_grow_limit_of_zero_leaves_additions_to_the_field_limits(make_app):
+    components = {"procedure_memory": {"default": {"extraction": {"grow_limit": 0}}}}
+    async with make_app(components=components) as app:
+        memory = memory_of(app)
+        run = memory.begin_run("req", [add_trajectory(app)], segment=0)
+        ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json", **FIELDS)
+        addition = " ".join(["step"] * 200)
+        ok, updated = await call_tool(app, run, "procedure_update", path=created["path"],
+                                      expected_version=created["version"], content_append=addition)
+        assert ok and updated["status"] == "updated", updated
