@@ -4,8 +4,9 @@
   the environment's conventions as rules carrying their evidence, and for revisions that fold new evidence in
   rather than append a case;
 - the extractor's own advice is off unless ``extraction.advice`` is set;
-- an update's additions may grow an experience only to ``extraction.grow_limit`` tokens (``consolidate_required``;
-  nothing is written), while a whole rewrite is judged by the field limits alone.
+- an update may take an experience only to ``extraction.grow_limit`` tokens, or leave it no larger than it was
+  (``consolidate_required``; nothing is written); the prompt states the bound;
+- the segment's message shows the closest listed experiences whole, so they are revised without a read.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ async def test_the_advice_setting_reaches_the_agents_system_prompt(make_app, tmp
     assert [ADVICE_MARKER in s for s in systems] == [False, True]
 
 
-async def test_additions_grow_an_experience_only_to_the_grow_limit(make_app):
+async def test_updates_grow_an_experience_only_to_the_grow_limit(make_app):
     async with make_app() as app:
         memory = memory_of(app)
         run = memory.begin_run("req", [add_trajectory(app)], segment=0)
@@ -70,16 +71,38 @@ async def test_additions_grow_an_experience_only_to_the_grow_limit(make_app):
         assert not ok and grown["error"]["code"] == "consolidate_required", grown
         assert grown["tokens"] == now + 5 and grown["limit"] == limit
         message = grown["error"]["message"]
-        assert message.startswith("Nothing was written") and "general procedure" in message and "`content`" in message
+        assert message.startswith("Nothing was written: with the addition") and "general procedure" in message
+        assert "procedure_read it first" in message
+        longer = FIELDS["content"] + " Then uncordon it, check the pods, and watch the node for ten minutes."
+        ok, rewritten = await call_tool(app, run, "procedure_update", **at, content=longer)  # a rewrite alike
+        assert not ok and rewritten["error"]["code"] == "consolidate_required", rewritten
+        assert rewritten["error"]["message"].startswith("Nothing was written: with this update")
         stored = memory.read_experience(created["path"])
         assert stored["version"] == created["version"] and stored["experience"]["content"] == FIELDS["content"]
-        # a whole rewrite is judged by the field limits alone (the agent chose its length)
-        longer = FIELDS["content"] + " Then uncordon it, check the pods, and watch the node for ten minutes."
-        ok, rewritten = await call_tool(app, run, "procedure_update", **at, content=longer)
-        assert ok and rewritten["status"] == "updated", rewritten
-        ok, small = await call_tool(app, run, "procedure_update", path=created["path"],
-                                    expected_version=rewritten["version"], when_to_use_append="Also")
-        assert not ok and small["error"]["code"] == "consolidate_required"  # already past it: rewrite, not append
+        ok, small = await call_tool(app, run, "procedure_update", **at, content_append="Uncordon.")
+        assert ok and small["status"] == "updated", small  # within the bound
+        system = system_prompt(TokenLimits(), grow_limit=limit)
+        assert f"Keep its three text fields within {limit} tokens together." in system
+        assert "Keep its three text fields" not in system_prompt(TokenLimits())
+
+
+async def test_an_experience_over_the_bound_may_be_revised_when_it_grows_no_larger(make_app):
+    long_content = " ".join(["step"] * 40)
+    components = {"procedure_memory": {"default": {"extraction": {"grow_limit": 20}}}}
+    async with make_app(components=components) as app:
+        memory = memory_of(app)
+        run = memory.begin_run("req", [add_trajectory(app)], segment=0)
+        ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json",
+                                      **{**FIELDS, "content": long_content})
+        assert ok, created  # a create is judged by the field limits alone
+        at = {"path": created["path"], "expected_version": created["version"]}
+        ok, grown = await call_tool(app, run, "procedure_update", **at, when_to_use_append="Also")
+        assert not ok and grown["error"]["code"] == "consolidate_required"  # past the bound and growing
+        ok, same = await call_tool(app, run, "procedure_update", **at, content=" ".join(["task"] * 40))
+        assert ok and same["status"] == "updated", same  # as large as before: allowed
+        ok, shorter = await call_tool(app, run, "procedure_update", path=created["path"],
+                                      expected_version=same["version"], content="Cordon, drain, reboot.")
+        assert ok and shorter["status"] == "updated", shorter
 
 
 async def test_a_grow_limit_of_zero_leaves_additions_to_the_field_limits(make_app):

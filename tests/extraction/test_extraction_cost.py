@@ -151,11 +151,11 @@ async def test_c3_the_segment_lists_the_related_experiences_and_the_last_asks_fo
         assert ok and ans["segments"] == {"done": 2, "total": 2}, ans
         version = memory_of(app).read_experience("procedures/rebuild-index.json")["version"]
     listed = prompts[0].split("match this segment best", 1)[1]
-    # the closest one whole (its when-to-use and content: revisable without a read), the others one line each
+    # the closest ones whole (their when-to-use and content: revisable without a read; RELATED_CONTENTS of them)
     assert (f"- procedures/rebuild-index.json ({version}): About rebuild-index.json\n"
             "  when to use: After changing the index config when search results look stale\n"
             "  content:\n    Rebuild the index, then verify a known query.") in listed
-    assert "Rotate the keys" not in listed
+    assert "Rotate the keys" not in listed  # a weak match is left out, whole or not
     assert "Begin with procedure_search" not in prompts[0]
     assert "between\n<summary> and </summary>" in prompts[0] or "between <summary> and </summary>" in prompts[0]
     assert "This is the last segment" in prompts[1] and "<summary> and </summary>" not in prompts[1]

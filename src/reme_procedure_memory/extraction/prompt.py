@@ -34,12 +34,14 @@ PROMPTS = yaml.safe_load((Path(__file__).with_name("prompts.yaml")).read_text(en
 FRAMING_ALLOWANCE = 512
 
 
-def system_prompt(limits, advice: bool = False) -> str:
+def system_prompt(limits, advice: bool = False, grow_limit: int = 0) -> str:
     """The system prompt for the token targets in ``limits``; ``advice`` (``extraction.advice``): whether the
-    extractor may add advice of its own, after ``schema.ADVICE_MARKER``."""
+    extractor may add advice of its own, after ``schema.ADVICE_MARKER``; ``grow_limit`` (``extraction.grow_limit``,
+    0: none): the tokens a revision may take an experience's three text fields to."""
+    growth = PROMPTS["growth"].format(space=" ", limit=grow_limit) if grow_limit else ""
     return PROMPTS["system_prompt"].format(
         description=limits.description, when_to_use=limits.when_to_use, content=limits.content,
-        summary=limits.summary, advice=PROMPTS["advice_on" if advice else "advice_off"],
+        summary=limits.summary, advice=PROMPTS["advice_on" if advice else "advice_off"], growth=growth,
     )
 
 
