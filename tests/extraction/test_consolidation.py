@@ -6,7 +6,7 @@
 - the extractor's own advice is off unless ``extraction.advice`` is set;
 - an update may take an experience only to ``extraction.grow_limit`` tokens, or leave it no larger than it was
   (``consolidate_required``; nothing is written); the prompt states the bound;
-- the segment's message shows the closest listed experiences whole, so they are revised without a read.
+- the segment's message shows the listed experiences whole, so they are revised without a read.
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ FIELDS = {"description": "Drain a node", "when_to_use": "Before rebooting a clus
 
 def test_the_prompt_asks_for_general_procedures_with_rules_and_folded_revisions():
     system = system_prompt(TokenLimits())
-    assert "arguments as placeholders" in system and 'A concrete value appears only as a short example' in system
+    assert "arguments as placeholders" in system and "At most one short example value per step" in system
     assert 'after a line "Rules:"' in system and "(2 trajectories)" in system  # a rule carries its evidence
-    assert "Never a remark about one run" in system
-    assert "Fold the" in system and "Never add this trajectory's" in system and "does not grow" in system
+    assert "never a remark about one run" in system
+    assert "fold the new evidence" in system and "never add this trajectory's values as another case" in system
     assert "{" not in system and "}" not in system  # every placeholder filled
 
 
@@ -82,8 +82,8 @@ async def test_updates_grow_an_experience_only_to_the_grow_limit(make_app):
         ok, small = await call_tool(app, run, "procedure_update", **at, content_append="Uncordon.")
         assert ok and small["status"] == "updated", small  # within the bound
         system = system_prompt(TokenLimits(), grow_limit=limit)
-        assert f"Keep its three text fields within {limit} tokens together." in system
-        assert "Keep its three text fields" not in system_prompt(TokenLimits())
+        assert f"An experience's three fields stay within {limit} tokens together." in system
+        assert "three fields stay within" not in system_prompt(TokenLimits())
 
 
 async def test_an_experience_over_the_bound_may_be_revised_when_it_grows_no_larger(make_app):

@@ -162,7 +162,7 @@ async def test_c3_the_segment_lists_the_related_experiences_and_the_last_asks_fo
     assert "The user rebuilt the docs index." in prompts[1]  # the rolling summary reaches the last segment
     system = app.agent.replies[0]["kwargs"]["system_prompt"]
     assert "the runtime searched for you" in system and "nothing reusable needs no write: end it at once" in system
-    assert "Name every tool or function the steps call" in system
+    assert "Name every tool or function called" in system
     from reme_procedure_memory.schema import ADVICE_MARKER
     assert ADVICE_MARKER not in system  # faithfulness: no advice of the extractor's own unless extraction.advice
 

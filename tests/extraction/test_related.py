@@ -1,5 +1,5 @@
 """Which experiences a segment's message lists (issue 23): queries from pieces of the whole segment, merged rank by
-rank, and only the closest one with its content; pure functions first, then through the real import."""
+rank, with the contents of the closest ones; pure functions first, then through the real import."""
 
 from __future__ import annotations
 
@@ -94,4 +94,4 @@ async def test_a_procedure_at_the_end_of_a_segment_is_listed_too(make_app, tmp_p
         assert ok and ans["status"] == "complete", ans
     listed = prompts[0].split("match this segment best", 1)[1]
     assert "procedures/drain-node.json" in listed and "procedures/rotate-keys.json" in listed
-    assert listed.count("  content:") == 2  # both whole: among the closest RELATED_CONTENTS
+    assert listed.count("  content:") == 2  # both whole (every listed match is)

@@ -48,9 +48,9 @@ if TYPE_CHECKING:
 Search = Callable[[str, str, int], Awaitable[dict[str, Any]]]  # (query, view, limit) -> a search answer
 REPAIR_ITERATIONS = 2  # a summary repair needs no tools: one answer, plus the SDK's forced final turn
 RELATED_VIEW, RELATED_LIMIT = "when_to_use_content", 5  # the experiences a segment's message lists
-# of which the closest are shown whole: revised in place (folded, not appended to) without a read turn; bounded
-# experiences (extraction.grow_limit) keep that affordable
-RELATED_CONTENTS = 3
+# all shown whole (weak matches are left out): revised in place (folded, not appended to) without a read turn;
+# bounded experiences (extraction.grow_limit) keep that affordable
+RELATED_CONTENTS = RELATED_LIMIT
 
 
 class Extraction:
