@@ -162,6 +162,35 @@ def scan(memory) -> tuple[dict[str, tuple[str, ...]], list[str]]:
     return valid, invalid
 
 
+async def experience_sizes(memory) -> dict:
+    """How large the valid experiences of a workspace are, in the configured tokenizer's tokens: per experience the
+    three text fields together (what an agent is handed) and the content alone; median and largest of each
+    (issue 31: an experience's size stays bounded as the trajectories behind it grow)."""
+    from statistics import median
+
+    from reme_procedure_memory.storage.experiences import BadFile
+
+    experiences = [item.experience for item in memory.files.scan() if not isinstance(item, BadFile)]
+    if not experiences:
+        return {"experiences": 0}
+    texts = [[e.description, e.when_to_use, e.content] for e in experiences]
+    counts = await memory.tokens.acount_many([t for three in texts for t in three])
+    fields = [counts[i:i + 3] for i in range(0, len(counts), 3)]
+    total, content = [sum(f) for f in fields], [f[2] for f in fields]
+    return {"experiences": len(experiences), "median": median(total), "largest": max(total),
+            "content_median": median(content), "content_largest": max(content),
+            "when_to_use_largest": max(f[1] for f in fields)}
+
+
+def print_sizes(label: str, sizes: dict) -> None:
+    if not sizes.get("experiences"):
+        print(f"{label}: no valid experience")
+        return
+    print(f"{label}: {sizes['experiences']} experiences; description + when-to-use + content: median "
+          f"{sizes['median']}, largest {sizes['largest']} tokens; content median {sizes['content_median']}, largest "
+          f"{sizes['content_largest']}; when-to-use largest {sizes['when_to_use_largest']}")
+
+
 def revisions(memory, request_ids: list[str]) -> dict:
     """Writes of trajectories after the first: revisions of earlier experiences vs new files."""
     from reme_procedure_memory.storage.journal import INDEXED, PUBLISHED, SUPERSEDED
@@ -233,7 +262,7 @@ async def extract(args, tasks: list[dict], workdir: Path, tokenizer: Path, scrip
         memory = app.context.components["procedure_memory"]["default"]
         wrapper = app.context.components["agent_wrapper"]["default"].name
         (workdir / "in").mkdir(parents=True, exist_ok=True)
-        imports = []
+        imports, snapshots = [], {}
         for n, task in enumerate(tasks, 1):
             source = workdir / "in" / task["path"].name
             source.write_bytes(task["path"].read_bytes())
@@ -252,10 +281,15 @@ async def extract(args, tasks: list[dict], workdir: Path, tokenizer: Path, scrip
                             "trajectory_tokens": await memory.tokens.acount(text), **used})
             print(f"  {source.name}: {answer.get('status')} {imports[-1]['error'] or ''} "
                   f"experiences {answer.get('experiences')} in {imports[-1]['seconds']} s", flush=True)
+            if n in (args.snapshot_at or ()):  # the size after n imports, and the workspace as it is then
+                snapshots[n] = await experience_sizes(memory)
+                print_sizes(f"after {n} imports", snapshots[n])
+                shutil.copytree(workdir / "ws", workdir / f"ws-at-{n}", symlinks=True, dirs_exist_ok=True)
         valid, invalid = scan(memory)
+        snapshots[len(tasks)] = await experience_sizes(memory)
         ranked = await search_all(app, [t["task"] for t in tasks])
         return {"imports": imports, "valid": valid, "invalid": invalid, "ranked": ranked,
-                "revisions": revisions(memory, [i["request_id"] for i in imports])}
+                "revisions": revisions(memory, [i["request_id"] for i in imports]), "sizes": snapshots}
     finally:
         await app.close()
 
@@ -305,6 +339,7 @@ def report(result: dict, ref: dict, tasks: list[dict]) -> dict:
         "model_tokens_per_trajectory_token": {"input": round(tokens_in / trajectory_tokens, 2),
                                               "output": round(tokens_out / trajectory_tokens, 3)},
         "tokens": {"input": tokens_in, "output": tokens_out, "trajectory": trajectory_tokens},
+        "experience_tokens": result.get("sizes", {}),
     }
     return summary
 
@@ -327,6 +362,8 @@ def print_report(s: dict) -> None:
           f"(revised share {r['revised_share']}); experiences citing 2+ trajectories {r['experiences_citing_2plus_trajectories']}")
     t = s["model_tokens_per_trajectory_token"]
     print(f"model tokens per trajectory token: input {t['input']}, output {t['output']} ({s['tokens']})")
+    for n, sizes in sorted(s.get("experience_tokens", {}).items()):
+        print_sizes(f"experience size after {n} imports", sizes)
 
 
 
@@ -335,12 +372,13 @@ def print_report(s: dict) -> None:
 
 async def searched(args, workspace: Path, tokenizer: Path, cases: list[dict], prepare) -> dict:
     """Start an Application on ``workspace``, ``await prepare(app)`` (kept as ``index``), then ask the transfer
-    ``cases`` (``_transfer.search_cases``)."""
+    ``cases`` (``_transfer.search_cases``); ``sizes``: how large its experiences are (``experience_sizes``)."""
     app = application(workspace, tokenizer, args)
     await app.start()
     try:
         index = await prepare(app)
-        return {"index": index, **await search_cases(app, cases)}
+        sizes = await experience_sizes(app.context.components["procedure_memory"]["default"])
+        return {"index": index, "sizes": sizes, **await search_cases(app, cases)}
     finally:
         await app.close()
 
@@ -432,6 +470,7 @@ def transfer(args, trajectories: list[Path], library: Path, tokenizer: Path, wor
           f"(full {bound['full']:.3f})")
     for label in ("plugin", "reference"):
         if label in out:
+            print_sizes(f"{label}: experience size", out[label]["sizes"])
             bound = out[label]["ceiling"]
             print(f"{label}: all {bound['experiences']} experiences handed for every turn cover "
                   f"{bound['coverage']:.3f} (full {bound['full']:.3f})")
@@ -481,6 +520,9 @@ def parse_args(argv=None):
     p.add_argument("--reserve", type=int, default=None)
     p.add_argument("--max-iters", type=int, default=None)
     p.add_argument("--embedding-dimensions", type=int, default=None)
+    p.add_argument("--snapshot-at", type=lambda v: {int(n) for n in v.split(",")}, default=None,
+                   help="N[,M]: after the N-th import, print the experiences' sizes and copy the workspace to "
+                        "<workdir>/ws-at-N (e.g. for --transfer --workspace)")
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)

@@ -49,6 +49,11 @@ class ExtractionSettings(BaseModel):
 
     max_iters: int = Field(30, gt=0)  # SDK iteration budget per segment attempt (AgentScope max_iters, CC max_turns)
     summary_repair_attempts: int = Field(2, ge=0)
+    # the extractor's own advice (steps no trajectory shows, after ADVICE_MARKER): off unless asked for
+    advice: bool = False
+    # an update may take an experience's three text fields to at most this many tokens (or leave them no larger than
+    # they were); past it the agent rewrites the experience as one general procedure (0: no bound)
+    grow_limit: int = Field(300, ge=0)
 
 
 class HistorySettings(BaseModel):

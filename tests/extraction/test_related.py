@@ -1,12 +1,12 @@
 """Which experiences a segment's message lists (issue 23): queries from pieces of the whole segment, merged rank by
-rank, and only the closest one with its content; pure functions first, then through the real import."""
+rank, with the contents of the closest ones; pure functions first, then through the real import."""
 
 from __future__ import annotations
 
 import json
 
 from reme_procedure_memory.extraction.prompt import related_lines
-from reme_procedure_memory.extraction.related import PIECE_CHARS, PIECES, merged_related, related_queries
+from reme_procedure_memory.extraction.related import PIECE_CHARS, PIECES, merged_related, related_queries, with_contents
 
 from conftest import import_file
 from helpers import experience_record, place_trajectory
@@ -46,6 +46,21 @@ def test_answers_merge_rank_by_rank_and_only_the_closest_keeps_its_content():
     no_vectors = merged_related([{"results": [entry("x", None, "steps x")]}, {"results": [entry("y", None, "y")]}], 5)
     assert [("content" in e) for e in no_vectors] == [True, False]  # BM25 only: the first query's best
     assert merged_related([{"results": []}], 5) == [] and merged_related([], 5) == []
+    three = merged_related([first, second], limit=5, contents=2)  # the two closest of those carrying content
+    assert [("content" in e) for e in three] == [True, True, False, False] and three[1]["content"] == "steps d"
+    every = {"results": [entry("p", 0.2, "p"), entry("q", 0.7, "q"), entry("r", 0.5, "r"), entry("s", 0.9, "s")]}
+    assert [e["path"] for e in merged_related([every], 4, contents=3) if "content" in e] == ["q", "r", "s"]
+
+
+def test_a_compact_answer_takes_every_kept_results_content_from_the_whole_answer():
+    compact = {"results": [entry("a", 0.9, "steps a"), entry("b", 0.8), {"path": "c", "version": "v",
+                                                                        "shown_before": True}], "left_out": 2}
+    whole = {"results": [entry("a", 0.9, "steps a"), {**entry("b", 0.8, "steps b"), "content_truncated": True},
+                         entry("c", 0.7, "steps c"), entry("d", 0.1, "steps d")]}
+    out = with_contents(compact, whole)
+    assert [(e["path"], e.get("content"), e.get("content_truncated")) for e in out["results"]] == [
+        ("a", "steps a", None), ("b", "steps b", True), ("c", None, None)]  # only named stays only named
+    assert out["left_out"] == 2 and "content" not in compact["results"][1]  # weak ones stay out; input unchanged
 
 
 def test_the_closest_is_listed_with_its_when_to_use_and_content_the_others_by_description():
@@ -79,4 +94,4 @@ async def test_a_procedure_at_the_end_of_a_segment_is_listed_too(make_app, tmp_p
         assert ok and ans["status"] == "complete", ans
     listed = prompts[0].split("match this segment best", 1)[1]
     assert "procedures/drain-node.json" in listed and "procedures/rotate-keys.json" in listed
-    assert listed.count("  content:") == 1
+    assert listed.count("  content:") == 2  # both whole (every listed match is)

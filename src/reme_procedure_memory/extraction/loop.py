@@ -36,7 +36,7 @@ from ..storage.journal import INDEX_PENDING, PUBLISHED, written_paths
 from . import prompt
 from .agent_call import ends_with_tool, merged_reply_kwargs, remove_session_file, reply_text, stop_reason
 from .finish import FinishSegment
-from .related import merged_related, related_queries
+from .related import merged_related, related_queries, with_contents
 from .summary import parse_summary, summary_problem, tagged
 
 if TYPE_CHECKING:
@@ -48,6 +48,9 @@ if TYPE_CHECKING:
 Search = Callable[[str, str, int], Awaitable[dict[str, Any]]]  # (query, view, limit) -> a search answer
 REPAIR_ITERATIONS = 2  # a summary repair needs no tools: one answer, plus the SDK's forced final turn
 RELATED_VIEW, RELATED_LIMIT = "when_to_use_content", 5  # the experiences a segment's message lists
+# all shown whole (weak matches are left out): revised in place (folded, not appended to) without a read turn;
+# bounded experiences (extraction.grow_limit) keep that affordable
+RELATED_CONTENTS = RELATED_LIMIT
 
 
 class Extraction:
@@ -82,7 +85,8 @@ class Extraction:
     # -- prompts ------------------------------------------------------------------------------------------------
 
     def _system_prompt(self) -> str:
-        return prompt.system_prompt(self.limits)
+        extraction = self.workspace.settings.extraction
+        return prompt.system_prompt(self.limits, extraction.advice, extraction.grow_limit)
 
     def _user_message(self, index: int) -> str:
         start, end = self.checkpoint.span(index)
@@ -102,12 +106,13 @@ class Extraction:
         answers = []
         for query in related_queries(self.text[start:end], self.checkpoint.memory_hint):
             try:
-                answers.append(compact_answer(await self.search(query, RELATED_VIEW, RELATED_LIMIT)))
+                answer = await self.search(query, RELATED_VIEW, RELATED_LIMIT)
+                answers.append(with_contents(compact_answer(answer), compact_answer(answer, every_content=True)))
             except ProcedureError as exc:
                 self.workspace.logger.warning(
                     f"procedure import: no related experiences for segment {index + 1}: {exc}")
                 return
-        self._related[index] = prompt.related_lines(merged_related(answers, RELATED_LIMIT))
+        self._related[index] = prompt.related_lines(merged_related(answers, RELATED_LIMIT, RELATED_CONTENTS))
 
     def _tool_schemas(self) -> str:
         return prompt.tool_schemas(self.jobs, ends_with_tool(self.wrapper))

@@ -2,8 +2,8 @@
 
 Contract: pure functions of their arguments (the shipped ``prompts.yaml`` is read once, at import).
 
-- ``system_prompt(limits)`` is the same for every segment and import with the same targets, so a provider's prefix
-  cache covers it;
+- ``system_prompt(limits, advice)`` is the same for every segment and import with the same targets and advice
+  setting, so a provider's prefix cache covers it;
 - ``user_message(...)`` renders one segment's message: the segment's exact text, the summary so far (or the
   first-segment sentence), the caller's hint, the library's experiences that match the segment best
   (``related_lines``), the ledger of earlier attempts (``ledger_lines``) and what to finish with (a rolling summary,
@@ -34,11 +34,14 @@ PROMPTS = yaml.safe_load((Path(__file__).with_name("prompts.yaml")).read_text(en
 FRAMING_ALLOWANCE = 512
 
 
-def system_prompt(limits) -> str:
-    """The system prompt for the token targets in ``limits``."""
+def system_prompt(limits, advice: bool = False, grow_limit: int = 0) -> str:
+    """The system prompt for the token targets in ``limits``; ``advice`` (``extraction.advice``): whether the
+    extractor may add advice of its own, after ``schema.ADVICE_MARKER``; ``grow_limit`` (``extraction.grow_limit``,
+    0: none): the tokens a revision may take an experience's three text fields to."""
+    growth = PROMPTS["growth"].format(space=" ", limit=grow_limit) if grow_limit else ""
     return PROMPTS["system_prompt"].format(
         description=limits.description, when_to_use=limits.when_to_use, content=limits.content,
-        summary=limits.summary,
+        summary=limits.summary, advice=PROMPTS["advice_on" if advice else "advice_off"], growth=growth,
     )
 
 

@@ -6,10 +6,13 @@ Contract: pure functions of their arguments.
   ``PIECES`` evenly spaced pieces of the segment (each at most ``PIECE_CHARS`` characters), so a procedure in the
   middle or at the end of a segment is found too, not only the one it begins with (an embedding model reads only
   the beginning of a long query);
-- ``merged_related(answers, limit)`` merges the compact search answers of those queries: rank by rank (each
-  query's best first), each path once, at most ``limit``; only the entry the model is most likely to revise keeps its
-  content (the highest vector score, ``scores.vector``, among the entries that carry one, else the first such entry), so it can be
-  updated without a ``procedure_read`` round trip while the message stays short.
+- ``with_contents(compact, whole)`` is a compact answer (weak results left out) whose results carry their content
+  as the ``detail=full`` answer of the same search (``whole``) gives it;
+- ``merged_related(answers, limit, contents)`` merges the compact search answers of those queries: rank by rank
+  (each query's best first), each path once, at most ``limit``; only the ``contents`` entries the model is most
+  likely to revise keep their content (the highest vector score, ``scores.vector``, among the entries that carry one, else the
+  first such entries), so they can be rewritten without a ``procedure_read`` round trip while the message stays
+  short.
 """
 
 from __future__ import annotations
@@ -32,7 +35,22 @@ def related_queries(segment: str, hint: str = "") -> list[str]:
     return list(dict.fromkeys(queries))
 
 
-def merged_related(answers: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+def with_contents(compact: dict[str, Any], whole: dict[str, Any]) -> dict[str, Any]:
+    """``compact``'s results (copies), each with the content (and ``content_truncated``) ``whole`` gives its path."""
+    by_path = {r["path"]: r for r in whole.get("results") or [] if "content" in r}
+    results = []
+    for result in compact.get("results") or []:
+        entry, full = dict(result), by_path.get(result["path"])
+        if full is not None and "description" in entry:
+            entry["content"] = full["content"]
+            entry.pop("content_truncated", None)
+            if full.get("content_truncated"):
+                entry["content_truncated"] = True
+        results.append(entry)
+    return {**compact, "results": results}
+
+
+def merged_related(answers: list[dict[str, Any]], limit: int, contents: int = 1) -> list[dict[str, Any]]:
     """The compact answers' results merged rank by rank (see the module docstring); entries are copies."""
     merged: dict[str, dict[str, Any]] = {}
     lists = [answer.get("results") or [] for answer in answers]
@@ -42,9 +60,14 @@ def merged_related(answers: list[dict[str, Any]], limit: int) -> list[dict[str, 
                 merged.setdefault(results[rank]["path"], dict(results[rank]))
     entries = list(merged.values())
     with_content = [e for e in entries if "content" in e]
-    keep = max(with_content, key=lambda e: (e.get("scores") or {}).get("vector", float("-inf")), default=None)
+    def vector(entry: dict[str, Any]) -> float:
+        score = (entry.get("scores") or {}).get("vector")
+        return float("-inf") if score is None else score
+
+    by_similarity = sorted(with_content, key=lambda e: -vector(e))  # stable: rank on ties
+    keep = [id(e) for e in by_similarity[:contents]]
     for entry in entries:
-        if entry is not keep:
+        if id(entry) not in keep:
             entry.pop("content", None)
             entry.pop("content_truncated", None)
     return entries

@@ -148,6 +148,35 @@ async def check_lengths(tokens: TokenCounter, limits: TokenLimits, fields: dict[
         raise ProcedureError(ErrorCode.FIELD_TOO_LONG, f"Nothing was written: {way_out}", fields=too_long)
 
 
+async def check_growth(tokens: TokenCounter, limit: int, before: dict[str, str], after: dict[str, str],
+                       rel: str, added: bool) -> None:
+    """An update may take an experience's three text fields (``before`` -> ``after``, keyed as in the file) to at
+    most ``limit`` tokens (``extraction.grow_limit``; 0: no bound), or leave them no larger than they were: past it
+    the answer asks for one consolidated rewrite, since revisions that add each trajectory's case make an experience
+    grow with every trajectory instead of generalising. ``added``: the update is an addition."""
+    if limit <= 0:
+        return
+    names = ("description", "when-to-use", "content")
+    try:
+        counts = await tokens.acount_many([before[n] for n in names] + [after[n] for n in names])
+    except TokenizerUnavailable as exc:
+        raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+    was, total = sum(counts[:3]), sum(counts[3:])
+    if total <= limit or total <= was:
+        return
+    what = "with the addition" if added else "with this update"
+    raise ProcedureError(
+        ErrorCode.CONSOLIDATE_REQUIRED,
+        f"Nothing was written: {what}, {rel} would hold {total} tokens (now {was}); an update may grow an "
+        f"experience to at most {limit}. Fold this case into its general procedure instead: procedure_update it with "
+        "`content` (and `when_to_use` if needed) rewritten as one procedure that covers this case too (a "
+        "placeholder for a value that varies, a condition where a step differs, a rule's count raised; one short "
+        f"example per step at most), within {limit} tokens for its three text fields"
+        + ("; procedure_read it first if you were not shown its content." if added else "."),
+        path=rel, tokens=total, limit=limit,
+    )
+
+
 def check_sources(workspace: Path, run: Run) -> None:
     """The run's source trajectories must still exist when it writes."""
     for source in run.sources:
@@ -264,8 +293,9 @@ class WritePath:
                               if name in FIELD_TO_ARG})
             if grown:
                 await check_lengths(ws.tokens, ws.settings.token_limits, grown, added=True)
-            self._record_predecessor(rel, current.version)
             merged = {**now, **fields, **grown}
+            await check_growth(ws.tokens, ws.settings.extraction.grow_limit, now, merged, rel, added=bool(grown))
+            self._record_predecessor(rel, current.version)
             merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))
             experience = Experience.model_validate(merged)
             op = Operation(
