@@ -41,8 +41,9 @@ user messages of 30 characters or more appears in a file of the workspace's ``se
 imported replays and rollouts, or the released library's own JSONL); the searched workspace is a copy, and both the
 given workspace (every byte) and the copy's memory (``procedures/`` and ``session/``) must be unchanged at the end.
 
-Embeddings: ``EMBEDDING_*`` when ``EMBEDDING_BASE_URL`` is set, else the shared hash embedding server (plumbing
-only). Build and run must use the same embeddings. ``bfcl-export`` / ``bfcl-compare`` feed a run's model responses
+Embeddings: ``--embedded``: the plugin's own embedded MiniLM (what a user gets with no ``EMBEDDING_*``; the one the
+relevance floor is calibrated on); else ``EMBEDDING_*`` when ``EMBEDDING_BASE_URL`` is set; else the shared hash
+embedding server (plumbing only). Build and run must use the same embeddings. ``bfcl-export`` / ``bfcl-compare`` feed a run's model responses
 to bfcl-eval's own CLI (``bfcl evaluate``) and compare its verdicts with this driver's.
 
 ``smoke`` (CI: ``tests/benchmarks/test_smokes.py`` runs it as above; ``test_downstream.py`` calls it in-process) needs
@@ -841,6 +842,17 @@ def delivery_from(args) -> Delivery:
                     max_tokens=args.memory_tokens or None)
 
 
+def hosted_embeddings(args) -> bool:
+    """Whether the plugin embeds without the hash server: ``--embedded`` (its own model: every ``EMBEDDING_*`` is
+    cleared so none is taken from the environment) or a configured ``EMBEDDING_BASE_URL``."""
+    if args.embedded:
+        for name in ("EMBEDDING_BACKEND", "EMBEDDING_MODEL_NAME", "EMBEDDING_API_KEY", "EMBEDDING_BASE_URL"):
+            os.environ.pop(name, None)
+        print("embeddings: the plugin's embedded MiniLM (int8, 384 dimensions)")
+        return True
+    return bool(os.environ.get("EMBEDDING_BASE_URL"))
+
+
 def local_servers(args, workdir: Path, model: bool, embeddings: bool):
     """The shared 1.5B model adapter and/or the hash embedding server (``real_model.Servers``), env set for both."""
     from real_model import Servers
@@ -869,7 +881,7 @@ def command_run(args) -> None:
     memory_arms = any(a != "none" for a in arms)
     if args.local_model:
         args.ctx = args.ctx or 16384
-    servers = local_servers(args, workdir, args.local_model, memory_arms and not os.environ.get("EMBEDDING_BASE_URL"))
+    servers = local_servers(args, workdir, args.local_model, memory_arms and not hosted_embeddings(args))
     try:
         settings = settings_from(args, arms)
         print(f"machine: {describe()}; load average {os.getloadavg()}; plugin {revision()}")
@@ -929,7 +941,7 @@ def command_build(args) -> None:
         args.reserve, args.max_iters = args.reserve or 1024, args.max_iters or 8
     elif not os.environ.get("LLM_BASE_URL"):
         raise SystemExit("set LLM_BACKEND/LLM_MODEL_NAME/LLM_API_KEY/LLM_BASE_URL, or pass --local-model")
-    servers = local_servers(args, out, args.local_model, not os.environ.get("EMBEDDING_BASE_URL"))
+    servers = local_servers(args, out, args.local_model, not hosted_embeddings(args))
     try:
         rollouts = []
         if args.rollouts != "none":
@@ -1020,6 +1032,8 @@ def main(argv=None) -> None:
         q.add_argument("--temperature", type=float, default=0.001, help="solver temperature (BFCL's default 0.001)")
         q.add_argument("--timeout", type=float, default=4000.0, help="seconds per model request (relay: long)")
         q.add_argument("--embedding-dimensions", type=int, default=None)
+        q.add_argument("--embedded", action="store_true",
+                       help="the plugin's embedded MiniLM (the relevance floor's model), not the hash server")
 
     s = sub.add_parser("smoke", help="offline self-check with scripted endpoints (100%% and 0%%)")
     s.add_argument("--tasks", default="0,1")

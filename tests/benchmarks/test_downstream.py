@@ -321,3 +321,14 @@ def test_the_delivery_passes_the_floor_the_tasks_tools_and_the_budget_to_procedu
     assert found["floor"][1]["paths"] == [] and found["floor"][1]["tokens"] == 0
     assert downstream.Delivery(None, True, 500).arguments(["cd"]) == {"tools": ["cd"], "max_tokens": 500}
     assert downstream.Delivery(0.3, True, None).arguments([]) == {"min_relevance": 0.3}
+
+
+def test_embedded_clears_every_embedding_setting_so_the_plugins_own_model_embeds(monkeypatch):
+    from types import SimpleNamespace
+
+    for name in ("EMBEDDING_BACKEND", "EMBEDDING_MODEL_NAME", "EMBEDDING_API_KEY", "EMBEDDING_BASE_URL"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9/v1" if name.endswith("URL") else "x")
+    assert downstream.hosted_embeddings(SimpleNamespace(embedded=False))  # a configured provider: no hash server
+    assert downstream.hosted_embeddings(SimpleNamespace(embedded=True))
+    assert not any(name.startswith("EMBEDDING_") for name in __import__("os").environ)
+    assert not downstream.hosted_embeddings(SimpleNamespace(embedded=False))  # nothing set: the hash server
