@@ -182,6 +182,25 @@ async def experience_sizes(memory) -> dict:
             "when_to_use_largest": max(f[1] for f in fields)}
 
 
+def experience_faithfulness(memory) -> dict:
+    """How many of the valid experiences' steps can be traced to a trajectory they cite (``benchlib/faithfulness.py``):
+    a call or quoted literal of the step found in a cited copy's text."""
+    from benchlib.faithfulness import faithfulness
+    from reme_procedure_memory.storage.experiences import BadFile
+
+    experiences = [(item.experience.content, list(item.experience.sources)) for item in memory.files.scan()
+                   if not isinstance(item, BadFile)]
+    texts: dict[str, str] = {}
+
+    def text_of(source: str) -> str:
+        if source not in texts:
+            path = memory.workspace_path / source
+            texts[source] = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+        return texts[source]
+
+    return faithfulness(experiences, text_of)
+
+
 def print_sizes(label: str, sizes: dict) -> None:
     if not sizes.get("experiences"):
         print(f"{label}: no valid experience")
@@ -287,9 +306,11 @@ async def extract(args, tasks: list[dict], workdir: Path, tokenizer: Path, scrip
                 shutil.copytree(workdir / "ws", workdir / f"ws-at-{n}", symlinks=True, dirs_exist_ok=True)
         valid, invalid = scan(memory)
         snapshots[len(tasks)] = await experience_sizes(memory)
+        faithful = experience_faithfulness(memory)
         ranked = await search_all(app, [t["task"] for t in tasks])
         return {"imports": imports, "valid": valid, "invalid": invalid, "ranked": ranked,
-                "revisions": revisions(memory, [i["request_id"] for i in imports]), "sizes": snapshots}
+                "revisions": revisions(memory, [i["request_id"] for i in imports]), "sizes": snapshots,
+                "faithfulness": faithful}
     finally:
         await app.close()
 
@@ -340,6 +361,7 @@ def report(result: dict, ref: dict, tasks: list[dict]) -> dict:
                                               "output": round(tokens_out / trajectory_tokens, 3)},
         "tokens": {"input": tokens_in, "output": tokens_out, "trajectory": trajectory_tokens},
         "experience_tokens": result.get("sizes", {}),
+        "faithfulness": result.get("faithfulness"),
     }
     return summary
 
@@ -364,6 +386,14 @@ def print_report(s: dict) -> None:
     print(f"model tokens per trajectory token: input {t['input']}, output {t['output']} ({s['tokens']})")
     for n, sizes in sorted(s.get("experience_tokens", {}).items()):
         print_sizes(f"experience size after {n} imports", sizes)
+    print_faithfulness("experiences", s.get("faithfulness"))
+
+
+def print_faithfulness(label: str, f: dict | None) -> None:
+    if f and f["with_evidence"]:
+        print(f"{label}: {f['traceable']} of {f['with_evidence']} steps with a call or quoted literal are traceable "
+              f"to a cited trajectory ({f['share']:.1%}); {f['steps'] - f['with_evidence']} of {f['steps']} steps "
+              "have neither")
 
 
 
@@ -377,8 +407,9 @@ async def searched(args, workspace: Path, tokenizer: Path, cases: list[dict], pr
     await app.start()
     try:
         index = await prepare(app)
-        sizes = await experience_sizes(app.context.components["procedure_memory"]["default"])
-        return {"index": index, "sizes": sizes, **await search_cases(app, cases)}
+        memory = app.context.components["procedure_memory"]["default"]
+        sizes, faithful = await experience_sizes(memory), experience_faithfulness(memory)
+        return {"index": index, "sizes": sizes, "faithfulness": faithful, **await search_cases(app, cases)}
     finally:
         await app.close()
 
@@ -471,6 +502,7 @@ def transfer(args, trajectories: list[Path], library: Path, tokenizer: Path, wor
     for label in ("plugin", "reference"):
         if label in out:
             print_sizes(f"{label}: experience size", out[label]["sizes"])
+            print_faithfulness(label, out[label]["faithfulness"])
             bound = out[label]["ceiling"]
             print(f"{label}: all {bound['experiences']} experiences handed for every turn cover "
                   f"{bound['coverage']:.3f} (full {bound['full']:.3f})")

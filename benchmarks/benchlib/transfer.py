@@ -10,7 +10,9 @@ the pure parts (split, naming, per-turn and summary metrics, verdict) are tested
 * **Cases.** Every user turn of a test trajectory that led to at least one tool call (``_turns.read_turns``): its
   message is the query, the distinct names of the functions called until the next user message are the gold.
 * **Search.** The real ``procedure_search`` job per case and view (``when_to_use``, ``when_to_use_content``),
-  ``limit`` = the largest k (3): the top-k results, best first.
+  ``limit`` = the largest k (3): the top-k results, best first, with ``min_relevance=0`` (no relevance floor: the
+  instrument measures ranking, comparable with runs before the floor existed; what a floor delivers is the
+  downstream benchmark's and ``relevance.py``'s).
 * **An experience's text** is its ``description``, ``when-to-use`` and ``content`` joined by newlines (what an agent is
   handed; ``sources`` are paths, not guidance). It *names* a function if the name occurs in it as a whole
   identifier: case-sensitive, not preceded or followed by a letter, digit or underscore (``cd`` in ``cd ..`` or
@@ -168,7 +170,7 @@ async def search_cases(app, cases: list[dict], k: int = max(KS)) -> dict:
         row = dict(case)
         for view in VIEWS:
             response = await app.run_job("procedure_search", query=case["message"][:MAX_QUERY_CHARS], index=view,
-                                         limit=k)
+                                         limit=k, min_relevance=0)
             answer = json.loads(response.answer)
             if not response.success or answer.get("vector_search", {}).get("available") is False:
                 raise RuntimeError(f"search failed or ran without vectors: {answer}")
