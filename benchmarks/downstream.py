@@ -61,6 +61,7 @@ import argparse
 import ast
 import asyncio
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -872,6 +873,17 @@ def local_servers(args, workdir: Path, model: bool, embeddings: bool):
     return servers
 
 
+def shown_settings(settings) -> dict:
+    """A run's settings as its report and ``--json`` show them: JSON values (paths as text, the delivery as a dict),
+    without the task ids (listed apart) and the key."""
+    def plain(value):
+        if isinstance(value, Path):
+            return str(value)
+        return dataclasses.asdict(value) if dataclasses.is_dataclass(value) else value
+
+    return {k: plain(v) for k, v in vars(settings).items() if k not in ("task_ids", "api_key")}
+
+
 def command_run(args) -> None:
     arms = [a.strip() for a in args.arms.split(",") if a.strip()]
     if not arms or any(a not in ARMS for a in arms) or len(set(arms)) != len(arms):
@@ -891,8 +903,7 @@ def command_run(args) -> None:
     finally:
         if servers is not None:
             servers.stop()
-    shown = {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(settings).items()
-             if k not in ("task_ids", "api_key")}
+    shown = shown_settings(settings)
     print("\n" + per_task_table(result["results"], arms))
     print(report(result["summary"], shown))
     for label, frozen in result["frozen"].items():

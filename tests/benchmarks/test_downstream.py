@@ -332,3 +332,17 @@ def test_embedded_clears_every_embedding_setting_so_the_plugins_own_model_embeds
     assert downstream.hosted_embeddings(SimpleNamespace(embedded=True))
     assert not any(name.startswith("EMBEDDING_") for name in __import__("os").environ)
     assert not downstream.hosted_embeddings(SimpleNamespace(embedded=False))  # nothing set: the hash server
+
+
+def test_a_runs_settings_with_its_delivery_are_shown_as_json(tmp_path, monkeypatch):
+    """The report and ``--json`` of a run with a delivery (a dataclass) and paths: plain JSON values (a run of 60
+    tasks once ended in a TypeError here, after its last task)."""
+    captured = {}
+    monkeypatch.setattr(downstream, "command_run", lambda args: captured.setdefault("args", args))
+    monkeypatch.setenv("LLM_BASE_URL", "http://127.0.0.1:9/v1")
+    downstream.main(["run", "--tasks", "40-41", "--arms", "none,plugin", "--workspace", str(tmp_path),
+                     "--min-relevance", "0.3", "--tools", "task", "--memory-tokens", "500"])
+    shown = downstream.shown_settings(downstream.settings_from(captured["args"], ["none", "plugin"]))
+    assert json.loads(json.dumps(shown))["delivery"] == {"min_relevance": 0.3, "task_tools": True, "max_tokens": 500}
+    assert "task_ids" not in shown and "api_key" not in shown
+    assert "settings: {" in downstream.report({"arms": {}, "paired": {}}, shown)
