@@ -74,7 +74,7 @@ def corpora(trajectories: Path, library: Path) -> list[tuple[str, list[tuple[str
     """(corpus name, [(where, text)]) of the real data: none of it holds a credential."""
     files = sorted(p for p in trajectories.rglob("*") if p.is_file())
     lines = [json.loads(line) for line in library.read_text().splitlines() if line.strip()]
-    experiences = sorted((FIXTURES / "workspace-ed0ae2c" / "procedures").glob("*.json"))
+    experiences = sorted((FIXTURES / "four-experiences" / "procedures").glob("*.json"))
     example = FIXTURES.parents[1] / "examples" / "bfcl-workspace"
     example_files = sorted((example / "session" / "trajectories").iterdir())
     example_experiences = sorted((example / "procedures").glob("*.json"))

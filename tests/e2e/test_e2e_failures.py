@@ -191,6 +191,24 @@ def test_f2_a_workspace_path_under_a_file_is_one_line(cli):
         == expected
 
 
+def test_a_journal_of_an_unreleased_layout_is_one_line_naming_it_and_nothing_is_changed(cli):
+    ws = indexed_workspace(cli)
+    operations = ws / STATE / "operations"
+    earlier = operations / ("0" * 32)  # a scope directory as development builds named it (no ``.v2``)
+    earlier.mkdir(parents=True)
+    (earlier / ("a" * 64 + ".json")).write_text("{}")
+    expected = (f"reme: error: unsupported_workspace: {earlier} is a journal directory of an unreleased development "
+                f"build, which this version does not read: move {operations} aside (the experiences stay; the history "
+                "of their earlier versions and the ledgers of unfinished imports go with it), then start again.")
+    assert error_line(one_shot(cli, "procedure_search", ws, "query=rebuild")) == expected
+    assert error_line(service(cli, ws)) == expected
+    assert [p.name for p in earlier.iterdir()] == ["a" * 64 + ".json"]
+    operations.rename(operations.with_name("operations.aside"))  # what the line says
+    answer = one_shot(cli, "procedure_search", ws, "query=rebuild")
+    assert answer.returncode == 0, answer.stderr[-3000:]
+    assert json.loads(answer.stdout)["results"][0]["path"] == "procedures/rebuild.json"
+
+
 # -- F3 ---------------------------------------------------------------------------------------------------------------
 
 READ_JOBS = {
