@@ -142,6 +142,23 @@ def test_no_journal_directory_means_no_open_records(tmp_path):
     assert OperationJournal(tmp_path / "absent").open_records() == []
 
 
+def test_beside_a_damaged_final_record_the_open_file_stays(tmp_path):
+    directory = tmp_path / "operations"
+    journal = OperationJournal(directory)
+    record = op("s", "a", INTENT, 1.0)
+    journal.put(record)
+    journal.set_status(record, PUBLISHED)
+    journal.set_status(record, INDEXED)  # its open file stays until the directory is synced
+    final, opened = journal._path("s", "a"), journal._open_path("s", "a")
+    final.write_bytes(b"{")  # damaged afterwards, by something else
+    restarted = OperationJournal(directory)
+    assert restarted.open_records() == [] and opened.exists()  # not open (a final file exists), but kept
+    assert set(restarted.damaged) == {str(final)}  # and the damaged final record is reported
+    with pytest.raises(DamagedRecord):  # its import sets the final record aside ...
+        restarted.get("s", "a")
+    assert restarted.get("s", "a").status == PUBLISHED  # ... and then reads the earlier state
+
+
 def test_a_scope_directory_of_an_unreleased_layout_stops_the_first_scan_naming_it(tmp_path):
     """Development builds kept a scope's records in ``<digest>/`` (an open record could be ``<digest>.json``): such
     a journal is never read as if it were today's; the first scan stops, naming the directory and what to do."""
