@@ -84,7 +84,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from benchlib.machine import describe, revision  # noqa: E402  (benchmarks/benchlib/machine.py)
 from benchlib.shared import find_shared, shared_dir  # noqa: E402  (benchmarks/benchlib/shared.py)
 from benchlib.library import index_placed, load_library, place_library  # noqa: E402  (benchmarks/benchlib/library.py)
-from retrieval import sign_test  # noqa: E402  (benchmarks/retrieval.py)
+from benchlib.stats import sign_test  # noqa: E402  (benchmarks/benchlib/stats.py)
 
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))  # the doubles' one local HTTP server
 from helpers import LocalServer, send_json  # noqa: E402  (tests/helpers)

@@ -45,6 +45,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchlib.machine import describe  # noqa: E402  (benchmarks/benchlib/machine.py)
+from benchlib.ports import free_port  # noqa: E402  (benchmarks/benchlib/ports.py)
 from benchlib.shared import REPO, find_shared, load_test_helpers, smoke_library  # noqa: E402
 from benchlib import corpus as _corpus  # noqa: E402  (benchmarks/benchlib/corpus.py)
 from benchlib.corpus import Corpus, experience_bytes  # noqa: E402
@@ -52,12 +53,6 @@ from benchlib.corpus import Corpus, experience_bytes  # noqa: E402
 DIMENSIONS = 1024
 TARGET_RATIO = 1.3
 SOURCE = "session/trajectories/run.jsonl"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def git_revision(src: Path) -> str:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from reme_procedure_memory.storage.lock import WorkspaceLock
 
 from helpers import EmbeddingEndpoint, experience_record, place_trajectory, write_word_tokenizer
 from helpers.chat import ChatEndpoint, say
+from helpers.cli import free_port
 
 pytestmark = pytest.mark.slow  # real `reme` processes and services
 
@@ -103,12 +103,6 @@ def test_the_printed_resume_command_resumes_verbatim(cli, tmp_path):
 
 
 # -- busy workspaces and bad settings -------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, bytes]]:
