@@ -12,7 +12,7 @@ checker (``multi_turn_checker``), once per arm:
 
 Same messages and tools in every arm (BFCL's, no system prompt); only the block differs. Run from the repository
 root, in the venv with the plugin and the ``benchmarks`` extra (``pip install -e '.[test,benchmarks]'`` and
-``pip install --no-deps bfcl-eval==2026.3.23``; see ``benchmarks/README.md``, "Downstream")::
+``pip install --no-deps bfcl-eval==2026.3.23``; see ``benchmarks/README.md``, "downstream.py")::
 
     python benchmarks/downstream.py smoke                  # offline, seconds: scripted endpoints, 100% and 0%
 

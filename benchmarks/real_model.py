@@ -24,7 +24,7 @@ tokens per segment (from the adapter's ``--log``: the first turn's prompt, all t
 evaluate because its prefix cache did not cover them). A completed import is run again with the same request id:
 it must call no model. The whole run stops within ``--budget`` seconds: an import gets what is left (it is stopped
 by its process group and reported as ``timeout``), and an import that would get less than a minute is not run.
-Nothing here is a test: the figures depend on the machine's load and are recorded in ``benchmarks/README.md``.
+Nothing here is a test: the figures depend on the machine's load and are recorded in ``benchmarks/RUNS.md``.
 
 ``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``) runs the same import, rerun and analysis with the model
 replaced: the adapter is a scripted OpenAI-compatible chat endpoint in this process (``ScriptedAdapter``, built on

@@ -13,7 +13,7 @@ requests per segment (and their histogram), prompt and completion tokens per tra
 tool, segments with a read or a search, searches on segments that wrote nothing, SDK schema refusals, finish_segment
 refusals, and the Qwen3 tokens of each part of the prompts summed over the requests (tool schemas, system prompt,
 segments, the listed matches, the rest of the segment messages, SDK reminders, the model's own calls re-sent, tool
-answers by tool). The figures are in ``benchmarks/README.md``, "Extraction with a capable model through the relay
+answers by tool). The figures are in ``benchmarks/RUNS.md``, "Extraction with a capable model through the relay
 (issue 23)".
 """
 

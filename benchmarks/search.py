@@ -15,7 +15,7 @@ vectors are computed before any timed section (the shared embedding cache is pre
 embeds), so provider time is excluded from the create and search latencies. The run checks and prints that the model
 was called 0 times inside the timed sections.
 
-Measured side by side in one run (see ``benchmarks/README.md`` for the recorded numbers):
+Measured side by side in one run (see ``benchmarks/RUNS.md`` for the recorded numbers):
 
 1. hybrid search latency per view at N experiences, through ``ProcedureMemory.search`` (the procedure_search step's
    code path) and end to end through ``app.run_job("procedure_search", ...)``, with a breakdown;

@@ -59,7 +59,7 @@ SKIPPED_DIRS = {".venv", ".git", "__pycache__", "build", "dist", ".pytest_cache"
 ELSEWHERE = {
     "docs/specification.mdx",  # the Agent Skills specification's source, in github agentskills/agentskills
 }
-# directories removed on purpose that the run log of benchmarks/README.md cites, saying where git keeps them
+# directories removed on purpose that the run log benchmarks/RUNS.md cites, saying where git keeps them
 REMOVED = (
     "benchmarks/profile/",  # the profiling scripts of issue 9, kept at f3e7950
 )
