@@ -1,4 +1,4 @@
-"""Downstream benchmark (issue 24): does a solver given the plugin's experiences do better on BFCL tasks it never saw?
+"""Downstream benchmark: does a solver given the plugin's experiences do better on BFCL tasks it never saw?
 
 Solves BFCL v4 ``multi_turn_base`` tasks with any OpenAI-compatible chat endpoint in function-calling mode, executes
 every call with BFCL's own simulated APIs (``execute_multi_turn_func_call``) and scores each task with BFCL's own
@@ -27,7 +27,7 @@ root, in the venv with the plugin and the ``benchmarks`` extra (``pip install -e
 
     python benchmarks/downstream.py run --local-model --tasks 44,45 --arms none,plugin --workspace ...  # shared 1.5B
 
-The memory arms' delivery (issue 31) defaults to the plugin's: ``procedure_search`` with its relevance floor (the
+The memory arms' delivery defaults to the plugin's: ``procedure_search`` with its relevance floor (the
 setting, or ``--min-relevance``), ``tools`` = the task's function names (``--tools task``; ``none`` passes none) and a
 budget of ``--memory-tokens`` (500) tokens of experience text per block, whole experiences best first.
 
@@ -353,7 +353,7 @@ DEFAULT_MEMORY_TOKENS = 500  # ``run --memory-tokens``: the experience text of o
 
 @dataclass(frozen=True)
 class Delivery:
-    """What a memory arm asks ``procedure_search`` for beyond the query (issue 31). The defaults are the delivery
+    """What a memory arm asks ``procedure_search`` for beyond the query. The defaults are the delivery
     before it (no floor, every experience, no budget: what the in-process tests use); ``run``'s flags default to the
     new one: the plugin's relevance floor, the task's function names as ``tools``, a ``DEFAULT_MEMORY_TOKENS``
     budget."""

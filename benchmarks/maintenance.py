@@ -1,6 +1,6 @@
 """Single-pass maintenance benchmark: ``reme start job=procedure_reindex`` on N experience files written directly.
 
-Issue 9 item 2: the one-shot reindex must do the rebuild once, so the whole process costs at most 1.3x the rebuild the
+The target: the one-shot reindex must do the rebuild once, so the whole process costs at most 1.3x the rebuild the
 job reports (its ``seconds``). Before, the component's start-up reconciliation indexed every file and the job then
 cleared the views and indexed them all again.
 

@@ -1,4 +1,4 @@
-"""What a capable model's extraction run through the relay cost: requests, tokens and where they go (issue 23).
+"""What a capable model's extraction run through the relay cost: requests, tokens and where they go.
 
 Run from the repository root (a venv with the plugin installed) on a relay queue (``shared/tools/relay``: the folder
 of ``N.req.json``, ``N.resp.json`` and ``usage.jsonl`` that the relay's server keeps)::

@@ -75,7 +75,7 @@ BUDGET = 98_304  # TokenLimits.segment default
 # wall times by up to 3x between repetitions, CPU time by a few percent (--clock wall measures wall time).
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 clock = CLOCKS["cpu"]
-TARGET_RATIO = 1.3  # over (a2), the segment-sized-pieces floor; issue 9
+TARGET_RATIO = 1.3  # over (a2), the segment-sized-pieces floor
 MIB = 1024 * 1024
 
 MULTIBYTE_USER = (

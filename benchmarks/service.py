@@ -30,7 +30,7 @@ What runs, all on 127.0.0.1:
   ``service`` extra) and/or ``h11`` (``service.http=h11 service.loop=asyncio``: the pure-Python parser and asyncio's
   loop, what ReMe's own dependencies give), one service start per setting and ``--access-log`` setting.
 
-Target (issue 9): 8 concurrent clients get >= 1.5x one client's throughput at 10k. The ratio is the median over the
+Target: 8 concurrent clients get >= 1.5x one client's throughput at 10k. The ratio is the median over the
 rounds, both series measured in every round; nothing asserts on time.
 
 ``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``): 100 experiences, 10 queries, 1 round of 40 searches per

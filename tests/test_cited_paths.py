@@ -1,4 +1,4 @@
-"""Every file path and module the project's prose cites exists (issue 33): a description that names a moved or deleted
+"""Every file path and module the project's prose cites exists: a description that names a moved or deleted
 module fails here, naming the citing file and line and what is missing.
 
 What is read (``sources``, ``prose``): the docstrings (every string that stands alone as a statement) and comments of

@@ -1,4 +1,4 @@
-"""``procedure_export`` on the real Application (issue 22 item 2): every valid experience as an Agent Skills folder
+"""``procedure_export`` on the real Application: every valid experience as an Agent Skills folder
 that the format's reference validator and a strict parser accept; a rerun that writes only what changed; a kill at
 any write that the next run finishes; and every conflict refused with its code, nothing written. (Every hostile
 ``dest`` — relative, in the workspace, through a link, a file, no permission — is in

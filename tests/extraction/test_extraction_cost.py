@@ -53,7 +53,7 @@ def test_compact_answer_keeps_the_best_content_and_leaves_out_weak_results():
     best, other = compact["results"][0], compact["results"][1]
     assert best["content"] == "x" * COMPACT_CONTENT_CHARS and best["content_truncated"] is True
     assert set(other) == {"path", "version", "scores", "description", "when-to-use"} and other["scores"] == {"vector": 0.45}
-    # the names of the full answer (issue 32 item 7): its `when-to-use` key and its `scores.vector`, rounded
+    # the names of the full answer: its `when-to-use` key and its `scores.vector`, rounded
     full = answer["results"][1]
     assert other["when-to-use"] == full["experience"]["when-to-use"] and full["scores"]["vector"] == 0.45
 

@@ -1,4 +1,4 @@
-"""The read-only reads behind the listings (issue 21, item 6): one page of the experience directory, every import
+"""The read-only reads behind the listings: one page of the experience directory, every import
 record, one scope of the journal — each reports what it cannot read and changes nothing."""
 
 from __future__ import annotations
