@@ -1,4 +1,4 @@
-"""Downstream benchmark (issue 24): does a solver given the plugin's experiences do better on BFCL tasks it never saw?
+"""Downstream benchmark: does a solver given the plugin's experiences do better on BFCL tasks it never saw?
 
 Solves BFCL v4 ``multi_turn_base`` tasks with any OpenAI-compatible chat endpoint in function-calling mode, executes
 every call with BFCL's own simulated APIs (``execute_multi_turn_func_call``) and scores each task with BFCL's own
@@ -12,7 +12,7 @@ checker (``multi_turn_checker``), once per arm:
 
 Same messages and tools in every arm (BFCL's, no system prompt); only the block differs. Run from the repository
 root, in the venv with the plugin and the ``benchmarks`` extra (``pip install -e '.[test,benchmarks]'`` and
-``pip install --no-deps bfcl-eval==2026.3.23``; see ``benchmarks/README.md``, "Downstream")::
+``pip install --no-deps bfcl-eval==2026.3.23``; see ``benchmarks/README.md``, "downstream.py")::
 
     python benchmarks/downstream.py smoke                  # offline, seconds: scripted endpoints, 100% and 0%
 
@@ -27,7 +27,7 @@ root, in the venv with the plugin and the ``benchmarks`` extra (``pip install -e
 
     python benchmarks/downstream.py run --local-model --tasks 44,45 --arms none,plugin --workspace ...  # shared 1.5B
 
-The memory arms' delivery (issue 31) defaults to the plugin's: ``procedure_search`` with its relevance floor (the
+The memory arms' delivery defaults to the plugin's: ``procedure_search`` with its relevance floor (the
 setting, or ``--min-relevance``), ``tools`` = the task's function names (``--tools task``; ``none`` passes none) and a
 budget of ``--memory-tokens`` (500) tokens of experience text per block, whole experiences best first.
 
@@ -85,7 +85,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from benchlib.machine import describe, revision  # noqa: E402  (benchmarks/benchlib/machine.py)
 from benchlib.shared import find_shared, shared_dir  # noqa: E402  (benchmarks/benchlib/shared.py)
 from benchlib.library import index_placed, load_library, place_library  # noqa: E402  (benchmarks/benchlib/library.py)
-from retrieval import sign_test  # noqa: E402  (benchmarks/retrieval.py)
+from benchlib.stats import sign_test  # noqa: E402  (benchmarks/benchlib/stats.py)
 
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))  # the doubles' one local HTTP server
 from helpers import LocalServer, send_json  # noqa: E402  (tests/helpers)
@@ -354,7 +354,7 @@ DEFAULT_MEMORY_TOKENS = 500  # ``run --memory-tokens``: the experience text of o
 
 @dataclass(frozen=True)
 class Delivery:
-    """What a memory arm asks ``procedure_search`` for beyond the query (issue 31). The defaults are the delivery
+    """What a memory arm asks ``procedure_search`` for beyond the query. The defaults are the delivery
     before it (no floor, every experience, no budget: what the in-process tests use); ``run``'s flags default to the
     new one: the plugin's relevance floor, the task's function names as ``tools``, a ``DEFAULT_MEMORY_TOKENS``
     budget."""

@@ -165,7 +165,7 @@ def scan(memory) -> tuple[dict[str, tuple[str, ...]], list[str]]:
 async def experience_sizes(memory) -> dict:
     """How large the valid experiences of a workspace are, in the configured tokenizer's tokens: per experience the
     three text fields together (what an agent is handed) and the content alone; median and largest of each
-    (issue 31: an experience's size stays bounded as the trajectories behind it grow)."""
+    (an experience's size stays bounded as the trajectories behind it grow)."""
     from statistics import median
 
     from reme_procedure_memory.storage.experiences import BadFile

@@ -1,4 +1,4 @@
-"""The listings at scale (issue 21, item 6): ``procedure_list`` over N experiences and ``procedure_imports`` over M
+"""The listings at scale: ``procedure_list`` over N experiences and ``procedure_imports`` over M
 imports, through the real jobs of an in-process ReMe Application.
 
 What runs: the shipped plugin.yaml, real ReMe jobs, file stores and BM25, the tests' word-level tokenizer file; the

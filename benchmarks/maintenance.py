@@ -1,6 +1,6 @@
 """Single-pass maintenance benchmark: ``reme start job=procedure_reindex`` on N experience files written directly.
 
-Issue 9 item 2: the one-shot reindex must do the rebuild once, so the whole process costs at most 1.3x the rebuild the
+The target: the one-shot reindex must do the rebuild once, so the whole process costs at most 1.3x the rebuild the
 job reports (its ``seconds``). Before, the component's start-up reconciliation indexed every file and the job then
 cleared the views and indexed them all again.
 
@@ -45,6 +45,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from benchlib.machine import describe  # noqa: E402  (benchmarks/benchlib/machine.py)
+from benchlib.ports import free_port  # noqa: E402  (benchmarks/benchlib/ports.py)
 from benchlib.shared import REPO, find_shared, load_test_helpers, smoke_library  # noqa: E402
 from benchlib import corpus as _corpus  # noqa: E402  (benchmarks/benchlib/corpus.py)
 from benchlib.corpus import Corpus, experience_bytes  # noqa: E402
@@ -52,12 +53,6 @@ from benchlib.corpus import Corpus, experience_bytes  # noqa: E402
 DIMENSIONS = 1024
 TARGET_RATIO = 1.3
 SOURCE = "session/trajectories/run.jsonl"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def git_revision(src: Path) -> str:

@@ -59,7 +59,7 @@ def reminder_text() -> str:
 
 def extraction_of(Extraction, memory, app, record):
     """An ``Extraction`` of one empty segment, in this revision's form (``--plugin-src`` may be an older one)."""
-    if hasattr(memory, "workspace"):  # since the Workspace (issue 20): a typed checkpoint, the operations it needs
+    if hasattr(memory, "workspace"):  # since the Workspace: a typed checkpoint, the operations it needs
         from reme_procedure_memory.storage.checkpoints import Checkpoint
 
         checkpoint = Checkpoint(request_id=record.request_id, path=record.path, fingerprint={}, plugin_version="",

@@ -24,7 +24,7 @@ tokens per segment (from the adapter's ``--log``: the first turn's prompt, all t
 evaluate because its prefix cache did not cover them). A completed import is run again with the same request id:
 it must call no model. The whole run stops within ``--budget`` seconds: an import gets what is left (it is stopped
 by its process group and reported as ``timeout``), and an import that would get less than a minute is not run.
-Nothing here is a test: the figures depend on the machine's load and are recorded in ``benchmarks/README.md``.
+Nothing here is a test: the figures depend on the machine's load and are recorded in ``benchmarks/RUNS.md``.
 
 ``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``) runs the same import, rerun and analysis with the model
 replaced: the adapter is a scripted OpenAI-compatible chat endpoint in this process (``ScriptedAdapter``, built on
@@ -57,6 +57,7 @@ from collections import Counter
 from pathlib import Path
 
 from benchlib.machine import describe  # noqa: E402  (benchmarks/benchlib/machine.py)
+from benchlib.ports import free_port  # noqa: E402  (benchmarks/benchlib/ports.py)
 from benchlib.shared import FIXTURES, find_shared, load_test_helpers, smoke_data  # noqa: E402  (benchlib/shared.py)
 
 REPO = Path(__file__).resolve().parent.parent
@@ -67,12 +68,6 @@ RERUN_ALLOWANCE = 30.0  # seconds kept for the rerun of a completed import (no m
 MIN_IMPORT_SECONDS = 60.0
 NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*\.json$")
 SEGMENT_OF = re.compile(r"segment (\d+) of (\d+)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_port(port: int, seconds: float) -> None:

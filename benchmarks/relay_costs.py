@@ -1,4 +1,4 @@
-"""What a capable model's extraction run through the relay cost: requests, tokens and where they go (issue 23).
+"""What a capable model's extraction run through the relay cost: requests, tokens and where they go.
 
 Run from the repository root (a venv with the plugin installed) on a relay queue (``shared/tools/relay``: the folder
 of ``N.req.json``, ``N.resp.json`` and ``usage.jsonl`` that the relay's server keeps)::
@@ -13,7 +13,7 @@ requests per segment (and their histogram), prompt and completion tokens per tra
 tool, segments with a read or a search, searches on segments that wrote nothing, SDK schema refusals, finish_segment
 refusals, and the Qwen3 tokens of each part of the prompts summed over the requests (tool schemas, system prompt,
 segments, the listed matches, the rest of the segment messages, SDK reminders, the model's own calls re-sent, tool
-answers by tool). The figures are in ``benchmarks/README.md``, "Extraction with a capable model through the relay
+answers by tool). The figures are in ``benchmarks/RUNS.md``, "Extraction with a capable model through the relay
 (issue 23)".
 """
 

@@ -1,7 +1,7 @@
-"""Calibration of the relevance floor (issue 31): how well does ``relevance`` separate on-topic from off-topic queries?
+"""Calibration of the relevance floor: how well does ``relevance`` separate on-topic from off-topic queries?
 
 Run from the repository root (a venv with the plugin, the ``benchmarks`` extra and ``bfcl-eval``; see
-``benchmarks/README.md``, "Relevance")::
+``benchmarks/README.md``, "relevance.py")::
 
     python benchmarks/relevance.py                     # BFCL tasks 20-99, the embedded MiniLM
     python benchmarks/relevance.py --json /tmp/relevance.json

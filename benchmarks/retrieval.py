@@ -53,7 +53,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import math
 import os
 import shutil
 import sys
@@ -66,6 +65,7 @@ from benchlib.library import index_placed, load_library, place_library, queries_
 from benchlib.machine import describe, revision  # noqa: E402  (benchmarks/benchlib/machine.py)
 from benchlib.minilm import DIMENSIONS, MODEL, EmbeddingServer, log  # noqa: E402  (benchmarks/benchlib/minilm.py)
 from benchlib.shared import load_test_helpers, shared_dir, smoke_library  # noqa: E402  (benchmarks/benchlib/shared.py)
+from benchlib.stats import sign_test  # noqa: E402  (benchmarks/benchlib/stats.py)
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
 
@@ -95,15 +95,6 @@ def metrics(ranks: list[int | None]) -> dict[str, float]:
         "R@5": sum(1 for r in ranks if r is not None and r <= 5) / n,
         "MRR@10": sum(1.0 / r for r in ranks if r is not None and r <= 10) / n,
     }
-
-
-def sign_test(wins: int, losses: int) -> float:
-    """Two-sided exact sign test p-value of ``wins`` against ``losses`` (ties excluded)."""
-    n = wins + losses
-    if n == 0:
-        return 1.0
-    tail = sum(math.comb(n, i) for i in range(min(wins, losses) + 1)) / 2 ** n
-    return min(1.0, 2 * tail)
 
 
 def paired(new: list[int | None], old: list[int | None]) -> dict[str, float]:

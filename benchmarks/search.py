@@ -15,7 +15,7 @@ vectors are computed before any timed section (the shared embedding cache is pre
 embeds), so provider time is excluded from the create and search latencies. The run checks and prints that the model
 was called 0 times inside the timed sections.
 
-Measured side by side in one run (see ``benchmarks/README.md`` for the recorded numbers):
+Measured side by side in one run (see ``benchmarks/RUNS.md`` for the recorded numbers):
 
 1. hybrid search latency per view at N experiences, through ``ProcedureMemory.search`` (the procedure_search step's
    code path) and end to end through ``app.run_job("procedure_search", ...)``, with a breakdown;
@@ -26,7 +26,7 @@ Measured side by side in one run (see ``benchmarks/README.md`` for the recorded 
    ``keyword_search`` + ``SearchStep._rrf_merge`` per view, and the stock/plugin ratio.
 
 Targets (2-core machine): search p50 <= 25 ms per view at 10k; create p50 at 10k within 2x of create p50 at 100;
-reindex of 10k with cached embeddings <= 20 s. At 100k (issue 9, ``--n 100000 --small-n 1000``): search p50 <= 10 ms
+reindex of 10k with cached embeddings <= 20 s. At 100k (``--n 100000 --small-n 1000``): search p50 <= 10 ms
 per view, start <= 10 s, close after the lifecycle creates <= 3 s, RSS after start <= 1.5 GiB, create CPU at 100k
 <= 1.3x create CPU at --small-n. PASS/FAIL is printed; nothing asserts on time.
 
@@ -76,11 +76,11 @@ SMALL_N = 100  # default size of the small workspace (--small-n)
 LIFECYCLE_FIRST_INDEX = 10_000_000  # experience numbers of the lifecycle creates (never collide with the corpus)
 
 TARGET_SEARCH_MS = 25.0  # search p50 per view at 10k
-TARGET_SEARCH_MS_100K = 10.0  # issue 9: search p50 per view at 100k
-TARGET_START_S = 10.0  # issue 9: start (load views + reconcile) at 100k
+TARGET_SEARCH_MS_100K = 10.0  # search p50 per view at 100k
+TARGET_START_S = 10.0  # start (load views + reconcile) at 100k
 TARGET_CREATE_RATIO = 2.0
 TARGET_REINDEX_S = 20.0
-TARGET_CREATE_CPU_RATIO = 1.3  # create CPU at N over create CPU at --small-n (issue 9: 100k over 1k)
+TARGET_CREATE_CPU_RATIO = 1.3  # create CPU at N over create CPU at --small-n (100k over 1k)
 TARGET_RSS_MIB = 1536.0  # RSS after start at 100k
 TARGET_CLOSE_S = 3.0  # close after the lifecycle creates at 100k
 

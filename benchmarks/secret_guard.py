@@ -30,7 +30,7 @@ Not named ``secrets.py``: a script of this directory runs with the directory fir
 
 ``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``): ``tests/fixtures``' five trajectories and 40 released
 experiences when ``../shared`` is absent, 3 seeds, 1 MB; it shows the instrument works: its figures on so little
-data are not the recorded ones (benchmarks/README.md, "Secret guard"). Nothing asserts on time; the run exits 1 if
+data are not the recorded ones (benchmarks/RUNS.md, "Secret guard"). Nothing asserts on time; the run exits 1 if
 a real corpus has a finding or a planted secret is missed, so a regression of the rule set shows here too.
 """
 
@@ -74,7 +74,7 @@ def corpora(trajectories: Path, library: Path) -> list[tuple[str, list[tuple[str
     """(corpus name, [(where, text)]) of the real data: none of it holds a credential."""
     files = sorted(p for p in trajectories.rglob("*") if p.is_file())
     lines = [json.loads(line) for line in library.read_text().splitlines() if line.strip()]
-    experiences = sorted((FIXTURES / "workspace-ed0ae2c" / "procedures").glob("*.json"))
+    experiences = sorted((FIXTURES / "four-experiences" / "procedures").glob("*.json"))
     example = FIXTURES.parents[1] / "examples" / "bfcl-workspace"
     example_files = sorted((example / "session" / "trajectories").iterdir())
     example_experiences = sorted((example / "procedures").glob("*.json"))

@@ -35,7 +35,7 @@ Python allocations only (in its own child, untimed).
 Diagnostics (not part of PASS/FAIL): ``segment`` with a lean count (``len(Tokenizer.encode(t))``, no Python id/offset
 lists) to separate the counter's cost from the algorithm's; and the cost of encoding each final segment of (b) exactly
 once (the floor for any exact segmenter that checks every segment). The proportional-shrink variant measured once on
-2026-12-03 (benchmarks/README.md, "Segmentation") is a proposal for the specification, not code kept here.
+2026-12-03 (benchmarks/RUNS.md, "Segmentation") is a proposal for the specification, not code kept here.
 
 ``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``): 0.25 MiB, a budget of 8,192 tokens (so the text is cut into
 about ten segments), 1 repetition, the memory children and diagnostics included. Without ``../shared`` it builds the
@@ -75,7 +75,7 @@ BUDGET = 98_304  # TokenLimits.segment default
 # wall times by up to 3x between repetitions, CPU time by a few percent (--clock wall measures wall time).
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 clock = CLOCKS["cpu"]
-TARGET_RATIO = 1.3  # over (a2), the segment-sized-pieces floor; issue 9
+TARGET_RATIO = 1.3  # over (a2), the segment-sized-pieces floor
 MIB = 1024 * 1024
 
 MULTIBYTE_USER = (

@@ -30,7 +30,7 @@ What runs, all on 127.0.0.1:
   ``service`` extra) and/or ``h11`` (``service.http=h11 service.loop=asyncio``: the pure-Python parser and asyncio's
   loop, what ReMe's own dependencies give), one service start per setting and ``--access-log`` setting.
 
-Target (issue 9): 8 concurrent clients get >= 1.5x one client's throughput at 10k. The ratio is the median over the
+Target: 8 concurrent clients get >= 1.5x one client's throughput at 10k. The ratio is the median over the
 rounds, both series measured in every round; nothing asserts on time.
 
 ``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``): 100 experiences, 10 queries, 1 round of 40 searches per
@@ -45,7 +45,6 @@ import argparse
 import importlib.util
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -59,6 +58,7 @@ from pathlib import Path
 from benchlib import corpus as _corpus  # benchmarks/benchlib/corpus.py
 from benchlib.corpus import DIMENSIONS, Corpus, HashedProjectionEmbedding, experience_bytes, log, machine
 from benchlib.machine import revision  # benchmarks/benchlib/machine.py
+from benchlib.ports import free_port  # noqa: E402  (benchmarks/benchlib/ports.py)
 from benchlib.shared import REPO, smoke_library  # benchmarks/benchlib/shared.py
 
 sys.path.insert(0, str(REPO / "tests"))  # tests/helpers: the word-level tokenizer, starting and stopping a service
@@ -114,12 +114,6 @@ class EmbeddingServer:
     def __exit__(self, *exc) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def reme_env(embeddings: EmbeddingServer, tokenizer: Path) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Every file path and module the project's prose cites exists (issue 33): a description that names a moved or deleted
+"""Every file path and module the project's prose cites exists: a description that names a moved or deleted
 module fails here, naming the citing file and line and what is missing.
 
 What is read (``sources``, ``prose``): the docstrings (every string that stands alone as a statement) and comments of
@@ -59,7 +59,7 @@ SKIPPED_DIRS = {".venv", ".git", "__pycache__", "build", "dist", ".pytest_cache"
 ELSEWHERE = {
     "docs/specification.mdx",  # the Agent Skills specification's source, in github agentskills/agentskills
 }
-# directories removed on purpose that the run log of benchmarks/README.md cites, saying where git keeps them
+# directories removed on purpose that the run log benchmarks/RUNS.md cites, saying where git keeps them
 REMOVED = (
     "benchmarks/profile/",  # the profiling scripts of issue 9, kept at f3e7950
 )

@@ -1,4 +1,4 @@
-"""The examples of the README, the guide and the reference hold (issue 32 item 7).
+"""The examples of the README, the guide and the reference hold.
 
 * Every experience path (``procedures/<file>.json``) the README or the guide names is an experience of the shipped
   example workspace (``examples/bfcl-workspace``), which the README's first command copies, or is written as a

@@ -1,4 +1,4 @@
-"""The shape of the package (issue 20): subpackages by concept, dependencies one way, no cycle, no private name
+"""The shape of the package: subpackages by concept, dependencies one way, no cycle, no private name
 crossing a module. Every import of the package's own modules counts, also those under ``TYPE_CHECKING`` and inside
 functions."""
 

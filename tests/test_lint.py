@@ -1,4 +1,4 @@
-"""The code passes ``ruff check`` with the rules of ``[tool.ruff]`` in pyproject.toml (issue 33): unused imports,
+"""The code passes ``ruff check`` with the rules of ``[tool.ruff]`` in pyproject.toml: unused imports,
 undefined names, likely bugs. The test extra installs ruff; without it this test is skipped and says so."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Transfer to new tasks: do the experiences found for a user turn name the functions the gold trajectory called?
 
-Used by ``extraction.py --transfer`` and ``--smoke`` (see its docstring and ``benchmarks/README.md``, "Transfer");
+Used by ``extraction.py --transfer`` and ``--smoke`` (see its docstring and ``benchmarks/RUNS.md``, "Transfer");
 the pure parts (split, naming, per-turn and summary metrics, verdict) are tested in
 ``tests/benchmarks/test_extraction_transfer.py``.
 

@@ -48,6 +48,7 @@ class ErrorCode:
     # a start or a command line that stops before any job runs (one line on the CLI: cli.py)
     WORKSPACE_BUSY = "workspace_busy"  # another process holds the workspace's lock
     WORKSPACE_NOT_FOUND = "workspace_not_found"  # a job that only reads was given a workspace without plugin state
+    UNSUPPORTED_WORKSPACE = "unsupported_workspace"  # metadata in a layout this version does not read
     INVALID_SETTINGS = "invalid_settings"
     UNKNOWN_JOB = "unknown_job"  # a `procedure_*` job name that does not exist (or is not served)
     # the import: its copy and checkpoint
@@ -203,6 +204,13 @@ class WorkspaceNotFound(StartupError):
     does not exist or holds no plugin state; the message names the path and the fix. Nothing was created."""
 
     code = ErrorCode.WORKSPACE_NOT_FOUND
+
+
+class UnsupportedWorkspace(StartupError):
+    """The workspace's metadata is in a layout this version does not read (one written by an unreleased development
+    build: docs/decisions.md#released-formats); the message names the path and what to do. Nothing was changed."""
+
+    code = ErrorCode.UNSUPPORTED_WORKSPACE
 
 
 class UnknownJob(StartupError):

@@ -124,8 +124,6 @@ PRIVATE: tuple[Private, ...] = (
             "whether a vector fits the active embedding model (embedding_fits)"),
     Private(STORE, "_get_query_embedding", "method", "(self, query)", "components/file_store/local_file_store.py:236",
             "a query's vector, None while the provider or vector space is not current (query_embedding)"),
-    Private(STORE, "_deserialize_chunk", "staticmethod", "(line)", "components/file_store/local_file_store.py:340",
-            "a chunk line of ReMe's own chunk file, written by earlier plugin versions (legacy_chunk)"),
     Private(STORE, "_start_embedding_backfill", "method", "(self, *, skip_health_check=False)",
             "components/file_store/local_file_store.py:370",
             "ReMe's background re-embedding: overridden to do nothing (the plugin embeds before it upserts)",
@@ -223,12 +221,6 @@ def embedding_fits(store) -> Callable[[np.ndarray | None], bool]:
     """``store``'s test of whether a vector has the active embedding model's dimensions (local_file_store.py:200;
     False without an embedding store). A bound method: fetch it once per call, not per chunk."""
     return store._embedding_dim_matches
-
-
-def legacy_chunk(line: str) -> FileChunk:
-    """One line of ReMe's own chunk file (local_file_store.py:340: float16 base64 or JSON-list vectors), which
-    earlier plugin versions wrote; their vectors are reused while such a view is rebuilt."""
-    return local_file_store.LocalFileStore._deserialize_chunk(line)
 
 
 @contextmanager

@@ -1,4 +1,4 @@
-"""The relay queue reader of ``benchmarks/relay_costs.py`` (issue 23): conversations, cost figures, prompt parts."""
+"""The relay queue reader of ``benchmarks/relay_costs.py``: conversations, cost figures, prompt parts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Every benchmark's smoke run, as a user runs it, so that none rots unseen (issue 21, item 8).
+"""Every benchmark's smoke run, as a user runs it, so that none rots unseen.
 
 Each script of ``benchmarks/`` runs as ``python benchmarks/<script> --smoke`` (``downstream.py smoke``) in a
 subprocess from the repository root, offline, on the data a fresh clone has (``tests/fixtures``, the word-level

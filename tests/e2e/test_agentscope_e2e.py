@@ -159,7 +159,7 @@ async def test_iteration_budget_exhaustion_is_resumable(make_app, tmp_path):
 
 async def test_agent_session_files_are_removed_when_their_reply_ends_and_never_served(make_app, tmp_path):
     """AgentScope dumps every reply's whole conversation (the segment's text) under ``mem_session/agentscope/``; the
-    plugin removes it once the reply ends — stopped or completed — and a resume does not need it (issue 30 item 4)."""
+    plugin removes it once the reply ends — stopped or completed — and a resume does not need it."""
     original = write_original(tmp_path)
     ws = tmp_path / "ws"
     sessions = ws / "mem_session" / "agentscope"

@@ -261,7 +261,7 @@ def test_forged_grant_on_search_writes_nothing(service):
     assert not (service.ws / "procedures" / "forged.json").exists()
 
 
-# -- unknown arguments (issue 21, item 5): every channel refuses them; ReMe's own names pass ----------------------
+# -- unknown arguments: every channel refuses them; ReMe's own names pass ----------------------
 
 
 def test_one_shot_cli_refuses_a_misspelled_argument_before_copying_anything(reme, tmp_path):
@@ -357,7 +357,7 @@ def test_mcp_exposes_only_the_read_jobs(service):
     assert not (service.ws / "procedures" / "mcp.json").exists()
 
 
-# -- the listings (issue 21, item 6): served like search ------------------------------------------------------------
+# -- the listings: served like search ------------------------------------------------------------
 
 
 def test_cli_client_lists_the_experiences_a_page_at_a_time(service):

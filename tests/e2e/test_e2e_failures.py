@@ -1,15 +1,16 @@
-"""Every failure an operator meets is one line with a code, never a traceback (issue 30 item 5, issue 32 items 4
-and 7), with the real ``reme`` console script in subprocesses.
+"""Every failure an operator meets is one line with a code, never a traceback, with the real ``reme`` console script
+in subprocesses.
 
-F1  a service start that cannot save its views (unwritable view directory, full disk) answers the one-shot job's
-    line and exit status, not three tracebacks and exit 3
-F2  a lock file that cannot be created, a read-only workspace and a workspace path under a file: one line each, in
-    a one-shot job and a service start
-F3  a job that only reads, on a workspace that does not exist or holds no plugin state: an error naming the path,
-    and nothing left behind; a service on a new workspace still starts
-F4  procedure_export needs an explicit workspace and never claims a destination for a workspace without experiences
-F5  slips: an unknown procedure_* job (one-shot and client) names the closest job, a job the service does not serve
-    says how to run it, and MCP reports a failed answer as an error
+- a service start that cannot save its views (unwritable view directory, full disk) answers the one-shot job's
+  line and exit status, not three tracebacks and exit 3
+- a lock file that cannot be created, a read-only workspace and a workspace path under a file: one line each, in
+  a one-shot job and a service start
+- a job that only reads, on a workspace that does not exist or holds no plugin state: an error naming the path,
+  and nothing left behind; a service on a new workspace still starts
+- a journal of an unreleased development build's layout: one line naming it, nothing changed
+- procedure_export needs an explicit workspace and never claims a destination for a workspace without experiences
+- slips: an unknown procedure_* job (one-shot and client) names the closest job, a job the service does not serve
+  says how to run it, and MCP reports a failed answer as an error
 
 The tests run as root, where permissions deny nothing: an unwritable directory or a full disk is the OS-level fault
 of ``helpers/faults.py``, injected into the subprocess at start-up (``helpers/boot/sitecustomize.py``). The
@@ -130,11 +131,11 @@ def indexed_workspace(cli) -> Path:
     return ws
 
 
-# -- F1 ---------------------------------------------------------------------------------------------------------------
+# -- a service that cannot save its views -----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("fault", ["not writable", "full disk"])
-def test_f1_a_service_that_cannot_save_its_views_answers_the_one_shot_line(cli, fault):
+def test_a_service_that_cannot_save_its_views_answers_the_one_shot_line(cli, fault):
     ws = indexed_workspace(cli)
     views = ws / VIEWS
     if fault == "not writable":  # a hand edit the start reconciles, then saves
@@ -160,10 +161,10 @@ def test_f1_a_service_that_cannot_save_its_views_answers_the_one_shot_line(cli, 
     assert json.loads(answer.stdout)["results"][0]["path"] == "procedures/rebuild.json"
 
 
-# -- F2 ---------------------------------------------------------------------------------------------------------------
+# -- lock files, read-only workspaces, paths under a file -------------------------------------------------------------
 
 
-def test_f2_a_lock_file_that_cannot_be_created_is_one_line(cli):
+def test_a_lock_file_that_cannot_be_created_is_one_line(cli):
     ws = indexed_workspace(cli)
     (ws / STATE / "workspace.lock").unlink()
     expected = storage_line("storage_error", ws / STATE / "workspace.lock", "Permission denied (errno EACCES)")
@@ -171,7 +172,7 @@ def test_f2_a_lock_file_that_cannot_be_created_is_one_line(cli):
     assert error_line(service(cli, ws, denied=[ws / STATE])) == expected
 
 
-def test_f2_a_read_only_workspace_is_one_line(cli):
+def test_a_read_only_workspace_is_one_line(cli):
     ws = cli["ws"]
     ws.mkdir()
     expected = storage_line("storage_error", ws / "metadata", "Permission denied (errno EACCES)")
@@ -180,7 +181,7 @@ def test_f2_a_read_only_workspace_is_one_line(cli):
     assert list(ws.iterdir()) == []
 
 
-def test_f2_a_workspace_path_under_a_file_is_one_line(cli):
+def test_a_workspace_path_under_a_file_is_one_line(cli):
     under = cli["tmp"] / "a-file"
     under.write_text("not a directory")
     ws = under / "ws"
@@ -191,7 +192,25 @@ def test_f2_a_workspace_path_under_a_file_is_one_line(cli):
         == expected
 
 
-# -- F3 ---------------------------------------------------------------------------------------------------------------
+def test_a_journal_of_an_unreleased_layout_is_one_line_naming_it_and_nothing_is_changed(cli):
+    ws = indexed_workspace(cli)
+    operations = ws / STATE / "operations"
+    earlier = operations / ("0" * 32)  # a scope directory as development builds named it (no ``.v2``)
+    earlier.mkdir(parents=True)
+    (earlier / ("a" * 64 + ".json")).write_text("{}")
+    expected = (f"reme: error: unsupported_workspace: {earlier} is a journal directory of an unreleased development "
+                f"build, which this version does not read: move {operations} aside (the experiences stay; the history "
+                "of their earlier versions and the ledgers of unfinished imports go with it), then start again.")
+    assert error_line(one_shot(cli, "procedure_search", ws, "query=rebuild")) == expected
+    assert error_line(service(cli, ws)) == expected
+    assert [p.name for p in earlier.iterdir()] == ["a" * 64 + ".json"]
+    operations.rename(operations.with_name("operations.aside"))  # what the line says
+    answer = one_shot(cli, "procedure_search", ws, "query=rebuild")
+    assert answer.returncode == 0, answer.stderr[-3000:]
+    assert json.loads(answer.stdout)["results"][0]["path"] == "procedures/rebuild.json"
+
+
+# -- jobs that read need a workspace ----------------------------------------------------------------------------------
 
 READ_JOBS = {
     "procedure_search": ["query=rebuild"],
@@ -212,7 +231,7 @@ def not_found_line(job: str, ws: Path) -> str:
 
 
 @pytest.mark.parametrize("job", sorted(READ_JOBS))
-def test_f3_a_job_that_reads_refuses_a_workspace_that_does_not_exist(cli, job):
+def test_a_job_that_reads_refuses_a_workspace_that_does_not_exist(cli, job):
     ws = cli["tmp"] / "typo"
     args = [a.format(tmp=cli["tmp"]) for a in READ_JOBS[job]]
     assert error_line(one_shot(cli, job, ws, *args)) == not_found_line(job, ws)
@@ -220,7 +239,7 @@ def test_f3_a_job_that_reads_refuses_a_workspace_that_does_not_exist(cli, job):
     assert not (cli["tmp"] / "skills").exists()
 
 
-def test_f3_a_directory_without_plugin_state_is_refused_and_left_as_it_was(cli):
+def test_a_directory_without_plugin_state_is_refused_and_left_as_it_was(cli):
     ws = cli["tmp"] / "notes"
     ws.mkdir()
     (ws / "todo.txt").write_text("not a workspace")
@@ -229,10 +248,10 @@ def test_f3_a_directory_without_plugin_state_is_refused_and_left_as_it_was(cli):
     assert sorted(p.name for p in ws.iterdir()) == ["session", "todo.txt"]
 
 
-# -- F4 ---------------------------------------------------------------------------------------------------------------
+# -- the export's workspace -------------------------------------------------------------------------------------------
 
 
-def test_f4_export_needs_an_explicit_workspace(cli):
+def test_export_needs_an_explicit_workspace(cli):
     default = cli["cwd"] / ".reme"  # ReMe's default workspace, with an experience: still not exported silently
     place_trajectory(default)
     (default / "procedures").mkdir()
@@ -245,7 +264,7 @@ def test_f4_export_needs_an_explicit_workspace(cli):
     assert not dest.exists()
 
 
-def test_f4_an_empty_workspace_does_not_claim_the_destination(cli):
+def test_an_empty_workspace_does_not_claim_the_destination(cli):
     empty, ws = cli["tmp"] / "empty", indexed_workspace(cli)
     (empty / "procedures").mkdir(parents=True)
     dest = cli["tmp"] / "skills"
@@ -260,14 +279,14 @@ def test_f4_an_empty_workspace_does_not_claim_the_destination(cli):
     assert sorted(p.name for p in dest.iterdir() if p.is_dir()) == ["inspect", "rebuild"]
 
 
-# -- F5 ---------------------------------------------------------------------------------------------------------------
+# -- slips ------------------------------------------------------------------------------------------------------------
 
 JOBS = ("procedure_auto_memory, procedure_create, procedure_delete, procedure_export, procedure_history, procedure_imports, "
         "procedure_list, procedure_read, procedure_reindex, procedure_search, procedure_update")
 SERVED = "procedure_history, procedure_imports, procedure_list, procedure_read, procedure_search"
 
 
-def test_f5_an_unknown_one_shot_job_names_the_closest_and_creates_nothing(cli):
+def test_an_unknown_one_shot_job_names_the_closest_and_creates_nothing(cli):
     ws = cli["tmp"] / "new"
     line = error_line(one_shot(cli, "procedure_serch", ws, "query=x"))
     assert line == ("reme: error: unknown_job: There is no job `procedure_serch`; did you mean `procedure_search`? "
@@ -275,7 +294,7 @@ def test_f5_an_unknown_one_shot_job_names_the_closest_and_creates_nothing(cli):
     assert not ws.exists()
 
 
-def test_f5_a_service_on_a_new_workspace_serves_and_slips_are_one_line(cli):
+def test_a_service_on_a_new_workspace_serves_and_slips_are_one_line(cli):
     """The service creates its new workspace (how a user starts); on it, a client's unknown job and a job the service
     does not serve are one line each, and MCP reports a failed answer as an error."""
     ws = cli["tmp"] / "fresh"

@@ -1,9 +1,9 @@
-"""Answers a user can act on, with the real ``reme`` console script in subprocesses (issue 10, section 5).
+"""Answers a user can act on, with the real ``reme`` console script in subprocesses.
 
-E1  the ``resume`` command printed in a failure answer does not resume: it drops ``workspace_dir`` and every
-    ``components...`` override (a run with ``token_limits.segment=1500`` then answers ``incompatible_checkpoint``)
-E2  a busy workspace and bad settings end in a 23-line traceback instead of one line on stderr
-E3  a second process refused by the workspace lock rewrites the view files on its way out
+- the ``resume`` command printed in a failure answer does not resume: it drops ``workspace_dir`` and every
+  ``components...`` override (a run with ``token_limits.segment=1500`` then answers ``incompatible_checkpoint``)
+- a busy workspace and bad settings end in a 23-line traceback instead of one line on stderr
+- a second process refused by the workspace lock rewrites the view files on its way out
 
 Each process gets a temporary workspace and cwd (an empty ``.env`` shadows any parent one); the embedding provider
 and the chat model are local endpoints on 127.0.0.1 started by the test; the tokenizer is a local file.
@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +22,7 @@ from reme_procedure_memory.storage.lock import WorkspaceLock
 
 from helpers import EmbeddingEndpoint, experience_record, place_trajectory, write_word_tokenizer
 from helpers.chat import ChatEndpoint, say
+from helpers.cli import free_port
 
 pytestmark = pytest.mark.slow  # real `reme` processes and services
 
@@ -58,10 +58,10 @@ def run(cli, *args: str, **kwargs) -> subprocess.CompletedProcess:
                           timeout=180, **kwargs)
 
 
-# -- E1 -------------------------------------------------------------------------------------------------------------
+# -- the printed resume command -------------------------------------------------------------------------------------
 
 
-def test_e1_the_printed_resume_command_resumes_verbatim(cli, tmp_path):
+def test_the_printed_resume_command_resumes_verbatim(cli, tmp_path):
     original = tmp_path / "originals" / "run.jsonl"
     original.parent.mkdir()
     original.write_bytes(TRAJECTORY)
@@ -102,13 +102,7 @@ def test_e1_the_printed_resume_command_resumes_verbatim(cli, tmp_path):
     assert not (cli["cwd"] / ".reme").exists()  # not a new import in another workspace
 
 
-# -- E2 and E3 ------------------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+# -- busy workspaces and bad settings -------------------------------------------------------------------------------
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, bytes]]:
@@ -125,7 +119,7 @@ def assert_one_line(result: subprocess.CompletedProcess, *needles: str) -> str:
     return lines[0]
 
 
-def test_e2_e3_a_busy_workspace_is_one_line_and_the_refused_process_writes_nothing(cli):
+def test_a_busy_workspace_is_one_line_and_the_refused_process_writes_nothing(cli):
     ws = cli["ws"]
     (ws / "procedures").mkdir(parents=True)
     place_trajectory(ws)
@@ -158,7 +152,7 @@ def test_e2_e3_a_busy_workspace_is_one_line_and_the_refused_process_writes_nothi
     ("components.procedure_memory.default.token_limits.segment=0", "token_limits.segment"),
     ("components.procedure_memory.default.procedure_dirr=x", "procedure_dirr"),
 ])
-def test_e2_bad_settings_are_one_line_naming_the_key(cli, override, key):
+def test_bad_settings_are_one_line_naming_the_key(cli, override, key):
     result = run(cli, "start", "job=procedure_reindex", PLUGINS, f"workspace_dir={cli['ws']}", "log_to_file=false",
                  override)
     assert_one_line(result, f"components.procedure_memory.default.{key}", "Fix the value")

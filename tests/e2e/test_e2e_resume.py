@@ -1,19 +1,19 @@
-"""Resume never lies (issue 21, item 4), with the installed ``reme`` console script in subprocesses.
+"""Resume never lies, with the installed ``reme`` console script in subprocesses.
 
-R1  SIGINT / SIGTERM in the middle of an import: the ``incomplete`` JSON answer (on stderr, like every failed
-    answer) with its ``resume`` command and exit status 130 / 143, no traceback; the checkpoint is as the last
-    finished segment left it. An import started without ``request_id`` prints the generated one on stderr first.
-R2  The printed command names the import (workspace, file, request id, the fingerprint's tokenizer and segment
-    budget, the command line's other settings) but not where the models are: the first run took the embedding
-    backend and the providers' URLs from the environment and the model name from ``.env``; the answer names those
-    variables (``resume_environment``), and the command resumes in another directory with an environment holding
-    only ``PATH``, ``HOME`` and the named variables.
-R3  A completed import run again with other segmentation settings answers ``complete``: exit 0, no model call,
-    nothing written.
-R4  (issue 32) An import whose model endpoint fails after the copy: the environment is fixed (``LLM_BASE_URL`` of
-    another endpoint) and the printed resume completes there.
-R5  (issue 32) A wrong ``LLM_BASE_URL`` (the README's ``https://...`` placeholder) is refused before anything is
-    copied, in one line naming the setting and its value; fixed, the same command imports.
+- SIGINT / SIGTERM in the middle of an import: the ``incomplete`` JSON answer (on stderr, like every failed
+  answer) with its ``resume`` command and exit status 130 / 143, no traceback; the checkpoint is as the last
+  finished segment left it. An import started without ``request_id`` prints the generated one on stderr first.
+- The printed command names the import (workspace, file, request id, the fingerprint's tokenizer and segment
+  budget, the command line's other settings) but not where the models are: the first run took the embedding
+  backend and the providers' URLs from the environment and the model name from ``.env``; the answer names those
+  variables (``resume_environment``), and the command resumes in another directory with an environment holding
+  only ``PATH``, ``HOME`` and the named variables.
+- A completed import run again with other segmentation settings answers ``complete``: exit 0, no model call,
+  nothing written.
+- An import whose model endpoint fails after the copy: the environment is fixed (``LLM_BASE_URL`` of
+  another endpoint) and the printed resume completes there.
+- A wrong ``LLM_BASE_URL`` (the README's ``https://...`` placeholder) is refused before anything is
+  copied, in one line naming the setting and its value; fixed, the same command imports.
 
 The "LLM" is ``ChatEndpoint`` and the embeddings ``EmbeddingEndpoint``, both on 127.0.0.1 in this process; the
 tokenizer is a local word-level ``tokenizer.json``; every directory is temporary.
@@ -96,7 +96,7 @@ def test_a_signal_mid_import_answers_with_a_resume_that_completes_in_a_clean_she
     with EmbeddingEndpoint(64) as embeddings, ChatEndpoint(one_experience_per_segment) as chat:
         first, ws = interrupted_import(tmp_path, signum, embeddings, chat)
 
-        # R1: one JSON answer after the generated request id, no traceback, exit 130 / 143
+        # one JSON answer after the generated request id, no traceback, exit 130 / 143
         assert first.returncode == status, first.stderr[-3000:]
         assert "Traceback" not in first.stderr and first.stdout == ""
         lines = first.stderr.strip().splitlines()
@@ -111,7 +111,7 @@ def test_a_signal_mid_import_answers_with_a_resume_that_completes_in_a_clean_she
         assert checkpoint["next_segment"] == STOP_SEGMENT - 1 and checkpoint["status"] == "processing"
         assert answer["experiences"]["created"] == [f"procedures/{experience_name(s)}" for s in (1, 2)]
 
-        # R2: the command names the import, not where the models are; the answer names what it reads instead
+        # the command names the import, not where the models are; the answer names what it reads instead
         resume = answer["resume"]
         tokenizer = tmp_path / "tok" / "tokenizer.json"
         for setting in (f"request_id={generated}", f"workspace_dir={ws}", f"{SEGMENT}=100",
@@ -144,7 +144,7 @@ def test_a_signal_mid_import_answers_with_a_resume_that_completes_in_a_clean_she
         assert sorted(p.name for p in (ws / "procedures").iterdir()) == \
             sorted(experience_name(s) for s in range(1, total + 1))
 
-        # R3: the completed import run again with another segment budget: complete, nothing to do
+        # the completed import run again with another segment budget: complete, nothing to do
         before = durable_state(ws)
         chat.requests.clear()
         other = resume.replace(f"{SEGMENT}=100", f"{SEGMENT}=40")
@@ -176,7 +176,7 @@ def one_shot(tmp_path: Path, chat_url: str, embeddings) -> tuple[list[str], dict
     return command, env, ws, cwd
 
 
-def test_r4_a_model_failing_after_the_copy_resumes_once_the_environment_is_fixed(tmp_path):
+def test_a_model_failing_after_the_copy_resumes_once_the_environment_is_fixed(tmp_path):
     gone = {"error": {"message": "no such route", "type": "not_found"}}
     with EmbeddingEndpoint(64) as embeddings, ChatEndpoint(one_experience_per_segment) as wrong, \
             ChatEndpoint(one_experience_per_segment) as right:
@@ -200,7 +200,7 @@ def test_r4_a_model_failing_after_the_copy_resumes_once_the_environment_is_fixed
         assert right.errors == [] and len(wrong.probes) == 1
 
 
-def test_r5_a_wrong_model_url_is_refused_before_the_copy_naming_it(tmp_path):
+def test_a_wrong_model_url_is_refused_before_the_copy_naming_it(tmp_path):
     with EmbeddingEndpoint(64) as embeddings, ChatEndpoint(one_experience_per_segment) as right:
         command, env, ws, cwd = one_shot(tmp_path, "https://...", embeddings)  # the README's placeholder
         first = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)

@@ -1,4 +1,4 @@
-"""The README's first command and the example workspace it searches (issue 21, item 2).
+"""The README's first command and the example workspace it searches.
 
 The command is read from the README itself (the first line of its first ``bash`` block), so the README cannot drift
 from what is tested: everything after the install runs as written, with the example copied into a temporary directory

@@ -1,4 +1,4 @@
-"""``reme start job=procedure_export dest=...`` in a real process (issue 22 item 2): the answer on stdout, exit 0;
+"""``reme start job=procedure_export dest=...`` in a real process: the answer on stdout, exit 0;
 a refusal on stderr, exit 1; the start-up sends nothing to the embedding provider (the export reads only files)."""
 
 from __future__ import annotations

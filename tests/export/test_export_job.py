@@ -1,4 +1,4 @@
-"""``procedure_export`` on the real Application (issue 22 item 2): every valid experience as an Agent Skills folder
+"""``procedure_export`` on the real Application: every valid experience as an Agent Skills folder
 that the format's reference validator and a strict parser accept; a rerun that writes only what changed; a kill at
 any write that the next run finishes; and every conflict refused with its code, nothing written. (Every hostile
 ``dest`` — relative, in the workspace, through a link, a file, no permission — is in
@@ -44,11 +44,11 @@ INVALID = {"broken.json": "{ not json", "Bad-Name.json": json.dumps(experience_r
 
 
 def build_library(ws: Path) -> dict[str, dict]:
-    """The fixtures' experiences (the 40 of ``experiences.jsonl`` and the 4 of ``workspace-ed0ae2c``), the special
+    """The fixtures' experiences (the 40 of ``experiences.jsonl`` and the 4 of ``four-experiences``), the special
     ones above and two invalid files; returns the valid ones by file name."""
     write_corpus(ws)
     valid = {name: record for name, record, _ in corpus()}
-    for path in sorted((FIXTURES / "workspace-ed0ae2c" / "procedures").glob("*.json")):
+    for path in sorted((FIXTURES / "four-experiences" / "procedures").glob("*.json")):
         shutil.copy(path, ws / "procedures" / path.name)
         valid[path.name] = json.loads(path.read_text())
     for name, record in SPECIAL.items():

@@ -1,4 +1,4 @@
-"""``procedure_export`` killed at every mutating file-system call (issue 30 item 6): the next export finishes or cleans
+"""``procedure_export`` killed at every mutating file-system call: the next export finishes or cleans
 what the killed one left, and ends with the destination an uninterrupted export makes; what the export did not write
 is still refused or left.
 

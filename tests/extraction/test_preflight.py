@@ -1,4 +1,4 @@
-"""The preflight of an import (issue 21, item 3): the model's settings, one embedding probe and the tokenizer are
+"""The preflight of an import: the model's settings, one embedding probe and the tokenizer are
 checked before anything is copied; each failure is one sentence naming the setting, its variable and the fix.
 
 ReMe's real AgentScope wrapper and as_llm component are configured (no request is sent); the embedding model is the

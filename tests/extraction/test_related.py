@@ -1,4 +1,4 @@
-"""Which experiences a segment's message lists (issue 23): queries from pieces of the whole segment, merged rank by
+"""Which experiences a segment's message lists: queries from pieces of the whole segment, merged rank by
 rank, with the contents of the closest ones; pure functions first, then through the real import."""
 
 from __future__ import annotations

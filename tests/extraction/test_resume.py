@@ -1,4 +1,4 @@
-"""The printed resume (issue 32, item 2): it names what makes the import the same import; where the models are and
+"""The printed resume: it names what makes the import the same import; where the models are and
 who pays come from the environment at resume time, and the answer names (never shows) what the resume reads there.
 
 In-process Applications (ReMe's real configuration resolution, Jobs, stores); the agent is scripted to stop

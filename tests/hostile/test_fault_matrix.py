@@ -1,4 +1,4 @@
-"""The fault matrix (issue 19, item 6): a kill at every durable write of an import, a reindex and a start, then a
+"""The fault matrix: a kill at every durable write of an import, a reindex and a start, then a
 restart (and a resume), compared with a clean run of the same work and with a fresh rebuild from the files alone.
 
 Durable writes are every call of ``storage.atomic.atomic_write`` (journal records, experiences, checkpoints, import records,

@@ -1,4 +1,4 @@
-"""The fault sweep (issue 30 item 7): a kill before every mutating file-system call of an import, a start and a
+"""The fault sweep: a kill before every mutating file-system call of an import, a start and a
 reindex that record changes made by hand and reach the retention bound, then a restart and the work finished, compared
 with an uninterrupted run.
 

@@ -1,17 +1,17 @@
-"""Faults that lost or blocked work, and answers a user can act on (issue 10, sections 4 and 5), in-process.
+"""Faults that lost or blocked work, and answers a user can act on, in-process.
 
 Every fault is injected at the OS call (the tests run as root, where a read-only directory does not deny writes):
 ``Faults`` makes ``os.open(..., O_CREAT)`` and ``open()`` for writing fail with EACCES below chosen directories (a
 directory that is not writable) and ``os.fsync`` of a regular file fail with ENOSPC (a full disk; delayed-allocation
 file systems report it there). Metadata damage is a truncated file. The provider faults use a local embedding endpoint that hangs.
 
-F1  writes that failed to publish are lost silently: the import answers complete and a resume does nothing
-F2  one damaged metadata record (journal, checkpoint, import record) blocks start, reindex and every import
-F3  a full disk answers internal_error and leaves temporary files behind (ours and ReMe's)
-F4  a hanging embedding provider stalls searches in waves (every search waits the write timeout)
-F5  the next start does not remove the atomic writer's temporary files
-F6  a process refused by the workspace lock rewrites the view files; the lock is released before the last view write
-F7  experience files and copies are created with mode 0600 whatever the umask
+- writes that failed to publish are lost silently: the import answers complete and a resume does nothing
+- one damaged metadata record (journal, checkpoint, import record) blocks start, reindex and every import
+- a full disk answers internal_error and leaves temporary files behind (ours and ReMe's)
+- a hanging embedding provider stalls searches in waves (every search waits the write timeout)
+- the next start does not remove the atomic writer's temporary files
+- a process refused by the workspace lock rewrites the view files; the lock is released before the last view write
+- experience files and copies are created with mode 0600 whatever the umask
 """
 
 from __future__ import annotations
@@ -47,10 +47,10 @@ async def one_experience(app) -> None:
     assert ok, ans
 
 
-# -- F1: failed writes are never lost silently --------------------------------------------------------------------
+# -- failed writes are never lost silently ------------------------------------------------------------------------
 
 
-async def test_f1_unwritable_experience_directory_stops_the_import_and_the_resume_redoes_the_segment(
+async def test_unwritable_experience_directory_stops_the_import_and_the_resume_redoes_the_segment(
         make_app, tmp_path, monkeypatch):
     original = write(tmp_path, "run.jsonl", JSONL)
     ws = tmp_path / "ws"
@@ -88,7 +88,7 @@ async def test_f1_unwritable_experience_directory_stops_the_import_and_the_resum
         assert sorted(p.name for p in (ws / "procedures").iterdir()) == ["a.json", "b.json"]
 
 
-async def test_f1_unwritable_journal_from_segment_two_stops_there_and_the_ledger_shows_the_failure(
+async def test_unwritable_journal_from_segment_two_stops_there_and_the_ledger_shows_the_failure(
         make_app, tmp_path, monkeypatch):
     original = write(tmp_path, "run.jsonl", long_trajectory(12))
     ws = tmp_path / "ws"
@@ -126,7 +126,7 @@ async def test_f1_unwritable_journal_from_segment_two_stops_there_and_the_ledger
                                                                           range(1, total + 1)]
 
 
-async def test_f1_a_failure_corrected_within_the_segment_lets_it_advance(make_app, tmp_path, monkeypatch):
+async def test_a_failure_corrected_within_the_segment_lets_it_advance(make_app, tmp_path, monkeypatch):
     original = write(tmp_path, "run.jsonl", JSONL)
     ws = tmp_path / "ws"
     faults = Faults(monkeypatch)
@@ -148,7 +148,7 @@ async def test_f1_a_failure_corrected_within_the_segment_lets_it_advance(make_ap
         assert ok and ans["status"] == "complete" and ans["experiences"]["created"] == ["procedures/a.json"], ans
 
 
-# -- F2: one damaged metadata file does not block the workspace ---------------------------------------------------
+# -- one damaged metadata file does not block the workspace -------------------------------------------------------
 
 
 async def interrupted_import(make_app, ws: Path, original: Path, request_id: str) -> None:
@@ -183,7 +183,7 @@ async def check_workspace_still_serves(make_app, ws: Path, tmp_path: Path) -> di
 
 
 @pytest.mark.parametrize("kind", ["journal", "checkpoint", "import"])
-async def test_f2_one_damaged_record_blocks_only_its_own_import_once(make_app, tmp_path, kind):
+async def test_one_damaged_record_blocks_only_its_own_import_once(make_app, tmp_path, kind):
     original = write(tmp_path, "run.jsonl", long_trajectory(12))
     ws = tmp_path / "ws"
     await interrupted_import(make_app, ws, original, "dmg-1")
@@ -222,7 +222,7 @@ async def test_f2_one_damaged_record_blocks_only_its_own_import_once(make_app, t
     assert ans["path"] == "session/trajectories/run.jsonl"
 
 
-async def test_f2_an_import_record_deleted_by_hand_is_rebuilt_without_a_second_copy(make_app, tmp_path):
+async def test_an_import_record_deleted_by_hand_is_rebuilt_without_a_second_copy(make_app, tmp_path):
     original = write(tmp_path, "run.jsonl", long_trajectory(12))
     ws = tmp_path / "ws"
     await interrupted_import(make_app, ws, original, "del-1")
@@ -235,11 +235,11 @@ async def test_f2_an_import_record_deleted_by_hand_is_rebuilt_without_a_second_c
     assert sorted(p.name for p in (ws / "session/trajectories").iterdir()) == ["run.jsonl"]
 
 
-# -- F3: a full disk -----------------------------------------------------------------------------------------------
+# -- a full disk ---------------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("directory", ["session/trajectories", "metadata/procedure/default/processing"])
-async def test_f3_full_disk_for_the_copy_or_a_checkpoint_answers_disk_full_and_leaves_nothing_half_written(
+async def test_full_disk_for_the_copy_or_a_checkpoint_answers_disk_full_and_leaves_nothing_half_written(
         make_app, tmp_path, monkeypatch, directory):
     original = write(tmp_path, "run.jsonl", JSONL)
     ws = tmp_path / "ws"
@@ -258,7 +258,7 @@ async def test_f3_full_disk_for_the_copy_or_a_checkpoint_answers_disk_full_and_l
         assert ok and ans["status"] == "complete" and ans["path"] == "session/trajectories/run.jsonl", ans
 
 
-async def test_f3_full_disk_for_the_agent_writes_stops_the_segment_with_disk_full(make_app, tmp_path, monkeypatch):
+async def test_full_disk_for_the_agent_writes_stops_the_segment_with_disk_full(make_app, tmp_path, monkeypatch):
     original = write(tmp_path, "run.jsonl", JSONL)
     ws = tmp_path / "ws"
     faults = Faults(monkeypatch)
@@ -270,7 +270,7 @@ async def test_f3_full_disk_for_the_agent_writes_stops_the_segment_with_disk_ful
         assert list((ws / "procedures").iterdir()) == []
 
 
-async def test_f3_full_disk_while_persisting_the_views_leaves_no_temporary_files(make_app, tmp_path, monkeypatch):
+async def test_full_disk_while_persisting_the_views_leaves_no_temporary_files(make_app, tmp_path, monkeypatch):
     ws = tmp_path / "ws"
     real_replace = os.replace
 
@@ -287,7 +287,7 @@ async def test_f3_full_disk_while_persisting_the_views_leaves_no_temporary_files
     assert tmp_files(ws) == []
 
 
-# -- F4: a hanging embedding provider --------------------------------------------------------------------------------
+# -- a hanging embedding provider ------------------------------------------------------------------------------------
 
 
 def hanging_components(endpoint, **settings) -> dict:
@@ -297,7 +297,7 @@ def hanging_components(endpoint, **settings) -> dict:
 
 
 @pytest.mark.slow
-async def test_f4_searches_answer_within_the_search_timeout_while_a_pending_retry_hangs(make_app, tmp_path):
+async def test_searches_answer_within_the_search_timeout_while_a_pending_retry_hangs(make_app, tmp_path):
     ws = tmp_path / "ws"
     (ws / "procedures").mkdir(parents=True)
     place_trajectory(ws)
@@ -319,7 +319,7 @@ async def test_f4_searches_answer_within_the_search_timeout_while_a_pending_retr
 
 
 @pytest.mark.slow
-async def test_f4_one_probe_at_a_time_while_the_provider_hangs_and_writes_keep_their_timeout(make_app, tmp_path):
+async def test_one_probe_at_a_time_while_the_provider_hangs_and_writes_keep_their_timeout(make_app, tmp_path):
     ws = tmp_path / "ws"
     place_unicorn_experiences(ws, 3)
     with EmbeddingEndpoint(64) as endpoint:
@@ -344,10 +344,10 @@ async def test_f4_one_probe_at_a_time_while_the_provider_hangs_and_writes_keep_t
             assert ok and "vector_search" not in ans  # the next probe found the provider back
 
 
-# -- F5: temporary files of the atomic writer ------------------------------------------------------------------------
+# -- temporary files of the atomic writer ----------------------------------------------------------------------------
 
 
-async def test_f5_start_removes_leftover_temporary_files_and_never_reports_them(make_app, tmp_path):
+async def test_start_removes_leftover_temporary_files_and_never_reports_them(make_app, tmp_path):
     ws = tmp_path / "ws"
     async with make_app(workspace=ws) as app:
         await one_experience(app)
@@ -374,14 +374,14 @@ async def test_f5_start_removes_leftover_temporary_files_and_never_reports_them(
         assert ok and ans["indexed"] == 1 and ans["invalid_files"] == [] and ans["pending_indexes"] == []
 
 
-# -- F6: the workspace lock ------------------------------------------------------------------------------------------
+# -- the workspace lock ----------------------------------------------------------------------------------------------
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, bytes]]:
     return {str(p): (p.stat().st_mtime_ns, p.read_bytes()) for p in root.rglob("*") if p.is_file()}
 
 
-async def test_f6_a_refused_process_writes_nothing(make_app, tmp_path):
+async def test_a_refused_process_writes_nothing(make_app, tmp_path):
     from reme_procedure_memory.errors import WorkspaceBusy
 
     ws = tmp_path / "ws"
@@ -396,7 +396,7 @@ async def test_f6_a_refused_process_writes_nothing(make_app, tmp_path):
         assert snapshot(ws) == before  # no view file rewritten on the way out
 
 
-async def test_f6_the_lock_is_held_during_every_view_write_at_close(make_app, tmp_path, monkeypatch):
+async def test_the_lock_is_held_during_every_view_write_at_close(make_app, tmp_path, monkeypatch):
     ws = tmp_path / "ws"
     lock = ws / "metadata/procedure/default/workspace.lock"
     writes = []
@@ -427,10 +427,10 @@ async def test_f6_the_lock_is_held_during_every_view_write_at_close(make_app, tm
     assert not lock_held()  # released after the last write
 
 
-# -- F7: file modes follow the umask ---------------------------------------------------------------------------------
+# -- file modes follow the umask -------------------------------------------------------------------------------------
 
 
-async def test_f7_experiences_and_copies_follow_the_umask_and_keep_a_chosen_mode(make_app, tmp_path):
+async def test_experiences_and_copies_follow_the_umask_and_keep_a_chosen_mode(make_app, tmp_path):
     original = write(tmp_path, "run.jsonl", JSONL)
     previous = os.umask(0o022)
     try:

@@ -1,18 +1,18 @@
 """Regression tests from the second review (extraction, concurrency, served inputs); each names the defect it pins.
 
-R1  the summary repair of a Claude Code wrapper runs with Claude Code's built-in tools and no turn budget
-R2  agent session ids repeat across resumes (repair ids never change; the attempt counter is saved only after the
-    call), which Claude Code rejects ("Session ID ... is already in use")
-R3  the <summary> parser truncates a summary that quotes a closing tag, and drops a valid summary followed by an
-    empty tag pair
-R4  a search already in flight when a reindex starts answers from the cleared views with index_complete=true
-R5  a search pays the provider timeout once per pending file (and once per batch) before answering
-R6  one query the embedding provider rejects pauses vector search for every other caller
-R7  served arguments that are bad input answer internal_error (and leak the absolute workspace path)
-R8  an import that fails while copying answers without its generated request_id
-R9  the resume command in an incomplete answer is not shell-safe
-R10 the context-budget check does not count what AgentScope really sends
-R11 the tool schema's limit maximum and the step's limit are one number
+- the summary repair of a Claude Code wrapper runs with Claude Code's built-in tools and no turn budget
+- agent session ids repeat across resumes (repair ids never change; the attempt counter is saved only after the
+  call), which Claude Code rejects ("Session ID ... is already in use")
+- the <summary> parser truncates a summary that quotes a closing tag, and drops a valid summary followed by an
+  empty tag pair
+- a search already in flight when a reindex starts answers from the cleared views with index_complete=true
+- a search pays the provider timeout once per pending file (and once per batch) before answering
+- one query the embedding provider rejects pauses vector search for every other caller
+- served arguments that are bad input answer internal_error (and leak the absolute workspace path)
+- an import that fails while copying answers without its generated request_id
+- the resume command in an incomplete answer is not shell-safe
+- the context-budget check does not count what AgentScope really sends
+- the tool schema's limit maximum and the step's limit are one number
 """
 
 from __future__ import annotations
@@ -44,10 +44,10 @@ def workspace_with_one_experience(tmp_path):
     return ws
 
 
-# -- R1 -------------------------------------------------------------------------------------------------------------
+# -- the summary repair of a Claude Code wrapper --------------------------------------------------------------------
 
 
-async def test_r1_claude_code_summary_repair_runs_without_builtin_tools_and_with_a_turn_budget(make_app, tmp_path):
+async def test_claude_code_summary_repair_runs_without_builtin_tools_and_with_a_turn_budget(make_app, tmp_path):
     original = two_segment_original(tmp_path)  # segment 1's summary is repaired (the last needs none)
     async with make_app(scripts=[no_summary(), replies("repaired"), replies("last")], components=TWO_SEGMENTS) as app:
         app.agent.backend = "claude_code"  # what ReMe's cc_agent_wrapper is registered as
@@ -60,10 +60,10 @@ async def test_r1_claude_code_summary_repair_runs_without_builtin_tools_and_with
         assert repair.get("max_turns"), repair
 
 
-# -- R2 -------------------------------------------------------------------------------------------------------------
+# -- agent session ids ----------------------------------------------------------------------------------------------
 
 
-async def test_r2_agent_session_ids_never_repeat_across_resumes(make_app, tmp_path):
+async def test_agent_session_ids_never_repeat_across_resumes(make_app, tmp_path):
     original = two_segment_original(tmp_path)  # segment 1's summary is repaired (the last needs none)
     ws = tmp_path / "ws"
 
@@ -83,7 +83,7 @@ async def test_r2_agent_session_ids_never_repeat_across_resumes(make_app, tmp_pa
     assert len(set(ids)) == len(ids), ids
 
 
-async def test_r2_attempt_counter_is_durable_before_the_agent_runs(make_app, tmp_path):
+async def test_attempt_counter_is_durable_before_the_agent_runs(make_app, tmp_path):
     original = write(tmp_path, "run.jsonl", JSONL)
     seen = []
 
@@ -98,10 +98,10 @@ async def test_r2_attempt_counter_is_durable_before_the_agent_runs(make_app, tmp
     assert seen == [{"0": 1}], seen
 
 
-# -- R3 -------------------------------------------------------------------------------------------------------------
+# -- the summary parser ---------------------------------------------------------------------------------------------
 
 
-async def test_r3_summary_quoting_a_closing_tag_is_not_truncated(make_app, tmp_path):
+async def test_summary_quoting_a_closing_tag_is_not_truncated(make_app, tmp_path):
     original = two_segment_original(tmp_path)  # segment 1's summary is kept (the last needs none)
     text = ("<summary>The user asked the agent to end every answer with a </summary> tag; the agent then rebuilt "
             "the docs index and verified a known query.</summary>")
@@ -112,7 +112,7 @@ async def test_r3_summary_quoting_a_closing_tag_is_not_truncated(make_app, tmp_p
         assert "rebuilt the docs index" in saved, saved  # silently cut to "... end every answer with a"
 
 
-async def test_r3_valid_summary_followed_by_an_empty_tag_pair_needs_no_repair(make_app, tmp_path):
+async def test_valid_summary_followed_by_an_empty_tag_pair_needs_no_repair(make_app, tmp_path):
     original = two_segment_original(tmp_path)  # segment 1's summary is kept (the last needs none)
     text = "Done.\n<summary>Rebuilt the docs index.</summary>\n(The summary is between <summary></summary> tags.)"
     # one scripted reply per segment: a repair call would fail the import
@@ -122,7 +122,7 @@ async def test_r3_valid_summary_followed_by_an_empty_tag_pair_needs_no_repair(ma
         assert memory_of(app).checkpoints.get("sum-2").summary == "Rebuilt the docs index."
 
 
-# -- R4 -------------------------------------------------------------------------------------------------------------
+# -- a search in flight during a reindex ----------------------------------------------------------------------------
 
 
 class GatedModel(FakeEmbeddingModel):
@@ -144,7 +144,7 @@ class GatedModel(FakeEmbeddingModel):
         return await super().__call__(inputs, **kwargs)
 
 
-async def test_r4_search_in_flight_when_a_reindex_starts_never_reports_complete_empty_results(make_app, tmp_path):
+async def test_search_in_flight_when_a_reindex_starts_never_reports_complete_empty_results(make_app, tmp_path):
     ws = workspace_with_one_experience(tmp_path)
     model = GatedModel(64)
     async with make_app(workspace=ws, embedding=model) as app:
@@ -169,7 +169,7 @@ async def test_r4_search_in_flight_when_a_reindex_starts_never_reports_complete_
         assert ans["results"][0]["path"] == "procedures/rebuild-search.json" and ans["index_complete"] is True, ans
 
 
-# -- R5 -------------------------------------------------------------------------------------------------------------
+# -- pending files and the provider timeout -------------------------------------------------------------------------
 
 
 class HangingModel(FakeEmbeddingModel):
@@ -181,7 +181,7 @@ class HangingModel(FakeEmbeddingModel):
         return await super().__call__(inputs, **kwargs)
 
 
-async def test_r5_search_does_not_pay_the_provider_timeout_once_per_pending_file(make_app, tmp_path):
+async def test_search_does_not_pay_the_provider_timeout_once_per_pending_file(make_app, tmp_path):
     ws = tmp_path / "ws"
     model = HangingModel(64)
     timeout = 0.25
@@ -202,10 +202,10 @@ async def test_r5_search_does_not_pay_the_provider_timeout_once_per_pending_file
         assert elapsed < 4 * timeout, f"search took {elapsed:.2f}s with an embedding timeout of {timeout}s"
 
 
-# -- R6 -------------------------------------------------------------------------------------------------------------
+# -- a query the provider rejects -----------------------------------------------------------------------------------
 
 
-async def test_r6_one_rejected_query_does_not_pause_vector_search_for_other_callers(make_app, tmp_path):
+async def test_one_rejected_query_does_not_pause_vector_search_for_other_callers(make_app, tmp_path):
     ws = workspace_with_one_experience(tmp_path)
     model = FakeEmbeddingModel(64)
     model.reject = {"forbiddenword"}  # the provider refuses this input (e.g. content filter, malformed text)
@@ -217,10 +217,10 @@ async def test_r6_one_rejected_query_does_not_pause_vector_search_for_other_call
         assert "vector_search" not in ans, ans["vector_search"]  # another caller's valid query lost its vectors
 
 
-# -- R7 -------------------------------------------------------------------------------------------------------------
+# -- bad served arguments -------------------------------------------------------------------------------------------
 
 
-async def test_r7_odd_served_arguments_answer_invalid_argument_not_internal_error(make_app):
+async def test_odd_served_arguments_answer_invalid_argument_not_internal_error(make_app):
     async with make_app() as app:
         ws = str(memory_of(app).workspace_path)
         cases = [
@@ -237,17 +237,17 @@ async def test_r7_odd_served_arguments_answer_invalid_argument_not_internal_erro
             assert ws not in response.answer, answer  # no absolute server path in a served answer
 
 
-async def test_r7_multi_megabyte_query_is_rejected_not_echoed(make_app):
+async def test_multi_megabyte_query_is_rejected_not_echoed(make_app):
     async with make_app() as app:
         query = "stale search " * 200_000  # 2.6 MB
         response = await app.run_job("procedure_search", query=query)
         assert not response.success and len(response.answer) < 10_000, len(response.answer)
 
 
-# -- R8 -------------------------------------------------------------------------------------------------------------
+# -- a failed copy's request id -------------------------------------------------------------------------------------
 
 
-async def test_r8_copy_failure_answers_with_the_generated_request_id(make_app, tmp_path, monkeypatch):
+async def test_copy_failure_answers_with_the_generated_request_id(make_app, tmp_path, monkeypatch):
     from reme_procedure_memory.extraction import copies as copies
 
     original = write(tmp_path, "run.jsonl", JSONL)
@@ -262,10 +262,10 @@ async def test_r8_copy_failure_answers_with_the_generated_request_id(make_app, t
         assert ans.get("request_id"), ans  # without it the reservation of run.jsonl can never be resumed
 
 
-# -- R9 -------------------------------------------------------------------------------------------------------------
+# -- a shell-safe resume command ------------------------------------------------------------------------------------
 
 
-async def test_r9_resume_command_survives_a_path_with_spaces(make_app, tmp_path):
+async def test_resume_command_survives_a_path_with_spaces(make_app, tmp_path):
     original = tmp_path / "my runs" / "run 1.txt"
     original.parent.mkdir()
     original.write_text("rebuilt the index after the config change\n", encoding="utf-8")
@@ -276,10 +276,10 @@ async def test_r9_resume_command_survives_a_path_with_spaces(make_app, tmp_path)
         assert f"file={original}" in words and "filename=run 1.txt" in words, ans["resume"]
 
 
-# -- R10 ------------------------------------------------------------------------------------------------------------
+# -- what AgentScope really sends -----------------------------------------------------------------------------------
 
 
-async def test_r10_context_check_counts_what_agentscope_really_sends(make_app, tmp_path, monkeypatch):
+async def test_context_check_counts_what_agentscope_really_sends(make_app, tmp_path, monkeypatch):
     from reme_procedure_memory.extraction import loop as extraction
 
     from helpers.chat import ChatEndpoint, llm_components, search_create_summarize, text_of, write_original
@@ -306,10 +306,10 @@ async def test_r10_context_check_counts_what_agentscope_really_sends(make_app, t
     assert sent <= counted[0], f"counted {counted[0]} tokens, the first request carries {sent}"
 
 
-# -- R11 ------------------------------------------------------------------------------------------------------------
+# -- the advertised limit -------------------------------------------------------------------------------------------
 
 
-async def test_r11_advertised_limit_maximum_is_the_limit_the_step_enforces(make_app):
+async def test_advertised_limit_maximum_is_the_limit_the_step_enforces(make_app):
     from reme_procedure_memory.jobs.fields import MAX_LIMIT
 
     async with make_app() as app:

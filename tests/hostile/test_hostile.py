@@ -1,4 +1,4 @@
-"""The hostile-input suite (issue 10): every way in, every bad input, one clean answer, no byte out of place.
+"""The hostile-input suite: every way in, every bad input, one clean answer, no byte out of place.
 
 Channels: HTTP and MCP against one real ``reme start`` service on 127.0.0.1 (started and stopped by this module), the
 ``reme`` CLI client, the one-shot CLI (``reme start job=...``, one process per workspace, run side by side), agent

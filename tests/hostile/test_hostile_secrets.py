@@ -1,4 +1,4 @@
-"""Hostile cases for the secret guard (issue 22, item 3): a credential of every kind in every argument an agent writes,
+"""Hostile cases for the secret guard: a credential of every kind in every argument an agent writes,
 and masked trajectory excerpts on every served channel.
 
 * Agent tool calls (a scripted agent inside one real import): ``procedure_create`` and ``procedure_update`` get a
@@ -10,7 +10,7 @@ and masked trajectory excerpts on every served channel.
   that holds a secret of every kind; ``procedure_read kind=trajectory`` over HTTP, MCP and the ``reme`` CLI client
   answers it masked, with the count, and the copy stays byte-exact. The one-shot CLI with
   ``mask_trajectory_secrets=false`` serves it as it is.
-* No twin (issue 30 item 4): on the same service, ReMe's own jobs — every served tool that takes a path, called on
+* No twin: on the same service, ReMe's own jobs — every served tool that takes a path, called on
   the copy and on an agent session file a killed import left under ``mem_session/`` — answer no 8 characters of any
   secret: content reads of the copy are refused and point to ``procedure_read``, the session directory is neither
   read nor listed, neither is moved or deleted.

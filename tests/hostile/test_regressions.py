@@ -20,8 +20,8 @@ def stops():
     return script
 
 
-# F1 -- crash between publish_copy and the COPIED record: the published, checksum-valid copy is not reused.
-async def test_f1_published_copy_of_a_reserved_record_is_reused_when_the_original_is_gone(make_app, tmp_path):
+# crash between publish_copy and the COPIED record: the published, checksum-valid copy is not reused.
+async def test_published_copy_of_a_reserved_record_is_reused_when_the_original_is_gone(make_app, tmp_path):
     original = write(tmp_path, "run.jsonl", JSONL)
     async with make_app(scripts=[stops()]) as app:
         ok, ans = await import_file(app, original, request_id="r1")
@@ -38,9 +38,9 @@ async def test_f1_published_copy_of_a_reserved_record_is_reused_when_the_origina
         assert ok and ans["status"] == "complete", ans
 
 
-# F2 -- a segment's own write left PUBLISHED (crash before indexing) and still unindexable after restart does
+# a segment's own write left PUBLISHED (crash before indexing) and still unindexable after restart does
 # not block the segment from advancing.
-async def test_f2_segment_with_published_but_pending_write_cannot_advance_after_restart(make_app, tmp_path):
+async def test_segment_with_published_but_pending_write_cannot_advance_after_restart(make_app, tmp_path):
     original = write(tmp_path, "run.jsonl", JSONL)
 
     async def leaves_pending_then_fails(tools, prompt, kwargs):
@@ -70,8 +70,8 @@ async def test_f2_segment_with_published_but_pending_write_cannot_advance_after_
         assert not ok and ans["error"]["code"] == "pending_writes", ans
 
 
-# F3 -- the token cap of procedure_read returns "" (and next_offset == offset) for tokenizers without offsets.
-def test_f3_prefix_within_without_offsets_keeps_a_non_empty_prefix():
+# the token cap of procedure_read returns "" (and next_offset == offset) for tokenizers without offsets.
+def test_prefix_within_without_offsets_keeps_a_non_empty_prefix():
     from reme_procedure_memory.tokens import TokenCounter
 
     class SlowEncoder:  # like _Transformers for a slow tokenizer: ids but no offsets
@@ -85,9 +85,9 @@ def test_f3_prefix_within_without_offsets_keeps_a_non_empty_prefix():
     assert counter.prefix_within("a b c d e f", 3).split() == ["a", "b", "c"]
 
 
-# F4 -- valid JSONL whose strings hold raw U+2028 / U+2029 / U+0085 is rejected as malformed (str.splitlines).
+# valid JSONL whose strings hold raw U+2028 / U+2029 / U+0085 is rejected as malformed (str.splitlines).
 @pytest.mark.parametrize("sep", ["\u2028", "\u2029", "\x85"])
-def test_f4_jsonl_lines_split_only_on_newline(sep):
+def test_jsonl_lines_split_only_on_newline(sep):
     from reme_procedure_memory.extraction.formats import decode_trajectory
 
     line = json.dumps({"role": "user", "content": f"first{sep}second"}, ensure_ascii=False)
@@ -96,8 +96,8 @@ def test_f4_jsonl_lines_split_only_on_newline(sep):
     assert decode_trajectory(data, "run.jsonl")
 
 
-# F5 -- an unexpected failure during an import answers plain text without the (possibly generated) request_id.
-async def test_f5_unexpected_import_failure_still_answers_json_with_the_request_id(make_app, tmp_path, monkeypatch):
+# an unexpected failure during an import answers plain text without the (possibly generated) request_id.
+async def test_unexpected_import_failure_still_answers_json_with_the_request_id(make_app, tmp_path, monkeypatch):
     from reme_procedure_memory.extraction import loop as extraction
 
     original = write(tmp_path, "run.jsonl", JSONL)
@@ -113,9 +113,9 @@ async def test_f5_unexpected_import_failure_still_answers_json_with_the_request_
         assert answer.get("request_id"), answer
 
 
-# F6 -- a new journal scope directory is created without fsync of its parent: after power loss the intent
+# a new journal scope directory is created without fsync of its parent: after power loss the intent
 # record written "before the publish" can vanish with its directory.
-def test_f6_new_journal_directories_are_made_durable(tmp_path, monkeypatch):
+def test_new_journal_directories_are_made_durable(tmp_path, monkeypatch):
     from reme_procedure_memory.storage import atomic
     from reme_procedure_memory.storage.journal import Operation, OperationJournal
 

@@ -1,13 +1,13 @@
-"""Trust in the derived state (issue 19): never a silent wrong answer, never a lost retried write, never a hang,
+"""Trust in the derived state: never a silent wrong answer, never a lost retried write, never a hang,
 never a raw traceback. Each test failed on the main it was written against.
 
-T1  after an embedding-model change, records replayed from a view's log kept the old model's vectors (silent)
-T2  a failed write retried identically on resume was refused, and the import then ended ``complete`` without it
-T3  a start whose reconciliation leaves a view with no live document hung forever (a lock of ours re-entered through
-    ReMe's base class), holding the workspace lock
-T4  a start that must save its views died with an ``OSError`` traceback instead of ``storage_error``/``disk_full``
-T5  smaller: a zero-filled log tail discarded the whole view; a deleted MANIFEST was rebuilt without a log line; a
-    damaged checkpoint was missing from reindex's ``damaged_metadata``; ReMe's stale temp files were never removed
+- after an embedding-model change, records replayed from a view's log kept the old model's vectors (silent)
+- a failed write retried identically on resume was refused, and the import then ended ``complete`` without it
+- a start whose reconciliation leaves a view with no live document hung forever (a lock of ours re-entered through
+  ReMe's base class), holding the workspace lock
+- a start that must save its views died with an ``OSError`` traceback instead of ``storage_error``/``disk_full``
+- smaller: a zero-filled log tail discarded the whole view; a deleted MANIFEST was rebuilt without a log line; a
+  damaged checkpoint was missing from reindex's ``damaged_metadata``; ReMe's stale temp files were never removed
 """
 
 from __future__ import annotations
@@ -30,10 +30,10 @@ from helpers.corpus import JSONL, corpus, write, write_corpus
 from helpers.faults import Faults
 from helpers.views import branch_scores, edit_by_hand, fresh_copy, indexed_corpus
 
-# -- T1 -------------------------------------------------------------------------------------------------------------
+# -- vectors of another embedding model -----------------------------------------------------------------------------
 
 
-async def test_t1_an_embedding_change_re_embeds_the_records_held_in_the_views_logs(make_app, tmp_path):
+async def test_an_embedding_change_re_embeds_the_records_held_in_the_views_logs(make_app, tmp_path):
     ws = await indexed_corpus(make_app, tmp_path / "ws")
     edited = [name for name, _, _ in corpus()[:6]]
     edit_by_hand(ws, edited)
@@ -59,7 +59,7 @@ async def test_t1_an_embedding_change_re_embeds_the_records_held_in_the_views_lo
         assert await branch_scores(app, queries) == rebuilt  # the reindex reused no vector of another space
 
 
-async def test_t1_every_upsert_log_entry_names_its_vector_space(make_app, tmp_path):
+async def test_every_upsert_log_entry_names_its_vector_space(make_app, tmp_path):
     ws = await indexed_corpus(make_app, tmp_path / "ws")
     edit_by_hand(ws, [corpus()[0][0]])
     async with make_app(workspace=ws) as app:
@@ -72,7 +72,7 @@ async def test_t1_every_upsert_log_entry_names_its_vector_space(make_app, tmp_pa
         assert upserts and all(e["vector_space"] == space for e in upserts)
 
 
-# -- T2 -------------------------------------------------------------------------------------------------------------
+# -- identical retries of failed writes -----------------------------------------------------------------------------
 
 
 def one_create(name: str, key: str, answers: list):
@@ -85,7 +85,7 @@ def one_create(name: str, key: str, answers: list):
     return script
 
 
-async def test_t2_an_identical_retry_on_resume_publishes_the_write_that_failed(make_app, tmp_path, monkeypatch):
+async def test_an_identical_retry_on_resume_publishes_the_write_that_failed(make_app, tmp_path, monkeypatch):
     original = write(tmp_path, "run.jsonl", JSONL)
     ws = tmp_path / "ws"
     faults = Faults(monkeypatch)
@@ -104,7 +104,7 @@ async def test_t2_an_identical_retry_on_resume_publishes_the_write_that_failed(m
         assert memory_of(app).journal.get("r-1", "k-a").status == "indexed"
 
 
-async def test_t2_a_failure_stays_on_the_checkpoint_until_a_later_write_corrects_it(make_app, tmp_path, monkeypatch):
+async def test_a_failure_stays_on_the_checkpoint_until_a_later_write_corrects_it(make_app, tmp_path, monkeypatch):
     original = write(tmp_path, "run.jsonl", JSONL)
     ws = tmp_path / "ws"
     faults = Faults(monkeypatch)
@@ -129,7 +129,7 @@ async def test_t2_a_failure_stays_on_the_checkpoint_until_a_later_write_corrects
         assert ok and ans["status"] == "complete" and ans["experiences"]["created"] == ["procedures/a.json"], ans
 
 
-async def test_t2_within_a_run_an_identical_retry_after_the_cause_is_fixed_publishes(make_app, tmp_path, monkeypatch):
+async def test_within_a_run_an_identical_retry_after_the_cause_is_fixed_publishes(make_app, tmp_path, monkeypatch):
     ws = tmp_path / "ws"
     faults = Faults(monkeypatch)
     fields = {"description": "d", "when_to_use": "w", "content": "c"}
@@ -154,7 +154,7 @@ async def test_t2_within_a_run_an_identical_retry_after_the_cause_is_fixed_publi
         assert json.loads((ws / "procedures/a.json").read_text())["content"] == "c2"
 
 
-async def test_t2_an_identical_retry_whose_precondition_no_longer_holds_is_refused_and_the_failure_stays(
+async def test_an_identical_retry_whose_precondition_no_longer_holds_is_refused_and_the_failure_stays(
         make_app, tmp_path, monkeypatch):
     ws = tmp_path / "ws"
     faults = Faults(monkeypatch)
@@ -176,7 +176,7 @@ async def test_t2_an_identical_retry_whose_precondition_no_longer_holds_is_refus
         assert "procedures/a.json" in run.failed_writes
 
 
-# -- T3 -------------------------------------------------------------------------------------------------------------
+# -- a view with no live document -----------------------------------------------------------------------------------
 
 STARTER = '''
 import asyncio, json, sys
@@ -222,7 +222,7 @@ def start_and_search(tmp_path: Path, ws: Path, tokenizer: Path, salt: str = "", 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("emptied_by", ["deleting every file", "invalidating every file", "provider down after a model change"])
-def test_t3_a_start_that_leaves_a_view_with_no_live_document_answers(tmp_path, word_tokenizer, emptied_by):
+def test_a_start_that_leaves_a_view_with_no_live_document_answers(tmp_path, word_tokenizer, emptied_by):
     ws = tmp_path / "ws"
     place_unicorn_experiences(ws, 6)
     start_and_search(tmp_path, ws, word_tokenizer)  # indexed and persisted
@@ -263,7 +263,7 @@ def finishes_in_a_thread(work, timeout: float = 20) -> None:
         raise failure[0]
 
 
-async def test_t3_every_reme_base_path_into_our_bm25_lock_finishes(make_app):
+async def test_every_reme_base_path_into_our_bm25_lock_finishes(make_app):
     """The paths where ReMe's ``BM25Index`` calls back into a mutation of ours while ours holds the write lock:
     ``optimize_index`` of an index whose every document is deleted calls ``clear``; ``reset_index`` calls ``clear``,
     ``add_docs`` and ``dump``; ``load`` of a damaged file calls ``clear``."""
@@ -302,7 +302,7 @@ async def test_t3_every_reme_base_path_into_our_bm25_lock_finishes(make_app):
         assert index.n_docs == 0
 
 
-def test_t3_the_readers_writer_lock_lets_its_writer_re_enter():
+def test_the_readers_writer_lock_lets_its_writer_re_enter():
     from reme_procedure_memory.search.locks import ReadWriteLock
 
     lock = ReadWriteLock()
@@ -329,11 +329,11 @@ def test_t3_the_readers_writer_lock_lets_its_writer_re_enter():
     assert entered.wait(5)
 
 
-# -- T4 -------------------------------------------------------------------------------------------------------------
+# -- a start that cannot save its views -----------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("fault", ["not writable", "full disk"])
-async def test_t4_a_start_that_cannot_save_its_views_says_what_to_do(make_app, tmp_path, monkeypatch, fault):
+async def test_a_start_that_cannot_save_its_views_says_what_to_do(make_app, tmp_path, monkeypatch, fault):
     """Not writable: the start appends a hand edit to the views' logs. Full disk: the views' state is gone, so the
     start writes new snapshots (each part fsynced; an append is not)."""
     from reme_procedure_memory.errors import StartupError
@@ -362,10 +362,10 @@ async def test_t4_a_start_that_cannot_save_its_views_says_what_to_do(make_app, t
         assert ok and ans["index_complete"] and ans["results"], ans
 
 
-# -- T5 -------------------------------------------------------------------------------------------------------------
+# -- logs, manifests, checkpoints and temporary files ---------------------------------------------------------------
 
 
-async def test_t5_a_zero_filled_log_tail_is_cut_and_the_rest_of_the_view_kept(make_app, tmp_path):
+async def test_a_zero_filled_log_tail_is_cut_and_the_rest_of_the_view_kept(make_app, tmp_path):
     ws = await indexed_corpus(make_app, tmp_path / "ws")
     edit_by_hand(ws, [corpus()[1][0]])
     async with make_app(workspace=ws) as app:
@@ -384,7 +384,7 @@ async def test_t5_a_zero_filled_log_tail_is_cut_and_the_rest_of_the_view_kept(ma
     assert {log: log.stat().st_size for log in sizes} == sizes
 
 
-async def test_t5_a_deleted_manifest_is_named_in_the_log_and_the_view_rebuilt(make_app, tmp_path, caplog):
+async def test_a_deleted_manifest_is_named_in_the_log_and_the_view_rebuilt(make_app, tmp_path, caplog):
     ws = tmp_path / "ws"
     write_corpus(ws)
     async with make_app(workspace=ws) as app:
@@ -402,7 +402,7 @@ async def test_t5_a_deleted_manifest_is_named_in_the_log_and_the_view_rebuilt(ma
     assert any("MANIFEST.json" in m and "missing" in m for m in messages), messages
 
 
-async def test_t5_reindex_lists_a_damaged_checkpoint(make_app, tmp_path):
+async def test_reindex_lists_a_damaged_checkpoint(make_app, tmp_path):
     original = write(tmp_path, "run.jsonl", JSONL)
     ws = tmp_path / "ws"
     answers: list = []
@@ -417,7 +417,7 @@ async def test_t5_reindex_lists_a_damaged_checkpoint(make_app, tmp_path):
         assert memory_of(app).to_workspace_relative(checkpoint) in damaged, ans
 
 
-async def test_t5_stale_temp_files_of_reme_in_the_workspace_metadata_are_removed_at_start(make_app, tmp_path):
+async def test_stale_temp_files_of_reme_in_the_workspace_metadata_are_removed_at_start(make_app, tmp_path):
     ws = await indexed_corpus(make_app, tmp_path / "ws")
     stale = []
     for kind in ("file_catalog", "file_graph", "file_store", "keyword_index", "embedding_store"):

@@ -1,4 +1,4 @@
-"""Job arguments are declared once (issue 8): each job's advertised ``parameters`` is the schema of its model.
+"""Job arguments are declared once: each job's advertised ``parameters`` is the schema of its model.
 
 The models in arguments.py validate every job's arguments (bounds, enums, defaults, the CLI's numbers as strings);
 plugin.yaml advertises the same schema to the agent, MCP and HTTP clients. These tests fail when either side changes

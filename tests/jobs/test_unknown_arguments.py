@@ -1,4 +1,4 @@
-"""Every job refuses a name it does not take (issue 21, item 5): ``invalid_argument`` naming it and the closest name
+"""Every job refuses a name it does not take: ``invalid_argument`` naming it and the closest name
 the job takes, before any value is checked, and nothing is read or written; the names ReMe injects into a call are
 not the caller's and are never refused.
 

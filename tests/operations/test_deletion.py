@@ -1,4 +1,4 @@
-"""procedure_delete on the real Application (issue 32 item 6): the file leaves both views, the journal records the
+"""procedure_delete on the real Application: the file leaves both views, the journal records the
 removal so procedure_history shows who removed it and when, the name is free again, refusals change nothing.
 
 Experiences are written by the real create tool inside an extraction run (``call_tool``); everything is real (Jobs,
@@ -164,7 +164,7 @@ async def test_a_removal_the_journal_cannot_record_says_so_and_the_next_start_re
         assert "note" not in versions[-1]  # found by the start: a deletion by hand, without the job's note
 
 
-# -- a rejected import: its kept copy and its record (issue 32 item 5) ----------------------------------------------
+# -- a rejected import: its kept copy and its record ----------------------------------------------
 
 
 async def test_a_rejected_import_is_removed_with_its_copy_and_record(make_app, tmp_path):

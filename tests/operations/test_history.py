@@ -1,4 +1,4 @@
-"""procedure_history on the real Application (issue 22 item 1): an experience's durable versions from the journal,
+"""procedure_history on the real Application: an experience's durable versions from the journal,
 changes made by hand, the retention bound, damaged records, paging, refusals, and the same answer after a restart.
 
 Imports run with the scripted agent (``helpers.ScriptedAgent``), which calls the real job tools; everything else is

@@ -1,4 +1,4 @@
-"""procedure_history trusted (issue 30 items 1 and 2): a recorded version is never lost at a kill between a record's
+"""procedure_history trusted: a recorded version is never lost at a kill between a record's
 marker and the record, and every kind of damage to the journal, its path index and the import records is named,
 never answered as a complete history or import on partial evidence.
 

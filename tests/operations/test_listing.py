@@ -1,4 +1,4 @@
-"""procedure_list and procedure_imports through real ReMe Jobs (issue 21, item 6): pages in a stable order with
+"""procedure_list and procedure_imports through real ReMe Jobs: pages in a stable order with
 ``next``, each experience validated as search validates it (pending and invalid ones visible), each import's status
 and progress from its record, checkpoint and journal, damaged records reported without crashing — and nothing
 written, renamed or set aside.

@@ -1,4 +1,4 @@
-"""``procedure_search`` delivery on real views (issue 31): the relevance floor (argument and setting), ``tools=`` and
+"""``procedure_search`` delivery on real views: the relevance floor (argument and setting), ``tools=`` and
 ``max_tokens=``, each checked against the unfiltered answer of the same search; the extraction agent's searches keep
 no floor; without vectors relevance is the keyword evidence. The fake embedding is plumbing only (the default
 floor's calibration is tested on the embedded model in ``tests/search/test_relevance_floor.py``)."""

@@ -1,4 +1,4 @@
-"""The secret guard on the real Application (issue 22, item 3): procedure_create / procedure_update refuse a credential
+"""The secret guard on the real Application: procedure_create / procedure_update refuse a credential
 in any argument or field (``secret_detected``: nothing written, the field and kind named, the secret never repeated),
 and procedure_read kind=trajectory masks credentials for service callers, not for the extraction agent, unless
 ``mask_trajectory_secrets`` is off; the copy stays byte-exact."""

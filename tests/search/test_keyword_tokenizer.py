@@ -1,8 +1,6 @@
 """The views' BM25 tokenizer (ReMe's regex + stopwords, then Snowball English stems) and the rebuild of workspaces
 indexed by another tokenizer."""
 
-import json
-import pickle
 import shutil
 from pathlib import Path
 
@@ -16,13 +14,13 @@ from reme_procedure_memory.search.keyword.tokenizer import SnowballTokenizer
 from conftest import memory_of, run_job
 from helpers import FIXTURES
 
-OLD_WORKSPACE = FIXTURES / "workspace-ed0ae2c"  # made by make_workspace_ed0ae2c.py
+EXPERIENCES = FIXTURES / "four-experiences"  # experience files and the trajectory copy they cite
 
 
 def copy_experiences(ws: Path) -> None:
-    """The old workspace's experience files and the trajectory copy they cite, without its view state."""
+    """Four experience files and the trajectory copy they cite."""
     for part in ("procedures", "session"):
-        shutil.copytree(OLD_WORKSPACE / part, ws / part)
+        shutil.copytree(EXPERIENCES / part, ws / part)
 REGEX = {"tokenizer": {"procedure": {"backend": "regex"}}}
 BM25_ONLY = {"procedure_memory": {"default": {"vector_weight": 0.0}}}
 STEM_QUERY = "deploying failed"  # regex tokens: deploying, failed; the experience says "deployment fails"
@@ -149,34 +147,6 @@ def count_clears(monkeypatch) -> list[int]:
 
     monkeypatch.setattr(Views, "clear", clear)
     return calls
-
-
-async def test_a_workspace_indexed_by_the_previous_release_is_rebuilt_with_stems(make_app, tmp_path, monkeypatch):
-    """A real workspace made by the plugin at ed0ae2c (regex BM25, no tokenizer identity on its records)."""
-    ws = tmp_path / "ws"
-    shutil.copytree(OLD_WORKSPACE, ws)
-    old_pickle = ws / "metadata" / "keyword_index" / "bm25_procedure_when_to_use_regex_7748e1d5a050_v1.pkl"
-    old_vocab = pickle.loads(old_pickle.read_bytes())["vocab"]
-    assert "deployment" in old_vocab and "deploy" not in old_vocab  # really indexed with plain regex tokens
-    clears = count_clears(monkeypatch)
-    async with make_app(workspace=ws, components=BM25_ONLY) as app:
-        memory = memory_of(app)
-        identity = memory.views.tokenizers["when_to_use"]
-        assert identity.startswith(SnowballTokenizer.identity)
-        assert clears == [1]  # both views emptied once, then every file indexed again from its JSON
-        assert chunk_stamps(memory) == {v: {memory.views.tokenizers[v]} for v in memory.views.stores}
-        for view, store in memory.views.stores.items():
-            assert len(store.file_chunks) == 4 and store.keyword_index.n_docs == 4
-            assert "deploy" in store.keyword_index.vocab and "deployment" not in store.keyword_index.vocab
-            ok, ans = await run_job(app, "procedure_search", query=STEM_QUERY, index=view, limit=5)
-            assert ok and ans["index_complete"] and ans["results"][0]["path"] == STEM_MATCH
-    # the rebuilt views are persisted: the next start finds them consistent and rebuilds nothing
-    async with make_app(workspace=ws, components=BM25_ONLY) as app:
-        assert clears == [1]
-        assert chunk_stamps(memory_of(app)) == {v: {memory_of(app).views.tokenizers[v]} for v in VIEW_NAMES}
-    assert json.loads((ws / "procedures" / "rollback-failed-deployment.json").read_text())["when-to-use"] == \
-        json.loads((OLD_WORKSPACE / "procedures" / "rollback-failed-deployment.json").read_text())["when-to-use"]
-
 
 
 async def test_switching_tokenizers_either_way_rebuilds_both_views(make_app, tmp_path, monkeypatch):

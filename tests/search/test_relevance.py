@@ -1,4 +1,4 @@
-"""Relevance (issue 31): the pure formula (search/relevance.py), BM25's self-score and looked-up scores, the matrix's
+"""Relevance: the pure formula (search/relevance.py), BM25's self-score and looked-up scores, the matrix's
 single cosine, and the relevance a real view's answer carries, recomputed from its raw scores."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The shipped relevance floor on the embedded model (issue 31): on the example workspace (20 real experiences about
+"""The shipped relevance floor on the embedded model: on the example workspace (20 real experiences about
 BFCL's file system, Twitter, messaging and math APIs), a search about an API no experience concerns answers 0
 results by default, in both views, while an on-topic search answers its experience. The model is the real embedded
 MiniLM, offline (no ``EMBEDDING_*``); the floor is the one ``plugin.yaml`` ships (``benchmarks/relevance.py``

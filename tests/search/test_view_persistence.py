@@ -229,8 +229,9 @@ async def test_reindex_reuses_the_views_vectors_and_a_new_embedding_model_re_emb
         await search_all(app)
 
 
-async def test_a_workspace_of_the_previous_layout_is_rebuilt_reusing_its_vectors_and_its_view_files_removed(
-        make_app, tmp_path):
+async def test_view_files_of_remes_own_persistence_are_not_read_and_a_start_names_them(make_app, tmp_path):
+    """Only unreleased development builds let ReMe persist the views itself: such files are never loaded (the view
+    is built from the experience files) and every start warns, naming them."""
     from reme.components.file_store.local_file_store import LocalFileStore
     from reme.schema import FileChunk
     from reme.utils.jsonl_zst import write_jsonl_zst
@@ -239,23 +240,26 @@ async def test_a_workspace_of_the_previous_layout_is_rebuilt_reusing_its_vectors
 
     ws = tmp_path / "ws"
     write_corpus(ws)
-    # what ReMe's own persistence left there: the when_to_use view's chunks with their vectors, a graph file
     chunks = [FileChunk(id=f"when_to_use:procedures/{name}", path=f"procedures/{name}", start_line=1, end_line=1,
-                        text=record["when-to-use"], embedding=hashed_vector(record["when-to-use"], 64),
+                        text="stale text", embedding=hashed_vector(record["when-to-use"], 64),
                         metadata={"view": "when_to_use", "version": "old"}) for name, record, _ in corpus()]
-    legacy = [ws / "metadata" / "file_store" / "file_chunks_procedure_when_to_use_v1.jsonl.zst",
-              ws / "metadata" / "file_graph" / "procedure_when_to_use.jsonl.zst"]
-    write_jsonl_zst(legacy[0], (LocalFileStore._serialize_chunk(c) for c in chunks))
-    legacy[1].parent.mkdir(parents=True)
-    legacy[1].write_bytes(b"stale")
-    async with make_app(workspace=ws) as app:
+    stale = ws / "metadata" / "file_store" / "file_chunks_procedure_when_to_use_v1.jsonl.zst"
+    write_jsonl_zst(stale, (LocalFileStore._serialize_chunk(c) for c in chunks))
+    messages: list[str] = []
+    app = make_app.build(workspace=ws)
+    memory_of(app).logger.add(messages.append, level="WARNING")  # after the build: ReMe resets the handlers
+    await app.start()
+    try:
         embedded = {t for call in memory_of(app).embedding_store.as_embedding.model.calls for t in call}
-        assert not embedded & {r["when-to-use"] for _, r, _ in corpus()}  # reused, not embedded again
-        assert embedded >= {r["when-to-use"] + "\n\n" + r["content"] for _, r, _ in corpus()}  # no old vectors
+        assert embedded >= {r["when-to-use"] for _, r, _ in corpus()}  # built from the files, nothing reused
         expected = await search_all(app)
-    assert not any(path.exists() for path in legacy)
+    finally:
+        await app.close()
+    named = [m for m in messages if "unreleased development build" in m]
+    assert len(named) == 1 and f"procedure_when_to_use: not reading {stale}: view files" in named[0], messages
+    assert stale.exists()  # not the plugin's to remove
     async with make_app(workspace=ws) as app:
-        assert await search_all(app) == expected  # the same state, loaded
+        assert await search_all(app) == expected  # the view's own state, loaded
 
 
 WRITER = '''

@@ -1,6 +1,6 @@
 """The view snapshot's format 3 (columns + .npy parts with CRCs): what is dumped loads back identically, every damaged
-or torn part is detected, a format-2 state (written by the previous plugin version) loads without re-embedding and is
-rewritten as format 3, and ReMe's filtered vector search still works with the vectors held by the matrix only."""
+or torn part is detected, a snapshot of another format is not read (the view is rebuilt from the files), and ReMe's
+filtered vector search still works with the vectors held by the matrix only."""
 
 import json
 import shutil
@@ -97,44 +97,25 @@ async def test_a_damaged_column_is_rejected_even_with_a_matching_checksum(make_a
         assert view_content(app) == expected
 
 
-def write_format_2(store, directory) -> None:
-    """The previous plugin version's snapshot writer (format 2), kept here to produce its files: JSON lines of
-    records, ``vectors.npz``, ``bm25.npz``, a manifest without parts."""
-    directory.mkdir(parents=True)
-    records = [store._record(path, inline=False) for path in store.file_graph.paths()]
-    lines = b"".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n" for r in records)
-    (directory / "1.records.jsonl.zst").write_bytes(zstandard.ZstdCompressor(level=1).compress(lines))
-    vectors = store.vectors.export()
-    np.savez(directory / "1.vectors.npz", **vectors)
-    np.savez(directory / "1.bm25.npz", **store.keyword_index.snapshot())
-    manifest = {"vector_space": store.vector_space, "format": 2, "generation": 1, "records": len(records),
-                "chunks": sum(len(r["chunks"]) for r in records), "dimensions": int(vectors["vectors"].shape[1])}
-    (directory / "MANIFEST.json").write_text(json.dumps(manifest, indent=1))
+async def test_a_snapshot_of_another_format_is_not_read_and_the_view_is_rebuilt_from_the_files(make_app, tmp_path):
+    """Format 3 is the only one read (earlier ones were written only by unreleased development builds): a manifest
+    of another format is refused by name, and the view is rebuilt from the experience files."""
+    from reme_procedure_memory.errors import ViewStateError
+    from reme_procedure_memory.search.view.state import ViewState
 
-
-async def test_a_format_2_state_loads_without_re_embedding_and_is_rewritten_as_format_3(make_app, tmp_path):
     ws = tmp_path / "ws"
     write_corpus(ws)
     async with make_app(workspace=ws) as app:
         await create_some(app, 4)
-        records, content = records_of(app), view_content(app)
-        legacy = tmp_path / "legacy"
-        for store in memory_of(app).views.stores.values():
-            write_format_2(store, legacy / store.state.directory.name)
+        content = view_content(app)
     for d in view_dirs(ws):
-        shutil.rmtree(d)
-        shutil.copytree(legacy / d.name, d)
-        assert json.loads((d / "MANIFEST.json").read_text())["format"] == 2
-    async with make_app(workspace=ws) as app:
-        assert records_of(app) == records and view_content(app) == content
-        assert memory_of(app).embedding_store.as_embedding.model.calls == []  # nothing re-embedded
-    for d in view_dirs(ws):  # the first dump after it wrote format 3 and removed the format-2 files
         manifest = json.loads((d / "MANIFEST.json").read_text())
-        assert manifest["format"] == 3 and manifest["generation"] == 2
-        assert sorted(p.name for p in d.iterdir()) == sorted(["MANIFEST.json"] + [f"2.{n}" for n in manifest["parts"]])
+        (d / "MANIFEST.json").write_text(json.dumps({**manifest, "format": 2}))
+        with pytest.raises(ViewStateError, match="unknown format 2"):
+            ViewState(d).read()
     async with make_app(workspace=ws) as app:
-        assert records_of(app) == records and view_content(app) == content
-        assert memory_of(app).embedding_store.as_embedding.model.calls == []
+        assert view_content(app) == content
+    assert all(json.loads((d / "MANIFEST.json").read_text())["format"] == 3 for d in view_dirs(ws))
 
 
 async def test_filtered_vector_search_reads_the_matrix_and_answers_like_reme_stock_scan(make_app, tmp_path):

@@ -1,15 +1,15 @@
 """Containment of configured directories, one validation of experience files, and inputs that ended in
-internal_error (issue 10, sections 1 and 3). Each test names the defect it pins.
+internal_error. Each test names the defect it pins.
 
-C1  a configured directory (or a parent of it inside the workspace) that is a symlink leading out of the workspace
-    is used: imports copy to the outside, search serves outside files, read answers internal_error
-C2  hand-placed files with a non-lowercase-hyphenated name are indexed and served by search, while read refuses them
-C3  hand-placed files whose sources are not existing trajectory copies are served
-I1  a lone surrogate in a text argument ends in internal_error (TypeError in the tokenizer, UnicodeEncodeError in
-    paths, journal keys and import records)
-I2  a JSON trajectory nested 100,000 levels deep ends in internal_error (RecursionError)
-I3  a 300-character import filename ends in internal_error after the name was reserved (OSError: File name too long)
-I4  NaN / Infinity in JSON and JSONL trajectories are accepted, although strict JSON has no such values
+- a configured directory (or a parent of it inside the workspace) that is a symlink leading out of the workspace
+  is used: imports copy to the outside, search serves outside files, read answers internal_error
+- hand-placed files with a non-lowercase-hyphenated name are indexed and served by search, while read refuses them
+- hand-placed files whose sources are not existing trajectory copies are served
+- a lone surrogate in a text argument ends in internal_error (TypeError in the tokenizer, UnicodeEncodeError in
+  paths, journal keys and import records)
+- a JSON trajectory nested 100,000 levels deep ends in internal_error (RecursionError)
+- a 300-character import filename ends in internal_error after the name was reserved (OSError: File name too long)
+- NaN / Infinity in JSON and JSONL trajectories are accepted, although strict JSON has no such values
 """
 
 from __future__ import annotations
@@ -46,14 +46,14 @@ def view_state(ws: Path) -> list[str]:
     return sorted(str(p.relative_to(ws)) for p in (ws / "metadata").rglob("*procedure*") if p.is_file())
 
 
-# -- C1 -------------------------------------------------------------------------------------------------------------
+# -- configured directories stay inside the workspace ---------------------------------------------------------------
 
 LINKED_DIRECTORIES = ["procedures", "session", "session/trajectories", "metadata", "metadata/procedure",
                       "metadata/procedure/default", "metadata/keyword_index", "metadata/file_store"]
 
 
 @pytest.mark.parametrize("linked", LINKED_DIRECTORIES)
-async def test_c1_a_configured_directory_linked_outside_fails_at_start_naming_it(make_app, tmp_path, linked):
+async def test_a_configured_directory_linked_outside_fails_at_start_naming_it(make_app, tmp_path, linked):
     ws, outside = tmp_path / "ws", tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "planted.json").write_text(json.dumps(VALID))
@@ -71,7 +71,7 @@ async def test_c1_a_configured_directory_linked_outside_fails_at_start_naming_it
     assert view_state(ws) == []
 
 
-async def test_c1_a_link_that_appears_before_start_is_refused_before_anything_is_indexed(make_app, tmp_path):
+async def test_a_link_that_appears_before_start_is_refused_before_anything_is_indexed(make_app, tmp_path):
     """The application is built, then ``procedures`` is swapped for a link: start refuses it before reconciling."""
     from reme.application import Application
 
@@ -91,7 +91,7 @@ async def test_c1_a_link_that_appears_before_start_is_refused_before_anything_is
     assert [p.name for p in (ws / "metadata/procedure/default").iterdir()] == ["workspace.lock"]
 
 
-async def test_c1_a_symlinked_directory_inside_the_workspace_is_refused_too(make_app, tmp_path):
+async def test_a_symlinked_directory_inside_the_workspace_is_refused_too(make_app, tmp_path):
     """Decision (docs/decisions.md): paths are identities, so a link inside the workspace is refused as well."""
     ws = tmp_path / "ws"
     (ws / "real-procedures").mkdir(parents=True)
@@ -106,7 +106,7 @@ async def test_c1_a_symlinked_directory_inside_the_workspace_is_refused_too(make
     ({"procedure_dir": "metadata/procedure"}, "overlap"),
     ({"trajectory_subdir": "x"}, "is not a directory"),  # session/x below is a regular file
 ])
-async def test_c1_overlapping_or_unusable_directories_fail_at_start(make_app, tmp_path, components, expected):
+async def test_overlapping_or_unusable_directories_fail_at_start(make_app, tmp_path, components, expected):
     ws = tmp_path / "ws"
     (ws / "session").mkdir(parents=True)
     (ws / "session" / "x").write_text("a file, not a directory")
@@ -115,7 +115,7 @@ async def test_c1_overlapping_or_unusable_directories_fail_at_start(make_app, tm
             pass
 
 
-async def test_c1_a_link_swapped_in_while_running_is_never_followed(make_app, tmp_path):
+async def test_a_link_swapped_in_while_running_is_never_followed(make_app, tmp_path):
     """Reads re-check their directory: a directory replaced by a link at run time answers path_outside."""
     outside = tmp_path / "elsewhere"
     outside.mkdir()
@@ -142,7 +142,7 @@ async def test_c1_a_link_swapped_in_while_running_is_never_followed(make_app, tm
     assert sorted(p.name for p in outside.iterdir()) == ["rebuild-search.json", "run.jsonl"]
 
 
-# -- C2, C3: one validation shared by search, read, update and reindex ------------------------------------------------
+# -- one validation ---------------------------------------------------------------------------------------------------
 
 INVALID_FILES = {
     # name: (sources, what the error must tell the user to fix)
@@ -177,7 +177,7 @@ def hand_placed_workspace(tmp_path: Path) -> Path:
     return ws
 
 
-async def test_c2_c3_hand_placed_files_follow_the_rules_of_written_ones_everywhere(make_app, tmp_path):
+async def test_hand_placed_files_follow_the_rules_of_written_ones_everywhere(make_app, tmp_path):
     ws = hand_placed_workspace(tmp_path)
     before = tree(ws / "procedures", ws / "session", tmp_path / "outside.jsonl")
     invalid = {f"procedures/{name}" for name in INVALID_FILES}
@@ -220,7 +220,7 @@ def ans_pending(app) -> list[dict]:
     return memory.pending.entries()
 
 
-async def test_c3_a_deleted_source_excludes_the_experience_until_it_is_restored(make_app, tmp_path):
+async def test_a_deleted_source_excludes_the_experience_until_it_is_restored(make_app, tmp_path):
     ws = tmp_path / "ws"
     (ws / "procedures").mkdir(parents=True)
     place_trajectory(ws)
@@ -240,13 +240,13 @@ async def test_c3_a_deleted_source_excludes_the_experience_until_it_is_restored(
         assert [r["path"] for r in ans["results"]] == ["procedures/good.json"] and ans["index_complete"], ans
 
 
-# -- I1 -------------------------------------------------------------------------------------------------------------
+# -- lone surrogates ------------------------------------------------------------------------------------------------
 
 SURROGATE = "\ud800"
 
 
 @pytest.mark.parametrize("field", ["description", "when_to_use", "content", "filename", "operation_key"])
-async def test_i1_a_lone_surrogate_in_create_is_invalid_argument_and_writes_nothing(make_app, field):
+async def test_a_lone_surrogate_in_create_is_invalid_argument_and_writes_nothing(make_app, field):
     async with make_app() as app:
         memory = memory_of(app)
         run = memory.begin_run("req", [place_trajectory(memory.workspace_path)])
@@ -262,7 +262,7 @@ async def test_i1_a_lone_surrogate_in_create_is_invalid_argument_and_writes_noth
 
 @pytest.mark.parametrize("field", ["description", "when_to_use", "content", "path", "expected_version",
                                    "operation_key"])
-async def test_i1_a_lone_surrogate_in_update_is_invalid_argument_and_writes_nothing(make_app, field):
+async def test_a_lone_surrogate_in_update_is_invalid_argument_and_writes_nothing(make_app, field):
     async with make_app() as app:
         memory = memory_of(app)
         run = memory.begin_run("req", [place_trajectory(memory.workspace_path)])
@@ -283,14 +283,14 @@ async def test_i1_a_lone_surrogate_in_update_is_invalid_argument_and_writes_noth
     ("procedure_read", {"path": f"procedures/a{SURROGATE}.json"}),
     ("procedure_read", {"kind": "trajectory", "path": f"session/trajectories/{SURROGATE}.jsonl"}),
 ])
-async def test_i1_a_lone_surrogate_in_a_served_argument_is_invalid_argument(make_app, job, args):
+async def test_a_lone_surrogate_in_a_served_argument_is_invalid_argument(make_app, job, args):
     async with make_app() as app:
         ok, ans = await run_job(app, job, **args)
         assert not ok and ans["error"]["code"] == "invalid_argument" and "surrogate" in ans["error"]["message"], ans
 
 
 @pytest.mark.parametrize("field", ["filename", "request_id", "memory_hint", "file"])
-async def test_i1_a_lone_surrogate_in_an_import_argument_reserves_nothing(make_app, tmp_path, field):
+async def test_a_lone_surrogate_in_an_import_argument_reserves_nothing(make_app, tmp_path, field):
     original = write(tmp_path, "run.jsonl", JSONL)
     async with make_app(scripts=[]) as app:
         memory = memory_of(app)
@@ -302,7 +302,7 @@ async def test_i1_a_lone_surrogate_in_an_import_argument_reserves_nothing(make_a
         assert not any((memory.workspace_path / memory.trajectory_rel_dir).iterdir())
 
 
-# -- I2, I4 ---------------------------------------------------------------------------------------------------------
+# -- deep nesting and non-finite numbers ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name, data, detail", [
     ("deep.json", "[" * 100_000 + "]" * 100_000, "deeper"),
@@ -311,7 +311,7 @@ async def test_i1_a_lone_surrogate_in_an_import_argument_reserves_nothing(make_a
     ("inf.jsonl", '{"a": 1}\n{"score": Infinity}\n{"b": -Infinity}\n', "line 2"),
     ("neg-inf.json", '[1, -Infinity]', "-Infinity"),
 ])
-async def test_i2_i4_deep_nesting_and_non_finite_numbers_are_malformed_input_and_keep_the_copy(
+async def test_deep_nesting_and_non_finite_numbers_are_malformed_input_and_keep_the_copy(
         make_app, tmp_path, name, data, detail):
     original = write(tmp_path, name, data)
     async with make_app(scripts=[]) as app:  # the agent must never run
@@ -321,10 +321,10 @@ async def test_i2_i4_deep_nesting_and_non_finite_numbers_are_malformed_input_and
         assert (memory_of(app).workspace_path / ans["path"]).read_bytes() == original.read_bytes()
 
 
-# -- I3 -------------------------------------------------------------------------------------------------------------
+# -- long import filenames ------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("filename", ["a" * 296 + ".log", "é" * 101 + ".md"])
-async def test_i3_a_too_long_import_filename_is_refused_before_anything_is_reserved(make_app, tmp_path, filename):
+async def test_a_too_long_import_filename_is_refused_before_anything_is_reserved(make_app, tmp_path, filename):
     original = write(tmp_path, "run.log", "a line of a log\n")
     async with make_app(scripts=[]) as app:
         memory = memory_of(app)
@@ -335,7 +335,7 @@ async def test_i3_a_too_long_import_filename_is_refused_before_anything_is_reser
         assert not any((memory.workspace_path / memory.trajectory_rel_dir).iterdir())
 
 
-async def test_i3_the_longest_accepted_filename_is_copied_also_with_a_numbered_suffix(make_app, tmp_path):
+async def test_the_longest_accepted_filename_is_copied_also_with_a_numbered_suffix(make_app, tmp_path):
     original = write(tmp_path, "run.log", "a line of a log\n")
     name = "b" * 196 + ".log"  # 200 bytes
     async with make_app(scripts=[replies(), replies()]) as app:

@@ -1,14 +1,14 @@
-"""The start-up scan of the operation journal (issue 9: a start reads a long journal through one descriptor per
-scope directory, and only the files of open records): the same open records as reading every record by its path;
-a scope directory of the earlier layout (every record ``<digest>.json``) is read in full once and converted; final
-records are checked by ``check_records`` (the reindex) and by the import that owns them."""
+"""The start-up scan of the operation journal (a start reads a long journal through one descriptor per scope
+directory, and only the files of open records): the same open records as reading every record by its path; a scope
+directory of the unreleased development layout stops the scan, naming it; final records are checked by
+``check_records`` (the reindex) and by the import that owns them."""
 
 import json
 import os
 
 import pytest
-from reme_procedure_memory.errors import DamagedRecord
-from reme_procedure_memory.storage import atomic, journal as journal_module
+from reme_procedure_memory.errors import DamagedRecord, ErrorCode, UnsupportedWorkspace
+from reme_procedure_memory.storage import journal as journal_module
 from reme_procedure_memory.storage.atomic import write_json
 from reme_procedure_memory.storage.journal import (
     INDEX_PENDING,
@@ -22,7 +22,6 @@ from reme_procedure_memory.storage.journal import (
     Operation,
     OperationJournal,
 )
-from reme_procedure_memory.storage.path_index import PATHS_DIR
 from reme_procedure_memory.storage.records import load_record
 
 
@@ -33,12 +32,6 @@ def op(scope: str, key: str, status: str, created: float) -> Operation:
 
 def stem(name: str) -> str:
     return name[: -len(OPEN_SUFFIX)] if name.endswith(OPEN_SUFFIX) else name[: -len(".json")]
-
-
-def earlier_path(journal: OperationJournal, scope: str, key: str):
-    """Where the earlier layout kept the record of a scoped key (scope directory ``<digest>``)."""
-    path = journal._path(scope, key)
-    return path.parent.with_name(path.parent.name[: -len(SCOPE_SUFFIX)]) / path.name
 
 
 def by_path(directory) -> tuple[list[tuple[str, str]], set[str]]:
@@ -109,57 +102,6 @@ def test_open_records_equal_a_read_by_path_and_read_only_open_files(tmp_path, re
     assert {os.path.basename(p) for p in expected_damaged} >= {"final-broken.json"}
 
 
-def test_a_journal_of_the_earlier_layout_is_read_in_full_once_and_converted(tmp_path, reads):
-    directory = tmp_path / "operations"
-    records = [op(f"scope-{n % 4}", f"key-{n}", [INTENT, PUBLISHED, INDEXED, INDEX_PENDING, SUPERSEDED][n % 5],
-                  500.0 - n) for n in range(40)]
-    earlier = OperationJournal(directory)
-    for record in records:  # as the earlier version wrote them: every record under its final name
-        write_json(earlier_path(earlier, record.scope, record.key), record.__dict__)
-    (directory / "a-scope-by-hand").mkdir()  # any directory is a scope directory, as before
-    write_json(directory / "a-scope-by-hand" / "hand.json", op("by-hand", "h", INTENT, 0.5).__dict__)
-    expected_open, _ = by_path(directory)
-    assert len(expected_open) == 24 + 1
-
-    first = OperationJournal(directory)
-    assert [(o.scope, o.key) for o in first.open_records()] == expected_open
-    assert len(reads) == 41  # every record read once
-    assert sorted(p.name for p in directory.iterdir()) == sorted(
-        {earlier_path(earlier, r.scope, r.key).parent.name + SCOPE_SUFFIX for r in records}
-        | {"a-scope-by-hand.v2", PATHS_DIR})  # and the index by experience path, built in the same pass
-    for record in records:  # converted: an open record lives in its open file only
-        is_open = record.status in OPEN_STATES
-        assert first._open_path(record.scope, record.key).exists() == is_open
-        assert first._path(record.scope, record.key).exists() != is_open
-    assert (directory / "a-scope-by-hand.v2" / f"hand{OPEN_SUFFIX}").is_file()
-    assert by_path(directory)[0] == expected_open
-
-    reads.clear()
-    second = OperationJournal(directory)
-    assert [(o.scope, o.key) for o in second.open_records()] == expected_open
-    assert len(reads) == 24 + 1  # the open files only
-    for record in records:
-        assert second.get(record.scope, record.key) == record
-    assert sorted((o.scope, o.key) for o in second.records("scope-1")) == sorted(
-        (r.scope, r.key) for r in records if r.scope == "scope-1")
-
-
-def test_a_conversion_killed_half_way_is_done_again(tmp_path):
-    directory = tmp_path / "operations"
-    record = op("s", "k", PUBLISHED, 1.0)
-    journal = OperationJournal(directory)
-    old = earlier_path(journal, "s", "k")
-    write_json(old, record.__dict__)  # earlier layout
-    write_json(old.with_name(old.name[: -len(".json")] + OPEN_SUFFIX), record.__dict__)  # its copy, then the kill
-    again = OperationJournal(directory)
-    assert again.open_records() == [record]
-    assert again._open_path("s", "k").exists() and not again._path("s", "k").exists() and not old.parent.exists()
-    again.set_status(record, INDEXED)
-    again.flush()
-    assert OperationJournal(directory).get("s", "k").status == INDEXED
-    assert not again._open_path("s", "k").exists()
-
-
 def test_a_final_record_keeps_its_open_file_until_its_directory_is_synced(tmp_path, monkeypatch):
     directory = tmp_path / "operations"
     journal = OperationJournal(directory)
@@ -200,47 +142,6 @@ def test_no_journal_directory_means_no_open_records(tmp_path):
     assert OperationJournal(tmp_path / "absent").open_records() == []
 
 
-class Killed(BaseException):
-    """The process died at a durable write."""
-
-
-@pytest.mark.parametrize("kill_at", range(6))
-def test_a_conversion_killed_at_any_durable_write_loses_and_duplicates_nothing(tmp_path, monkeypatch, kill_at):
-    directory = tmp_path / "operations"
-    records = [op(f"scope-{n % 2}", f"key-{n}", [INTENT, PUBLISHED, INDEXED, INDEX_PENDING][n % 4], 10.0 - n)
-               for n in range(8)]
-    earlier = OperationJournal(directory)
-    for record in records:
-        write_json(earlier_path(earlier, record.scope, record.key), record.__dict__)
-    expected = sorted((r.scope, r.key, r.status) for r in records if r.status in OPEN_STATES)
-    written = []
-    real = atomic.atomic_write
-
-    def dying_write(path, data, **kwargs):
-        if len(written) == kill_at:
-            raise Killed(str(path))
-        written.append(path)
-        return real(path, data, **kwargs)
-
-    monkeypatch.setattr(atomic, "atomic_write", dying_write)
-    try:
-        OperationJournal(directory).open_records()
-    except Killed:
-        pass
-    monkeypatch.undo()
-    assert len(written) == min(kill_at, len(expected))  # one write per open record; the kill happened there
-    resumed = OperationJournal(directory)
-    assert sorted((o.scope, o.key, o.status) for o in resumed.open_records()) == expected
-    # every scope directory converted (beside them: the index by experience path)
-    assert all(p.name.endswith(SCOPE_SUFFIX) for p in directory.iterdir() if p.name != PATHS_DIR)
-    for record in records:  # one record per key, where this layout keeps it
-        assert resumed.get(record.scope, record.key) == record
-        is_open = record.status in OPEN_STATES
-        assert resumed._open_path(record.scope, record.key).exists() == is_open
-        assert resumed._path(record.scope, record.key).exists() != is_open
-        assert len([r for r in resumed.records(record.scope) if r.key == record.key]) == 1
-
-
 def test_beside_a_damaged_final_record_the_open_file_stays(tmp_path):
     directory = tmp_path / "operations"
     journal = OperationJournal(directory)
@@ -256,3 +157,23 @@ def test_beside_a_damaged_final_record_the_open_file_stays(tmp_path):
     with pytest.raises(DamagedRecord):  # its import sets the final record aside ...
         restarted.get("s", "a")
     assert restarted.get("s", "a").status == PUBLISHED  # ... and then reads the earlier state
+
+
+def test_a_scope_directory_of_an_unreleased_layout_stops_the_first_scan_naming_it(tmp_path):
+    """Development builds kept a scope's records in ``<digest>/`` (an open record could be ``<digest>.json``): such
+    a journal is never read as if it were today's; the first scan stops, naming the directory and what to do."""
+    directory = tmp_path / "operations"
+    journal = OperationJournal(directory)
+    record = op("s", "k", PUBLISHED, 1.0)
+    current = journal._path("s", "k")
+    earlier = current.parent.with_name(current.parent.name[: -len(SCOPE_SUFFIX)])
+    write_json(earlier / current.name, record.__dict__)
+    for read in (journal.open_records, lambda: journal.get("s", "k"), lambda: journal.put(op("s", "x", INTENT, 2.0)),
+                 journal.check_records):
+        with pytest.raises(UnsupportedWorkspace) as caught:
+            read()
+        message = str(caught.value)
+        assert str(earlier) in message and f"move {directory} aside" in message and "\n" not in message
+        assert caught.value.code == ErrorCode.UNSUPPORTED_WORKSPACE
+    assert sorted(p.name for p in directory.iterdir()) == [earlier.name]  # nothing written
+    assert sorted(p.name for p in earlier.iterdir()) == [current.name]

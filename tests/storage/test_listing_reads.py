@@ -1,4 +1,4 @@
-"""The read-only reads behind the listings (issue 21, item 6): one page of the experience directory, every import
+"""The read-only reads behind the listings: one page of the experience directory, every import
 record, one scope of the journal — each reports what it cannot read and changes nothing."""
 
 from __future__ import annotations
@@ -17,8 +17,6 @@ from reme_procedure_memory.storage.journal import (
     ABANDONED,
     INDEXED,
     INTENT,
-    OPEN_SUFFIX,
-    SCOPE_SUFFIX,
     Operation,
     OperationJournal,
     written_paths,
@@ -125,14 +123,3 @@ def test_a_scope_is_read_without_being_converted_or_set_aside(tmp_path):
                                         "column 2 (char 1)", "fields of the wrong type"]
     assert sorted(p.name for p in journal._path("s", "1").parent.iterdir()) == before
     assert journal.damaged == {} and journal.read_scope("other") == ([], {})
-
-
-def test_a_scope_of_the_earlier_layout_is_read_in_place(tmp_path):
-    journal = OperationJournal(tmp_path / "operations")
-    final = journal._path("s", "1")
-    earlier = final.parent.with_name(final.parent.name[: -len(SCOPE_SUFFIX)])
-    earlier.mkdir(parents=True)
-    write_json(earlier / final.name, op("s", "1", "create", "procedures/a.json", INDEXED, 1).__dict__)
-    found, damaged = journal.read_scope("s")
-    assert [o.path for o in found] == ["procedures/a.json"] and damaged == {}
-    assert not final.parent.exists() and not list(earlier.glob(f"*{OPEN_SUFFIX}"))  # not converted

@@ -214,7 +214,7 @@ class ExportArguments(JobArguments):
                              "experience (created when missing; never inside the workspace).")
 
 
-# -- procedure_history (issue 22: reviewable revisions) ------------------------------------------------------------
+# -- procedure_history (reviewable revisions) ---------------------------------------------------------------------
 
 
 class HistoryArguments(JobArguments):

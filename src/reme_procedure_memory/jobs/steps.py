@@ -395,7 +395,7 @@ class ProcedureAutoMemoryStep(ProcedureStep):
         return isinstance(getattr(self.app_context, "service", None), CliService)
 
 
-# -- procedure_history (issue 22: reviewable revisions) ------------------------------------------------------------
+# -- procedure_history (reviewable revisions) ---------------------------------------------------------------------
 
 
 class ProcedureHistoryStep(ProcedureStep):

@@ -176,7 +176,7 @@ class EmbeddedEmbedding(BaseAsEmbedding):
             raise SettingsError(
                 f"{', '.join(half)} {'is' if len(half) == 1 else 'are'} set but EMBEDDING_BACKEND is not, so the "
                 "plugin would embed with its embedded model and ignore that provider. Set EMBEDDING_BACKEND (openai "
-                "for any OpenAI-compatible endpoint, as before) to use the provider, or unset "
+                "for any OpenAI-compatible endpoint) to use the provider, or unset "
                 f"{', '.join(half)} to use the embedded model.")
 
     def _half_configured(self) -> list[str]:

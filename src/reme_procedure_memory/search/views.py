@@ -67,12 +67,11 @@ class Views:
         return tokenizer_identity(index.tokenizer, index.tokenizer_fingerprint())
 
     def foreign_tokenizer(self) -> list[str]:
-        """Views holding records tokenized by another tokenizer than the current one (also: records made before
-        the identity was recorded, also those of an earlier plugin's view files, which the store found but did not
-        load). Their BM25 tokens cannot be mixed with the current ones: rebuild."""
+        """Views holding records tokenized by another tokenizer than the current one (also: records without a
+        recorded identity). Their BM25 tokens cannot be mixed with the current ones: rebuild."""
         return [
             view for view in VIEW_NAMES
-            if self.stores[view].previous_layout or any(c.metadata.get("tokenizer") != self.tokenizers[view] for c in self.stores[view].file_chunks.values())
+            if any(c.metadata.get("tokenizer") != self.tokenizers[view] for c in self.stores[view].file_chunks.values())
         ]
 
     # -- writes -------------------------------------------------------------------------------------------------

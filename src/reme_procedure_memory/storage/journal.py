@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Iterator
 
-from ..errors import DamagedRecord, StorageError
+from ..errors import DamagedRecord, StorageError, UnsupportedWorkspace
 from ..schema import version_of
 from .atomic import fsync_dir, write_json
 from .experiences import ExperienceFiles, Link, entry_names, read_entry
@@ -92,7 +92,7 @@ class Operation:
 OPEN_SUFFIX = ".open.json"  # the file of an open record; its final record is ``<digest>.json``
 
 
-SCOPE_SUFFIX = ".v2"  # a scope directory of this layout; an earlier one (``<digest>``) is converted at start
+SCOPE_SUFFIX = ".v2"  # ends the name of every scope directory; a directory without it stops a start
 
 
 class OperationJournal:
@@ -104,9 +104,9 @@ class OperationJournal:
     and the open file is then removed. A start-up therefore reads only the open files (a long journal costs one
     directory listing per scope, not one read per record). When both exist (the open file is removed only after the
     final one's rename is durable: at once when its directory was fsynced, else after the next fsync of that
-    directory, at close, or at the next start), the final one is the record. A scope directory of the earlier
-    layout (``<digest>``, where an open record may be ``<digest>.json``) is read in full once, its open records moved
-    to their open files, and renamed ``<digest>.v2``. Damaged final records are not read by a start:
+    directory, at close, or at the next start), the final one is the record. A scope directory not named
+    ``<digest>.v2`` (the layout of unreleased development builds) is not read: the first scan raises
+    ``UnsupportedWorkspace``. Damaged final records are not read by a start:
     ``check_records`` (the reindex) and the import that owns them find them.
 
     Every record also has a marker under ``paths/`` (``path_index.py``), made pending before the record is first
@@ -173,7 +173,7 @@ class OperationJournal:
     def records(self, scope: str) -> list[Operation]:
         """Every record of a scope (its import's ledger), oldest first. A damaged record is set aside and raised:
         the import it belongs to stops once with ``metadata_damaged``."""
-        self._scan()  # scope directories of the earlier layout are converted before any read
+        self._scan()  # the first scan checks the layout before any read
         chosen: dict[str, Path] = {}
         for path in sorted(self._scope_dir(scope).glob("*.json")):
             stem = _record_stem(path.name)
@@ -184,32 +184,30 @@ class OperationJournal:
 
     def read_scope(self, scope: str) -> tuple[list[Operation], dict[str, str]]:
         """Every readable record of a scope, oldest first, and its damaged ones (path -> cause), read only: nothing
-        is set aside, converted or remembered (the import that owns a damaged record sets it aside). A scope not yet
-        converted from the earlier layout is read in place."""
-        for scope_dir in (self._scope_dir(scope), self._scope_dir(scope).with_suffix("")):
-            try:
-                dir_fd = os.open(scope_dir, os.O_RDONLY | os.O_DIRECTORY)
-            except (FileNotFoundError, NotADirectoryError):
-                continue
-            try:
-                chosen: dict[str, str] = {}
-                for name in entry_names(dir_fd):
-                    stem = _record_stem(name)
-                    if stem not in chosen or not name.endswith(OPEN_SUFFIX):  # the final file is the record
-                        chosen[stem] = name
-                found, damaged = [], {}
-                for name in chosen.values():
-                    try:
-                        op = self._checked(scope_dir / name, read_entry(name, dir_fd))
-                    except DamagedRecord as exc:
-                        damaged[str(exc.path)] = exc.cause
-                        continue
-                    if op is not None:
-                        found.append(op)
-                return sorted(found, key=lambda op: op.created_at), damaged
-            finally:
-                os.close(dir_fd)
-        return [], {}
+        is set aside or remembered (the import that owns a damaged record sets it aside)."""
+        scope_dir = self._scope_dir(scope)
+        try:
+            dir_fd = os.open(scope_dir, os.O_RDONLY | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):
+            return [], {}
+        try:
+            chosen: dict[str, str] = {}
+            for name in entry_names(dir_fd):
+                stem = _record_stem(name)
+                if stem not in chosen or not name.endswith(OPEN_SUFFIX):  # the final file is the record
+                    chosen[stem] = name
+            found, damaged = [], {}
+            for name in chosen.values():
+                try:
+                    op = self._checked(scope_dir / name, read_entry(name, dir_fd))
+                except DamagedRecord as exc:
+                    damaged[str(exc.path)] = exc.cause
+                    continue
+                if op is not None:
+                    found.append(op)
+            return sorted(found, key=lambda op: op.created_at), damaged
+        finally:
+            os.close(dir_fd)
 
     @staticmethod
     def _checked(path: Path, raw: bytes | Link | None) -> Operation | None:
@@ -224,7 +222,7 @@ class OperationJournal:
 
     def get(self, scope: str, key: str) -> Operation | None:
         """The record of a scoped key, or None (a damaged record is set aside and raised)."""
-        self._scan()  # scope directories of the earlier layout are converted before any read
+        self._scan()  # the first scan checks the layout before any read
         final = self._path(scope, key)
         op = load_owned_record(final, _stated(final))
         return op if op is not None else load_owned_record(self._open_path(scope, key), Operation)
@@ -234,7 +232,7 @@ class OperationJournal:
         removed once the final one's rename is durable. An open record may replace a final one (an abandoned write
         retried): its open file is written first, then the final file removed; a kill between leaves the final one
         as the record, which the next identical retry reopens again."""
-        open_records = self._scan()  # scope directories of the earlier layout are converted before the first write
+        open_records = self._scan()  # the first scan checks the layout before the first write
         scope_dir, key = self._scope_dir(op.scope), (op.scope, op.key)
         ref = self._ref(op)
         first = ref not in self._marked  # this process makes the marker of each record once
@@ -279,19 +277,19 @@ class OperationJournal:
         """Records whose outcome is not final (intent, published, index_pending), oldest first. Damaged records are
         skipped here (listed in ``damaged``): one import's damaged record never blocks a start or another import.
 
-        The first call reads the open files only (a journal of the earlier layout: every record, once, converting
-        it); it removes open files whose final record exists and reads (after fsyncing their directory); beside a
+        The first call reads the open files only; it removes open files whose final record exists and reads (after fsyncing their directory); beside a
         damaged final record the open file stays (the import that owns it sets the final one aside, then reads it).
         """
         return sorted(self._scan().values(), key=lambda op: op.created_at)
 
     def _scan(self) -> dict[tuple[str, str], Operation]:
-        """The open records by (scope, key): read (and the layout converted) by the first call, then kept current.
+        """The open records by (scope, key): read by the first call, then kept current.
 
         A journal with records but without the path index (written before it existed) is read in full by that
         call, once: every record gets its marker, built aside and then renamed into place (``path_index.py``); a
         damaged record cannot be attributed to a path: it stays listed in ``damaged``."""
         if self._open is None:
+            self._check_layout()
             if os.path.lexists(self.paths.directory) and not self.paths.exists():  # no write could name the cause
                 raise StorageError(errno.ENOTDIR, "Not a directory", str(self.paths.directory))
             self._open = {}
@@ -300,14 +298,12 @@ class OperationJournal:
             if builder is not None:
                 shutil.rmtree(builder.directory, ignore_errors=True)  # a build a kill interrupted: again
             for scope_dir, dir_fd, names in self._scopes():
-                earlier = not scope_dir.name.endswith(SCOPE_SUFFIX)
                 finals = {name for name in names if not name.endswith(OPEN_SUFFIX)}
                 stale = {name for name in names if name.endswith(OPEN_SUFFIX) and _record_stem(name) + ".json" in finals}
-                converted: list[tuple[Operation, Path]] = []
                 read: dict[str, Operation | None] = {}
                 for name in names:
                     is_open = name.endswith(OPEN_SUFFIX)
-                    if name in stale or not (is_open or earlier or builder is not None):
+                    if name in stale or not (is_open or builder is not None):
                         continue
                     op = read[name] = self._read(scope_dir, dir_fd, name)
                     if op is not None and builder is not None and _has_shape(op):
@@ -315,38 +311,31 @@ class OperationJournal:
                         built += 1
                     if op is not None and op.status in OPEN_STATES:
                         self._open[(op.scope, op.key)] = op
-                        if not is_open:
-                            converted.append((op, scope_dir / name))
                 settled = [name for name in sorted(stale) if (
                     read[final] if (final := _record_stem(name) + ".json") in read
                     else self._read(scope_dir, dir_fd, final))]
                 if settled:
                     fsync_dir(scope_dir)  # their final records' renames are durable before the open files go
                     _unlink_all(scope_dir / name for name in settled)
-                if earlier:
-                    self._convert(scope_dir, converted)
             if builder is not None and builder.exists():
                 builder.publish_as(self.paths.directory)
                 self.index_built = built
         return self._open
 
-    def _convert(self, scope_dir: Path, converted: list[tuple[Operation, Path]]) -> None:
-        """Move the open records of a scope directory of the earlier layout to their open files, then rename it to
-        this layout's name. A kill meanwhile leaves both files of a record with the same content (the final-named
-        one is read) or the earlier name, and the next start converts again."""
-        for op, path in converted:
-            write_json(path.with_name(_record_stem(path.name) + OPEN_SUFFIX), op.__dict__)
-            path.unlink(missing_ok=True)
-        if converted:
-            fsync_dir(scope_dir)  # no earlier-layout open record comes back once the directory is renamed
-        target = scope_dir.with_name(scope_dir.name + SCOPE_SUFFIX)
-        if target.exists():  # only by hand: left as it is, read in full at every start
-            return
+    def _check_layout(self) -> None:
+        """``UnsupportedWorkspace`` when a directory of the journal is not one of this layout (a scope directory of
+        unreleased development builds, ``<digest>`` without ``SCOPE_SUFFIX``): nothing of it is read or changed."""
         try:
-            os.rename(scope_dir, target)
-        except OSError as exc:
-            raise StorageError(exc.errno, exc.strerror or str(exc), str(target)) from exc
-        fsync_dir(self.directory)
+            with os.scandir(self.directory) as entries:
+                unknown = sorted(e.name for e in entries if e.is_dir() and not e.name.endswith(SCOPE_SUFFIX)
+                                 and e.name not in (PATHS_DIR, BUILDING_DIR, SUMMARIES_DIR))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        if unknown:
+            raise UnsupportedWorkspace(
+                f"{self.directory / unknown[0]} is a journal directory of an unreleased development build, which this "
+                f"version does not read: move {self.directory} aside (the experiences stay; the history of their "
+                "earlier versions and the ledgers of unfinished imports go with it), then start again.")
 
     def flush(self) -> None:
         """Make the final records written without a directory fsync durable and remove their open files (at close)."""

@@ -40,7 +40,8 @@ from .quantization import FLOAT_SLACK, Quantizer
 
 BLOCK_ROWS = 16_384
 CANDIDATES_PER_BLOCK = 16  # screened per block beyond its share of the adaptive depth
-DEPTH_FACTOR = 5  # the adaptive depth: this many times the candidates the last query needed (decision 53)
+# the adaptive depth: this many times the candidates the last query needed (docs/decisions.md#vector-screen)
+DEPTH_FACTOR = 5
 
 
 class VectorMatrix:

@@ -12,8 +12,8 @@ Layout of ``<metadata>/file_store/<store>_<version>.view/`` (``g`` is the snapsh
     <g>.log                   the changes since snapshot ``g``: entries ``[u32 length][u32 crc32][JSON]``; an
                               upsert names the vector space of its inline vectors (``vector_space``)
 
-Format 2 (plugin versions before it; read, and replaced by a format-3 snapshot at the next dump) had no ``parts``:
-``<g>.records.jsonl.zst`` (one JSON line per file: {"node", "chunks"}), ``<g>.vectors.npz`` and ``<g>.bm25.npz``.
+A manifest of another format (earlier ones were written only by unreleased development builds) is not read: the
+view is rebuilt from the experience files.
 
 Contract, so that a kill at any point leaves a state that start-up either loads exactly or rejects (the view is then
 rebuilt from the experience files, which are the truth):
@@ -38,7 +38,7 @@ import os
 import shutil
 import struct
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -48,10 +48,9 @@ import zstandard
 
 from ...errors import StorageError, ViewStateError
 from ...storage import atomic
-from .records import RecordColumns, gc_paused
+from .records import gc_paused
 
 FORMAT = 3
-LEGACY_FORMAT = 2  # read; the next dump writes format 3
 MANIFEST = "MANIFEST.json"
 RECORDS = "records.json.zst"
 _HEADER = struct.Struct("<II")  # payload length, crc32
@@ -121,8 +120,7 @@ class ViewState:
     def read(self) -> tuple[dict, dict[str, list], dict[str, np.ndarray], dict[str, np.ndarray] | None,
                             list[dict]] | None:
         """``(manifest, record columns, vector index arrays, BM25 arrays or None when they are damaged, log entries)``
-        of the current snapshot (a format-2 snapshot read into the same form; ``manifest["format"]`` says which it
-        was), or None when there is none. Raises ViewStateError when the state is inconsistent."""
+        of the current snapshot, or None when there is none. Raises ViewStateError when the state is inconsistent."""
         manifest_path = self.directory / MANIFEST
         if not manifest_path.is_file():
             self.generation, self.log_entries = 0, 0
@@ -131,15 +129,12 @@ class ViewState:
             return None
         try:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-            if manifest.get("format") not in (FORMAT, LEGACY_FORMAT):
+            if manifest.get("format") != FORMAT:
                 raise ViewStateError(f"{manifest_path}: unknown format {manifest.get('format')!r}")
             self.generation = int(manifest["generation"])
             self._remove_other_generations()
             with gc_paused(collect=True):
-                if manifest["format"] == FORMAT:
-                    columns, vectors, bm25 = self._read_parts(manifest)
-                else:
-                    columns, vectors, bm25 = self._read_legacy(manifest)
+                columns, vectors, bm25 = self._read_parts(manifest)
             if len(columns["path"]) != manifest["records"] or len(columns["id"]) != manifest["chunks"]:
                 raise ViewStateError(f"{self.directory}: {len(columns['path'])} records, the manifest says "
                                      f"{manifest['records']}")
@@ -184,32 +179,6 @@ class ViewState:
             raise
         except Exception as exc:  # missing, unreadable
             raise ViewStateError(f"{self._path(name)}: {type(exc).__name__}: {exc}") from exc
-
-    def _read_legacy(self, manifest: dict) -> tuple[dict, dict, dict | None]:
-        """Format 2: JSON lines of records, vectors and BM25 in ``.npz`` files (zip CRCs checked by numpy); an
-        unreadable BM25 file gives None, as in ``_read_parts``."""
-        for kind in ("records.jsonl.zst", "vectors.npz"):
-            if not self._path(kind).is_file():
-                raise ViewStateError(f"{self._path(kind)} is missing")
-        columns = RecordColumns().extend(self._legacy_records()).encoded()
-        with np.load(self._path("vectors.npz"), allow_pickle=False) as data:
-            vectors = {name: data[name] for name in data.files}
-        try:
-            with np.load(self._path("bm25.npz"), allow_pickle=False) as data:
-                bm25 = {name: data[name] for name in data.files}
-        except Exception:  # missing or unreadable
-            bm25 = None
-        if len(columns["id"]) != manifest["chunks"]:
-            raise ViewStateError(f"{self.directory}: {sum(columns['chunks'])} chunks, the manifest says "
-                                 f"{manifest['chunks']}")
-        return columns, vectors, bm25
-
-    def _legacy_records(self) -> Iterator[dict]:
-        with open(self._path("records.jsonl.zst"), "rb") as raw:
-            with zstandard.ZstdDecompressor().stream_reader(raw) as reader:
-                for line in io.TextIOWrapper(reader, encoding="utf-8"):
-                    if line.strip():
-                        yield json.loads(line)
 
     def _read_log(self) -> list[dict]:
         """The log's valid entries; a torn or corrupt tail is cut off the file. An entry is valid when its length

@@ -11,7 +11,7 @@ mutations and the persistence, its bases the vectors (vectors.py) and the search
 * **Persistence is incremental** (state.py, records as in records.py): a snapshot of records (as columns),
   vectors and the BM25 index plus an append-only log of later upserts and deletes. ``dump`` (and closing) appends the
   changes since the last one, and writes a new snapshot only when the log has grown past a share of the view, after a
-  clear, after BM25 compaction, or after loading a snapshot of an earlier format. The keyword index (``procedure_bm25``) and graph (``procedure_graph``) keep no files of their own; this
+  clear, or after BM25 compaction. The keyword index (``procedure_bm25``) and graph (``procedure_graph``) keep no files of their own; this
   store restores them. A state that cannot be read exactly is discarded: the view starts empty and the component
   re-indexes it from the experience files. The vector space the vectors came from is recorded (in the manifest and
   in every upsert of the log); after a change of embedding model they are dropped, so the component re-embeds.
@@ -38,7 +38,7 @@ from ..vector.matrix import VectorMatrix
 from .graph import ProcedureFileGraph
 from .records import RecordColumns, files_of, persisted_record, restore_columns, text_digest
 from .searches import ViewSearches
-from .state import FORMAT, ViewState
+from .state import ViewState
 from .vectors import ViewVectors
 
 SNAPSHOT_MIN_ENTRIES = 500  # a new snapshot once the log holds more entries than this and than ...
@@ -65,9 +65,6 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
         self._pending: list[dict] = []  # log entries of changes not yet written
         self._snapshot_due = False
         self._reusable: dict[str, tuple[str, np.ndarray]] = {}  # chunk id -> (text, vector) of cleared records
-        # ReMe's own view files of an earlier plugin version were found and not loaded: their records (of unknown
-        # tokenizer identity) are still in the view as far as the component knows, so it clears and rebuilds it
-        self.previous_layout = False
 
     def _drop_texts(self, chunk_ids) -> None:
         """Keep only a digest of each chunk's text once BM25 and the log have it: the experience file holds the text
@@ -125,10 +122,9 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
 
     async def clear(self) -> None:
         """Empty the view; its vectors stay available to ``reusable_vector`` until the next ``dump``."""
-        for cid, chunk in self.file_chunks.items():  # added to the previous layout's vectors, if any
+        for cid, chunk in self.file_chunks.items():
             if self.has_vector(cid):
                 self._reusable[cid] = (self._digest(chunk), np.array(self.vector_of(cid)))
-        self.previous_layout = False
         await super().clear()
         with self.vectors_lock.write():
             if self.vectors is not None:
@@ -154,8 +150,8 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
                                 lambda chunk: self.vector_of(chunk.id), inline)
 
     def reme_files(self) -> list[Path]:
-        """The files ReMe's own persistence of this store, its BM25 index and graph would write (earlier plugin
-        versions did; a failed ReMe write leaves its temporary file beside them)."""
+        """The files ReMe's own persistence of this store, its BM25 index and graph would write (only unreleased
+        development builds of the plugin let it; a failed ReMe write leaves its temporary file beside them)."""
         return [Path(self.chunks_path), Path(self.file_graph.legacy_file), Path(self.keyword_index.index_file)]
 
     def _check_backends(self) -> None:
@@ -179,7 +175,7 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
         starts empty and the component re-indexes the files)."""
         self._check_backends()
         await self._reset()
-        self._pending, self._reusable, self.previous_layout = [], {}, False
+        self._pending, self._reusable = [], {}
         try:
             state = await asyncio.to_thread(self.state.read)
             if state is not None:
@@ -190,12 +186,13 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
             await asyncio.to_thread(self.state.remove)
             state = None
         self._snapshot_due = self._snapshot_due or state is None
-        if state is None and self.chunks_path.exists():
-            await asyncio.to_thread(self._keep_legacy_vectors)
-            self.previous_layout = True
+        found = [str(path) for path in self.reme_files() if path.exists()]
+        if found:  # never read: the view is built from the experience files
+            self.logger.warning(f"{self.name}: not reading {', '.join(found)}: view files of an unreleased "
+                                "development build (the view is built from the experience files); remove them")
 
     async def _restore(self, manifest: dict, columns: dict, vectors: dict, bm25: dict | None, entries: list[dict]):
-        self._snapshot_due = manifest["format"] != FORMAT  # an earlier format is rewritten at the next dump
+        self._snapshot_due = False
         self.vector_space = self._current_space()
         same_space = manifest.get("vector_space") == self.vector_space
         if not same_space:  # another embedding model made these vectors
@@ -265,8 +262,6 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
             arrays = self.keyword_index.snapshot()
             meta = {"vector_space": self.vector_space}
             await asyncio.to_thread(self.state.write_snapshot, records.encoded(), vectors, arrays, meta)
-            for legacy in self.reme_files():
-                legacy.unlink(missing_ok=True)  # the files of ReMe's own persistence (earlier plugin versions)
             self._pending, self._snapshot_due = self._pending[logged:], False
         elif self._pending:
             await asyncio.to_thread(self.state.append, self._pending[:logged])

@@ -12,15 +12,13 @@ from the matrix: the same candidates, cosine function, batches, scores and order
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from reme.components.file_store import local_file_store
 from reme.schema import FileChunk
-from reme.utils.jsonl_zst import read_jsonl_zst
 
-from ...reme_internals import chunk_filter, embedding_fits, legacy_chunk, query_embedding, vector_search_batch
+from ...reme_internals import chunk_filter, embedding_fits, query_embedding, vector_search_batch
 from ..locks import ReadWriteLock
 from ..vector.matrix import VectorMatrix
 from .records import slim, text_digest
@@ -37,8 +35,6 @@ class ViewVectors:
     file_chunks: dict[str, FileChunk]
     embedding_store: Any
     embedding_dimensions: int
-    chunks_path: Path
-    encoding: str
 
     def _matrix(self) -> VectorMatrix:
         if self.vectors is None:
@@ -104,20 +100,6 @@ class ViewVectors:
     @staticmethod
     def _digest(chunk: FileChunk) -> str:
         return chunk.metadata.get("text_sha256") or text_digest(chunk.text)
-
-    def _keep_legacy_vectors(self) -> None:
-        """A view of an earlier plugin version (ReMe's own chunk file): its vectors stay available to
-        ``reusable_vector`` while the component re-indexes the files, so the migration embeds nothing it had."""
-        fits = embedding_fits(self)
-        try:
-            for line in read_jsonl_zst(self.chunks_path, self.encoding):
-                if line.strip():
-                    chunk = legacy_chunk(line)
-                    if fits(chunk.embedding):
-                        self._reusable[chunk.id] = (text_digest(chunk.text), chunk.embedding)
-        except Exception as exc:  # unreadable: those files are embedded again
-            self.logger.warning(f"{self.name}: the previous version's vectors are unreadable ({exc})")
-        self.vector_space = self._current_space()
 
     async def vector_search(self, query: str, limit: int, search_filter: dict) -> list[FileChunk]:
         """ReMe's stock ``vector_search`` (see the module docstring); each result carries a copy of its vector."""
