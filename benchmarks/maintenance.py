@@ -12,7 +12,8 @@ texts of ``benchmarks/search.py``'s corpus) and their trajectory copy are writte
 Reported per revision (``--src DIR`` runs another checkout's ``src``, e.g. a ``git worktree`` of an older commit, via
 PYTHONPATH; the plugin's entry point then imports that code):
 - ``wall``: the whole process, fresh workspace with N files;
-- ``empty``: the same command on a workspace with no files (Python imports, ReMe start and close);
+- ``empty``: the same command on a workspace with no experience files (an empty ``procedures/``: a workspace the
+  job accepts; Python imports, ReMe start and close);
 - ``rebuild``: the ``seconds`` the job reports;
 - ``ratio = (wall - empty) / rebuild``: target <= 1.3.
 
@@ -90,7 +91,7 @@ def measure(label: str, src: Path, n: int, reme: str, base_env: dict, root: Path
     cwd.mkdir()
     (cwd / ".env").write_text("")  # shadows any .env in a parent directory (ReMe loads it with override=True)
     empty_ws = root / f"empty-{label}"
-    empty_ws.mkdir()
+    (empty_ws / "procedures").mkdir(parents=True)  # a workspace without one is refused (workspace_not_found)
     empty, _ = run_reindex(reme, env, empty_ws, cwd)
     ws = root / f"ws-{label}"
     ws.mkdir()

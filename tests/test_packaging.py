@@ -43,8 +43,8 @@ JOBS = [
     "procedure_auto_memory",
     "procedure_reindex",
     "procedure_export",
-    "procedure_history",
     "procedure_delete",
+    "procedure_history",
 ]
 COPY_IGNORE = shutil.ignore_patterns(
     ".git", "build", "dist", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache", ".reme", "logs", ".venv",
