@@ -140,13 +140,20 @@ class StorageError(OSError):
 DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
+def failure_cause(exc: OSError) -> str:
+    """What failed, for a sentence: the system's message and errno, or the exception's own text when it has none
+    (an ``OSError`` raised with a message only, e.g. by a library)."""
+    said = exc.strerror or str(exc) or type(exc).__name__
+    return f"{said} (errno {errno.errorcode.get(exc.errno, exc.errno)})" if exc.errno is not None else said
+
+
 def storage_failure(exc: OSError, what: str = "") -> tuple[str, str]:
     """The error code and sentence of a failed durable write: ``disk_full`` (what to free) or ``storage_error``.
 
     ``what`` names the write (e.g. "the copy of run.jsonl"); the destination comes from the exception.
     """
     target = exc.filename or "the workspace"
-    cause = f"{exc.strerror or type(exc).__name__} (errno {errno.errorcode.get(exc.errno, exc.errno)})"
+    cause = failure_cause(exc)
     subject = f"{what} ({target})" if what else str(target)
     if exc.errno in DISK_FULL_ERRNOS:
         return ErrorCode.DISK_FULL, (
@@ -168,7 +175,7 @@ def access_failure(exc: OSError) -> tuple[str, str]:
     """The error code and sentence of a file-system call that failed outside the plugin's durable writers (a read,
     a directory listing, a library's own write): ``disk_full`` or ``storage_error``, naming the path and the cause."""
     target = exc.filename or "the workspace"
-    cause = f"{exc.strerror or type(exc).__name__} (errno {errno.errorcode.get(exc.errno, exc.errno)})"
+    cause = failure_cause(exc)
     code = ErrorCode.DISK_FULL if exc.errno in DISK_FULL_ERRNOS else ErrorCode.STORAGE_ERROR
     return code, (f"Using {target} failed: {cause}. Make sure {Path(str(target)).parent} exists and is readable and "
                   "writable by this process (permissions, a read-only mount, a full or failing disk), then run the "
