@@ -84,7 +84,7 @@ async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads
     answer: dict[str, Any] = {"request_id": request_id, "filename": filename}
     extraction: Extraction | None = None
 
-    def incomplete(code: str, message: str, resumable: bool = True, **details: Any) -> ProcedureError:
+    def incomplete(code: ErrorCode, message: str, resumable: bool = True, **details: Any) -> ProcedureError:
         progress = progress_of(workspace, extraction) if extraction is not None else {}
         changes = {}
         if code == ErrorCode.AGENT_BUDGET_EXHAUSTED:  # resuming with the same budget would stop the same way

@@ -29,6 +29,7 @@ from ..errors import (
     ProcedureError,
     StorageError,
     access_failure,
+    error_answer,
     storage_failure,
 )
 from ..operations.reads import compact_answer
@@ -196,15 +197,13 @@ class ProcedureStep(BaseStep):
             self.logger.exception(f"{self.name} failed: {exc}")
             code, message = (storage_failure(exc) if isinstance(exc, StorageError)
                              else (ErrorCode.METADATA_DAMAGED, f"{exc}. Run the same command again to continue."))
-            return {"status": "error", "error": {"code": code, "message": message}}, False
+            return error_answer(code, message), False
         except OSError as exc:  # any other file-system failure (a read, a listing): still a storage code
             self.logger.exception(f"{self.name} failed: {exc}")
-            code, message = access_failure(exc)
-            return {"status": "error", "error": {"code": code, "message": message}}, False
+            return error_answer(*access_failure(exc)), False
         except Exception as exc:  # still one JSON answer (agents and MCP see only the answer); logged in full
             self.logger.exception(f"{self.name} failed: {exc}")
-            error = {"code": ErrorCode.INTERNAL_ERROR, "message": f"{type(exc).__name__}: {exc}"}
-            return {"status": "error", "error": error}, False
+            return error_answer(ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"), False
 
     async def run(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
