@@ -124,7 +124,7 @@ class History:
         reported = [{"record": ws.relative(d.file), "error": d.error, "set_aside": d.set_aside,
                      "fix": SET_ASIDE_FIX if d.set_aside else MISSING_FIX if d.missing else DAMAGED_FIX}
                     for d in damaged] + reported
-        answer: HistoryAnswer = {  # type: ignore[typeddict-item]  # versions last: after what is said about them
+        answer: HistoryAnswer = {  # versions last, after what is said about them
             "status": "ok", "kind": "history", "path": rel, "exists": current is not None,
             "current_version": current[0] if current else None, "total": len(listed), "offset": offset,
             "next_offset": offset + limit if offset + limit < len(listed) else None,

@@ -152,7 +152,7 @@ class Listing:
         """One import's entry: its record (or its checkpoint alone), checkpoint and journal. A missing scope
         directory or checkpoint is named when there is evidence it existed (``_missing``)."""
         ws = self.workspace
-        entry: ListedImport = {"request_id": request_id}  # type: ignore[typeddict-item]  # completed below
+        entry: ListedImport = {"request_id": request_id}  # completed below
         if record is not None:
             entry.update(file=record.path, filename=record.filename, created_at=_timestamp(record.created_at))
         else:
