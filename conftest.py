@@ -14,6 +14,7 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # nothing may wait on the Hugging Face hub
 sys.path.insert(0, str(Path(__file__).parent / "tests"))
 
 from helpers import FakeEmbeddingModel, ScriptedAgent, qwen3_tokenizer_dir, write_word_tokenizer  # noqa: E402
+from helpers.answers import answer_problems  # noqa: E402
 
 
 
@@ -105,9 +106,12 @@ def memory_of(app):
 
 
 async def run_job(app, name: str, **kwargs) -> tuple[bool, dict]:
-    """Run a job like a service caller and parse its JSON answer."""
+    """Run a job like a service caller and parse its JSON answer, which must have the shape the package declares for
+    it (``answers.ANSWERS``; a failure: ``error_answer``'s envelope with a declared code)."""
     response = await app.run_job(name, **kwargs)
-    return response.success, json.loads(response.answer)
+    answer = json.loads(response.answer)
+    assert answer_problems(name, answer) == [], answer
+    return response.success, answer
 
 
 async def call_tool(app, run, name: str, **args) -> tuple[bool, dict]:

@@ -53,7 +53,7 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc).split())
 
 
-def _coded(code: str, sentence: str) -> str:
+def _coded(code: ErrorCode, sentence: str) -> str:
     return sentence if sentence.startswith(f"{code}: ") else f"{code}: {sentence}"
 
 

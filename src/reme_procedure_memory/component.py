@@ -43,6 +43,7 @@ from .operations.recovery import Recovery, defers_indexing
 from .operations.retention import Retention
 from .operations.runs import Run, RunGrants
 from .operations.writes import WritePath
+from .schema import View
 from .search.views import Views
 from .settings import ProcedureSettings, load_settings
 from .storage.atomic import ensure_dir
@@ -93,9 +94,9 @@ class ProcedureMemory(BaseComponent):
         self.settings: ProcedureSettings = load_settings(raw, prefix=f"components.procedure_memory.{self.name}")
         self.embedding_store = self.bind(self.settings.embedding_store, BaseEmbeddingStore, optional=False)
         # One top-level attribute per view so ReMe resolves them and starts them before this component.
-        self.view_when_to_use = self.bind(self.settings.views["when_to_use"], BaseFileStore, optional=False)
+        self.view_when_to_use = self.bind(self.settings.views[View.WHEN_TO_USE], BaseFileStore, optional=False)
         self.view_when_to_use_content = self.bind(
-            self.settings.views["when_to_use_content"], BaseFileStore, optional=False,
+            self.settings.views[View.WHEN_TO_USE_CONTENT], BaseFileStore, optional=False,
         )
         config = self.app_context.app_config if self.app_context is not None else None
         session = config.session_dir if config is not None else "session"
@@ -267,7 +268,7 @@ class ProcedureMemory(BaseComponent):
             if removed:
                 self.logger.warning(f"procedure memory removed {len(removed)} leftover temporary files: {removed}")
             self._import_lock = asyncio.Lock()
-            stores = {"when_to_use": self.view_when_to_use, "when_to_use_content": self.view_when_to_use_content}
+            stores = {View.WHEN_TO_USE: self.view_when_to_use, View.WHEN_TO_USE_CONTENT: self.view_when_to_use_content}
             self.workspace.open(Views(
                 stores, self.embedding_store, self.settings.embedding_timeout_seconds,
                 self.settings.vector_cooldown_seconds, self.settings.search_embedding_timeout_seconds,

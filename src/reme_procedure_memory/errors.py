@@ -1,8 +1,8 @@
 """Every answer code and every exception of the plugin, declared once.
 
 ``ErrorCode`` lists the codes of the JSON answers (a failed job answers ``{"status": "error" | "incomplete" |
-"rejected", "error": {"code", "message"}}``); ``ProcedureError`` carries one to the step that answers it. ``StartupError`` is what
-stops a start with one line on the CLI (``cli.py``). The rest are the internal failures each layer raises and the
+"rejected", "error": {"code", "message"}}``, built by ``error_answer`` alone); ``ProcedureError`` carries one to the
+step that answers it. ``StartupError`` is what stops a start with one line on the CLI (``cli.py``). The rest are the internal failures each layer raises and the
 layer above turns into an answer code: storage (``StorageError`` → ``storage_failure`` → ``disk_full`` /
 ``storage_error``; ``DamagedRecord`` → ``metadata_damaged``), the views (``IndexFailure``, ``ProviderUnavailable`` →
 ``index_pending``; ``ViewStateError`` → a rebuild), extraction (``ExtractionStopped`` and the trajectory format and
@@ -12,22 +12,25 @@ tokenizer errors → an ``incomplete`` import). ``tests/test_errors.py`` keeps d
 from __future__ import annotations
 
 import errno
+from enum import StrEnum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 
 class InvalidExperience(ValueError):
     """A file that is not a valid experience; the message says what is wrong."""
 
 
-class ErrorCode:
-    """Every code of a failed job answer (``docs/reference.md`` lists each with what to do; a test keeps the two
-    equal). Tool and read answers are ``status: error``; an import that can be resumed is ``status: incomplete``,
-    one whose content can never be imported ``status: rejected``."""
+class ErrorCode(StrEnum):
+    """Every code of a failed job answer (``docs/reference.md`` lists each with what to do; ``tests/test_errors.py``
+    keeps the two equal and finds any code the package answers that is not declared here). Tool and read answers are
+    ``status: error``; an import that can be resumed is ``status: incomplete``, one whose content can never be
+    imported ``status: rejected``. A member is a ``str``: it compares equal to its value and JSON writes the value."""
 
     # arguments and paths
     INVALID_ARGUMENT = "invalid_argument"
     PATH_OUTSIDE = "path_outside_allowed_directory"
+    PROTECTED_PATH = "protected_path"  # one of ReMe's own file jobs reached the plugin's directories (storage/guard.py)
     NOT_FOUND = "not_found"
     NOT_AVAILABLE = "not_available"
     # experiences and writes
@@ -77,15 +80,26 @@ class ErrorCode:
     DESTINATION_NOT_ALLOWED = "destination_not_allowed"  # dest is (through links) in the workspace, or not a directory
     EXPORT_CONFLICT = "export_conflict"  # something the export did not write is in the way; nothing was written
 
-    @classmethod
-    def all(cls) -> set[str]:
-        return {value for name, value in vars(cls).items() if name.isupper()}
+
+class ErrorDetail(TypedDict):
+    """The ``error`` of a failed answer."""
+
+    code: ErrorCode
+    message: str
+
+
+def error_answer(code: ErrorCode, message: str, *, status: str = "error", **details: Any) -> dict[str, Any]:
+    """The JSON answer of a failure, the one envelope every failed answer has:
+    ``{"status": status, **details, "error": {"code": code, "message": message}}``. ``details`` (in their order,
+    before ``error``) are what the answer keeps of the job's own answer (``path``, ``request_id``, ``segments``...)."""
+    error: ErrorDetail = {"code": code, "message": message}
+    return {"status": status, **details, "error": error}
 
 
 class ProcedureError(Exception):
     """A failure the caller can act on: a code, a sentence, and optional details for the JSON answer."""
 
-    def __init__(self, code: str, message: str, *, status: str = "error", **details: Any) -> None:
+    def __init__(self, code: ErrorCode, message: str, *, status: str = "error", **details: Any) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
@@ -93,8 +107,8 @@ class ProcedureError(Exception):
         self.details = details
 
     def answer(self) -> dict[str, Any]:
-        """The JSON answer of this failure."""
-        return {"status": self.status, **self.details, "error": {"code": self.code, "message": self.message}}
+        """The JSON answer of this failure (``error_answer``)."""
+        return error_answer(self.code, self.message, status=self.status, **self.details)
 
 
 class StartupError(Exception):
@@ -102,7 +116,7 @@ class StartupError(Exception):
     how to fix). The CLI prints it as one line, ``<code>: <message>``; in-process callers catch it like any
     exception."""
 
-    code: str = ErrorCode.INTERNAL_ERROR  # each subclass names its own
+    code: ErrorCode = ErrorCode.INTERNAL_ERROR  # each subclass names its own
 
 
 class ServiceStartAborted(BaseException):
@@ -147,7 +161,7 @@ def failure_cause(exc: OSError) -> str:
     return f"{said} (errno {errno.errorcode.get(exc.errno, exc.errno)})" if exc.errno is not None else said
 
 
-def storage_failure(exc: OSError, what: str = "") -> tuple[str, str]:
+def storage_failure(exc: OSError, what: str = "") -> tuple[ErrorCode, str]:
     """The error code and sentence of a failed durable write: ``disk_full`` (what to free) or ``storage_error``.
 
     ``what`` names the write (e.g. "the copy of run.jsonl"); the destination comes from the exception.
@@ -171,7 +185,7 @@ def storage_failure(exc: OSError, what: str = "") -> tuple[str, str]:
     )
 
 
-def access_failure(exc: OSError) -> tuple[str, str]:
+def access_failure(exc: OSError) -> tuple[ErrorCode, str]:
     """The error code and sentence of a file-system call that failed outside the plugin's durable writers (a read,
     a directory listing, a library's own write): ``disk_full`` or ``storage_error``, naming the path and the cause."""
     target = exc.filename or "the workspace"
@@ -251,7 +265,7 @@ class SegmentationError(ValueError):
 class ExtractionStopped(Exception):
     """The import stopped resumably; code and message say why and how to go on (``details`` go into the answer)."""
 
-    def __init__(self, code: str, message: str, **details: Any) -> None:
+    def __init__(self, code: ErrorCode, message: str, **details: Any) -> None:
         super().__init__(message)
         self.code = code
         self.message = message

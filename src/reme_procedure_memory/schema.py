@@ -1,10 +1,13 @@
-"""The public schema: an experience, its name and version, and the JSON answers of the jobs.
+"""The public schema: an experience, its name and version, and the names of the jobs and search views.
 
 An experience file holds exactly four fields and no id::
 
     {"description": ..., "when-to-use": ..., "content": ..., "sources": [...]}
 
 Its workspace-relative path (``procedures/<name>.json``) is its identity; its version is derived from its bytes.
+``Job`` names every job of the plugin (``plugin.yaml`` defines them; a test keeps the two equal) and ``AGENT_TOOLS``
+the ones an extraction agent is given; ``View`` names the two search views. The JSON answers of the jobs are declared
+in ``answers.py``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -22,8 +26,38 @@ NAME_PATTERN = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*\.json$")
 MAX_NAME_CHARS = 120
 VERSION_CHARS = 16
 TEXT_FIELDS = ("description", "when-to-use", "content")
-# The two search views: ``when_to_use`` indexes the when-to-use text, ``when_to_use_content`` when-to-use + content.
-VIEW_NAMES = ("when_to_use", "when_to_use_content")
+
+
+class Job(StrEnum):
+    """Every job of the plugin, by the name callers use (``reme procedure_search``, ``POST /procedure_search``)."""
+
+    SEARCH = "procedure_search"
+    READ = "procedure_read"
+    LIST = "procedure_list"
+    IMPORTS = "procedure_imports"
+    HISTORY = "procedure_history"
+    CREATE = "procedure_create"
+    UPDATE = "procedure_update"
+    AUTO_MEMORY = "procedure_auto_memory"
+    REINDEX = "procedure_reindex"
+    EXPORT = "procedure_export"
+    DELETE = "procedure_delete"
+
+
+# The job tools an extraction agent is given (with ``finish_segment``), in the order its request lists them; plain
+# strings, as ReMe and the agent SDKs take tool names.
+AGENT_TOOLS = tuple(job.value for job in (Job.SEARCH, Job.READ, Job.CREATE, Job.UPDATE))
+
+
+class View(StrEnum):
+    """The two search views: ``when_to_use`` indexes the when-to-use text, ``when_to_use_content`` when-to-use +
+    content (the ``index`` argument of ``procedure_search``, the keys of the ``views`` setting)."""
+
+    WHEN_TO_USE = "when_to_use"
+    WHEN_TO_USE_CONTENT = "when_to_use_content"
+
+
+VIEW_NAMES = tuple(view.value for view in View)
 # Tool arguments use underscores (function-calling friendly); files use the spec's hyphenated key.
 ARG_TO_FIELD = {"description": "description", "when_to_use": "when-to-use", "content": "content"}
 FIELD_TO_ARG = {v: k for k, v in ARG_TO_FIELD.items()}

@@ -7,6 +7,7 @@ import math
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import SettingsError
+from .schema import VIEW_NAMES, View
 
 DEFAULT_TOKENIZER_SOURCE = "Qwen/Qwen3.8-27B"
 MIB = 1024 * 1024
@@ -86,8 +87,8 @@ class ProcedureSettings(BaseModel):
     embedding_store: str = "procedure"
     views: dict[str, str] = Field(
         default_factory=lambda: {
-            "when_to_use": "procedure_when_to_use",
-            "when_to_use_content": "procedure_when_to_use_content",
+            View.WHEN_TO_USE.value: "procedure_when_to_use",
+            View.WHEN_TO_USE_CONTENT.value: "procedure_when_to_use_content",
         },
     )
     vector_weight: float = Field(0.7, ge=0, le=1)
@@ -122,7 +123,7 @@ class ProcedureSettings(BaseModel):
     @field_validator("views")
     @classmethod
     def _both_views(cls, value: dict[str, str]) -> dict[str, str]:
-        if set(value) != {"when_to_use", "when_to_use_content"} or not all(value.values()):
+        if set(value) != set(VIEW_NAMES) or not all(value.values()):
             raise ValueError("must name a file store for exactly when_to_use and when_to_use_content")
         return value
 

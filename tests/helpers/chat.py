@@ -10,10 +10,13 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, Callable
 
+from reme_procedure_memory.extraction.finish import FINISH_TOOL
+from reme_procedure_memory.schema import AGENT_TOOLS
+
 from helpers import LocalServer, send_json
 from helpers.corpus import JSONL
 
-TOOLS = ["finish_segment", "procedure_create", "procedure_read", "procedure_search", "procedure_update"]
+TOOLS = sorted([FINISH_TOOL, *AGENT_TOOLS])  # what every extraction request offers the model
 
 
 INJECTED_KEYS = ("_procedure_grant", "_procedure_sources", "tool_context_id")

@@ -8,6 +8,7 @@ alone — a bound, an enum value, a description, a required argument.
 from __future__ import annotations
 
 import copy
+import importlib
 
 import pytest
 import yaml
@@ -23,6 +24,7 @@ from reme_procedure_memory.jobs.arguments import (
     validate,
 )
 from reme_procedure_memory.jobs.fields import Integer
+from reme_procedure_memory.schema import AGENT_TOOLS, Job
 
 from conftest import run_job
 from helpers import REPO
@@ -49,6 +51,19 @@ def test_every_job_of_the_manifest_has_a_model_and_advertises_its_schema():
     jobs = manifest_jobs()
     assert set(MODELS) == set(jobs)
     assert drift(jobs, MODELS) == []
+
+
+def test_each_job_of_the_manifest_runs_the_step_that_declares_it():
+    """A step declares its job by its arguments' model (``arguments.job``); plugin.yaml names each job's step. The two
+    agree, the manifest's jobs are exactly ``Job``, and the agent's tools are among them."""
+    manifest = yaml.safe_load(MANIFEST.read_text())
+    declared = {}
+    for job, spec in manifest["application_defaults"]["jobs"].items():
+        for step in spec["steps"]:
+            module, _, name = manifest["backends"][step["backend"]].partition(":")
+            declared[job] = getattr(importlib.import_module(module), name).arguments.job
+    assert declared == {job.value: job for job in Job}
+    assert set(AGENT_TOOLS) < set(Job)
 
 
 async def test_reme_serves_the_models_schemas(make_app):

@@ -25,6 +25,7 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..answers import ExportAnswer
 from ..errors import ErrorCode, ProcedureError, StorageError
 from ..storage import atomic
 from ..storage.experiences import BadFile, StoredExperience
@@ -42,7 +43,7 @@ ROOT_TEMP = re.compile(rf"^\.({re.escape(INDEX_FILE)}|{re.escape(MARKER_FILE)})\
 SKILL_TEMP = re.compile(rf"^\.{re.escape(SKILL_FILE)}\.[0-9a-f]{{8}}\.tmp$")
 
 
-async def export_skills(workspace: Workspace, raw_dest: str) -> dict[str, Any]:
+async def export_skills(workspace: Workspace, raw_dest: str) -> ExportAnswer:
     """Export every valid experience of ``workspace`` to the directory ``raw_dest`` (absolute; see the module
     docstring) and answer what was created, updated, unchanged, removed, kept, invalid and refused."""
     dest = resolve_destination(raw_dest, workspace.root)

@@ -19,8 +19,8 @@ from agentscope.tool import Toolkit
 from reme.components.agent_wrapper.as_agent_wrapper import AsAgentWrapper
 
 from ..reme_internals import job_tool, reply_result_text, resolve_jobs
+from ..schema import AGENT_TOOLS
 from .finish import reply_summary
-from .prompt import TOOLS
 from .summary import tagged
 
 
@@ -66,9 +66,9 @@ def merged_reply_kwargs(wrapper, run, max_iters: int, finish=None) -> dict[str, 
         kwargs["job_tools"] = []
     else:
         injected = run.injected()
-        kwargs.update(job_tools=list(TOOLS), injected_job_kwargs=injected, tool_context_id=run.context_id)
+        kwargs.update(job_tools=list(AGENT_TOOLS), injected_job_kwargs=injected, tool_context_id=run.context_id)
         if finish is not None:
-            jobs = resolve_jobs(wrapper, list(TOOLS))
+            jobs = resolve_jobs(wrapper, list(AGENT_TOOLS))
             kwargs["toolkit"] = Toolkit(tools=[
                 *(job_tool(wrapper, job, run.context_id, injected) for job in jobs), finish])
     if getattr(wrapper, "backend", "") == "claude_code":

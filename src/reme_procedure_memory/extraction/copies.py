@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 REJECTED = "rejected"  # the status of an import whose content can never be imported (answer and listing alike)
 
 
-def rejected_code(exc: UnsupportedTrajectory | MalformedTrajectory) -> str:
+def rejected_code(exc: UnsupportedTrajectory | MalformedTrajectory) -> ErrorCode:
     """The answer code of a content check's failure."""
     return ErrorCode.UNSUPPORTED_FORMAT if isinstance(exc, UnsupportedTrajectory) else ErrorCode.MALFORMED_INPUT
 

@@ -28,7 +28,7 @@ from agentscope.message import TextBlock, ToolResultState
 from agentscope.permission import PermissionBehavior, PermissionContext, PermissionDecision
 from agentscope.tool import ToolBase, ToolChunk
 
-from ..errors import ErrorCode
+from ..errors import ErrorCode, error_answer
 
 FINISH_TOOL = "finish_segment"
 DESCRIPTION = ("End this segment: call it last, in the same turn as your writes (alone when there is nothing to "
@@ -43,8 +43,8 @@ def _answer(success: bool, body: dict[str, Any]) -> ToolChunk:
     return ToolChunk(content=[TextBlock(text=json.dumps(body, ensure_ascii=False))], state=state)
 
 
-def _refusal(code: str, message: str) -> ToolChunk:
-    return _answer(False, {"status": "error", "error": {"code": code, "message": message}})
+def _refusal(code: ErrorCode, message: str) -> ToolChunk:
+    return _answer(False, error_answer(code, message))
 
 
 def _turn(state) -> tuple[list[str], list[str]]:

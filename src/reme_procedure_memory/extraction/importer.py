@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import __version__
+from ..answers import ImportAnswer
 from ..errors import (
     DamagedRecord,
     ErrorCode,
@@ -71,7 +72,7 @@ def fingerprint(workspace: Workspace, record: ImportRecord) -> dict[str, Any]:
 
 
 async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads: Reads, wrapper,
-                     args, interrupts: list[int] | None = None) -> dict[str, Any]:
+                     args, interrupts: list[int] | None = None) -> ImportAnswer:
     """Copy one local trajectory and run the extraction over its remaining segments (resumable by request_id);
     ``args``: the job's validated arguments (``file``, ``filename``, ``request_id``, ``memory_hint``, ``source_id``);
     ``interrupts``: filled with the signal number by whoever cancels this task on SIGINT/SIGTERM.
@@ -84,7 +85,7 @@ async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads
     answer: dict[str, Any] = {"request_id": request_id, "filename": filename}
     extraction: Extraction | None = None
 
-    def incomplete(code: str, message: str, resumable: bool = True, **details: Any) -> ProcedureError:
+    def incomplete(code: ErrorCode, message: str, resumable: bool = True, **details: Any) -> ProcedureError:
         progress = progress_of(workspace, extraction) if extraction is not None else {}
         changes = {}
         if code == ErrorCode.AGENT_BUDGET_EXHAUSTED:  # resuming with the same budget would stop the same way

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from ..errors import ErrorCode, ExtractionStopped, ProcedureError, TokenizerUnavailable
 from ..operations.reads import compact_answer
 from ..reme_internals import reply_result_text
+from ..schema import View
 from ..storage.journal import INDEX_PENDING, PUBLISHED, written_paths
 from . import prompt
 from .agent_call import ends_with_tool, merged_reply_kwargs, remove_session_file, reply_text, stop_reason
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
 
 Search = Callable[[str, str, int], Awaitable[dict[str, Any]]]  # (query, view, limit) -> a search answer
 REPAIR_ITERATIONS = 2  # a summary repair needs no tools: one answer, plus the SDK's forced final turn
-RELATED_VIEW, RELATED_LIMIT = "when_to_use_content", 5  # the experiences a segment's message lists
+RELATED_VIEW, RELATED_LIMIT = View.WHEN_TO_USE_CONTENT, 5  # the experiences a segment's message lists
 # all shown whole (weak matches are left out): revised in place (folded, not appended to) without a read turn;
 # bounded experiences (extraction.grow_limit) keep that affordable
 RELATED_CONTENTS = RELATED_LIMIT

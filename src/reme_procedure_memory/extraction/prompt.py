@@ -23,10 +23,10 @@ from typing import Iterable
 
 import yaml
 
+from ..schema import AGENT_TOOLS
 from ..storage.journal import ABANDONED
 from .finish import DESCRIPTION as FINISH_DESCRIPTION, FINISH_TOOL, INPUT_SCHEMA as FINISH_SCHEMA
 
-TOOLS = ("procedure_search", "procedure_read", "procedure_create", "procedure_update")
 PROMPTS = yaml.safe_load((Path(__file__).with_name("prompts.yaml")).read_text(encoding="utf-8"))
 
 # Tokens an agent SDK adds around what the plugin counts: role markers of the chat template and AgentScope's runtime
@@ -114,7 +114,7 @@ def repair_message(*, segment_message: str, number: int, total: int, problem: st
 def tool_schemas(jobs, finish_tool: bool = False) -> str:
     """The four job tools' schemas (and ``finish_segment``'s, with ``finish_tool``) as function-calling requests
     carry them."""
-    schemas = [(name, jobs[name].description, jobs[name].parameters) for name in TOOLS]
+    schemas = [(name, jobs[name].description, jobs[name].parameters) for name in AGENT_TOOLS]
     if finish_tool:
         schemas.append((FINISH_TOOL, FINISH_DESCRIPTION, FINISH_SCHEMA))
     return json.dumps(

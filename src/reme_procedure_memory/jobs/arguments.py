@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from pydantic.json_schema import SkipJsonSchema
 
 from ..errors import ErrorCode, ProcedureError
-from ..schema import ADVICE_MARKER, FIELD_ALIAS, NAME_EXAMPLE, VIEW_NAMES
+from ..schema import ADVICE_MARKER, FIELD_ALIAS, NAME_EXAMPLE, VIEW_NAMES, Job, View
 from .fields import (
     MAX_LIMIT,
     MAX_PAGE,
@@ -64,6 +64,7 @@ class JobArguments(BaseModel):
     # false) does, as it always did for ``kind``. Elsewhere "" is refused like any other blank text.
     EMPTY_IS_DEFAULT: ClassVar[frozenset[str]] = frozenset()
     FALSY_IS_DEFAULT: ClassVar[frozenset[str]] = frozenset()
+    job: ClassVar[Job]  # the job whose arguments these are (its steps validate them; sentences name it)
 
     @classmethod
     def _normalise(cls, data: Any) -> Any:
@@ -86,11 +87,13 @@ class JobArguments(BaseModel):
 
 
 class SearchArguments(JobArguments):
+    job = Job.SEARCH
+
     EMPTY_IS_DEFAULT = frozenset({"index", "limit", "detail", "min_relevance", "tools", "max_tokens"})
 
     query: Query = Field(description="What you want to do, or the situation you are in.")
     index: Literal[VIEW_NAMES] = Field(
-        "when_to_use_content",
+        View.WHEN_TO_USE_CONTENT,
         description="The fields searched (default when_to_use_content).",
     )
     limit: Integer = Field(5, ge=1, le=MAX_LIMIT, description="Maximum results (default 5).")
@@ -105,6 +108,8 @@ class SearchArguments(JobArguments):
 
 class ReadArguments(JobArguments):
     """Offset and length concern trajectories only: for an experience they are not read (nor checked)."""
+
+    job = Job.READ
 
     EMPTY_IS_DEFAULT = frozenset({"offset", "length"})
     FALSY_IS_DEFAULT = frozenset({"kind"})
@@ -139,6 +144,8 @@ class _WriteArguments(JobArguments):
 
 
 class CreateArguments(_WriteArguments):
+    job = Job.CREATE
+
     operation_key: OperationKey = None  # None: derived from the call (writes.py ``derived_key``)
     when_to_use_alias: SkipJsonSchema[AliasConflict] = Field(None, alias=FIELD_ALIAS)
     filename: Filename = Field(
@@ -151,6 +158,8 @@ class CreateArguments(_WriteArguments):
 
 
 class UpdateArguments(_WriteArguments):
+    job = Job.UPDATE
+
     operation_key: OperationKey = None  # None: derived from the call (writes.py ``derived_key``)
     when_to_use_alias: AliasConflict = Field(None, alias=FIELD_ALIAS, description="Alias of when_to_use.")
     path: RawPath = Field(description="procedures/<name>.json")
@@ -166,6 +175,8 @@ class UpdateArguments(_WriteArguments):
 
 class AutoMemoryArguments(JobArguments):
     """``reme start job=procedure_auto_memory file=... filename=...``: a one-shot CLI job, not an agent tool."""
+
+    job = Job.AUTO_MEMORY
 
     model_config = ConfigDict(json_schema_extra=None)  # advertised without additionalProperties: CLI only
     EMPTY_IS_DEFAULT = frozenset({"request_id"})
@@ -188,12 +199,16 @@ class _PageArguments(JobArguments):
 class ListArguments(_PageArguments):
     """``procedure_list [limit=50] [cursor=<next>]``: the experiences by path."""
 
+    job = Job.LIST
+
     limit: Integer = Field(50, ge=1, le=MAX_PAGE, description="Experiences per page (default 50).")
     cursor: Cursor = Field(None, description=_PageArguments.CURSOR_DESCRIPTION)
 
 
 class ImportsArguments(_PageArguments):
     """``procedure_imports [limit=50] [cursor=<next>]``: the imports by request id."""
+
+    job = Job.IMPORTS
 
     limit: Integer = Field(50, ge=1, le=MAX_PAGE, description="Imports per page (default 50).")
     cursor: Cursor = Field(None, description=_PageArguments.CURSOR_DESCRIPTION)
@@ -202,11 +217,15 @@ class ImportsArguments(_PageArguments):
 class ReindexArguments(JobArguments):
     """``procedure_reindex`` takes no argument (and refuses any)."""
 
+    job = Job.REINDEX
+
     model_config = ConfigDict(json_schema_extra=None)
 
 
 class ExportArguments(JobArguments):
     """``reme start job=procedure_export dest=/abs/dir``: a one-shot CLI job, not an agent tool."""
+
+    job = Job.EXPORT
 
     model_config = ConfigDict(json_schema_extra=None)  # advertised without additionalProperties: CLI only
 
@@ -220,6 +239,8 @@ class ExportArguments(JobArguments):
 class HistoryArguments(JobArguments):
     """``procedure_history path=procedures/<name>.json [diff=true] [offset=0] [limit=20]`` (read-only, served)."""
 
+    job = Job.HISTORY
+
     EMPTY_IS_DEFAULT = frozenset({"diff", "offset", "limit"})
 
     path: RawPath = Field(description="procedures/<name>.json")
@@ -232,25 +253,18 @@ class HistoryArguments(JobArguments):
 class DeleteArguments(JobArguments):
     """``reme start job=procedure_delete path=procedures/<name>.json``: a one-shot CLI job, not an agent tool."""
 
+    job = Job.DELETE
+
     model_config = ConfigDict(json_schema_extra=None)  # advertised without additionalProperties: CLI only
 
     path: RawPath = Field(description="procedures/<name>.json: the experience to remove; or the copy of a rejected "
                           "import (session/trajectories/<file>, as procedure_imports lists it).")
 
 
-MODELS: dict[str, type[JobArguments]] = {
-    "procedure_search": SearchArguments,
-    "procedure_read": ReadArguments,
-    "procedure_create": CreateArguments,
-    "procedure_update": UpdateArguments,
-    "procedure_auto_memory": AutoMemoryArguments,
-    "procedure_reindex": ReindexArguments,
-    "procedure_list": ListArguments,
-    "procedure_imports": ImportsArguments,
-    "procedure_export": ExportArguments,
-    "procedure_history": HistoryArguments,
-    "procedure_delete": DeleteArguments,
-}
+# Every job's model, by its job (each model names its job: ``job``).
+MODELS: dict[str, type[JobArguments]] = {model.job: model for model in (
+    SearchArguments, ReadArguments, CreateArguments, UpdateArguments, AutoMemoryArguments, ReindexArguments,
+    ListArguments, ImportsArguments, ExportArguments, HistoryArguments, DeleteArguments)}
 
 
 # Names ReMe puts into a job's context besides the caller's arguments (see the module docstring).
@@ -280,7 +294,7 @@ def advertised_names(model: type[JobArguments]) -> list[str]:
 
 
 def job_of(model: type[JobArguments]) -> str:
-    return next((job for job, known in MODELS.items() if known is model), "this job")
+    return getattr(model, "job", "this job")
 
 
 def validate(model: type[JobArguments], arguments: dict[str, Any], runtime: Collection[str] = (),

@@ -29,11 +29,13 @@ from ..errors import (
     ProcedureError,
     StorageError,
     access_failure,
+    error_answer,
     storage_failure,
 )
 from ..operations.reads import compact_answer
 from ..operations.secret_guard import refuse_secrets
 from ..operations.writes import canonical_filename
+from ..schema import AGENT_TOOLS, Job
 from .arguments import (
     AutoMemoryArguments,
     CreateArguments,
@@ -149,13 +151,23 @@ class ProcedureStep(BaseStep):
                 names.update(getattr(job, "kwargs", None) or {})
         return frozenset(names)
 
-    def validated_arguments(self, model: type[JobArguments], arguments: dict[str, Any] | None = None, **context: Any):
-        """The call's arguments (or ``arguments``) as ``model`` validates them (``arguments.validate``)."""
+    def validated_arguments(self, arguments: dict[str, Any] | None = None, **context: Any):
+        """The call's arguments (or ``arguments``) as the job's model validates them (``arguments.validate``)."""
         assert self.context is not None
         data = dict(self.context.data) if arguments is None else arguments
-        return validate(model, data, self.runtime_names(), **context)
+        return validate(self.arguments, data, self.runtime_names(), **context)
 
-    tool: str = ""  # the job tool this step serves to extraction agents ("" for CLI-only jobs)
+    # What each step declares: the model of its job's arguments, which names the job (``arguments.job``). Whether
+    # extraction agents are given the job as a tool is ``schema.AGENT_TOOLS`` (extraction, below this layer, reads it).
+    arguments: type[JobArguments]
+
+    @property
+    def job(self) -> Job:
+        return self.arguments.job
+
+    @property
+    def is_agent_tool(self) -> bool:
+        return self.job in AGENT_TOOLS
 
     async def execute(self) -> None:
         """Answer one JSON object. Inside an extraction run, a call identical to one the run already got an answer
@@ -174,7 +186,7 @@ class ProcedureStep(BaseStep):
 
     def _agent_call(self):
         """(live run, call identity) when an extraction agent makes this call, else (None, "")."""
-        if not self.tool:
+        if not self.is_agent_tool:
             return None, ""
         try:
             memory = self.memory
@@ -183,7 +195,7 @@ class ProcedureStep(BaseStep):
         run = memory.grants.live_run(
             self.arg("tool_context_id"), self.arg("_procedure_grant"), self.arg("_procedure_sources"),
         )
-        return (run, run.call_key(self.tool, self.context.data)) if run is not None else (None, "")
+        return (run, run.call_key(self.job, self.context.data)) if run is not None else (None, "")
 
     async def _answer(self) -> tuple[dict[str, Any], bool]:
         try:
@@ -196,15 +208,13 @@ class ProcedureStep(BaseStep):
             self.logger.exception(f"{self.name} failed: {exc}")
             code, message = (storage_failure(exc) if isinstance(exc, StorageError)
                              else (ErrorCode.METADATA_DAMAGED, f"{exc}. Run the same command again to continue."))
-            return {"status": "error", "error": {"code": code, "message": message}}, False
+            return error_answer(code, message), False
         except OSError as exc:  # any other file-system failure (a read, a listing): still a storage code
             self.logger.exception(f"{self.name} failed: {exc}")
-            code, message = access_failure(exc)
-            return {"status": "error", "error": {"code": code, "message": message}}, False
+            return error_answer(*access_failure(exc)), False
         except Exception as exc:  # still one JSON answer (agents and MCP see only the answer); logged in full
             self.logger.exception(f"{self.name} failed: {exc}")
-            error = {"code": ErrorCode.INTERNAL_ERROR, "message": f"{type(exc).__name__}: {exc}"}
-            return {"status": "error", "error": error}, False
+            return error_answer(ErrorCode.INTERNAL_ERROR, f"{type(exc).__name__}: {exc}"), False
 
     async def run(self) -> dict[str, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -215,11 +225,11 @@ class ProcedureSearchStep(ProcedureStep):
     [tools=a,b] [max_tokens=800]``. Inside an extraction run the relevance floor is 0 unless given: the agent looks
     for any related experience to revise."""
 
-    tool = "procedure_search"
+    arguments = SearchArguments
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        args = self.validated_arguments(SearchArguments)
+        args = self.validated_arguments()
         run = self._agent_call()[0]
         floor = 0.0 if args.min_relevance is None and run is not None else args.min_relevance
         answer = await memory.search(args.query, args.index, args.limit, min_relevance=floor,
@@ -237,11 +247,11 @@ class ProcedureSearchStep(ProcedureStep):
 class ProcedureReadStep(ProcedureStep):
     """``procedure_read path=procedures/x.json`` or ``kind=trajectory path=... offset=0 length=8192``."""
 
-    tool = "procedure_read"
+    arguments = ReadArguments
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        args = self.validated_arguments(ReadArguments)
+        args = self.validated_arguments()
         if args.kind == "experience":
             return memory.read_experience(args.path)
         # a service caller gets the credentials in it masked; the extraction agent reads what its segment shows
@@ -252,18 +262,22 @@ class ProcedureReadStep(ProcedureStep):
 class ProcedureListStep(ProcedureStep):
     """``procedure_list [limit=50] [cursor=<next>]``: the experiences by path, a page at a time (read only)."""
 
+    arguments = ListArguments
+
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        args = self.validated_arguments(ListArguments)
+        args = self.validated_arguments()
         return await memory.list_experiences(args.cursor, args.limit)
 
 
 class ProcedureImportsStep(ProcedureStep):
     """``procedure_imports [limit=50] [cursor=<next>]``: the imports by request id, a page at a time (read only)."""
 
+    arguments = ImportsArguments
+
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        args = self.validated_arguments(ImportsArguments)
+        args = self.validated_arguments()
         return await memory.list_imports(args.cursor, args.limit)
 
 
@@ -279,44 +293,46 @@ class _WriteStep(ProcedureStep):
         assert self.context is not None
         return dict(self.context.data)
 
-    def validated(self, model: type[JobArguments]):
-        """The call's arguments as ``model`` validated them (the filename and path checks know ``procedure_dir``),
+    def validated(self):
+        """The call's arguments as the job's model validated them (the filename and path checks know ``procedure_dir``),
         after the secret guard: an argument holding a credential is refused before any check could repeat it."""
         memory = self.memory
         directory = memory.settings.procedure_dir
         arguments, runtime = self.write_args(), self.runtime_names()
         # the secret guard first: no other refusal (an unknown name, a bad filename) may repeat a secret
         refuse_secrets({name: value for name, value in arguments.items() if not is_runtime(name, runtime)})
-        return self.validated_arguments(model, arguments, filename=lambda name: canonical_filename(name, directory),
+        return self.validated_arguments(arguments, filename=lambda name: canonical_filename(name, directory),
                                         path=memory.experience_path)
 
 
 class ProcedureCreateStep(_WriteStep):
     """``procedure_create filename description when_to_use content operation_key`` (agent tool only)."""
 
-    tool = "procedure_create"
+    arguments = CreateArguments
 
     async def run(self) -> dict[str, Any]:
         run = self.run_of_call()
-        return await self.memory.create(run, self.validated(CreateArguments), self.write_args())
+        return await self.memory.create(run, self.validated(), self.write_args())
 
 
 class ProcedureUpdateStep(_WriteStep):
     """``procedure_update path expected_version [fields] operation_key`` (agent tool only)."""
 
-    tool = "procedure_update"
+    arguments = UpdateArguments
 
     async def run(self) -> dict[str, Any]:
         run = self.run_of_call()
-        return await self.memory.update(run, self.validated(UpdateArguments), self.write_args())
+        return await self.memory.update(run, self.validated(), self.write_args())
 
 
 class ProcedureReindexStep(ProcedureStep):
     """``reme start job=procedure_reindex plugins='["procedure-memory"]'``."""
 
+    arguments = ReindexArguments
+
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        self.validated_arguments(ReindexArguments)
+        self.validated_arguments()
         return await memory.reindex()
 
 
@@ -325,9 +341,11 @@ class ProcedureExportStep(ProcedureStep):
     CLI). ``workspace_dir`` must be given, and a workspace without experience files never claims ``dest``
     (decisions.md, missing-workspace)."""
 
+    arguments = ExportArguments
+
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        dest = self.validated_arguments(ExportArguments).dest
+        dest = self.validated_arguments().dest
         config = self.app_context.app_config
         if "workspace_dir" not in config.model_fields_set:  # not ReMe's silent default (.reme in the cwd)
             raise ProcedureError(
@@ -350,9 +368,11 @@ class ProcedureDeleteStep(ProcedureStep):
     """``reme start job=procedure_delete plugins='["procedure-memory"]' path=procedures/x.json`` (one-shot CLI):
     removes one experience, recorded in its history."""
 
+    arguments = DeleteArguments
+
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        return await memory.delete_experience(self.validated_arguments(DeleteArguments).path)
+        return await memory.delete_experience(self.validated_arguments().path)
 
 
 class ProcedureAutoMemoryStep(ProcedureStep):
@@ -364,8 +384,10 @@ class ProcedureAutoMemoryStep(ProcedureStep):
     status 130 / 143 once the application has closed.
     """
 
+    arguments = AutoMemoryArguments
+
     async def run(self) -> dict[str, Any]:
-        args = self.validated_arguments(AutoMemoryArguments)
+        args = self.validated_arguments()
         assert self.context is not None
         if not self._from_command_line():
             return await self.memory.import_trajectory(self.agent_wrapper, args)
@@ -402,7 +424,9 @@ class ProcedureHistoryStep(ProcedureStep):
     """``procedure_history path=procedures/x.json [diff=true] [offset=0] [limit=20]``: every durable version of an
     experience, oldest first (read-only; served like ``procedure_read``, not an agent tool)."""
 
+    arguments = HistoryArguments
+
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        args = self.validated_arguments(HistoryArguments)
+        args = self.validated_arguments()
         return await memory.experience_history(args.path, with_diff=args.diff, offset=args.offset, limit=args.limit)

@@ -29,11 +29,12 @@ from __future__ import annotations
 import asyncio
 import getpass
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import hashlib
 from pathlib import Path
 
+from ..answers import DeleteAnswer, DeletedImportAnswer
 from ..errors import ErrorCode, ProcedureError, storage_failure
 from ..schema import version_of
 from ..storage.experiences import Link, read_entry
@@ -69,7 +70,7 @@ class Deletion:
         self.hand_changes = hand_changes
         self.retention = retention
 
-    async def delete(self, raw_path) -> dict[str, Any]:
+    async def delete(self, raw_path) -> DeleteAnswer | DeletedImportAnswer:
         """Remove the experience at ``raw_path`` (see the module docstring); the answer names it, the version
         removed and when."""
         ws = self.workspace
@@ -115,14 +116,14 @@ class Deletion:
         op = journal.record_change(rel, DELETE, None, version, None, note=who())
         journal.supersede_path(rel, keep=op)
 
-    async def delete_rejected_import(self, raw_path) -> dict[str, Any]:
+    async def delete_rejected_import(self, raw_path) -> DeletedImportAnswer:
         """Remove the copy and the record of the rejected import whose copy is ``raw_path`` (module docstring)."""
         ws = self.workspace
         rel, target = resolve_inside(ws.root, ws.trajectory_rel_dir, raw_path, what="trajectory")
         async with ws.write_lock:
             return await asyncio.to_thread(self._remove_rejected, rel, target)
 
-    def _remove_rejected(self, rel: str, target: Path) -> dict[str, Any]:
+    def _remove_rejected(self, rel: str, target: Path) -> DeletedImportAnswer:
         ws = self.workspace
         records, _ = ws.imports.scan()
         holders = [r for r in records if r.path == rel]

@@ -24,6 +24,7 @@ import os
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from ..answers import HistoryAnswer, HistoryVersion
 from ..errors import DamagedRecord, ErrorCode, ProcedureError
 from ..schema import version_of
 from ..storage.experiences import Link, read_entry
@@ -52,9 +53,9 @@ def iso(at: float | None) -> str | None:
     return None if at is None else datetime.fromtimestamp(at, timezone.utc).isoformat(timespec="milliseconds")
 
 
-def version_entry(number: int, v: Version, path: str, previous: Version | None, with_diff: bool) -> dict[str, Any]:
+def version_entry(number: int, v: Version, path: str, previous: Version | None, with_diff: bool) -> HistoryVersion:
     """One version as the answer lists it (``diff``: from the version listed before it, None for the first)."""
-    entry = {
+    entry: HistoryVersion = {
         "number": number, "version": v.version, "change": v.change, "request_id": v.request_id,
         "segment": v.segment, "operation_key": v.operation_key, "at": iso(v.at), "status": v.status,
         "previous_version": v.previous_version, "recorded": v.recorded, "current": v.current, "text": v.text,
@@ -88,7 +89,7 @@ class History:
         self.workspace = workspace
         self.reads = reads
 
-    def answer(self, raw_path, *, with_diff: bool, offset: int, limit: int) -> dict[str, Any]:
+    def answer(self, raw_path, *, with_diff: bool, offset: int, limit: int) -> HistoryAnswer:
         """The history page of one experience (blocking: reads files)."""
         ws = self.workspace
         rel = self.reads.experience_path(raw_path)
@@ -123,7 +124,7 @@ class History:
         reported = [{"record": ws.relative(d.file), "error": d.error, "set_aside": d.set_aside,
                      "fix": SET_ASIDE_FIX if d.set_aside else MISSING_FIX if d.missing else DAMAGED_FIX}
                     for d in damaged] + reported
-        answer: dict[str, Any] = {
+        answer: HistoryAnswer = {  # versions last, after what is said about them
             "status": "ok", "kind": "history", "path": rel, "exists": current is not None,
             "current_version": current[0] if current else None, "total": len(listed), "offset": offset,
             "next_offset": offset + limit if offset + limit < len(listed) else None,

@@ -28,8 +28,9 @@ from __future__ import annotations
 import asyncio
 import bisect
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from ..answers import DamagedEntry, ImportsAnswer, ListAnswer, ListedExperience, ListedImport
 from ..errors import DamagedRecord
 from ..storage.checkpoints import COMPLETE, Checkpoint
 from ..storage.experiences import BadFile
@@ -65,11 +66,11 @@ class Listing:
 
     # -- experiences ----------------------------------------------------------------------------------------------
 
-    async def experiences(self, cursor: str | None, limit: int) -> dict[str, Any]:
+    async def experiences(self, cursor: str | None, limit: int) -> ListAnswer:
         """One page of the experience files by path (see the module docstring)."""
         ws = self.workspace
 
-        async def page() -> tuple[list[dict[str, Any]], int, str | None]:
+        async def page() -> tuple[list[ListedExperience], int, str | None]:
             items, total, following = await asyncio.to_thread(ws.files.page, cursor, limit)
             return [self._experience(item) for item in items], total, following  # states judged on complete views
 
@@ -83,11 +84,11 @@ class Listing:
             "pending_indexes": ws.pending.entries(),
         }
 
-    def _experience(self, item: StoredExperience | BadFile) -> dict[str, Any]:
+    def _experience(self, item: StoredExperience | BadFile) -> ListedExperience:
         ws = self.workspace
         if isinstance(item, BadFile):
             return {"path": item.path, "version": item.version, "state": "invalid", "error": item.error}
-        entry: dict[str, Any] = {"path": item.path, "version": item.version, "state": "indexed",
+        entry: ListedExperience = {"path": item.path, "version": item.version, "state": "indexed",
                                  "description": item.experience.description,
                                  "source_count": len(item.experience.sources)}
         if item.path in ws.pending:
@@ -98,17 +99,17 @@ class Listing:
 
     # -- imports --------------------------------------------------------------------------------------------------
 
-    async def imports(self, cursor: str | None, limit: int) -> dict[str, Any]:
+    async def imports(self, cursor: str | None, limit: int) -> ImportsAnswer:
         """One page of the imports by request id (see the module docstring)."""
         importing = set(self.workspace.importing)
         entries, total, following, damaged = await asyncio.to_thread(self._import_page, cursor, limit, importing)
-        answer: dict[str, Any] = {"status": "ok", "imports": entries, "total": total, "next": following}
+        answer: ImportsAnswer = {"status": "ok", "imports": entries, "total": total, "next": following}
         if cursor is None:
             answer["damaged_records"] = damaged
         return answer
 
     def _import_page(self, cursor: str | None, limit: int,
-                     importing: set[str]) -> tuple[list[dict[str, Any]], int, str | None, list[dict[str, str]]]:
+                     importing: set[str]) -> tuple[list[ListedImport], int, str | None, list[DamagedEntry]]:
         """(the page's entries, the number of imports, the next cursor, the unreadable records): blocking reads."""
         ws = self.workspace
         records, damaged = ws.imports.scan()
@@ -147,11 +148,11 @@ class Listing:
         return entries, len(ids), following, unreadable
 
     def _import(self, request_id: str, name: str, record: ImportRecord | None, checkpoint: Checkpoint | None,
-                running: bool, marked_scopes) -> dict[str, Any]:
+                running: bool, marked_scopes) -> ListedImport:
         """One import's entry: its record (or its checkpoint alone), checkpoint and journal. A missing scope
         directory or checkpoint is named when there is evidence it existed (``_missing``)."""
         ws = self.workspace
-        entry: dict[str, Any] = {"request_id": request_id}
+        entry: ListedImport = {"request_id": request_id}  # completed below
         if record is not None:
             entry.update(file=record.path, filename=record.filename, created_at=_timestamp(record.created_at))
         else:

@@ -20,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
+from ..answers import ExperienceAnswer, SearchAnswer, SearchResult, TokenBudget, TrajectoryAnswer
 from ..errors import ErrorCode, ProcedureError, TokenizerUnavailable
 from ..schema import check_name
 from ..secrets import mask_label, mask_secrets, masked_prefix, secrets_within
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 RELEVANCE_DIGITS = 4  # a result's relevance as answered
 
 
-def search_result(hit: Fused, item: StoredExperience, relevance: float) -> dict[str, Any]:
+def search_result(hit: Fused, item: StoredExperience, relevance: float) -> SearchResult:
     """One result of a search answer: the current experience with its path, version, relevance and scores."""
     return {
         "path": item.path,
@@ -61,8 +62,8 @@ COMPACT_KEEP_SHARE = 0.5
 COMPACT_CONTENT_CHARS = 4000  # the best result's content beyond this is left to procedure_read
 
 
-def compact_answer(answer: dict[str, Any], shown: set[tuple[str, str]] | None = None, *,
-                   every_content: bool = False) -> dict[str, Any]:
+def compact_answer(answer: SearchAnswer, shown: set[tuple[str, str]] | None = None, *,
+                   every_content: bool = False) -> SearchAnswer:
     """A search answer with less to read, under the names of the full answer: each result's path, version,
     ``scores.vector`` (the vector branch's cosine, rounded, when it ran), description and ``when-to-use``; the best
     result's content too, up to ``COMPACT_CONTENT_CHARS`` characters; results whose vector and BM25 scores are both
@@ -98,7 +99,7 @@ def compact_answer(answer: dict[str, Any], shown: set[tuple[str, str]] | None = 
             if len(content) > COMPACT_CONTENT_CHARS:
                 entry["content_truncated"] = True
         compact.append(entry)
-    out = {**answer, "results": compact, "detail": "full" if every_content else "compact"}
+    out: SearchAnswer = {**answer, "results": compact, "detail": "full" if every_content else "compact"}
     if len(kept) < len(results):
         out["left_out"] = len(results) - len(kept)
     if every_content:
@@ -122,7 +123,7 @@ class Reads:
         self._decoded = None
 
     async def search(self, query: str, view: str, limit: int, *, min_relevance: float = 0.0,
-                     tools: tuple[str, ...] = (), max_tokens: int | None = None) -> dict[str, Any]:
+                     tools: tuple[str, ...] = (), max_tokens: int | None = None) -> SearchAnswer:
         """Hybrid search of one view; full current experiences with path, version, relevance and scores.
 
         Hits of pending files are skipped; a hit whose file was edited by hand into an invalid one since indexing is
@@ -166,7 +167,7 @@ class Reads:
                 break
             read, position = await asyncio.to_thread(self._read_page, files, fused, position, limit - len(results),
                                                      lambda hit: relevance(hit) >= min_relevance, wanted)
-        answer: dict[str, Any] = {
+        answer: SearchAnswer = {
             "status": "ok",
             "index": view,
             "query": query,
@@ -181,7 +182,7 @@ class Reads:
             answer["vector_search"] = {"available": False, "error": vector_error}
         return answer
 
-    async def _budget(self, answer: dict[str, Any], max_tokens: int) -> dict[str, int]:
+    async def _budget(self, answer: SearchAnswer, max_tokens: int) -> TokenBudget:
         """Cut ``answer``'s results to the best first ones whose experience texts fit ``max_tokens`` (exact tokens);
         what the answer says about it."""
         results = answer["results"]
@@ -238,7 +239,7 @@ class Reads:
             )
         return rel
 
-    def experience(self, raw_path) -> dict[str, Any]:
+    def experience(self, raw_path) -> ExperienceAnswer:
         """One experience with its current version."""
         rel = self.experience_path(raw_path)
         item = self.workspace.files.read(rel)
@@ -252,7 +253,7 @@ class Reads:
         return {"status": "ok", "kind": "experience", "path": rel, "version": item.version,
                 "experience": item.experience.fields()}
 
-    async def trajectory(self, raw_path, offset: int, length: int, *, mask: bool = False) -> dict[str, Any]:
+    async def trajectory(self, raw_path, offset: int, length: int, *, mask: bool = False) -> TrajectoryAnswer:
         """An excerpt of a copied trajectory by decoded characters, capped by characters and exact tokens.
 
         ``mask``: the secrets in the excerpt (also those that only reach into it) are replaced by their labels, the
@@ -279,7 +280,7 @@ class Reads:
         except TokenizerUnavailable as exc:
             raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
         end = start + covered
-        answer = {
+        answer: TrajectoryAnswer = {
             "status": "ok", "kind": "trajectory", "path": rel, "offset": offset, "length": covered,
             "total_chars": len(text), "tokens": tokens, "truncated_by_token_cap": covered < len(excerpt),
             "next_offset": end if end < len(text) else None, "text": capped,

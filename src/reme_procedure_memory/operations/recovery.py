@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, TypeVar
 
+from ..answers import ReindexAnswer
 from ..errors import IndexFailure, ProviderUnavailable
 from ..schema import VIEW_NAMES, version_of
 from ..storage.experiences import BadFile, StoredExperience
@@ -242,7 +243,7 @@ class Recovery:
 
     # -- reindex ------------------------------------------------------------------------------------------------
 
-    async def reindex(self) -> dict[str, Any]:
+    async def reindex(self) -> ReindexAnswer:
         """Rebuild both views from the experience JSON files; never touches experience or trajectory files."""
         assert self._views_ready is not None
         async with self.workspace.write_lock:

@@ -59,7 +59,7 @@ class Run:
     # (path, version) of every experience a compact search answer of this run showed (named only when shown again)
     shown: set[tuple[str, str]] = field(default_factory=set)
 
-    def write_failed(self, op: "Operation", code: str, error: str) -> None:
+    def write_failed(self, op: "Operation", code: ErrorCode, error: str) -> None:
         self.failed_writes[op.path] = {"tool": op.tool, "path": op.path, "operation_key": op.key, "code": code,
                                        "error": error, "target": op.target_version}
 

@@ -31,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..answers import WriteAnswer
 from ..errors import ErrorCode, IndexFailure, ProcedureError, TokenizerUnavailable, storage_failure
 from ..schema import (
     ADVICE_MARKER,
@@ -202,7 +203,7 @@ class WritePath:
 
     # -- create and update --------------------------------------------------------------------------------------
 
-    async def create(self, run: Run, args, raw: dict[str, Any]) -> dict[str, Any]:
+    async def create(self, run: Run, args, raw: dict[str, Any]) -> WriteAnswer:
         """Create a new experience (journal, publish, index both views) from validated ``args`` (``raw``: the
         arguments as given).
 
@@ -239,7 +240,7 @@ class WritePath:
                 raise already_exists(rel, note, **renamed)
             return {**await self._commit(run, op), **renamed}
 
-    async def update(self, run: Run, args, raw: dict[str, Any]) -> dict[str, Any]:
+    async def update(self, run: Run, args, raw: dict[str, Any]) -> WriteAnswer:
         """Revise an existing experience at its expected version (validated ``args``; ``raw``: as given); existing
         sources are kept."""
         ws = self.workspace
@@ -319,7 +320,7 @@ class WritePath:
         """Whether an unfinished create intent holds this name."""
         return any(op.path == rel and op.status == INTENT for op in self.workspace.journal.open_records())
 
-    async def _commit(self, run: Run, op: Operation) -> dict[str, Any]:
+    async def _commit(self, run: Run, op: Operation) -> WriteAnswer:
         """Journal the intent, publish the file, then index it (caller holds the write lock).
 
         A write that cannot be made durable (a full disk, a directory that is not writable — the journal's or the
@@ -349,7 +350,7 @@ class WritePath:
             ) from None
         return await self._index_published(run, op)
 
-    async def _index_published(self, run: Run, op: Operation) -> dict[str, Any]:
+    async def _index_published(self, run: Run, op: Operation) -> WriteAnswer:
         ws = self.workspace
         assert ws.views is not None
         ws.mark_changed()
@@ -381,7 +382,7 @@ class WritePath:
         return {"status": status, "path": op.path, "version": stored.version, "operation_key": op.key,
                 "sources": list(stored.experience.sources)}
 
-    async def _replay(self, run: Run, existing: Operation, op: Operation) -> dict[str, Any]:
+    async def _replay(self, run: Run, existing: Operation, op: Operation) -> WriteAnswer:
         """An operation key seen before: an identical retry resumes it, anything else is a conflict."""
         ws = self.workspace
         if not existing.same_request(op):
@@ -413,7 +414,7 @@ class WritePath:
             )
         return await self._index_published(run, existing)
 
-    async def _retry_abandoned(self, run: Run, op: Operation) -> dict[str, Any]:
+    async def _retry_abandoned(self, run: Run, op: Operation) -> WriteAnswer:
         """The identical retry of a write that never became durable (its publish failed, or a crash dropped its
         intent) publishes it now when its precondition still holds: a create's name is free, an update's file is
         still at its expected version. Otherwise it is refused like a new write, and a failure of it stays on the

@@ -19,7 +19,7 @@ from typing import Callable, TypeVar
 from reme.schema import FileChunk, FileNode
 
 from ..errors import IndexFailure
-from ..schema import VIEW_NAMES
+from ..schema import VIEW_NAMES, View
 from ..storage.experiences import StoredExperience
 from .embedding import EmbeddingClient
 from .executors import keyword_executor, scan_executor
@@ -36,9 +36,9 @@ T = TypeVar("T")
 def view_text(view: str, stored: StoredExperience) -> str:
     """The text a view indexes for an experience."""
     exp = stored.experience
-    if view == "when_to_use":
+    if view == View.WHEN_TO_USE:
         return exp.when_to_use
-    if view == "when_to_use_content":
+    if view == View.WHEN_TO_USE_CONTENT:
         return exp.when_to_use + "\n\n" + exp.content
     raise ValueError(f"unknown view {view!r}")
 

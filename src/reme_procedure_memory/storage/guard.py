@@ -38,6 +38,7 @@ from typing import Any
 
 from reme.enumeration import ComponentEnum
 
+from ..errors import ErrorCode, error_answer
 from ..reme_internals import LISTED_FILES_HOOK
 from .layout import NAMES, PRIVATE
 
@@ -67,7 +68,6 @@ PATH_ARGUMENTS: dict[str, dict[str, tuple[str, str]]] = {
 }
 GUARDED_MODULES = ("reme.steps.file_io", "reme.steps.transfer")  # an unknown step there: every path is a change
 STORE_STEPS = ("reindex_step", "optimize_index_step", "clear_store_step", "update_index_step")
-REFUSED = "protected_path"
 
 
 def step_rules(backend: str, cls: type) -> dict[str, tuple[str, str]] | None:
@@ -101,7 +101,7 @@ def guarded_step(cls: type, rules: dict[str, tuple[str, str]]) -> type:
         refusal = refusal_of(self.app_context, self.context, rules)
         if refusal is None:
             return await builtin(self)
-        answer = {"status": "error", "error": {"code": REFUSED, "message": refusal}}
+        answer = error_answer(ErrorCode.PROTECTED_PATH, refusal)
         self.context.response.success = False
         self.context.response.answer = json.dumps(answer, ensure_ascii=False)
         self.context.response.metadata["error"] = answer["error"]
