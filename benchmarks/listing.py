@@ -92,7 +92,7 @@ def write_imports(memory, m: int) -> None:
         for k, tool in enumerate(("create", "create", "update")):
             op = Operation(scope=request_id, key=f"k{k}", tool=tool, request="r", path=f"procedures/e{i}-{k % 2}.json",
                            target=target.decode(), expected_version=None, status=INDEXED)
-            path = memory.journal._path(op.scope, op.key)  # the journal's own layout, as search.py writes history
+            path = memory.journal.record_file(op.scope, op.key)  # the journal's own layout, as search.py writes history
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json(path, op.__dict__, sync_dir=False)
 

@@ -255,7 +255,7 @@ class Site:
             op = Operation(scope=f"history-{k // 50}", key=f"history-{k}", tool="create",
                            request=hashlib.sha256(rel.encode()).hexdigest(), path=rel,
                            target=data.decode("utf-8"), expected_version=None, status=INDEXED)
-            path = journal._path(op.scope, op.key)  # the journal's own layout (flat or sharded by scope)
+            path = journal.record_file(op.scope, op.key)  # the journal's own layout (flat or sharded by scope)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(op.__dict__, ensure_ascii=False, indent=1, sort_keys=True) + "\n",
                             encoding="utf-8")

@@ -139,7 +139,7 @@ async def outcome(make_app, ws: Path) -> dict:
             assert damaged == {}
             scopes[scope or "by hand"] = sorted(
                 (op.path, op.tool, op.key if op.scope else "", op.status, op.target_version, op.expected_version)
-                for op in ops if journal._ref(op).name not in removing)
+                for op in ops if journal.ref(op).name not in removing)
         histories = {}
         for path in TOUCHED:
             ok, answer = await run_job(app, "procedure_history", path=path, diff=True)

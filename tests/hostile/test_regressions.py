@@ -56,7 +56,7 @@ async def test_f2_segment_with_published_but_pending_write_cannot_advance_after_
         assert not ok
         journal = memory_of(app).journal
         [op] = journal.records("p1")
-        op_path = journal._open_path("p1", "k1")  # index_pending: an open record
+        op_path = journal.open_file("p1", "k1")  # index_pending: an open record
     # simulate a kill after set_status(PUBLISHED) but before indexing finished
     raw = json.loads(op_path.read_text())
     raw["status"] = "published"

@@ -12,7 +12,8 @@ from collections import Counter
 
 import pytest
 from reme_procedure_memory.search import views as views_module
-from reme_procedure_memory.storage.journal import INDEXED, SCOPE_SUFFIX, Operation, OperationJournal
+from reme_procedure_memory.storage.format import SCOPE_SUFFIX
+from reme_procedure_memory.storage.journal import INDEXED, Operation, OperationJournal
 
 from conftest import memory_of, run_job
 from helpers import FakeEmbeddingModel, experience_record, place_trajectory

@@ -109,7 +109,7 @@ async def test_an_indexed_record_undone_by_a_power_loss_is_settled_at_start(make
     created_version = version_of(target(FIELDS, source))
     await write_both(app, memory.begin_run("req-1", [source]), created_version)
     journal = memory.journal
-    final, opened = journal._path("req-1", "op-2"), journal._open_path("req-1", "op-2")
+    final, opened = journal.record_file("req-1", "op-2"), journal.open_file("req-1", "op-2")
     # the last rename (indexed, no directory fsync) is not durable yet: the published record's open file is kept
     assert json.loads(opened.read_text())["status"] == PUBLISHED and final.exists()
     # a power loss now undoes that rename; the process is gone (never closed)

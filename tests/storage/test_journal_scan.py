@@ -22,7 +22,7 @@ from reme_procedure_memory.storage.journal import (
     Operation,
     OperationJournal,
 )
-from reme_procedure_memory.storage.path_index import PATHS_DIR
+from reme_procedure_memory.storage.format import PATHS_DIR
 from reme_procedure_memory.storage.records import load_record
 
 
@@ -37,7 +37,7 @@ def stem(name: str) -> str:
 
 def earlier_path(journal: OperationJournal, scope: str, key: str):
     """Where the earlier layout kept the record of a scoped key (scope directory ``<digest>``)."""
-    path = journal._path(scope, key)
+    path = journal.record_file(scope, key)
     return path.parent.with_name(path.parent.name[: -len(SCOPE_SUFFIX)]) / path.name
 
 
@@ -129,8 +129,8 @@ def test_a_journal_of_the_earlier_layout_is_read_in_full_once_and_converted(tmp_
         | {"a-scope-by-hand.v2", PATHS_DIR})  # and the index by experience path, built in the same pass
     for record in records:  # converted: an open record lives in its open file only
         is_open = record.status in OPEN_STATES
-        assert first._open_path(record.scope, record.key).exists() == is_open
-        assert first._path(record.scope, record.key).exists() != is_open
+        assert first.open_file(record.scope, record.key).exists() == is_open
+        assert first.record_file(record.scope, record.key).exists() != is_open
     assert (directory / "a-scope-by-hand.v2" / f"hand{OPEN_SUFFIX}").is_file()
     assert by_path(directory)[0] == expected_open
 
@@ -153,11 +153,11 @@ def test_a_conversion_killed_half_way_is_done_again(tmp_path):
     write_json(old.with_name(old.name[: -len(".json")] + OPEN_SUFFIX), record.__dict__)  # its copy, then the kill
     again = OperationJournal(directory)
     assert again.open_records() == [record]
-    assert again._open_path("s", "k").exists() and not again._path("s", "k").exists() and not old.parent.exists()
+    assert again.open_file("s", "k").exists() and not again.record_file("s", "k").exists() and not old.parent.exists()
     again.set_status(record, INDEXED)
     again.flush()
     assert OperationJournal(directory).get("s", "k").status == INDEXED
-    assert not again._open_path("s", "k").exists()
+    assert not again.open_file("s", "k").exists()
 
 
 def test_a_final_record_keeps_its_open_file_until_its_directory_is_synced(tmp_path, monkeypatch):
@@ -167,7 +167,7 @@ def test_a_final_record_keeps_its_open_file_until_its_directory_is_synced(tmp_pa
     journal.put(first)
     journal.set_status(first, PUBLISHED)
     journal.set_status(first, INDEXED)  # no directory fsync: the open file stays (a power loss may undo the rename)
-    final, opened = journal._path("s", "a"), journal._open_path("s", "a")
+    final, opened = journal.record_file("s", "a"), journal.open_file("s", "a")
     assert final.exists() and json.loads(opened.read_text())["status"] == PUBLISHED
     assert journal.get("s", "a").status == INDEXED and journal.open_records() == []
     assert [o.status for o in journal.records("s")] == [INDEXED]
@@ -182,9 +182,9 @@ def test_a_final_record_keeps_its_open_file_until_its_directory_is_synced(tmp_pa
     journal.put(second)
     journal.set_status(second, PUBLISHED)
     journal.set_status(second, INDEXED)
-    assert journal._open_path("s", "b").exists()
+    assert journal.open_file("s", "b").exists()
     journal.put(op("s", "c", INTENT, 3.0))
-    assert not journal._open_path("s", "b").exists() and journal._open_path("s", "c").exists()
+    assert not journal.open_file("s", "b").exists() and journal.open_file("s", "c").exists()
     assert [(o.key, o.status) for o in OperationJournal(directory).open_records()] == [("c", INTENT)]
 
 
@@ -193,7 +193,7 @@ def test_a_final_status_synced_at_once_removes_its_open_file_at_once(tmp_path):
     record = op("s", "a", INTENT, 1.0)
     journal.put(record)
     journal.set_status(record, SUPERSEDED, "replaced")
-    assert not journal._open_path("s", "a").exists() and journal.get("s", "a").status == SUPERSEDED
+    assert not journal.open_file("s", "a").exists() and journal.get("s", "a").status == SUPERSEDED
 
 
 def test_no_journal_directory_means_no_open_records(tmp_path):
@@ -236,8 +236,8 @@ def test_a_conversion_killed_at_any_durable_write_loses_and_duplicates_nothing(t
     for record in records:  # one record per key, where this layout keeps it
         assert resumed.get(record.scope, record.key) == record
         is_open = record.status in OPEN_STATES
-        assert resumed._open_path(record.scope, record.key).exists() == is_open
-        assert resumed._path(record.scope, record.key).exists() != is_open
+        assert resumed.open_file(record.scope, record.key).exists() == is_open
+        assert resumed.record_file(record.scope, record.key).exists() != is_open
         assert len([r for r in resumed.records(record.scope) if r.key == record.key]) == 1
 
 
@@ -248,7 +248,7 @@ def test_beside_a_damaged_final_record_the_open_file_stays(tmp_path):
     journal.put(record)
     journal.set_status(record, PUBLISHED)
     journal.set_status(record, INDEXED)  # its open file stays until the directory is synced
-    final, opened = journal._path("s", "a"), journal._open_path("s", "a")
+    final, opened = journal.record_file("s", "a"), journal.open_file("s", "a")
     final.write_bytes(b"{")  # damaged afterwards, by something else
     restarted = OperationJournal(directory)
     assert restarted.open_records() == [] and opened.exists()  # not open (a final file exists), but kept

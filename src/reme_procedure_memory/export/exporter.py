@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ErrorCode, ProcedureError, StorageError
 from ..storage import atomic
 from ..storage.experiences import BadFile, StoredExperience
+from ..storage.format import temp_files_of
 from .destination import DestinationLock, probe, resolve_destination
 from .marker import INDEX_FILE, MARKER_FILE, Marker, parse_marker
 from .plan import Plan, folders, plan_export, render
@@ -37,9 +37,9 @@ if TYPE_CHECKING:
     from ..workspace import Workspace
 
 SHOWN_CONFLICTS = 5  # conflicts named in the message; the answer's `conflicts` lists all
-# The atomic writer's temporary files of the export's own files, left by a kill (``.<name>.<8 hex>.tmp``).
-ROOT_TEMP = re.compile(rf"^\.({re.escape(INDEX_FILE)}|{re.escape(MARKER_FILE)})\.[0-9a-f]{{8}}\.tmp$")
-SKILL_TEMP = re.compile(rf"^\.{re.escape(SKILL_FILE)}\.[0-9a-f]{{8}}\.tmp$")
+# The atomic writer's temporary files of the export's own files, left by a kill (storage/format.py).
+ROOT_TEMP = temp_files_of(INDEX_FILE, MARKER_FILE)
+SKILL_TEMP = temp_files_of(SKILL_FILE)
 
 
 async def export_skills(workspace: Workspace, raw_dest: str) -> dict[str, Any]:

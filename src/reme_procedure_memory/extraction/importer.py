@@ -45,6 +45,7 @@ from ..errors import (
 )
 from ..interrupts import signal_name
 from ..storage.checkpoints import COMPLETE, Checkpoint
+from ..storage.format import IMPORTS_DIR, OPERATIONS_DIR, PROCESSING_DIR, SEGMENTER_VERSION
 from ..storage.imports import ImportRecord
 from ..tokens import SpanCounter
 from .copies import REJECTED, copy_original, rejected_code, screen_original
@@ -52,7 +53,7 @@ from .formats import decode_trajectory, trajectory_format
 from .loop import Extraction, make_progress
 from .preflight import preflight
 from .resume import resume_fields
-from .segmenter import SEGMENTER_VERSION, segment_counted
+from .segmenter import segment_counted
 
 if TYPE_CHECKING:
     from ..operations.reads import Reads
@@ -224,11 +225,11 @@ def progress_of(workspace: Workspace, extraction: Extraction) -> dict[str, Any]:
 
 def damaged_record_fix(exc: DamagedRecord) -> str:
     """What to do after one of an import's metadata records was found damaged (and set aside)."""
-    kind = exc.path.parent.name if exc.path.parent.name in ("imports", "processing") else "operations"
-    if kind == "imports":
+    kind = exc.path.parent.name if exc.path.parent.name in (IMPORTS_DIR, PROCESSING_DIR) else OPERATIONS_DIR
+    if kind == IMPORTS_DIR:
         return ("Run the same command again: the import record is rebuilt from the copy this request_id saved "
                 "(no second copy is made).")
-    if kind == "processing":
+    if kind == PROCESSING_DIR:
         return ("Run the same command again to process the trajectory again from segment 1 (experiences written so "
                 "far are kept, and the agent sees them); to continue where it stopped instead, repair the file and "
                 "move it back to its original name first.")

@@ -28,7 +28,8 @@ from ..errors import DamagedRecord, ErrorCode, ProcedureError
 from ..schema import version_of
 from ..storage.experiences import Link, read_entry
 from ..storage.journal import HAND_SCOPE
-from ..storage.path_index import COMPACTED, Compacted
+from ..storage.format import COMPACTED
+from ..storage.path_index import Compacted
 from .versions import Version, diff, versions
 
 if TYPE_CHECKING:

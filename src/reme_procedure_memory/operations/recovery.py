@@ -33,7 +33,7 @@ from ..errors import IndexFailure, ProviderUnavailable
 from ..schema import VIEW_NAMES, version_of
 from ..storage.experiences import BadFile, StoredExperience
 from ..storage.journal import INDEX_PENDING, INDEXED, INTENT, SUPERSEDED, recover_intent
-from ..storage.path_index import COMPACTED, PATHS_DIR, SUMMARIES_DIR
+from ..storage.format import COMPACTED, PATHS_DIR, SUMMARIES_DIR
 from .hand_changes import HandChanges
 from .retention import Retention
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from ..errors import DamagedRecord
 from .atomic import write_json
-from .records import keyed_path, load_owned_record, read_json
+from .format import CHECKPOINT_FORMAT, keyed_file
+from .records import load_owned_record, read_json
 
-CHECKPOINT_FORMAT = 1
 PROCESSING, COMPLETE = "processing", "complete"
 
 
@@ -85,7 +85,7 @@ class CheckpointStore:
         self.directory = directory
 
     def path(self, request_id: str) -> Path:
-        return keyed_path(self.directory, request_id)
+        return keyed_file(self.directory, request_id)
 
     def get(self, request_id: str) -> Checkpoint | None:
         """The checkpoint of ``request_id``, or None; a damaged one is set aside and raised (DamagedRecord)."""

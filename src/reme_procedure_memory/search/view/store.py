@@ -32,13 +32,14 @@ from reme.components.file_store.local_file_store import LocalFileStore
 from reme.schema import FileChunk, FileNode
 
 from ...errors import ViewStateError
+from ...storage.format import VIEW_STATE_FORMAT
 from ..keyword.bm25 import ProcedureBM25Index
 from ..locks import ReadWriteLock
 from ..vector.matrix import VectorMatrix
 from .graph import ProcedureFileGraph
 from .records import RecordColumns, files_of, persisted_record, restore_columns, text_digest
 from .searches import ViewSearches
-from .state import FORMAT, ViewState
+from .state import ViewState
 from .vectors import ViewVectors
 
 SNAPSHOT_MIN_ENTRIES = 500  # a new snapshot once the log holds more entries than this and than ...
@@ -195,7 +196,7 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
             self.previous_layout = True
 
     async def _restore(self, manifest: dict, columns: dict, vectors: dict, bm25: dict | None, entries: list[dict]):
-        self._snapshot_due = manifest["format"] != FORMAT  # an earlier format is rewritten at the next dump
+        self._snapshot_due = manifest["format"] != VIEW_STATE_FORMAT  # an earlier format is rewritten at the next dump
         self.vector_space = self._current_space()
         same_space = manifest.get("vector_space") == self.vector_space
         if not same_space:  # another embedding model made these vectors
