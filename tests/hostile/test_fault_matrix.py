@@ -87,8 +87,8 @@ async def outcome(make_app, ws: Path, answer: dict | None) -> dict:
     from what was persisted: a fresh start)."""
     async with make_app(workspace=ws) as app:
         memory = memory_of(app)
-        journal = {op.key: op.status for op in memory.journal.records("imp")}
-        assert memory.journal.open_records() == []
+        journal = {op.key: op.status for op in memory.workspace.journal.records("imp")}
+        assert memory.workspace.journal.open_records() == []
         scores = await branch_scores(app, QUERIES)
     return {"experiences": tree(ws, "procedures"), "trajectories": tree(ws, "session"), "journal": journal,
             "answer": answer and {k: answer[k] for k in ("status", "experiences", "segments", "path")},
@@ -239,7 +239,7 @@ async def killed(make_app, monkeypatch, kill_at: int, work, must_die: bool = Tru
         try:
             await work()
         except Killed:
-            memory_of(built[-1])._lock_file.release()
+            memory_of(built[-1]).workspace.lock_file.release()
         else:
             assert not must_die, f"the work ended before its durable write {kill_at}"
     finally:

@@ -123,7 +123,7 @@ async def test_shipped_views_use_the_snowball_tokenizer_for_documents_and_querie
     copy_experiences(ws)
     async with make_app(workspace=ws, components=BM25_ONLY) as app:
         memory = memory_of(app)
-        for store in memory.views.stores.values():
+        for store in memory.workspace.views.stores.values():
             assert isinstance(store.keyword_index.tokenizer, SnowballTokenizer)
             assert "deploy" in store.keyword_index.vocab and "deployment" not in store.keyword_index.vocab
         for view in ("when_to_use", "when_to_use_content"):
@@ -134,7 +134,7 @@ async def test_shipped_views_use_the_snowball_tokenizer_for_documents_and_querie
 
 def chunk_stamps(memory) -> dict[str, set]:
     return {view: {c.metadata.get("tokenizer") for c in store.file_chunks.values()}
-            for view, store in memory.views.stores.items()}
+            for view, store in memory.workspace.views.stores.items()}
 
 
 def count_clears(monkeypatch) -> list[int]:
@@ -161,11 +161,11 @@ async def test_a_workspace_indexed_by_the_previous_release_is_rebuilt_with_stems
     clears = count_clears(monkeypatch)
     async with make_app(workspace=ws, components=BM25_ONLY) as app:
         memory = memory_of(app)
-        identity = memory.views.tokenizers["when_to_use"]
+        identity = memory.workspace.views.tokenizers["when_to_use"]
         assert identity.startswith(SnowballTokenizer.identity)
         assert clears == [1]  # both views emptied once, then every file indexed again from its JSON
-        assert chunk_stamps(memory) == {v: {memory.views.tokenizers[v]} for v in memory.views.stores}
-        for view, store in memory.views.stores.items():
+        assert chunk_stamps(memory) == {v: {memory.workspace.views.tokenizers[v]} for v in memory.workspace.views.stores}
+        for view, store in memory.workspace.views.stores.items():
             assert len(store.file_chunks) == 4 and store.keyword_index.n_docs == 4
             assert "deploy" in store.keyword_index.vocab and "deployment" not in store.keyword_index.vocab
             ok, ans = await run_job(app, "procedure_search", query=STEM_QUERY, index=view, limit=5)
@@ -173,7 +173,7 @@ async def test_a_workspace_indexed_by_the_previous_release_is_rebuilt_with_stems
     # the rebuilt views are persisted: the next start finds them consistent and rebuilds nothing
     async with make_app(workspace=ws, components=BM25_ONLY) as app:
         assert clears == [1]
-        assert chunk_stamps(memory_of(app)) == {v: {memory_of(app).views.tokenizers[v]} for v in VIEW_NAMES}
+        assert chunk_stamps(memory_of(app)) == {v: {memory_of(app).workspace.views.tokenizers[v]} for v in VIEW_NAMES}
     assert json.loads((ws / "procedures" / "rollback-failed-deployment.json").read_text())["when-to-use"] == \
         json.loads((OLD_WORKSPACE / "procedures" / "rollback-failed-deployment.json").read_text())["when-to-use"]
 
@@ -191,7 +191,7 @@ async def test_switching_tokenizers_either_way_rebuilds_both_views(make_app, tmp
 
     async with make_app(workspace=ws, components={**REGEX, **BM25_ONLY}) as app:
         assert clears == [] and await search(app) == []  # plain regex: no word in common
-        regex_identity = memory_of(app).views.tokenizers["when_to_use"]
+        regex_identity = memory_of(app).workspace.views.tokenizers["when_to_use"]
         assert regex_identity.startswith("RegexTokenizer ")
     async with make_app(workspace=ws, components=BM25_ONLY) as app:
         assert clears == [1] and (await search(app))[0] == STEM_MATCH

@@ -1,6 +1,6 @@
 """The ``procedure_export`` job: every valid experience as an Agent Skills folder in a directory outside the workspace.
 
-One run (``export_skills``): the destination is checked (``destination.resolve_destination``), the experience files
+One run (``Exporter.export``): the destination is checked (``destination.resolve_destination``), the experience files
 are read and validated as every reader does (``ExperienceDirectory.scan``: invalid ones are reported, not exported),
 each valid one is rendered (``skills.py``) and the run is planned against the marker and what the directory holds
 (``plan.py``). A conflict refuses the run before anything is written. Otherwise, under an exclusive lock of the
@@ -42,13 +42,20 @@ ROOT_TEMP = temp_files_of(INDEX_FILE, MARKER_FILE)
 SKILL_TEMP = temp_files_of(SKILL_FILE)
 
 
-async def export_skills(workspace: Workspace, raw_dest: str) -> dict[str, Any]:
-    """Export every valid experience of ``workspace`` to the directory ``raw_dest`` (absolute; see the module
-    docstring) and answer what was created, updated, unchanged, removed, kept, invalid and refused."""
-    dest = resolve_destination(raw_dest, workspace.root)
-    async with workspace.write_lock:  # no write of this process changes the library while it is read
-        experiences, invalid, present = await asyncio.to_thread(_read_library, workspace)
-    return await asyncio.to_thread(_export, dest, os.path.realpath(workspace.root), experiences, invalid, present)
+class Exporter:
+    """``procedure_export`` of one component's workspace."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+
+    async def export(self, raw_dest: str) -> dict[str, Any]:
+        """Export every valid experience to the directory ``raw_dest`` (absolute; see the module docstring) and
+        answer what was created, updated, unchanged, removed, kept, invalid and refused."""
+        workspace = self.workspace
+        dest = resolve_destination(raw_dest, workspace.root)
+        async with workspace.write_lock:  # no write of this process changes the library while it is read
+            experiences, invalid, present = await asyncio.to_thread(_read_library, workspace)
+        return await asyncio.to_thread(_export, dest, os.path.realpath(workspace.root), experiences, invalid, present)
 
 
 def _read_library(workspace: Workspace) -> tuple[list[StoredExperience], list[dict], set[str]]:
@@ -64,7 +71,7 @@ def _read_library(workspace: Workspace) -> tuple[list[StoredExperience], list[di
 
 def _export(dest: Path, workspace: str, experiences: list[StoredExperience], invalid: list[dict],
             present: set[str]) -> dict[str, Any]:
-    """The synchronous body of ``export_skills`` (a worker thread): lock, plan, write."""
+    """The synchronous body of ``Exporter.export`` (a worker thread): lock, plan, write."""
     skills, index, refused = render(experiences)
     try:
         atomic.ensure_dir(dest)

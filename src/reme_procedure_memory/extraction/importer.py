@@ -57,6 +57,8 @@ from .segmenter import segment_counted
 
 if TYPE_CHECKING:
     from ..operations.reads import Reads
+    from ..operations.recovery import Recovery
+    from ..operations.retention import Retention
     from ..operations.runs import RunGrants
     from ..workspace import Workspace
 
@@ -69,6 +71,36 @@ def fingerprint(workspace: Workspace, record: ImportRecord) -> dict[str, Any]:
         "segment_tokens": workspace.settings.token_limits.segment,
         "sha256": record.sha256,
     }
+
+
+class Importer:
+    """``procedure_auto_memory`` of one component: one import at a time per process (``Workspace.import_lock``),
+    after a start that deferred its reconciliation has reconciled; a complete import's records are then bounded
+    (``Retention.compact_import``)."""
+
+    def __init__(self, workspace: Workspace, app_context, grants: RunGrants, reads: Reads, recovery: Recovery,
+                 retention: Retention) -> None:
+        self.workspace = workspace
+        self.app_context = app_context
+        self.grants = grants
+        self.reads = reads
+        self.recovery = recovery
+        self.retention = retention
+
+    async def run(self, wrapper, args, interrupts: list[int] | None = None) -> dict[str, Any]:
+        """Copy one local trajectory and extract from it (validated ``args``; see ``run_import``)."""
+        ws = self.workspace
+        await self.recovery.ensure_reconciled()
+        async with ws.import_lock:
+            ws.importing.add(args.request_id)
+            try:
+                answer = await run_import(ws, self.app_context, self.grants, self.reads, wrapper, args, interrupts)
+            finally:
+                ws.importing.discard(args.request_id)
+            if answer.get("status") == "complete":  # its records are needed no more for retries: apply the bound
+                async with ws.write_lock:
+                    await asyncio.to_thread(self.retention.compact_import, args.request_id)
+            return answer
 
 
 async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads: Reads, wrapper,

@@ -205,6 +205,12 @@ class ReindexArguments(JobArguments):
     model_config = ConfigDict(json_schema_extra=None)
 
 
+class DumpArguments(JobArguments):
+    """``procedure_dump`` takes no argument (and refuses any)."""
+
+    model_config = ConfigDict(json_schema_extra=None)
+
+
 class ExportArguments(JobArguments):
     """``reme start job=procedure_export dest=/abs/dir``: a one-shot CLI job, not an agent tool."""
 
@@ -250,6 +256,7 @@ MODELS: dict[str, type[JobArguments]] = {
     "procedure_export": ExportArguments,
     "procedure_history": HistoryArguments,
     "procedure_delete": DeleteArguments,
+    "procedure_dump": DumpArguments,
 }
 
 

@@ -48,10 +48,9 @@ import zstandard
 
 from ...errors import StorageError, ViewStateError
 from ...storage import atomic
-from ...storage.format import VIEW_STATE_FORMAT, VIEW_STATE_FORMATS_READ
+from ...storage.format import VIEW_MANIFEST as MANIFEST, VIEW_STATE_FORMAT, VIEW_STATE_FORMATS_READ
 from .records import RecordColumns, gc_paused
 
-MANIFEST = "MANIFEST.json"
 RECORDS = "records.json.zst"
 _HEADER = struct.Struct("<II")  # payload length, crc32
 _CRC_CHUNK = 1 << 24  # bytes checksummed per call (zlib releases the GIL for each)
