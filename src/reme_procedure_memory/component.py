@@ -13,9 +13,9 @@ on it, each created once here — ``grants`` (extraction runs), ``reads`` (searc
 (the experiences and imports), ``write_path`` (create, update), ``recovery`` (reconcile, reindex, pending retries),
 ``history`` (an experience's versions), ``retention`` (the journal's bound), ``hand_changes`` (changes made by hand,
 recorded when found), ``deletion`` (``procedure_delete``), ``importer`` (``procedure_auto_memory``), ``exporter``
-(``procedure_export``) and ``metadata`` (``procedure_dump``). The component itself is lifecycle and wiring: steps (``jobs/steps.py``) validate their
-arguments and call an operation's public coroutine (``memory.reads.search(...)``), the one route; every one returns
-a JSON-able answer or raises ProcedureError.
+(``procedure_export``) and ``metadata`` (``procedure_dump``). The component itself is lifecycle and wiring, never a
+forwarder: steps (``jobs/steps.py``) validate their arguments and call an operation's public method
+(``memory.reads.search(...)``), the one route; every one returns a JSON-able answer or raises ProcedureError.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from .search.views import Views
 from .settings import ProcedureSettings, load_settings
 from .storage.atomic import ensure_dir
 from .storage.dump import MetadataDump
-from .storage.format import STATE_DIRS
+from .storage.format import STATE_DIRS, state_rel_dir
 from .storage.guard import install_guard
 from .storage.layout import Layout, Protected
 from .storage.presence import holds_plugin_state, remove_created_here
@@ -157,8 +157,8 @@ class ProcedureMemory(BaseComponent):
             return
         raise WorkspaceNotFound(
             f"{job} needs an existing procedure-memory workspace, and {self.workspace_path} has none (no "
-            f"{self.settings.procedure_dir}/, {self.layout.trajectory_rel_dir}/ or {self.layout.metadata_dir}/procedure/"
-            f"{self.name}/). Check "
+            f"{self.settings.procedure_dir}/, {self.layout.trajectory_rel_dir}/ or "
+            f"{state_rel_dir(self.layout.metadata_dir, self.name)}/). Check "
             "workspace_dir (a relative path is resolved from the current directory); a new workspace is made by "
             "`reme start` (the service) or an import (job=procedure_auto_memory). Nothing was written.",
         )

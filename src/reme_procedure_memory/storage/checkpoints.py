@@ -3,8 +3,8 @@
 A ``Checkpoint`` saves what a resume needs: the segment boundaries (and their exact token counts) fixed once, the
 position, the bounded rolling summary (and its token count), the processing fingerprint, the saved final reply of the
 segment being processed, per segment its attempts and uncorrected failed writes, and the import's status. Its
-``format`` says which layout the record has; records written before the format existed read as format 1 (the same
-fields). A record with unknown fields, missing required ones or wrong types is damaged (``DamagedRecord``), like
+``format`` says which layout the record has (``format.CHECKPOINT_FORMAT``); records written before the format
+existed read as format 1 (the same fields). A record with unknown fields, missing required ones or wrong types is damaged (``DamagedRecord``), like
 one that does not parse.
 """
 

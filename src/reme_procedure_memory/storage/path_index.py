@@ -1,8 +1,8 @@
 """The journal's index by experience path: which records belong to one experience, and what was compacted of it.
 
-The journal keeps its records by import (``operations/<scope digest>.v2/``), which is what a write and a resumed
-segment look up. An experience's history needs the other direction, so ``operations/paths/<path digest>/`` holds,
-per experience:
+The journal keeps its records by import (one directory per scope), which is what a write and a resumed segment look
+up. An experience's history needs the other direction, so ``operations/paths/<path digest>/`` holds, per experience
+(the names, and the other directories below, are ``format.py``'s):
 
 * one empty *marker* per journal record of that path, named ``<scope digest>.<record digest>.<created µs>.<target
   version>``: the record's scope directory and file stem, when it was created and the version it writes (``none``
