@@ -122,7 +122,7 @@ async def call_tool(app, run, name: str, **args) -> tuple[bool, dict]:
 def add_trajectory(app, name: str = "run.jsonl", data: bytes = b'{"role": "user", "content": "hi"}\n') -> str:
     """Place a copied trajectory in the workspace (as an import would) and return its workspace-relative path."""
     memory = memory_of(app)
-    rel = f"{memory.trajectory_rel_dir}/{name}"
+    rel = f"{memory.workspace.trajectory_rel_dir}/{name}"
     path = memory.workspace_path / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(data)

@@ -154,7 +154,7 @@ def scan(memory) -> tuple[dict[str, tuple[str, ...]], list[str]]:
     from reme_procedure_memory.storage.experiences import BadFile
 
     valid, invalid = {}, []
-    for item in memory.files.scan():
+    for item in memory.workspace.files.scan():
         if isinstance(item, BadFile):
             invalid.append(item.path)
         else:
@@ -170,11 +170,11 @@ async def experience_sizes(memory) -> dict:
 
     from reme_procedure_memory.storage.experiences import BadFile
 
-    experiences = [item.experience for item in memory.files.scan() if not isinstance(item, BadFile)]
+    experiences = [item.experience for item in memory.workspace.files.scan() if not isinstance(item, BadFile)]
     if not experiences:
         return {"experiences": 0}
     texts = [[e.description, e.when_to_use, e.content] for e in experiences]
-    counts = await memory.tokens.acount_many([t for three in texts for t in three])
+    counts = await memory.workspace.tokens.acount_many([t for three in texts for t in three])
     fields = [counts[i:i + 3] for i in range(0, len(counts), 3)]
     total, content = [sum(f) for f in fields], [f[2] for f in fields]
     return {"experiences": len(experiences), "median": median(total), "largest": max(total),
@@ -218,7 +218,7 @@ def revisions(memory, request_ids: list[str]) -> dict:
     created_by: dict[str, int] = {}
     revised, new = set(), set()
     for position, request_id in enumerate(request_ids):
-        for op in memory.journal.records(request_id):
+        for op in memory.workspace.journal.records(request_id):
             if op.status not in done:
                 continue
             if op.tool == "create":
@@ -297,7 +297,7 @@ async def extract(args, tasks: list[dict], workdir: Path, tokenizer: Path, scrip
                             "copy": answer.get("path"), "status": answer.get("status"),
                             "error": (answer.get("error") or {}).get("code"),
                             "seconds": round(time.monotonic() - started, 1),
-                            "trajectory_tokens": await memory.tokens.acount(text), **used})
+                            "trajectory_tokens": await memory.workspace.tokens.acount(text), **used})
             print(f"  {source.name}: {answer.get('status')} {imports[-1]['error'] or ''} "
                   f"experiences {answer.get('experiences')} in {imports[-1]['seconds']} s", flush=True)
             if n in (args.snapshot_at or ()):  # the size after n imports, and the workspace as it is then

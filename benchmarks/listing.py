@@ -84,15 +84,15 @@ def write_imports(memory, m: int) -> None:
         request_id = f"req-2026{i:08d}"
         record = ImportRecord(request_id=request_id, source=f"/data/runs/{i}.jsonl", filename=f"run-{i}.jsonl",
                               path=f"session/trajectories/run-{i}.jsonl", sha256="0" * 64, size=1000, status=COPIED)
-        write_json(memory.imports.path(request_id), record.__dict__, sync_dir=False)
+        write_json(memory.workspace.imports.path(request_id), record.__dict__, sync_dir=False)
         checkpoint = Checkpoint(request_id=request_id, path=record.path, fingerprint={"sha256": "0" * 64},
                                 plugin_version="bench", segments=[[k, k + 1] for k in range(4)], next_segment=4,
                                 summary="s" * 4096, status=COMPLETE if i % 10 else PROCESSING)
-        write_json(memory.checkpoints.path(request_id), checkpoint.to_record(), sync_dir=False)
+        write_json(memory.workspace.checkpoints.path(request_id), checkpoint.to_record(), sync_dir=False)
         for k, tool in enumerate(("create", "create", "update")):
             op = Operation(scope=request_id, key=f"k{k}", tool=tool, request="r", path=f"procedures/e{i}-{k % 2}.json",
                            target=target.decode(), expected_version=None, status=INDEXED)
-            path = memory.journal._path(op.scope, op.key)  # the journal's own layout, as search.py writes history
+            path = memory.workspace.journal.record_file(op.scope, op.key)  # the journal's own layout, as search.py writes history
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json(path, op.__dict__, sync_dir=False)
 
@@ -159,14 +159,14 @@ async def measure(args, root: Path) -> dict:
         log(f"writing {args.imports} imports")
         write_imports(memory, args.imports)
         r = args.repeats
-        middle = sorted(memory.files.paths())[args.n // 2]
+        middle = sorted(memory.workspace.files.paths())[args.n // 2]
         first = await job(app, "procedure_list", limit=1)
         assert first["experiences"][0]["state"] == "indexed", first
         out = {"n": args.n, "imports": args.imports, "repeats": r, "walk_limit": args.walk_limit, "list": {},
                "imports_listing": {}}
 
         async def paths():
-            await asyncio.to_thread(memory.files.paths)
+            await asyncio.to_thread(memory.workspace.files.paths)
 
         out["list"]["directory_listing_ms"] = await median_ms(paths, r)
         out["list"]["first_page_50_ms"] = await median_ms(lambda: job(app, "procedure_list"), r)
@@ -177,7 +177,7 @@ async def measure(args, root: Path) -> dict:
         out["list"]["walk_s"] = time.perf_counter() - started
 
         async def scan():
-            await asyncio.to_thread(memory.imports.scan)
+            await asyncio.to_thread(memory.workspace.imports.scan)
 
         ids = sorted(f"req-2026{i:08d}" for i in range(args.imports))
         imports = out["imports_listing"]
@@ -189,7 +189,7 @@ async def measure(args, root: Path) -> dict:
         started = time.perf_counter()
         imports["walk_pages"], walked = await walk(app, "procedure_imports", args.walk_limit)
         imports["walk_s"] = time.perf_counter() - started
-        out["checked"] = check_walks(listed, sorted(memory.files.paths()), walked, ids)
+        out["checked"] = check_walks(listed, sorted(memory.workspace.files.paths()), walked, ids)
         return out
     finally:
         await app.close()

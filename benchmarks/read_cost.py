@@ -1,6 +1,6 @@
 """Cost of the file reads of one search answer: the shared validation of experience files (``ExperienceFiles``).
 
-One ``ExperienceFiles`` per answer, as ``ProcedureMemory.search`` uses it; 5 result files citing one trajectory copy.
+One ``ExperienceFiles`` per answer, as ``Reads.search`` uses it; 5 result files citing one trajectory copy.
 Compare revisions by running it under each one's source tree, alternating, on the same machine state::
 
     PYTHONPATH=/path/to/revision-a/src python benchmarks/read_cost.py a

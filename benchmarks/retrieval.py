@@ -165,7 +165,7 @@ async def evaluate(label: str, workspace: Path, tokenizer: dict | None, library:
                     raise RuntimeError(f"{label}: search failed or ran without vectors: {answer}")
                 fused.append(first_hit([r["path"] for r in answer["results"]], relevant))
                 for weight, out in ((0.0, bm25), (1.0, vector)):
-                    legs, _ = await memory.views.search(view, query, LIMIT, weight)
+                    legs, _ = await memory.workspace.views.search(view, query, LIMIT, weight)
                     out.append(first_hit([f.path for f in legs[:LIMIT]], relevant))
             ranks[view] = {"fused": fused, "bm25": bm25, "vector": vector}
         return {"label": label, "tokenizer": keyword_tokenizer, "embedder": embedder, "reindex": reindex,

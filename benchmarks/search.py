@@ -17,7 +17,7 @@ was called 0 times inside the timed sections.
 
 Measured side by side in one run (see ``benchmarks/RUNS.md`` for the recorded numbers):
 
-1. hybrid search latency per view at N experiences, through ``ProcedureMemory.search`` (the procedure_search step's
+1. hybrid search latency per view at N experiences, through ``memory.reads.search`` (the procedure_search step's
    code path) and end to end through ``app.run_job("procedure_search", ...)``, with a breakdown;
 2. create latency through the real ``procedure_create`` job tool path at 100 and at N experiences, and the ratio;
    plus create at N when the operation journal holds N records (as if every experience had been created by the tool);
@@ -193,13 +193,13 @@ class Site:
         self.app = self.build_app()
         seconds, _ = await timed(self.app.start)
         self.memory = self.app.context.components["procedure_memory"]["default"]
-        rel = f"{self.memory.trajectory_rel_dir}/bench-run.jsonl"
+        rel = f"{self.memory.workspace.trajectory_rel_dir}/bench-run.jsonl"
         target = self.memory.workspace_path / rel
         if not target.exists():
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text('{"role": "user", "content": "benchmark trajectory"}\n', encoding="utf-8")
         self.source = rel
-        self.run = self.memory.begin_run(f"bench-{self.name}", [rel])
+        self.run = self.memory.grants.begin_run(f"bench-{self.name}", [rel])
         return seconds
 
     async def close(self) -> None:
@@ -208,7 +208,7 @@ class Site:
             self.app = None
 
     def store(self, view: str):
-        return self.memory.views.stores[view]
+        return self.memory.workspace.views.stores[view]
 
     def stock(self, view: str):
         return self.app.context.components["file_store"][f"stock_{view}"]
@@ -221,7 +221,7 @@ class Site:
             (directory / exp["filename"]).write_bytes(experience_bytes(exp, self.source))
 
     def count(self) -> int:
-        return len(self.memory.files.paths())
+        return len(self.memory.workspace.files.paths())
 
     async def reindex(self) -> dict:
         model = self.bench.model
@@ -248,14 +248,14 @@ class Site:
         (``indexed``) record per existing experience, in the plugin's own record format (no fsync: a fixture)."""
         from reme_procedure_memory.storage.journal import INDEXED, Operation
 
-        journal = self.memory.journal
-        paths = self.memory.files.paths()[:count]
+        journal = self.memory.workspace.journal
+        paths = self.memory.workspace.files.paths()[:count]
         for k, rel in enumerate(paths):
-            data = self.memory.files.read_bytes(rel)
+            data = self.memory.workspace.files.read_bytes(rel)
             op = Operation(scope=f"history-{k // 50}", key=f"history-{k}", tool="create",
                            request=hashlib.sha256(rel.encode()).hexdigest(), path=rel,
                            target=data.decode("utf-8"), expected_version=None, status=INDEXED)
-            path = journal._path(op.scope, op.key)  # the journal's own layout (flat or sharded by scope)
+            path = journal.record_file(op.scope, op.key)  # the journal's own layout (flat or sharded by scope)
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(op.__dict__, ensure_ascii=False, indent=1, sort_keys=True) + "\n",
                             encoding="utf-8")
@@ -330,7 +330,7 @@ class Bench:
         memory = site.memory
         for view in VIEWS:
             for q in queries[: min(10, len(queries))]:
-                await memory.search(q, view, SEARCH_LIMIT, min_relevance=0)
+                await memory.reads.search(q, view, SEARCH_LIMIT, min_relevance=0)
                 await site.app.run_job("procedure_search", query=q, index=view, limit=SEARCH_LIMIT, min_relevance=0)
         series = {view: {k: [] for k in ("component", "fusion_only", "vector_part", "keyword_part", "run_job")}
                   for view in VIEWS}
@@ -339,16 +339,16 @@ class Bench:
         for q in queries:
             for view in VIEWS:
                 store, out = site.store(view), series[view]
-                s, answer = await timed(memory.search, q, view, SEARCH_LIMIT, min_relevance=0)
+                s, answer = await timed(memory.reads.search, q, view, SEARCH_LIMIT, min_relevance=0)
                 assert answer["status"] == "ok" and "vector_search" not in answer, answer
                 out["component"].append(s)
                 s, response = await timed(site.app.run_job, "procedure_search", query=q, index=view,
                                           limit=SEARCH_LIMIT, min_relevance=0)
                 assert response.success, response.answer
                 out["run_job"].append(s)
-                s, _ = await timed(memory.views.search, view, q, SEARCH_LIMIT, VECTOR_WEIGHT)
+                s, _ = await timed(memory.workspace.views.search, view, q, SEARCH_LIMIT, VECTOR_WEIGHT)
                 out["fusion_only"].append(s)
-                qvec, error = await memory.views.embeddings.query_vector(q)
+                qvec, error = await memory.workspace.views.embeddings.query_vector(q)
                 assert error is None, error
                 started = time.perf_counter()
                 store.nearest(qvec, STOCK_CANDIDATES)
@@ -399,7 +399,7 @@ class Bench:
                 )
                 fused = stock_rrf_merge(vector_hits, keyword_hits, VECTOR_WEIGHT)
                 total.append(time.perf_counter() - started)
-                s, (plugin_fused, _) = await timed(site.memory.views.search, view, q, SEARCH_LIMIT, VECTOR_WEIGHT)
+                s, (plugin_fused, _) = await timed(site.memory.workspace.views.search, view, q, SEARCH_LIMIT, VECTOR_WEIGHT)
                 plugin.append(s)
                 s, _ = await timed(stock.vector_search, q, STOCK_CANDIDATES, {})
                 vec.append(s)
@@ -529,7 +529,7 @@ async def lifecycle(ws: Path, tokenizer: Path, n: int, cache_size: int | None, s
     gc.collect()
     after = rss_mib()
     memory = app.context.components["procedure_memory"]["default"]
-    run = memory.begin_run("bench-lifecycle", [f"{memory.trajectory_rel_dir}/bench-run.jsonl"])
+    run = memory.grants.begin_run("bench-lifecycle", [f"{memory.workspace.trajectory_rel_dir}/bench-run.jsonl"])
     corpus = Corpus(seed=seed + 1)
     experiences = [corpus.experience(LIFECYCLE_FIRST_INDEX + i) for i in range(warmup + creates)]
     await memory.embedding_store.get_embeddings([t for exp in experiences for t in view_texts(exp)])
@@ -542,7 +542,7 @@ async def lifecycle(ws: Path, tokenizer: Path, n: int, cache_size: int | None, s
             wall.append(seconds)
             cpu.append(cpu_seconds)
     provider_calls = model.calls - calls_before
-    memory.end_run(run)
+    memory.grants.end_run(run)
     close_seconds, _ = await timed(app.close)
     view_load = sum(v for k, v in starts.items() if k.split(":")[0] in VIEW_LOAD_TYPES)
     return {
@@ -587,7 +587,7 @@ def report(r: dict) -> str:
     for view in VIEWS:
         s, st = r["search"][view], r["stock"].get(view)
         ok = s["component"]["p50_ms"] <= search_target
-        lines.append(row(f"search {view} @ {n}: ProcedureMemory.search",
+        lines.append(row(f"search {view} @ {n}: memory.reads.search",
                          f"{s['component']['p50_ms']:.2f} ms", f"{s['component']['p95_ms']:.2f} ms",
                          f"<= {search_target:g} ms  {verdict(ok)}"))
         lines.append(row("  p99 of the row above", f"{s['component']['p99_ms']:.2f} ms", "", ""))

@@ -483,11 +483,12 @@ def main(argv=None) -> int:
 
     from reme_procedure_memory.extraction import segmenter as segmenter
     from reme_procedure_memory.extraction.segmenter import segment
+    from reme_procedure_memory.storage.format import SEGMENTER_VERSION
     from reme_procedure_memory.tokens import TokenCounter
 
     tokenizer_path = args.tokenizer
     print(f"machine: {machine()}")
-    print(f"segmenter: {segmenter.__file__} (SEGMENTER_VERSION {segmenter.SEGMENTER_VERSION})")
+    print(f"segmenter: {segmenter.__file__} (SEGMENTER_VERSION {SEGMENTER_VERSION})")
     print(f"tokenizer: {tokenizer_path}; timed regions measure {args.clock} seconds")
     load_before = os.getloadavg()
     print(f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")

@@ -40,9 +40,9 @@ async def test_configured_directories_and_session_dir(make_app, tmp_path):
 async def test_structural_index_failure_fails_explicitly(make_app, monkeypatch):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.begin_run("req", [add_trajectory(app)])
+        run = memory.grants.begin_run("req", [add_trajectory(app)])
         app.context.components["as_embedding"]["procedure"].model.reject = {"REJECT"}
-        store = memory.views.stores["when_to_use"]
+        store = memory.workspace.views.stores["when_to_use"]
 
         async def broken_delete(paths):
             raise OSError("keyword index is corrupt")
@@ -59,7 +59,7 @@ async def test_correction_interrupted_before_publish_supersedes_after_restart(ma
     ws = tmp_path / "ws"
     async with make_app(workspace=ws) as app:
         memory = memory_of(app)
-        run = memory.begin_run("req", [add_trajectory(app)])
+        run = memory.grants.begin_run("req", [add_trajectory(app)])
         app.context.components["as_embedding"]["procedure"].model.reject = {"POISON"}
         ok, failed = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k1",
                                      description="d", when_to_use="when deploying", content="POISON")
@@ -68,7 +68,7 @@ async def test_correction_interrupted_before_publish_supersedes_after_restart(ma
         def crash(self, rel, data):
             raise KeyboardInterrupt("crash before the correction is published")
 
-        monkeypatch.setattr(type(memory.files), "publish", crash)
+        monkeypatch.setattr(type(memory.workspace.files), "publish", crash)
         with pytest.raises(KeyboardInterrupt):
             await call_tool(app, run, "procedure_update", path="procedures/a.json",
                             expected_version=failed["version"], content="corrected", operation_key="k2")
@@ -76,8 +76,8 @@ async def test_correction_interrupted_before_publish_supersedes_after_restart(ma
     async with make_app(workspace=ws) as app:  # a fresh provider that accepts everything
         memory = memory_of(app)
         assert json.loads((ws / "procedures/a.json").read_text())["content"] == "corrected"
-        assert memory.journal.get("req", "k1").status == SUPERSEDED
-        assert memory.journal.get("req", "k2").status == INDEXED
+        assert memory.workspace.journal.get("req", "k1").status == SUPERSEDED
+        assert memory.workspace.journal.get("req", "k2").status == INDEXED
         ok, ans = await run_job(app, "procedure_search", query="deploying", index="when_to_use")
         assert ans["index_complete"] and ans["results"][0]["experience"]["content"] == "corrected"
 
@@ -90,14 +90,14 @@ async def test_checkpoint_of_another_segmenter_version_is_incompatible(make_app,
         memory = memory_of(app)
         ok, ans = await import_file(app, original, request_id="old",
                                     )  # the agent is not scripted: the import stops after checkpointing
-        checkpoint = memory.checkpoints.get("old")
+        checkpoint = memory.workspace.checkpoints.get("old")
         assert checkpoint.fingerprint["segmenter_version"] == "1"
         checkpoint.fingerprint["segmenter_version"] = "0"
-        memory.checkpoints.put(checkpoint)
+        memory.workspace.checkpoints.put(checkpoint)
         ok, ans = await import_file(app, original, request_id="old")
         assert not ok and ans["error"]["code"] == "incompatible_checkpoint"
         assert "segmenter_version" in ans["error"]["message"]
-        assert memory.checkpoints.get("old") == checkpoint
+        assert memory.workspace.checkpoints.get("old") == checkpoint
 
 
 @pytest.mark.slow
@@ -121,7 +121,7 @@ async def test_no_limit_on_the_number_of_experiences(make_app, tmp_path):
 async def test_manual_edits_are_not_watched_but_results_are_never_stale(make_app, tmp_path):
     ws = tmp_path / "ws"
     async with make_app(workspace=ws) as app:
-        run = memory_of(app).begin_run("req", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
         await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k", description="d",
                         when_to_use="when the pager fires", content="acknowledge")
         (ws / "procedures/new.json").write_text(json.dumps(experience_record("d", "when the pager fires", "x")))
@@ -139,17 +139,17 @@ async def test_updates_leave_no_deleted_bm25_slots_after_close(make_app, tmp_pat
     ws = tmp_path / "ws"
     async with make_app(workspace=ws) as app:
         memory = memory_of(app)
-        run = memory.begin_run("req", [add_trajectory(app)])
+        run = memory.grants.begin_run("req", [add_trajectory(app)])
         ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k0",
                                   description="d", when_to_use="when the queue backs up", content="v0")
         for i in range(1, 6):
             ok, ans = await call_tool(app, run, "procedure_update", path="procedures/a.json",
                                       expected_version=ans["version"], content=f"v{i}", operation_key=f"k{i}")
             assert ok
-        bm25 = memory.views.stores["when_to_use_content"].keyword_index
+        bm25 = memory.workspace.views.stores["when_to_use_content"].keyword_index
         assert len(bm25._doc_ids) > 1  # lazily deleted versions are still there while running
     async with make_app(workspace=ws) as app:
-        for store in memory_of(app).views.stores.values():
+        for store in memory_of(app).workspace.views.stores.values():
             assert len(store.keyword_index._doc_ids) == 1  # compacted before the stores persisted
         ok, found = await run_job(app, "procedure_search", query="queue backs up", index="when_to_use_content")
         assert found["results"][0]["experience"]["content"] == "v5"
@@ -168,19 +168,19 @@ async def test_trajectory_reads_follow_the_file(make_app):
 async def test_a_failed_publish_writes_nothing_and_frees_the_name(make_app, monkeypatch):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.begin_run("req", [add_trajectory(app)])
-        original = type(memory.files).publish
+        run = memory.grants.begin_run("req", [add_trajectory(app)])
+        original = type(memory.workspace.files).publish
 
         def disk_full(self, rel, data):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(type(memory.files), "publish", disk_full)
+        monkeypatch.setattr(type(memory.workspace.files), "publish", disk_full)
         ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k1",
                                   description="d", when_to_use="w", content="c")
         assert not ok and ans["error"]["code"] == "disk_full"  # a full disk has its own code (issue 10, 4c)
         assert not (memory.workspace_path / "procedures/a.json").exists()
-        assert memory.journal.get("req", "k1").status == "abandoned"
-        monkeypatch.setattr(type(memory.files), "publish", original)
+        assert memory.workspace.journal.get("req", "k1").status == "abandoned"
+        monkeypatch.setattr(type(memory.workspace.files), "publish", original)
         ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k2",
                                   description="d", when_to_use="w", content="c")
         assert ok and ans["status"] == "created"  # the name was not left reserved by the failed intent

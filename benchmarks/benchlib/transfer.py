@@ -162,7 +162,7 @@ async def search_cases(app, cases: list[dict], k: int = max(KS)) -> dict:
     from reme_procedure_memory.storage.experiences import StoredExperience
 
     memory = app.context.components["procedure_memory"]["default"]
-    everything = [experience_text(item.experience.fields()) for item in memory.files.scan()
+    everything = [experience_text(item.experience.fields()) for item in memory.workspace.files.scan()
                   if isinstance(item, StoredExperience)]
     token_cache: dict[str, int] = {}
     turns, per_view, pending = [], {view: [] for view in VIEWS}, set()
@@ -179,7 +179,7 @@ async def search_cases(app, cases: list[dict], k: int = max(KS)) -> dict:
             for result in answer["results"][:k]:
                 text = experience_text(result["experience"])
                 if text not in token_cache:
-                    token_cache[text] = await memory.tokens.acount(text)
+                    token_cache[text] = await memory.workspace.tokens.acount(text)
                 texts.append(text)
                 tokens.append(token_cache[text])
                 paths.append(result["path"])

@@ -8,22 +8,21 @@ started to run the reindex job leaves the indexing to that job). ``_close`` comp
 closes the plugin's own stores (each persists itself when it closes) and only then releases the lock: no view file
 is written without it.
 
-What it owns: one ``Workspace`` (``workspace.py``: the shared state) and the operations built on it — ``grants``
-(extraction runs), ``reads`` (search answers and reads), ``listing`` (the experiences and imports), ``write_path``
-(create, update), ``recovery`` (reconcile, reindex, pending retries), ``history`` (an experience's versions),
-``retention`` (the journal's bound), ``hand_changes`` (changes made by hand, recorded when found) and ``deletion``
-(the ``procedure_delete`` job). Steps
-(``jobs/steps.py``) validate their arguments and call the public coroutines here;
-every one returns a JSON-able answer or raises ProcedureError.
+What it owns: one ``Workspace`` (``workspace.py``: the shared state, its stores and locks) and the operations built
+on it, each created once here — ``grants`` (extraction runs), ``reads`` (search answers and reads), ``listing``
+(the experiences and imports), ``write_path`` (create, update), ``recovery`` (reconcile, reindex, pending retries),
+``history`` (an experience's versions), ``retention`` (the journal's bound), ``hand_changes`` (changes made by hand,
+recorded when found), ``deletion`` (``procedure_delete``), ``importer`` (``procedure_auto_memory``), ``exporter``
+(``procedure_export``) and ``metadata`` (``procedure_dump``). The component itself is lifecycle and wiring, never a
+forwarder: steps (``jobs/steps.py``) validate their arguments and call an operation's public method
+(``memory.reads.search(...)``), the one route; every one returns a JSON-able answer or raises ProcedureError.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Any
 
 from reme.components.base_component import BaseComponent
 from reme.components.embedding_store import BaseEmbeddingStore
@@ -32,8 +31,8 @@ from reme.enumeration import ComponentEnum
 
 from .cli import install_cli_error_hook, install_service_guard, serving, unknown_job_sentence
 from .errors import ServiceStartAborted, StartStorageError, StartupError, UnknownJob, WorkspaceNotFound
-from .export.exporter import export_skills
-from .extraction.importer import run_import
+from .export.exporter import Exporter
+from .extraction.importer import Importer
 from .operations.deletion import Deletion
 from .operations.hand_changes import HandChanges
 from .operations.history import History
@@ -41,15 +40,16 @@ from .operations.listing import Listing
 from .operations.reads import Reads
 from .operations.recovery import Recovery, defers_indexing
 from .operations.retention import Retention
-from .operations.runs import Run, RunGrants
+from .operations.runs import RunGrants
 from .operations.writes import WritePath
 from .schema import View
 from .search.views import Views
 from .settings import ProcedureSettings, load_settings
 from .storage.atomic import ensure_dir
+from .storage.dump import MetadataDump
+from .storage.format import STATE_DIRS, state_rel_dir
 from .storage.guard import install_guard
 from .storage.layout import Layout, Protected
-from .storage.lock import WorkspaceLock
 from .storage.presence import holds_plugin_state, remove_created_here
 from .tokens import TokenCounter
 from .workspace import Workspace
@@ -105,49 +105,34 @@ class ProcedureMemory(BaseComponent):
             procedure_dir=self.settings.procedure_dir,
             trajectory_rel_dir=f"{session.rstrip('/')}/{self.settings.trajectory_subdir}",
         )
-        self.tokens = TokenCounter(self.settings.tokenizer_source)
         self.workspace = Workspace(self.workspace_path, self.layout.state_dir, self.layout.trajectory_rel_dir,
-                                   self.settings, self.tokens, self.logger)
-        self.grants = RunGrants(self.workspace)  # live extraction runs (operations/runs.py)
-        self.hand_changes = HandChanges(self.workspace)  # recorded when found (operations/hand_changes.py)
-        self.retention = Retention(self.workspace)  # the journal's bound (operations/retention.py)
-        # reconcile, reindex, pending retries (operations/recovery.py)
-        self.recovery = Recovery(self.workspace, self.hand_changes, self.retention)
-        self.reads = Reads(self.workspace, self.recovery)  # search answers and reads (operations/reads.py)
-        self.listing = Listing(self.workspace, self.recovery)  # the experiences and imports, a page at a time (operations/listing.py)
-        self.history = History(self.workspace, self.reads)  # an experience's versions (operations/history.py)
-        # journal -> publish -> index (operations/writes.py)
-        self.write_path = WritePath(self.workspace, self.hand_changes)
-        # procedure_delete (operations/deletion.py)
-        self.deletion = Deletion(self.workspace, self.reads, self.hand_changes, self.retention)
-        self._import_lock: asyncio.Lock | None = None
+                                   self.settings, TokenCounter(self.settings.tokenizer_source), self.logger)
+        ws = self.workspace
+        self.grants = RunGrants(ws)  # live extraction runs (operations/runs.py)
+        self.hand_changes = HandChanges(ws)  # recorded when found (operations/hand_changes.py)
+        self.retention = Retention(ws)  # the journal's bound (operations/retention.py)
+        self.recovery = Recovery(ws, self.hand_changes, self.retention)  # reconcile, reindex, pending retries
+        self.reads = Reads(ws, self.recovery)  # search answers and reads (operations/reads.py)
+        self.listing = Listing(ws, self.recovery)  # the experiences and imports, a page at a time
+        self.history = History(ws, self.reads)  # an experience's versions (operations/history.py)
+        self.write_path = WritePath(ws, self.hand_changes)  # journal -> publish -> index (operations/writes.py)
+        self.deletion = Deletion(ws, self.recovery, self.reads, self.hand_changes, self.retention)  # procedure_delete
+        self.importer = Importer(ws, self.app_context, self.grants, self.reads, self.recovery, self.retention)
+        self.exporter = Exporter(ws)  # procedure_export (export/exporter.py)
+        self.metadata = MetadataDump(ws.root, self.layout.metadata_dir, ws.state_dir, self.settings.procedure_dir,
+                                     ws.trajectory_rel_dir)  # procedure_dump (storage/dump.py)
         self._built_at = time.time()  # ReMe's temporary files older than this are stale (storage/layout.py)
         if self.app_context is not None:  # before any component starts: nothing may be created through a link
-            self.check_directories()
+            self.layout.check_directories()
             self.check_one_shot_job()
         # ReMe builds every component before it starts any: taking the lock here refuses a second process before any
         # store starts (and could persist itself on the way out). Released by _close after the stores' last write.
-        self._lock_file = WorkspaceLock(self.state_dir / "workspace.lock")
         try:
-            self._lock_file.acquire()
+            ws.lock_file.acquire()
         except OSError as exc:  # the lock file cannot be created (a read-only workspace, a full disk): one line
             raise StartStorageError(exc) from exc
 
-    # -- paths and shared state (the workspace's) ---------------------------------------------------------------
-
-    @property
-    def state_dir(self) -> Path:
-        """``<workspace>/<metadata_dir>/procedure/<name>``: imports, operations, processing, lock."""
-        return self.layout.state_dir
-
-    @property
-    def trajectory_rel_dir(self) -> str:
-        """``<session_dir>/<trajectory_subdir>``, workspace-relative."""
-        return self.layout.trajectory_rel_dir
-
-    def check_directories(self) -> None:
-        """Fail unless every configured directory is a real directory inside the workspace (storage/layout.py)."""
-        self.layout.check_directories()
+    # -- wiring -------------------------------------------------------------------------------------------------
 
     def check_one_shot_job(self) -> None:
         """Before anything is created: refuse ``reme start job=procedure_<unknown>`` (UnknownJob, the closest name)
@@ -162,7 +147,7 @@ class ProcedureMemory(BaseComponent):
         if not unknown and not needs_existing_workspace(self.app_context, job, self.name):
             return
         existing = holds_plugin_state(self.workspace_path / self.settings.procedure_dir,
-                                      self.workspace_path / self.trajectory_rel_dir, self.state_dir)
+                                      self.workspace_path / self.layout.trajectory_rel_dir, self.layout.state_dir)
         if not existing:
             subdirs = [config.metadata_dir, config.session_dir, config.mem_session_dir, config.resource_dir,
                        config.daily_dir, config.digest_dir]
@@ -173,8 +158,8 @@ class ProcedureMemory(BaseComponent):
             return
         raise WorkspaceNotFound(
             f"{job} needs an existing procedure-memory workspace, and {self.workspace_path} has none (no "
-            f"{self.settings.procedure_dir}/, {self.trajectory_rel_dir}/ or {self.layout.metadata_dir}/procedure/"
-            f"{self.name}/). Check "
+            f"{self.settings.procedure_dir}/, {self.layout.trajectory_rel_dir}/ or "
+            f"{state_rel_dir(self.layout.metadata_dir, self.name)}/). Check "
             "workspace_dir (a relative path is resolved from the current directory); a new workspace is made by "
             "`reme start` (the service) or an import (job=procedure_auto_memory). Nothing was written.",
         )
@@ -189,40 +174,6 @@ class ProcedureMemory(BaseComponent):
             wrappers = (self.app_context.components.get(ComponentEnum.AGENT_WRAPPER.value) or {}).values()
             sessions += [w.session_path for w in wrappers if isinstance(getattr(w, "session_path", None), Path)]
         return self.layout.protected_directories(sessions)
-
-    @property
-    def files(self):
-        return self.workspace.files
-
-    @property
-    def journal(self):
-        return self.workspace.journal
-
-    @property
-    def imports(self):
-        return self.workspace.imports
-
-    @property
-    def checkpoints(self):
-        return self.workspace.checkpoints
-
-    @property
-    def pending(self):
-        return self.workspace.pending
-
-    @property
-    def views(self) -> Views | None:
-        return self.workspace.views
-
-    @property
-    def damaged_metadata(self) -> dict[str, str]:
-        return self.workspace.damaged_metadata
-
-    @property
-    def generation(self) -> int:
-        """Changes whenever files or views may have changed (writes, index retries, rebuilds): an identical tool call
-        counts as repeated only within one generation."""
-        return self.workspace.generation
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
 
@@ -249,42 +200,41 @@ class ProcedureMemory(BaseComponent):
             raise
 
     async def _start_up(self) -> None:
-        self.check_directories()  # again: a link may have appeared since the application was built
+        ws = self.workspace
+        self.layout.check_directories()  # again: a link may have appeared since the application was built
         install_guard(self.app_context)
-        if not self._lock_file.held:  # restarted after a close
-            self._lock_file.acquire()
+        if not ws.lock_file.held:  # restarted after a close
+            ws.lock_file.acquire()
         try:
             for store in self._own_stores():  # restarted after a close: _close closed them
                 if not store.is_started:
                     await store.start()
-            for directory in ("imports", "operations", "processing"):
-                ensure_dir(self.state_dir / directory)
+            for directory in STATE_DIRS:
+                ensure_dir(ws.state_dir / directory)
             ensure_dir(self.workspace_path / self.settings.procedure_dir)
-            ensure_dir(self.workspace_path / self.trajectory_rel_dir)
-            imports = self.imports
-            copies = imports.reserved_paths()
-            self.damaged_metadata.update(imports.damaged)
+            ensure_dir(self.workspace_path / ws.trajectory_rel_dir)
+            copies = ws.imports.reserved_paths()
+            ws.damaged_metadata.update(ws.imports.damaged)
             removed = self._remove_temp_files(copies, stale_before=self._built_at)
             if removed:
                 self.logger.warning(f"procedure memory removed {len(removed)} leftover temporary files: {removed}")
-            self._import_lock = asyncio.Lock()
             stores = {View.WHEN_TO_USE: self.view_when_to_use, View.WHEN_TO_USE_CONTENT: self.view_when_to_use_content}
-            self.workspace.open(Views(
+            ws.open(Views(
                 stores, self.embedding_store, self.settings.embedding_timeout_seconds,
                 self.settings.vector_cooldown_seconds, self.settings.search_embedding_timeout_seconds,
             ))
             report = await self.recovery.start(defer=defers_indexing(self.app_context, self.name))
-            if self.damaged_metadata:
+            if ws.damaged_metadata:
                 self.logger.warning(
                     "procedure memory skipped damaged metadata records (the import each belongs to stops with "
-                    f"metadata_damaged when resumed and sets it aside): {json.dumps(self.damaged_metadata)}",
+                    f"metadata_damaged when resumed and sets it aside): {json.dumps(ws.damaged_metadata)}",
                 )
             self.logger.info(f"procedure memory ready: {json.dumps({**report, 'temp_files_removed': len(removed)})}")
         except OSError as exc:  # a write the start must make (a directory, the views' state): what to do, no trace
-            self._lock_file.release()
+            ws.lock_file.release()
             raise StartStorageError(exc) from exc
         except BaseException:
-            self._lock_file.release()
+            ws.lock_file.release()
             raise
 
     async def _close(self) -> None:
@@ -298,9 +248,9 @@ class ProcedureMemory(BaseComponent):
                     journal.flush()  # no open file of a final record is left behind
                 except OSError as exc:  # harmless: the final file is read first, and the next start removes them
                     self.logger.warning(f"procedure memory: settling the journal's open files failed: {exc}")
-            if self.workspace.writes and self.views is not None:
+            if self.workspace.writes and self.workspace.is_open:
                 # Updates leave lazily deleted BM25 documents behind; compact them before the stores persist.
-                for store in self.views.stores.values():
+                for store in self.workspace.views.stores.values():
                     await store.optimize_index()
         finally:
             try:
@@ -313,99 +263,6 @@ class ProcedureMemory(BaseComponent):
                         self.logger.error(f"procedure memory: closing {store.name} failed: {exc}")
                     except Exception as exc:
                         self.logger.exception(f"procedure memory: closing {store.name} failed: {exc}")
-                self._remove_temp_files(self.imports.reserved_paths())
+                self._remove_temp_files(self.workspace.imports.reserved_paths())
             finally:
-                self._lock_file.release()
-
-    # -- recovery and maintenance (operations/recovery.py) -------------------------------------------------------
-
-    async def reconcile(self) -> dict[str, Any]:
-        """Make both views agree with the experience files (see ``Recovery.reconcile``)."""
-        return await self.recovery.reconcile()
-
-    async def reindex(self) -> dict[str, Any]:
-        """Rebuild both views from the experience JSON files; never touches experience or trajectory files."""
-        return await self.recovery.reindex()
-
-    async def export(self, dest: str) -> dict[str, Any]:
-        """Write every valid experience as an Agent Skills folder into ``dest`` (see ``export/exporter.py``)."""
-        return await export_skills(self.workspace, dest)
-
-    async def delete_experience(self, raw_path) -> dict[str, Any]:
-        """Remove one experience, recorded in its history (see ``Deletion.delete``)."""
-        await self.recovery.ensure_reconciled()
-        return await self.deletion.delete(raw_path)
-
-    # -- search and read (operations/reads.py) ---------------------------------------------------------------------
-
-    async def search(self, query: str, view: str, limit: int, *, min_relevance: float | None = None,
-                     tools: tuple[str, ...] = (), max_tokens: int | None = None) -> dict[str, Any]:
-        """Hybrid search of one view; full current experiences with path, version, relevance and scores.
-        ``min_relevance`` None: the setting ``search.min_relevance``."""
-        floor = self.settings.search.min_relevance if min_relevance is None else min_relevance
-        return await self.reads.search(query, view, limit, min_relevance=floor, tools=tools, max_tokens=max_tokens)
-
-    def experience_path(self, raw) -> str:
-        """Validate an experience path argument: ``<procedure_dir>/<valid name>.json``."""
-        return self.reads.experience_path(raw)
-
-    def read_experience(self, raw_path) -> dict[str, Any]:
-        """One experience with its current version."""
-        return self.reads.experience(raw_path)
-
-    async def read_trajectory(self, raw_path, offset: int, length: int, *, mask: bool = False) -> dict[str, Any]:
-        """An excerpt of a copied trajectory by decoded characters, capped by exact tokens; ``mask``: its
-        credentials masked (see ``Reads.trajectory``)."""
-        return await self.reads.trajectory(raw_path, offset, length, mask=mask)
-
-    # -- listings (operations/listing.py) ------------------------------------------------------------------------
-
-    async def list_experiences(self, cursor: str | None, limit: int) -> dict[str, Any]:
-        """One page of the experience files by path, each with its state in search (see ``Listing.experiences``)."""
-        return await self.listing.experiences(cursor, limit)
-
-    async def list_imports(self, cursor: str | None, limit: int) -> dict[str, Any]:
-        """One page of the imports by request id, each with its status and progress (see ``Listing.imports``)."""
-        return await self.listing.imports(cursor, limit)
-
-    async def experience_history(self, raw_path, *, with_diff: bool, offset: int, limit: int) -> dict[str, Any]:
-        """Every durable version of an experience, oldest first (see ``History.answer``; read-only)."""
-        return await asyncio.to_thread(self.history.answer, raw_path, with_diff=with_diff, offset=offset,
-                                       limit=limit)
-
-    # -- extraction runs (operations/runs.py) and writes (operations/writes.py) ------------------------------------
-
-    def begin_run(self, scope: str, sources: list[str], segment: int | None = None) -> Run:
-        """Open an extraction run whose tools may write citing ``sources`` (see ``RunGrants.begin_run``)."""
-        return self.grants.begin_run(scope, sources, segment)
-
-    def end_run(self, run: Run) -> None:
-        """Revoke a run's grant."""
-        self.grants.end_run(run)
-
-    async def create(self, run: Run, args, raw: dict[str, Any]) -> dict[str, Any]:
-        """Create a new experience for a live run (validated ``args``; see ``WritePath.create``)."""
-        return await self.write_path.create(run, args, raw)
-
-    async def update(self, run: Run, args, raw: dict[str, Any]) -> dict[str, Any]:
-        """Revise an experience at its expected version for a live run (see ``WritePath.update``)."""
-        return await self.write_path.update(run, args, raw)
-
-    # -- trajectory import (extraction/importer.py) ----------------------------------------------------------------
-
-    async def import_trajectory(self, wrapper, args, interrupts: list[int] | None = None) -> dict[str, Any]:
-        """Copy one local trajectory and extract from it (validated ``args``); one import at a time per process.
-        ``interrupts``: receives the signal that cancels the import (``importer.run_import``)."""
-        assert self._import_lock is not None
-        await self.recovery.ensure_reconciled()
-        async with self._import_lock:
-            self.workspace.importing.add(args.request_id)
-            try:
-                answer = await run_import(self.workspace, self.app_context, self.grants, self.reads, wrapper, args,
-                                          interrupts)
-            finally:
-                self.workspace.importing.discard(args.request_id)
-            if answer.get("status") == "complete":  # its records are needed no more for retries: apply the bound
-                async with self.workspace.write_lock:
-                    await asyncio.to_thread(self.retention.compact_import, args.request_id)
-            return answer
+                self.workspace.lock_file.release()

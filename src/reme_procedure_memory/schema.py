@@ -42,6 +42,7 @@ class Job(StrEnum):
     REINDEX = "procedure_reindex"
     EXPORT = "procedure_export"
     DELETE = "procedure_delete"
+    DUMP = "procedure_dump"
 
 
 # The job tools an extraction agent is given (with ``finish_segment``), in the order its request lists them; plain

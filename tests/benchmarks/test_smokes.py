@@ -119,7 +119,7 @@ def value(text: str) -> float:
 
 def check_search(out: str) -> None:
     for view in ("when_to_use", "when_to_use_content"):
-        for row in ("ProcedureMemory.search", "run_job procedure_search"):
+        for row in ("memory.reads.search", "run_job procedure_search"):
             numbers(rf"^\| search {view} @ 200: {row} +\| +{{N}} ms \| +{{N}} ms \|", out)
         numbers(r"^\|   stock local: vector\+keyword\+_rrf_merge \(3 q\) +\| +{N} ms", out)
         assert 0 <= value(numbers(rf"^top-5 overlap stock vs plugin \({view}\): {{N}}$", out)[0]) <= 1

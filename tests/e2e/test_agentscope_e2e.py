@@ -103,7 +103,7 @@ async def test_real_agentscope_agent_extracts_an_experience(make_app, tmp_path, 
             # One segment is the last: no rolling summary is asked for, and none is kept (nothing would read it);
             # the experience is searchable in both views.
             assert "This is the last segment" in first.prompt and "between <summary> and </summary>" not in first.prompt
-            checkpoint = memory_of(app).checkpoints.get("as-001")
+            checkpoint = memory_of(app).workspace.checkpoints.get("as-001")
             assert checkpoint.status == "complete"
             assert checkpoint.summary == ""
             for view in ("when_to_use", "when_to_use_content"):
@@ -135,7 +135,7 @@ async def test_iteration_budget_exhaustion_is_resumable(make_app, tmp_path):
             assert len(conversations) == 3
             assert [c.forced_final for c in conversations] == [False, False, True]
             # The checkpoint did not advance, and the forced reply's <summary> was not taken.
-            checkpoint = memory_of(app).checkpoints.get("budget-1")
+            checkpoint = memory_of(app).workspace.checkpoints.get("budget-1")
             assert checkpoint.next_segment == 0 and checkpoint.saved_reply is None
             assert checkpoint.summary == ""
             assert not any((ws / "procedures").iterdir())
@@ -153,7 +153,7 @@ async def test_iteration_budget_exhaustion_is_resumable(make_app, tmp_path):
             assert ans["segments"] == {"done": 1, "total": 1}
             assert ans["experiences"]["created"] == [f"procedures/{EXPERIENCE['filename']}"]
             assert [c.step for c in endpoint.conversations()] == [0, 1, 2]
-            assert memory_of(app).checkpoints.get("budget-1").next_segment == 1
+            assert memory_of(app).workspace.checkpoints.get("budget-1").next_segment == 1
             assert sorted(p.name for p in (ws / "procedures").iterdir()) == [EXPERIENCE["filename"]]
 
 
@@ -231,7 +231,7 @@ async def test_finish_segment_ends_a_segment_in_the_turn_of_its_writes(make_app,
             assert "call finish_segment last with" in first.prompt and "summary:" in first.prompt
             assert ONE_TURN_SUMMARY.format(n=1) in last.prompt
             assert "This is the last segment" in last.prompt and "call finish_segment last" in last.prompt
-            assert memory_of(app).checkpoints.get("one-turn").status == "complete"
+            assert memory_of(app).workspace.checkpoints.get("one-turn").status == "complete"
 
 
 def correcting_finish(conversation: Conversation) -> dict:

@@ -210,6 +210,7 @@ def test_write_and_import_jobs_are_not_served_over_http(service):
         "procedure_reindex": {},
         "procedure_export": {"dest": str(service.ws.parent / "exported-skills")},
         "procedure_delete": {"path": "procedures/rebuild-search-after-config-change.json"},
+        "procedure_dump": {},
     }
     with httpx.Client(base_url=service.url, timeout=30) as client:
         for job in HIDDEN_JOBS:
@@ -460,6 +461,30 @@ def test_one_shot_delete_removes_an_experience_and_history_shows_who_and_when(re
     assert found.returncode == 0 and path not in [r["path"] for r in json.loads(found.stdout)["results"]]
     again = reme.start_job("procedure_delete", ws, f"path={path}")
     assert again.returncode != 0 and json.loads(again.stderr.strip().splitlines()[-1])["error"]["code"] == "not_found"
+
+
+def test_one_shot_dump_prints_the_metadata_for_support_without_any_text(reme, tmp_path):
+    """Issue 33 item 1 as an operator runs it: ``reme start job=procedure_dump`` prints one JSON object on stdout with
+    every metadata file's kind, format, status and size, and no experience or trajectory text."""
+    ws = tmp_path / "ws"
+    write_experience(ws, "rebuild-search-after-config-change.json", REBUILD)
+    write_experience(ws, "inspect-logs-before-rebuilding.json", INSPECT)
+    write_trajectory(ws)
+    assert reme.start_job("procedure_reindex", ws).returncode == 0  # the views' state on disk
+    before = durable_state(ws)
+
+    dumped = reme.start_job("procedure_dump", ws)
+
+    assert dumped.returncode == 0, dumped.stderr[-3000:]
+    answer = json.loads(dumped.stdout)
+    assert answer["status"] == "ok" and answer["experiences"]["files"] == 2 and answer["trajectories"]["files"] == 1
+    kinds = {f["kind"] for f in answer["files"]}
+    assert {"lock", "view_manifest", "view_part"} <= kinds, kinds
+    assert all(f["path"].startswith("metadata/") and f["bytes"] >= 0 for f in answer["files"])
+    assert {f["format"] for f in answer["files"] if f["kind"] == "view_manifest"} == {3}
+    for text in (REBUILD["content"], INSPECT["when-to-use"], "search results are stale after the config change"):
+        assert text not in dumped.stdout
+    assert durable_state(ws) == before
 
 
 def test_embedding_outage_at_startup_keeps_serving_and_recovers(reme, tmp_path, endpoint):

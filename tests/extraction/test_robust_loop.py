@@ -55,7 +55,7 @@ def test_names_without_an_unambiguous_spelling_have_none(raw):
 
 async def test_create_uses_the_canonical_filename_and_says_which(make_app):
     async with make_app() as app:
-        run = memory_of(app).begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
         ok, ans = await create(app, run, "Rebuild_Search after change")
         assert ok and ans["status"] == "created"
         assert ans["path"] == "procedures/rebuild-search-after-change.json"
@@ -68,7 +68,7 @@ async def test_create_uses_the_canonical_filename_and_says_which(make_app):
 
 async def test_already_exists_applies_to_the_canonical_name(make_app):
     async with make_app() as app:
-        run = memory_of(app).begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
         assert (await create(app, run, "rebuild-search.json"))[0]
         before = (memory_of(app).workspace_path / "procedures/rebuild-search.json").read_bytes()
         ok, ans = await create(app, run, "REBUILD_SEARCH", key="op-2", content="Something else.")
@@ -81,23 +81,23 @@ async def test_already_exists_applies_to_the_canonical_name(make_app):
 @pytest.mark.parametrize("raw", ["v1.2 notes.json", "café-notes", "notes.md", "../escape.json", "   "])
 async def test_a_filename_without_a_canonical_spelling_is_rejected_with_an_example(make_app, raw):
     async with make_app() as app:
-        run = memory_of(app).begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
         ok, ans = await create(app, run, raw)
         assert not ok and ans["error"]["code"] == "invalid_argument"
         assert f"e.g. {NAME_EXAMPLE}" in ans["error"]["message"] and repr(raw) in ans["error"]["message"]
-        assert listing(app) == [] and memory_of(app).journal.records("req-1") == []
+        assert listing(app) == [] and memory_of(app).workspace.journal.records("req-1") == []
 
 
 async def test_a_retry_in_either_spelling_is_the_same_operation(make_app):
     async with make_app() as app:
         memory = memory_of(app)
         source = add_trajectory(app)
-        ok, first = await create(app, memory.begin_run("req-1", [source]), "Rebuild_Search")
+        ok, first = await create(app, memory.grants.begin_run("req-1", [source]), "Rebuild_Search")
         assert ok
         for spelling in ("Rebuild_Search", "rebuild-search.json"):  # a resumed segment retries it
-            ok, again = await create(app, memory.begin_run("req-1", [source]), spelling)
+            ok, again = await create(app, memory.grants.begin_run("req-1", [source]), spelling)
             assert ok and again["replayed"] and again["version"] == first["version"], spelling
-        assert listing(app) == ["rebuild-search.json"] and len(memory.journal.records("req-1")) == 1
+        assert listing(app) == ["rebuild-search.json"] and len(memory.workspace.journal.records("req-1")) == 1
 
 
 # -- the `when-to-use` alias --------------------------------------------------------------------------------------
@@ -105,7 +105,7 @@ async def test_a_retry_in_either_spelling_is_the_same_operation(make_app):
 
 async def test_when_to_use_alias_is_accepted_by_create_and_update(make_app):
     async with make_app() as app:
-        run = memory_of(app).begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
         fields = {k: v for k, v in FIELDS.items() if k != "when_to_use"}
         ok, created = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k1",
                                       **fields, **{"when-to-use": "When the file's key is what the model read"})
@@ -124,7 +124,7 @@ async def test_when_to_use_alias_is_accepted_by_create_and_update(make_app):
 
 async def test_when_to_use_and_a_different_alias_are_ambiguous(make_app):
     async with make_app() as app:
-        run = memory_of(app).begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
         ok, ans = await create(app, run, "a.json", **{"when-to-use": "another trigger"})
         assert not ok and ans["error"]["code"] == "invalid_argument" and "when-to-use" in ans["error"]["message"]
         assert listing(app) == []
@@ -169,7 +169,7 @@ async def test_a_copied_placeholder_is_repaired_with_the_segment_in_view(make_ap
     async with make_app(scripts=[copies_placeholder, repaired, done], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="p1")
         assert ok and ans["status"] == "complete", ans
-        assert memory_of(app).checkpoints.get("p1").summary == "Rebuilt a stale docs index after a config change."
+        assert memory_of(app).workspace.checkpoints.get("p1").summary == "Rebuilt a stale docs index after a config change."
         first, repair, _ = app.agent.replies
         assert repair["prompt"].startswith(first["prompt"].split("</segment>")[0])  # same prefix as the run
 
@@ -191,7 +191,7 @@ async def test_an_untagged_or_empty_summary_is_repaired(make_app, tmp_path, repl
 
     async with make_app(scripts=[first, repaired, done], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="e1")
-        assert ok and memory_of(app).checkpoints.get("e1").summary == "Rebuilt the docs index."
+        assert ok and memory_of(app).workspace.checkpoints.get("e1").summary == "Rebuilt the docs index."
 
 
 async def test_a_too_long_summary_is_quoted_to_the_repair_without_the_segment(make_app, tmp_path):
@@ -209,7 +209,7 @@ async def test_a_too_long_summary_is_quoted_to_the_repair_without_the_segment(ma
 
     async with make_app(scripts=[long_summary, shortened, done], components=components) as app:
         ok, ans = await import_file(app, original, request_id="l1")
-        assert ok and memory_of(app).checkpoints.get("l1").summary == "Rebuilt the docs index."
+        assert ok and memory_of(app).workspace.checkpoints.get("l1").summary == "Rebuilt the docs index."
 
 
 async def test_an_unchanged_summary_is_repaired_then_stops_resumably(make_app, tmp_path):
@@ -232,7 +232,7 @@ async def test_an_unchanged_summary_is_repaired_then_stops_resumably(make_app, t
         assert ans["segments"]["total"] > 1
         assert not ok and ans["error"]["code"] == "summary_invalid" and ans["segments"]["done"] == 1
         assert "previous summary unchanged" in ans["error"]["message"] and "request_id=u1" in ans["resume"]
-        checkpoint = memory_of(app).checkpoints.get("u1")
+        checkpoint = memory_of(app).workspace.checkpoints.get("u1")
         assert checkpoint.next_segment == 1 and checkpoint.summary == "Segment one shows the rollout."
 
 
@@ -249,7 +249,7 @@ async def test_an_identical_call_gets_its_earlier_answer_and_a_nudge(make_app, t
     async def loops(tools, prompt, kwargs):
         ok, first = await tools.call("procedure_create", filename="a.json", operation_key="k1", **FIELDS)
         assert ok
-        journal = [(r.key, r.status) for r in memory.journal.records("loop-1")]
+        journal = [(r.key, r.status) for r in memory.workspace.journal.records("loop-1")]
         for _ in range(3):
             ok, again = await tools.call("procedure_search", query="stale search", index="when_to_use")
         assert ok and again["repeated_call"] and "create or update" in again["note"] and "<summary>" in again["note"]
@@ -261,7 +261,7 @@ async def test_an_identical_call_gets_its_earlier_answer_and_a_nudge(make_app, t
         ok, bad = await tools.call("procedure_create", filename="a.b.json", operation_key="k2", **FIELDS)
         ok2, bad_again = await tools.call("procedure_create", filename="a.b.json", operation_key="k2", **FIELDS)
         assert not ok and not ok2 and bad_again["error"] == bad["error"] and bad_again["repeated_call"]
-        assert [(r.key, r.status) for r in memory.journal.records("loop-1")] == journal  # nothing journaled again
+        assert [(r.key, r.status) for r in memory.workspace.journal.records("loop-1")] == journal  # nothing journaled again
         return summary("Created a.json.")
 
     async with make_app(scripts=[loops]) as app:

@@ -6,7 +6,8 @@ import os
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from reme_procedure_memory.errors import SegmentationError, TokenizerUnavailable
-from reme_procedure_memory.extraction.segmenter import SEGMENTER_VERSION, segment
+from reme_procedure_memory.extraction.segmenter import segment
+from reme_procedure_memory.storage.format import SEGMENTER_VERSION
 from reme_procedure_memory.tokens import TokenCounter, load_encoder
 
 from helpers import FIXTURES

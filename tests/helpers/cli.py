@@ -23,7 +23,7 @@ PLUGINS = 'plugins=["procedure-memory"]'
 
 
 HIDDEN_JOBS = ("procedure_create", "procedure_update", "procedure_auto_memory", "procedure_reindex", "procedure_export",
-               "procedure_delete")
+               "procedure_delete", "procedure_dump")
 
 
 SERVED_JOBS = ("procedure_search", "procedure_read", "procedure_list", "procedure_imports", "procedure_history")

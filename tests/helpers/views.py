@@ -17,7 +17,7 @@ from helpers.corpus import corpus, write_corpus
 async def held_reindex(app) -> tuple[asyncio.Task, asyncio.Event]:
     """A ``procedure_reindex`` of ``app`` started and held where it has cleared the views and is indexing them again:
     (its task, the gate that lets it go on)."""
-    views = memory_of(app).views
+    views = memory_of(app).workspace.views
     original, entered, gate = views.index, asyncio.Event(), asyncio.Event()
 
     async def held_index(items):
@@ -52,8 +52,8 @@ def view_content(app) -> dict:
     from helpers import hashed_vector
 
     memory, out = memory_of(app), {}
-    for view, store in memory.views.stores.items():
-        out[view] = {"indexed": memory.views.indexed(view)}
+    for view, store in memory.workspace.views.stores.items():
+        out[view] = {"indexed": memory.workspace.views.indexed(view)}
         for _, _, query in corpus()[:6]:
             out[view][query] = (dict(store.keyword_paths(query, 500)),
                                 {p: round(s, 12) for p, s in store.nearest_paths(hashed_vector(query, 64), 500)})
@@ -67,7 +67,7 @@ WORDS = ("queue worker deploy rollback cache token index shard node cluster repl
 async def create_some(app, count, prefix="c"):
     """``count`` experiences with distinct texts (random words: no two score alike)."""
     memory = memory_of(app)
-    run = memory.begin_run("req", [add_trajectory(app)])
+    run = memory.grants.begin_run("req", [add_trajectory(app)])
     rng = random.Random(prefix)
     for i in range(count):
         words = rng.sample(WORDS, 9)

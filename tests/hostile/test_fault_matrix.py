@@ -18,13 +18,13 @@ to the clean run's, which itself equals a fresh rebuild's; and again after one m
 from __future__ import annotations
 
 import json
-import secrets
 import shutil
 from pathlib import Path
 
 import pytest
 from reme_procedure_memory.search.view import state as viewstate
 from reme_procedure_memory.storage import atomic
+from reme_procedure_memory.storage.format import temp_name
 
 from conftest import import_file, memory_of, run_job
 from helpers.corpus import corpus, long_trajectory, write
@@ -49,7 +49,7 @@ class DurableWrites:
 
         def half_written(path: Path) -> None:  # what the atomic writer leaves when killed before its rename
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp").write_bytes(b"half")
+            temp_name(path).write_bytes(b"half")
 
         def atomic_write(path, data, **kwargs):
             self._maybe_die(path, lambda: half_written(Path(path)))
@@ -57,11 +57,11 @@ class DurableWrites:
 
         def append(state, entries):
             def torn():
-                before = state._path("log").stat().st_size if state._path("log").exists() else 0
+                before = state.part_file("log").stat().st_size if state.part_file("log").exists() else 0
                 real_append(state, entries)
-                with open(state._path("log"), "r+b") as handle:  # half of what was appended reached the disk
-                    handle.truncate(before + (state._path("log").stat().st_size - before) // 2)
-            self._maybe_die(state._path("log"), torn)
+                with open(state.part_file("log"), "r+b") as handle:  # half of what was appended reached the disk
+                    handle.truncate(before + (state.part_file("log").stat().st_size - before) // 2)
+            self._maybe_die(state.part_file("log"), torn)
             return real_append(state, entries)
 
         monkeypatch.setattr(atomic, "atomic_write", atomic_write)  # the one atomic writer of every durable file
@@ -87,8 +87,8 @@ async def outcome(make_app, ws: Path, answer: dict | None) -> dict:
     from what was persisted: a fresh start)."""
     async with make_app(workspace=ws) as app:
         memory = memory_of(app)
-        journal = {op.key: op.status for op in memory.journal.records("imp")}
-        assert memory.journal.open_records() == []
+        journal = {op.key: op.status for op in memory.workspace.journal.records("imp")}
+        assert memory.workspace.journal.open_records() == []
         scores = await branch_scores(app, QUERIES)
     return {"experiences": tree(ws, "procedures"), "trajectories": tree(ws, "session"), "journal": journal,
             "answer": answer and {k: answer[k] for k in ("status", "experiences", "segments", "path")},
@@ -239,7 +239,7 @@ async def killed(make_app, monkeypatch, kill_at: int, work, must_die: bool = Tru
         try:
             await work()
         except Killed:
-            memory_of(built[-1])._lock_file.release()
+            memory_of(built[-1]).workspace.lock_file.release()
         else:
             assert not must_die, f"the work ended before its durable write {kill_at}"
     finally:

@@ -130,7 +130,7 @@ async def outcome(make_app, ws: Path) -> dict:
     start from what was persisted."""
     async with make_app(workspace=ws, components=COMPONENTS) as app:
         memory = memory_of(app)
-        journal = memory.journal
+        journal = memory.workspace.journal
         assert journal.open_records() == []
         removing = {name for path in TOUCHED for name in journal.paths.compacted(path).removing}
         scopes = {}
@@ -139,7 +139,7 @@ async def outcome(make_app, ws: Path) -> dict:
             assert damaged == {}
             scopes[scope or "by hand"] = sorted(
                 (op.path, op.tool, op.key if op.scope else "", op.status, op.target_version, op.expected_version)
-                for op in ops if journal._ref(op).name not in removing)
+                for op in ops if journal.ref(op).name not in removing)
         histories = {}
         for path in TOUCHED:
             ok, answer = await run_job(app, "procedure_history", path=path, diff=True)
@@ -242,7 +242,7 @@ async def kill_and_finish(scenario: str, kill_at: int, clean: dict, tmp_path: Pa
         make_app.build = real_build
     assert calls.done == clean[scenario]["calls"][:kill_at]  # the same calls as the clean run up to the kill
     if built:  # what the kernel does for the dead process (killed before its application was built: no lock)
-        memory_of(built[-1])._lock_file.release()
+        memory_of(built[-1]).workspace.lock_file.release()
     await finish(make_app, ws)
     got = await outcome(make_app, ws)
     expected = clean[scenario]["outcome"]

@@ -41,7 +41,7 @@ def tmp_files(root: Path) -> list[str]:
 
 async def one_experience(app) -> None:
     """Create procedures/a.json through the real write tool inside an extraction run."""
-    run = memory_of(app).begin_run("req", [add_trajectory(app)])
+    run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
     ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k", description="d",
                               when_to_use="w", content="c")
     assert ok, ans
@@ -309,7 +309,7 @@ async def test_searches_answer_within_the_search_timeout_while_a_pending_retry_h
         components = hanging_components(endpoint, embedding_timeout_seconds=3600,
                                         search_embedding_timeout_seconds=0.2, vector_cooldown_seconds=0)
         async with make_app(workspace=ws, embedding=False, components=components) as app:
-            assert set(memory_of(app).pending) == {"procedures/drain.json"}
+            assert set(memory_of(app).workspace.pending) == {"procedures/drain.json"}
             endpoint.failing, endpoint.hanging = False, True
             # pending_retry_seconds is 0: this search starts a retry round that hangs for the write timeout
             ok, ans = await asyncio.wait_for(
@@ -328,14 +328,14 @@ async def test_one_probe_at_a_time_while_the_provider_hangs_and_writes_keep_thei
                                         vector_cooldown_seconds=0, pending_retry_seconds=3600)
         async with make_app(workspace=ws, embedding=False, components=components) as app:
             # the start waited for one provider call (one write timeout), then marked every file pending
-            assert endpoint.requests == 1 and len(memory_of(app).pending) == 3
+            assert endpoint.requests == 1 and len(memory_of(app).workspace.pending) == 3
             before = endpoint.requests
             answers = await asyncio.gather(*(run_job(app, "procedure_search", query=f"unicorn{i % 3} degrades")
                                              for i in range(20)))
             assert all(ok and ans["vector_search"]["available"] is False for ok, ans in answers)
             # one search probed the provider; the others answered from BM25 at once instead of joining a wave
             assert endpoint.requests - before == 1, endpoint.requests - before
-            run = memory_of(app).begin_run("req", [add_trajectory(app)])
+            run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
             ok, ans = await call_tool(app, run, "procedure_create", filename="x.json", operation_key="x",
                                       description="d", when_to_use="w", content="c")
             assert ans["status"] == "index_pending" and "within 1 s" in ans["error"]["message"]  # write timeout
@@ -441,7 +441,7 @@ async def test_experiences_and_copies_follow_the_umask_and_keep_a_chosen_mode(ma
             mode = lambda rel: stat.S_IMODE((ws / rel).stat().st_mode)  # noqa: E731
             assert mode("procedures/a.json") == 0o644 and mode(ans["path"]) == 0o644
             (ws / "procedures/a.json").chmod(0o640)  # a mode the user chose survives an update
-            run = memory_of(app).begin_run("req", [ans["path"]])
+            run = memory_of(app).grants.begin_run("req", [ans["path"]])
             ok, found = await run_job(app, "procedure_read", path="procedures/a.json")
             ok, updated = await call_tool(app, run, "procedure_update", path="procedures/a.json",
                                           expected_version=found["version"], content="new", operation_key="u")

@@ -89,7 +89,7 @@ async def test_attempt_counter_is_durable_before_the_agent_runs(make_app, tmp_pa
 
     async def probe(tools, prompt, kwargs):
         memory = memory_of(app)
-        seen.append(memory.checkpoints.get("att-1").attempts)  # what a SIGKILL now would leave on disk
+        seen.append(memory.workspace.checkpoints.get("att-1").attempts)  # what a SIGKILL now would leave on disk
         return summary("s")
 
     async with make_app(scripts=[probe]) as app:
@@ -108,7 +108,7 @@ async def test_summary_quoting_a_closing_tag_is_not_truncated(make_app, tmp_path
     async with make_app(scripts=[no_summary(text), replies("last")], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="sum-1")
         assert ok, ans
-        saved = memory_of(app).checkpoints.get("sum-1").summary
+        saved = memory_of(app).workspace.checkpoints.get("sum-1").summary
         assert "rebuilt the docs index" in saved, saved  # silently cut to "... end every answer with a"
 
 
@@ -119,7 +119,7 @@ async def test_valid_summary_followed_by_an_empty_tag_pair_needs_no_repair(make_
     async with make_app(scripts=[no_summary(text), replies("last")], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="sum-2")
         assert ok, ans
-        assert memory_of(app).checkpoints.get("sum-2").summary == "Rebuilt the docs index."
+        assert memory_of(app).workspace.checkpoints.get("sum-2").summary == "Rebuilt the docs index."
 
 
 # -- a search in flight during a reindex ----------------------------------------------------------------------------
@@ -191,9 +191,9 @@ async def test_search_does_not_pay_the_provider_timeout_once_per_pending_file(ma
         place_unicorn_experiences(ws, 8)
         model.hang = True
         memory = memory_of(app)
-        await memory.reconcile()  # as at a start during an outage: 8 files pending
-        assert len(memory.pending) == 8
-        memory.views.embeddings.vector_down_until = 0.0
+        await memory.recovery.reconcile()  # as at a start during an outage: 8 files pending
+        assert len(memory.workspace.pending) == 8
+        memory.workspace.views.embeddings.vector_down_until = 0.0
         started = time.monotonic()
         ok, ans = await run_job(app, "procedure_search", query="unicorn3 degrades")
         elapsed = time.monotonic() - started
@@ -298,7 +298,7 @@ async def test_context_check_counts_what_agentscope_really_sends(make_app, tmp_p
             ok, ans = await import_file(app, original, request_id="ctx-1")
             assert ok, ans
             first = endpoint.requests[0]
-            tokens = memory_of(app).tokens
+            tokens = memory_of(app).workspace.tokens
             sent = sum(tokens.count(text_of(m)) for m in first["messages"])
             sent += tokens.count(json.dumps(first["tools"], ensure_ascii=False))
     # AgentScope adds a <system-reminder> user message and wraps every schema in {"type": "function", ...}:

@@ -746,7 +746,7 @@ def agent_results(tmp_path_factory):
             response = await app.run_job("procedure_auto_memory", file=str(original), filename="run.jsonl",
                                          request_id="hostile")
             out["import"] = (response.success, json.loads(response.answer))
-            out["pending"] = {p: memory_of(app).pending.error(p) for p in memory_of(app).pending}
+            out["pending"] = {p: memory_of(app).workspace.pending.error(p) for p in memory_of(app).workspace.pending}
 
     asyncio.run(run())
     return out

@@ -26,7 +26,7 @@ async def test_published_copy_of_a_reserved_record_is_reused_when_the_original_i
     async with make_app(scripts=[stops()]) as app:
         ok, ans = await import_file(app, original, request_id="r1")
         assert not ok and ans["status"] == "incomplete"
-        records = memory_of(app).state_dir / "imports"
+        records = memory_of(app).workspace.state_dir / "imports"
     # simulate a kill after publish_copy() but before registry.put(status=COPIED)
     record_path = records / f"{hashlib.sha256(b'r1').hexdigest()}.json"
     raw = json.loads(record_path.read_text())
@@ -54,9 +54,9 @@ async def test_segment_with_published_but_pending_write_cannot_advance_after_res
     async with make_app(scripts=[leaves_pending_then_fails], embedding=model) as app:
         ok, ans = await import_file(app, original, request_id="p1")
         assert not ok
-        journal = memory_of(app).journal
+        journal = memory_of(app).workspace.journal
         [op] = journal.records("p1")
-        op_path = journal._open_path("p1", "k1")  # index_pending: an open record
+        op_path = journal.open_file("p1", "k1")  # index_pending: an open record
     # simulate a kill after set_status(PUBLISHED) but before indexing finished
     raw = json.loads(op_path.read_text())
     raw["status"] = "published"
@@ -64,7 +64,7 @@ async def test_segment_with_published_but_pending_write_cannot_advance_after_res
     model2 = FakeEmbeddingModel(64)
     model2.reject = {"REJECTED"}  # the content is still rejected after the restart
     async with make_app(scripts=[replies()], embedding=model2) as app:
-        assert "procedures/a.json" in memory_of(app).pending
+        assert "procedures/a.json" in memory_of(app).workspace.pending
         ok, ans = await import_file(app, original, request_id="p1")
         # spec: "A segment with its own pending writes cannot advance"
         assert not ok and ans["error"]["code"] == "pending_writes", ans

@@ -101,7 +101,7 @@ async def test_an_identical_retry_on_resume_publishes_the_write_that_failed(make
         assert answers[-1][0] and answers[-1][1]["status"] == "created", answers[-1]
         assert ok and ans["status"] == "complete" and ans["experiences"]["created"] == ["procedures/a.json"], ans
         assert (ws / "procedures" / "a.json").is_file()
-        assert memory_of(app).journal.get("r-1", "k-a").status == "indexed"
+        assert memory_of(app).workspace.journal.get("r-1", "k-a").status == "indexed"
 
 
 async def test_a_failure_stays_on_the_checkpoint_until_a_later_write_corrects_it(make_app, tmp_path, monkeypatch):
@@ -134,7 +134,7 @@ async def test_within_a_run_an_identical_retry_after_the_cause_is_fixed_publishe
     faults = Faults(monkeypatch)
     fields = {"description": "d", "when_to_use": "w", "content": "c"}
     async with make_app(workspace=ws) as app:
-        run = memory_of(app).begin_run("req", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
         faults.denied = {ws / "procedures"}
         ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k", **fields)
         assert not ok and ans["error"]["code"] == "storage_error", ans
@@ -161,12 +161,12 @@ async def test_an_identical_retry_whose_precondition_no_longer_holds_is_refused_
     fields = {"description": "d", "when_to_use": "w", "content": "c"}
     async with make_app(workspace=ws) as app:
         source = add_trajectory(app)
-        run = memory_of(app).begin_run("req", [source])
+        run = memory_of(app).grants.begin_run("req", [source])
         faults.denied = {ws / "procedures"}
         ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k", **fields)
         assert not ok
         faults.denied = set()
-        other = memory_of(app).begin_run("other", [source])  # meanwhile another write took the name
+        other = memory_of(app).grants.begin_run("other", [source])  # meanwhile another write took the name
         ok, _ = await call_tool(app, other, "procedure_create", filename="a.json", operation_key="x",
                                 description="x", when_to_use="x", content="x")
         assert ok
@@ -409,7 +409,7 @@ async def test_reindex_lists_a_damaged_checkpoint(make_app, tmp_path):
     async with make_app(workspace=ws, scripts=[one_create("a.json", "k-a", answers)]) as app:
         ok, ans = await import_file(app, original, request_id="r-1")
         assert ok, ans
-        checkpoint = memory_of(app).checkpoints.path("r-1")
+        checkpoint = memory_of(app).workspace.checkpoints.path("r-1")
     checkpoint.write_bytes(checkpoint.read_bytes()[:20])
     async with make_app(workspace=ws) as app:
         ok, ans = await run_job(app, "procedure_reindex")

@@ -24,7 +24,7 @@ QUERY = "stale search results after a configuration change"
 
 
 async def create(app, scope="req-1", **fields) -> dict:
-    run = memory_of(app).begin_run(scope, [add_trajectory(app)])
+    run = memory_of(app).grants.begin_run(scope, [add_trajectory(app)])
     ok, created = await call_tool(app, run, "procedure_create", filename=NAME, **{**FIELDS, **fields})
     assert ok, created
     return created
@@ -58,7 +58,7 @@ async def test_a_deletion_leaves_both_views_shows_in_history_and_frees_the_name(
         assert answer["version"] == created["version"] and answer["deleted_at"]
         assert not (ws / PATH).exists()
         assert await found(app) == {"when_to_use": [], "when_to_use_content": []}
-        assert memory_of(app).views.held_version(PATH) is None
+        assert memory_of(app).workspace.views.held_version(PATH) is None
         ok, listed = await run_job(app, "procedure_list")
         assert ok and listed["experiences"] == []
         removed = await history(app)
@@ -150,7 +150,7 @@ async def test_a_removal_the_journal_cannot_record_says_so_and_the_next_start_re
     async with make_app() as app:
         await create(app)
         faults = Faults(monkeypatch)
-        faults.denied = {memory_of(app).state_dir / "operations"}
+        faults.denied = {memory_of(app).workspace.state_dir / "operations"}
         ok, answer = await run_job(app, "procedure_delete", path=PATH)
         faults.denied = set()
         assert not ok and answer["error"]["code"] == "storage_error", answer
@@ -158,7 +158,7 @@ async def test_a_removal_the_journal_cannot_record_says_so_and_the_next_start_re
         assert "The next start records it" in answer["error"]["message"]
         assert not (ws / PATH).exists() and await found(app) == {"when_to_use": [], "when_to_use_content": []}
     async with make_app() as app:
-        assert memory_of(app).views.held_version(PATH) is None
+        assert memory_of(app).workspace.views.held_version(PATH) is None
         versions = (await history(app))["versions"]
         assert [v["change"] for v in versions] == ["create", "hand_delete"]
         assert "note" not in versions[-1]  # found by the start: a deletion by hand, without the job's note
@@ -178,8 +178,8 @@ async def test_a_rejected_import_is_removed_with_its_copy_and_record(make_app, t
 
         assert ok and answer == {"status": "deleted", "kind": "rejected_import", "path": rejected["path"],
                                  "request_id": "bad-1", "error_code": "malformed_input"}, answer
-        assert list((memory.workspace_path / memory.trajectory_rel_dir).iterdir()) == []
-        assert list((memory.state_dir / "imports").iterdir()) == []
+        assert list((memory.workspace_path / memory.workspace.trajectory_rel_dir).iterdir()) == []
+        assert list((memory.workspace.state_dir / "imports").iterdir()) == []
         ok, listed = await run_job(app, "procedure_imports")
         assert ok and listed["imports"] == []
         ok, again = await run_job(app, "procedure_delete", path=rejected["path"])

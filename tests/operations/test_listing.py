@@ -53,7 +53,7 @@ async def test_experiences_are_listed_by_path_a_page_at_a_time(make_app):
     async with make_app() as app:
         ws = memory_of(app).workspace_path
         place_unicorn_experiences(ws, 23)
-        await memory_of(app).reconcile()  # placed by hand after the start: indexed as a restart would
+        await memory_of(app).recovery.reconcile()  # placed by hand after the start: indexed as a restart would
         entries, answers = await pages(app, "procedure_list", "experiences", 5)
         paths = sorted(f"procedures/p{i}.json" for i in range(23))
         assert [e["path"] for e in entries] == paths
@@ -62,7 +62,7 @@ async def test_experiences_are_listed_by_path_a_page_at_a_time(make_app):
         assert {a["total"] for a in answers} == {23}
         first = entries[0]
         raw = (ws / first["path"]).read_bytes()
-        assert first == {"path": "procedures/p0.json", "version": memory_of(app).files.read(first["path"]).version,
+        assert first == {"path": "procedures/p0.json", "version": memory_of(app).workspace.files.read(first["path"]).version,
                          "state": "indexed", "description": "d0", "source_count": 1}
         assert json.loads(raw)["description"] == "d0"
         ok, whole = await run_job(app, "procedure_list")  # default limit 50: one page
@@ -91,7 +91,7 @@ async def test_pending_invalid_and_unindexed_files_are_listed_as_such(make_app):
         memory = memory_of(app)
         ws = memory.workspace_path
         source = add_trajectory(app)
-        run = memory.begin_run("req-1", [source])
+        run = memory.grants.begin_run("req-1", [source])
         fields = {"description": "Indexed one", "when_to_use": "when it works", "content": "Do it."}
         ok, indexed = await call_tool(app, run, "procedure_create", filename="indexed.json", **fields)
         assert ok, indexed
@@ -113,7 +113,7 @@ async def test_pending_invalid_and_unindexed_files_are_listed_as_such(make_app):
         assert states["procedures/indexed.json"]["state"] == "indexed"
         assert states["procedures/pending.json"]["state"] == "pending"
         assert states["procedures/pending.json"]["description"] == "Indexed one"
-        assert states["procedures/pending.json"]["error"] == memory.pending.error("procedures/pending.json")
+        assert states["procedures/pending.json"]["error"] == memory.workspace.pending.error("procedures/pending.json")
         assert states["procedures/by-hand.json"]["state"] == "unindexed"
         assert "procedure_reindex" in states["procedures/by-hand.json"]["note"]
         for path, cause in (("procedures/invalid.json", "invalid JSON"), ("procedures/Bad Name.json", "rename"),
@@ -155,7 +155,7 @@ async def test_only_the_pages_files_are_read(make_app, monkeypatch):
 
 
 def state_dir(app) -> Path:
-    return memory_of(app).state_dir
+    return memory_of(app).workspace.state_dir
 
 
 async def test_imports_list_their_file_status_segments_and_experiences(make_app, tmp_path):
@@ -249,10 +249,10 @@ async def test_damaged_records_are_listed_as_damaged_and_left_in_place(make_app,
         scope = next(d for d in (state_dir(app) / "operations").iterdir() if d.name.endswith(".v2"))  # not paths/
         journal_record = next(scope.glob("*.json"))
         journal_record.write_text("{not json")
-        memory.checkpoints.path("checkpoint").write_text('{"request_id": "checkpoint", "surprise": 1}')
-        memory.imports.path("record").write_text("[]")
-        typed = json.loads(memory.imports.path("typed").read_text())
-        memory.imports.path("typed").write_text(json.dumps({**typed, "request_id": ["not", "a", "string"]}))
+        memory.workspace.checkpoints.path("checkpoint").write_text('{"request_id": "checkpoint", "surprise": 1}')
+        memory.workspace.imports.path("record").write_text("[]")
+        typed = json.loads(memory.workspace.imports.path("typed").read_text())
+        memory.workspace.imports.path("typed").write_text(json.dumps({**typed, "request_id": ["not", "a", "string"]}))
         before = everything(memory.workspace_path)
 
         ok, answer = await run_job(app, "procedure_imports")
@@ -269,8 +269,8 @@ async def test_damaged_records_are_listed_as_damaged_and_left_in_place(make_app,
         assert by_id["record"]["status"] == "complete" and "import record is missing" in by_id["record"]["note"]
         assert by_id["typed"]["note"]  # the same for a record of the wrong types
         damaged = {d["path"]: d["error"] for d in answer["damaged_records"]}
-        assert damaged == {memory.workspace.relative(memory.imports.path("record")): "the JSON value is not an object",
-                           memory.workspace.relative(memory.imports.path("typed")): "`request_id` is not a string"}
+        assert damaged == {memory.workspace.relative(memory.workspace.imports.path("record")): "the JSON value is not an object",
+                           memory.workspace.relative(memory.workspace.imports.path("typed")): "`request_id` is not a string"}
 
 
 async def test_an_import_without_its_record_is_listed_from_its_checkpoint(make_app, tmp_path):
@@ -278,7 +278,7 @@ async def test_an_import_without_its_record_is_listed_from_its_checkpoint(make_a
         memory = memory_of(app)
         ok, _ = await import_file(app, write(tmp_path, "run.jsonl", JSONL), request_id="orphan")
         assert ok
-        memory.imports.path("orphan").unlink()
+        memory.workspace.imports.path("orphan").unlink()
         (state_dir(app) / "processing" / "unrelated.json").write_text("{")  # no record names it, unreadable
         ok, answer = await run_job(app, "procedure_imports")
         assert ok and [(i["request_id"], i["file"], i["filename"], i["status"]) for i in answer["imports"]] == [

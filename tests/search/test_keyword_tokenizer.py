@@ -121,7 +121,7 @@ async def test_shipped_views_use_the_snowball_tokenizer_for_documents_and_querie
     copy_experiences(ws)
     async with make_app(workspace=ws, components=BM25_ONLY) as app:
         memory = memory_of(app)
-        for store in memory.views.stores.values():
+        for store in memory.workspace.views.stores.values():
             assert isinstance(store.keyword_index.tokenizer, SnowballTokenizer)
             assert "deploy" in store.keyword_index.vocab and "deployment" not in store.keyword_index.vocab
         for view in ("when_to_use", "when_to_use_content"):
@@ -132,7 +132,7 @@ async def test_shipped_views_use_the_snowball_tokenizer_for_documents_and_querie
 
 def chunk_stamps(memory) -> dict[str, set]:
     return {view: {c.metadata.get("tokenizer") for c in store.file_chunks.values()}
-            for view, store in memory.views.stores.items()}
+            for view, store in memory.workspace.views.stores.items()}
 
 
 def count_clears(monkeypatch) -> list[int]:
@@ -161,7 +161,7 @@ async def test_switching_tokenizers_either_way_rebuilds_both_views(make_app, tmp
 
     async with make_app(workspace=ws, components={**REGEX, **BM25_ONLY}) as app:
         assert clears == [] and await search(app) == []  # plain regex: no word in common
-        regex_identity = memory_of(app).views.tokenizers["when_to_use"]
+        regex_identity = memory_of(app).workspace.views.tokenizers["when_to_use"]
         assert regex_identity.startswith("RegexTokenizer ")
     async with make_app(workspace=ws, components=BM25_ONLY) as app:
         assert clears == [1] and (await search(app))[0] == STEM_MATCH

@@ -115,7 +115,7 @@ async def test_bm25_self_score_and_looked_up_scores_match_the_index(make_app, tm
     ws = tmp_path / "ws"
     write_corpus(ws)
     async with make_app(workspace=ws) as app:
-        index = memory_of(app).views.stores["when_to_use_content"].keyword_index
+        index = memory_of(app).workspace.views.stores["when_to_use_content"].keyword_index
         query = corpus()[3][2] + " zyzzyvaunseen"
         searched = index.scored_search(query, 3)
         assert searched.hits == index.search(query, 3) and len(searched.hits) == 3
@@ -151,7 +151,7 @@ async def test_each_result_carries_the_relevance_of_its_raw_scores(make_app, tmp
     missing = {"vector": 0, "keyword": 0}
     async with make_app(workspace=ws) as app:
         memory = memory_of(app)
-        store = memory.views.stores[view]
+        store = memory.workspace.views.stores[view]
         index, weight = store.keyword_index, memory.settings.vector_weight
         for query in [q for _, _, q in corpus()[:6]] + ["zebra crossing deploy"]:
             ok, answer = await run_job(app, "procedure_search", query=query, index=view, limit=40)
@@ -160,7 +160,7 @@ async def test_each_result_carries_the_relevance_of_its_raw_scores(make_app, tmp
             self_score = sum(index._get_idf(index.vocab[t]) if t in index.vocab else unseen_idf(index.n_docs)
                              for t in terms)
             all_bm25 = index.search(query, 10_000)
-            vector = (await memory.views.embeddings.embed([query]))[0]  # the fake model is deterministic
+            vector = (await memory.workspace.views.embeddings.embed([query]))[0]  # the fake model is deterministic
             for result in answer["results"]:
                 cid = f"{view}:{result['path']}"
                 cosine = store.vectors.cosine(vector, cid)

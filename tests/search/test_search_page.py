@@ -25,10 +25,10 @@ QUERIES = [query for _, _, query in corpus()[:8]] + ["deploy", "zebra nothing ma
 
 async def reference_fused(memory, view: str, query: str, limit: int, weight: float):
     """The fused candidates from the branches called apart (as before the one-call search)."""
-    store = memory.views.stores[view]
+    store = memory.workspace.views.stores[view]
     candidates = min(MAX_CANDIDATES, max(50, limit * 5))
     keyword = store.keyword_paths(query, candidates) if weight < 1 else []
-    vector = store.nearest_paths((await memory.views.embeddings.embed([query]))[0], candidates) if weight > 0 else []
+    vector = store.nearest_paths((await memory.workspace.views.embeddings.embed([query]))[0], candidates) if weight > 0 else []
     return rrf_fuse(vector, keyword, weight)
 
 
@@ -77,7 +77,7 @@ async def test_one_call_search_fuses_the_same_candidates_as_the_branches_apart(m
         for view in VIEW_NAMES:
             for query in QUERIES:
                 for limit in (1, 5, 60):
-                    fused, error = await memory.views.search(view, query, limit, weight)
+                    fused, error = await memory.workspace.views.search(view, query, limit, weight)
                     assert error is None
                     assert fused == await reference_fused(memory, view, query, limit, weight)
 
@@ -114,7 +114,7 @@ async def test_a_file_turning_pending_while_the_page_is_read_is_replaced_by_the_
             threads.append(threading.current_thread().name)
             item = real_read(self, rel_path)
             if rel_path == turning:
-                memory.pending.mark(turning, item.version, "index failed meanwhile")
+                memory.workspace.pending.mark(turning, item.version, "index failed meanwhile")
             return item
 
         monkeypatch.setattr(ExperienceFiles, "read", read)

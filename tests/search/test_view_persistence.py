@@ -193,12 +193,12 @@ async def test_a_kill_at_any_point_of_a_snapshot_leaves_a_state_start_up_handles
         monkeypatch.setattr(viewstate.ViewState, "_publish", publish)
         killed.append(make_app(workspace=ws))
         app = await killed[-1].__aenter__()
-        for store in memory_of(app).views.stores.values():
+        for store in memory_of(app).workspace.views.stores.values():
             store._snapshot_due = True  # the next dump writes a snapshot, and dies in it
         with pytest.raises(Killed):
-            await memory_of(app).views.dump()
+            await memory_of(app).workspace.views.dump()
         monkeypatch.setattr(viewstate.ViewState, "_publish", real)
-        memory_of(app)._lock_file.release()  # the killed process's lock dies with it
+        memory_of(app).workspace.lock_file.release()  # the killed process's lock dies with it
         async with make_app(workspace=ws) as app:
             assert view_content(app) == expected, crash_at
 
@@ -281,7 +281,7 @@ async def main():
     app.context.components["as_embedding"]["procedure"].model = FakeEmbeddingModel(64)
     await app.start()
     memory = memory_of(app)
-    run = memory.begin_run("req", [add_trajectory(app)])
+    run = memory.grants.begin_run("req", [add_trajectory(app)])
     for i in range(10_000):
         ok, ans = await call_tool(app, run, "procedure_create", filename=f"k{{{round}}}-{{i}}.json",
                                   operation_key=f"k{{{round}}}-{{i}}", description="d",
@@ -291,7 +291,7 @@ async def main():
         if i % 2:
             ok, ans = await call_tool(app, run, "procedure_update", path=ans["path"], expected_version=ans["version"],
                                       content=f"drain shard {{i}} first", operation_key=f"u{{{round}}}-{{i}}")
-        await memory.views.dump()
+        await memory.workspace.views.dump()
         print(i, flush=True)
 
 

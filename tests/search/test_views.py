@@ -27,22 +27,22 @@ async def test_each_experience_is_one_record_per_view_with_the_spec_texts(make_a
     write_corpus(ws)
     async with make_app(workspace=ws) as app:
         memory = memory_of(app)
-        for store in memory.views.stores.values():
+        for store in memory.workspace.views.stores.values():
             nodes = await store.get_nodes()
             assert len(nodes) == len(corpus()) == len(store.file_chunks)
             assert all(len(n.chunk_ids) == 1 for n in nodes)
         name, record, _ = corpus()[3]
-        wtu = memory.views.stores["when_to_use"].file_chunks[f"when_to_use:procedures/{name}"]
-        both = memory.views.stores["when_to_use_content"].file_chunks[f"when_to_use_content:procedures/{name}"]
+        wtu = memory.workspace.views.stores["when_to_use"].file_chunks[f"when_to_use:procedures/{name}"]
+        both = memory.workspace.views.stores["when_to_use_content"].file_chunks[f"when_to_use_content:procedures/{name}"]
         # a record keeps the digest of the text it indexed (the file holds the text itself)
         assert wtu.metadata["text_sha256"] == text_digest(record["when-to-use"])
         assert both.metadata["text_sha256"] == text_digest(record["when-to-use"] + "\n\n" + record["content"])
         # each record's vector is held by its view's matrix only (no per-chunk copy or view)
         assert wtu.embedding is None and both.embedding is None
-        assert memory.views.stores["when_to_use"].vector_of(wtu.id) is not None
-        assert memory.views.stores["when_to_use_content"].vector_of(both.id) is not None
+        assert memory.workspace.views.stores["when_to_use"].vector_of(wtu.id) is not None
+        assert memory.workspace.views.stores["when_to_use_content"].vector_of(both.id) is not None
         # separate BM25 indexes and graphs, one shared embedding store
-        s1, s2 = memory.views.stores.values()
+        s1, s2 = memory.workspace.views.stores.values()
         assert s1.keyword_index is not s2.keyword_index and s1.file_graph is not s2.file_graph
         assert s1.embedding_store is s2.embedding_store is memory.embedding_store
 
@@ -133,7 +133,7 @@ async def test_search_scans_and_reads_result_files_off_the_event_loop(make_app, 
 
 async def test_views_index_different_texts(make_app):
     async with make_app() as app:
-        run = memory_of(app).begin_run("req", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
         await call_tool(app, run, "procedure_create", filename="zebra.json", operation_key="k1",
                         description="d", when_to_use="when deploying services", content="check the zebra crossing")
         ok, wtu = await run_job(app, "procedure_search", query="zebra crossing", index="when_to_use")
@@ -212,7 +212,7 @@ async def test_every_path_argument_rejects_traversal_and_symlink_escapes(make_ap
             ok, ans = await run_job(app, "procedure_read", kind="trajectory", path=path)
             assert not ok and ans["error"]["code"] == "path_outside_allowed_directory", path
             assert "text" not in ans
-        run = memory.begin_run("req", [src])
+        run = memory.grants.begin_run("req", [src])
         for path in bad_experience_paths:
             ok, ans = await call_tool(app, run, "procedure_update", path=path, expected_version="v", content="x",
                                       operation_key=f"k{path}")
@@ -227,7 +227,7 @@ async def test_every_path_argument_rejects_traversal_and_symlink_escapes(make_ap
         # run sources must be copied trajectories inside the workspace, too
         for source in ["/etc/passwd", "session/trajectories/link.log", "procedures/x.json"]:
             with pytest.raises(ProcedureError):
-                memory.begin_run("req2", [source])
+                memory.grants.begin_run("req2", [source])
 
 
 async def test_symlinked_experience_is_not_indexed(make_app, tmp_path):
@@ -245,11 +245,11 @@ async def test_symlinked_experience_is_not_indexed(make_app, tmp_path):
 async def test_trajectories_are_never_indexed(make_app):
     async with make_app() as app:
         add_trajectory(app, "run.jsonl", b'{"role": "user", "content": "flamingo migration procedure"}\n')
-        run = memory_of(app).begin_run("req", [f"{memory_of(app).trajectory_rel_dir}/run.jsonl"])
+        run = memory_of(app).grants.begin_run("req", [f"{memory_of(app).workspace.trajectory_rel_dir}/run.jsonl"])
         await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k", description="d",
                         when_to_use="unrelated", content="unrelated")
         for view in ("when_to_use", "when_to_use_content"):
-            store = memory_of(app).views.stores[view]
+            store = memory_of(app).workspace.views.stores[view]
             assert all(c.path.startswith("procedures/") for c in store.file_chunks.values())
             ok, ans = await run_job(app, "procedure_search", query="flamingo migration", index=view)
             assert all("flamingo" not in json.dumps(r["experience"]) for r in ans["results"])

@@ -20,7 +20,7 @@ from helpers.views import create_some, view_content, view_dirs
 def records_of(app) -> dict:
     """Every record of every view as the log persists it (node, chunks, each vector as base64 float16)."""
     return {view: {path: store._record(path) for path in store.file_graph.paths()}
-            for view, store in memory_of(app).views.stores.items()}
+            for view, store in memory_of(app).workspace.views.stores.items()}
 
 
 async def test_a_dump_and_load_gives_back_the_same_records_vectors_and_bm25_answers(make_app, tmp_path):
@@ -28,7 +28,7 @@ async def test_a_dump_and_load_gives_back_the_same_records_vectors_and_bm25_answ
     write_corpus(ws)
     async with make_app(workspace=ws) as app:
         await create_some(app, 6)
-        for store in memory_of(app).views.stores.values():
+        for store in memory_of(app).workspace.views.stores.values():
             store._snapshot_due = True  # closing writes a snapshot holding everything (no log)
         records, content = records_of(app), view_content(app)
     assert all(json.loads((d / "MANIFEST.json").read_text())["format"] == 3 for d in view_dirs(ws))
@@ -122,7 +122,7 @@ async def test_filtered_vector_search_reads_the_matrix_and_answers_like_reme_sto
     ws = tmp_path / "ws"
     write_corpus(ws)
     async with make_app(workspace=ws) as app:
-        for store in memory_of(app).views.stores.values():
+        for store in memory_of(app).workspace.views.stores.values():
             assert all(chunk.embedding is None for chunk in store.file_chunks.values())  # the matrix holds them
             # ReMe's own stock scan, run on copies of the chunks that carry their vectors
             shim = SimpleNamespace(

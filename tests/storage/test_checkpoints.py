@@ -6,7 +6,8 @@ import json
 
 import pytest
 from reme_procedure_memory.errors import DamagedRecord
-from reme_procedure_memory.storage.checkpoints import CHECKPOINT_FORMAT, Checkpoint, CheckpointStore
+from reme_procedure_memory.storage.checkpoints import Checkpoint, CheckpointStore
+from reme_procedure_memory.storage.format import CHECKPOINT_FORMAT
 
 
 def sample(**changes) -> Checkpoint:

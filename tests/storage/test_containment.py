@@ -123,7 +123,7 @@ async def test_a_link_swapped_in_while_running_is_never_followed(make_app, tmp_p
     (outside / "run.jsonl").write_text('{"secret": "outside"}\n')
     async with make_app() as app:
         ws = memory_of(app).workspace_path
-        run = memory_of(app).begin_run("req", [place_trajectory(ws)])
+        run = memory_of(app).grants.begin_run("req", [place_trajectory(ws)])
         (ws / "procedures").rmdir()
         (ws / "procedures").symlink_to(outside, target_is_directory=True)
         ok, ans = await run_job(app, "procedure_read", path="procedures/rebuild-search.json")
@@ -190,7 +190,7 @@ async def test_hand_placed_files_follow_the_rules_of_written_ones_everywhere(mak
             assert set(pending) == invalid
             for name, (_, fix) in INVALID_FILES.items():
                 assert fix in pending[f"procedures/{name}"], (name, pending[f"procedures/{name}"])
-            for store in memory_of(app).views.stores.values():  # excluded from both views
+            for store in memory_of(app).workspace.views.stores.values():  # excluded from both views
                 assert {n.path for n in await store.get_nodes()} == {"procedures/good.json"}
 
         # read agrees with search: the same error, never the content
@@ -201,7 +201,7 @@ async def test_hand_placed_files_follow_the_rules_of_written_ones_everywhere(mak
             assert "experience" not in ans
 
         # update refuses them (never rewritten), whatever version it is given
-        run = memory_of(app).begin_run("req", ["session/trajectories/run.jsonl"])
+        run = memory_of(app).grants.begin_run("req", ["session/trajectories/run.jsonl"])
         for path in pending:
             version = next(p["version"] for p in ans_pending(app) if p["path"] == path)
             ok, ans = await call_tool(app, run, "procedure_update", path=path, expected_version=version,
@@ -217,7 +217,7 @@ async def test_hand_placed_files_follow_the_rules_of_written_ones_everywhere(mak
 
 def ans_pending(app) -> list[dict]:
     memory = memory_of(app)
-    return memory.pending.entries()
+    return memory.workspace.pending.entries()
 
 
 async def test_a_deleted_source_excludes_the_experience_until_it_is_restored(make_app, tmp_path):
@@ -249,15 +249,15 @@ SURROGATE = "\ud800"
 async def test_a_lone_surrogate_in_create_is_invalid_argument_and_writes_nothing(make_app, field):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.begin_run("req", [place_trajectory(memory.workspace_path)])
+        run = memory.grants.begin_run("req", [place_trajectory(memory.workspace_path)])
         args = {"filename": "rebuild-search.json", "description": "d", "when_to_use": "w", "content": "c",
                 "operation_key": "k"}
         args[field] = f"text {SURROGATE} more"
-        before = tree(memory.workspace_path / "procedures", memory.state_dir)
+        before = tree(memory.workspace_path / "procedures", memory.workspace.state_dir)
         ok, ans = await call_tool(app, run, "procedure_create", **args)
         assert not ok and ans["error"]["code"] == "invalid_argument", ans
         assert f"`{field}`" in ans["error"]["message"] and "surrogate" in ans["error"]["message"]
-        assert tree(memory.workspace_path / "procedures", memory.state_dir) == before
+        assert tree(memory.workspace_path / "procedures", memory.workspace.state_dir) == before
 
 
 @pytest.mark.parametrize("field", ["description", "when_to_use", "content", "path", "expected_version",
@@ -265,17 +265,17 @@ async def test_a_lone_surrogate_in_create_is_invalid_argument_and_writes_nothing
 async def test_a_lone_surrogate_in_update_is_invalid_argument_and_writes_nothing(make_app, field):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.begin_run("req", [place_trajectory(memory.workspace_path)])
+        run = memory.grants.begin_run("req", [place_trajectory(memory.workspace_path)])
         ok, created = await call_tool(app, run, "procedure_create", filename="rebuild-search.json", description="d",
                                       when_to_use="w", content="c", operation_key="k0")
         assert ok, created
         args = {"path": created["path"], "expected_version": created["version"], "content": "new content",
                 "operation_key": "k1"}
         args[field] = f"{args.get(field, 'x')}{SURROGATE}"
-        before = tree(memory.workspace_path / "procedures", memory.state_dir)
+        before = tree(memory.workspace_path / "procedures", memory.workspace.state_dir)
         ok, ans = await call_tool(app, run, "procedure_update", **args)
         assert not ok and ans["error"]["code"] == "invalid_argument" and "surrogate" in ans["error"]["message"], ans
-        assert tree(memory.workspace_path / "procedures", memory.state_dir) == before
+        assert tree(memory.workspace_path / "procedures", memory.workspace.state_dir) == before
 
 
 @pytest.mark.parametrize("job, args", [
@@ -298,8 +298,8 @@ async def test_a_lone_surrogate_in_an_import_argument_reserves_nothing(make_app,
         args[field] = args[field] + SURROGATE
         ok, ans = await run_job(app, "procedure_auto_memory", **args)
         assert not ok and ans["error"]["code"] == "invalid_argument" and "surrogate" in ans["error"]["message"], ans
-        assert not any((memory.state_dir / "imports").iterdir())
-        assert not any((memory.workspace_path / memory.trajectory_rel_dir).iterdir())
+        assert not any((memory.workspace.state_dir / "imports").iterdir())
+        assert not any((memory.workspace_path / memory.workspace.trajectory_rel_dir).iterdir())
 
 
 # -- deep nesting and non-finite numbers ----------------------------------------------------------------------------
@@ -331,8 +331,8 @@ async def test_a_too_long_import_filename_is_refused_before_anything_is_reserved
         ok, ans = await import_file(app, original, filename=filename, request_id="long-1")
         assert not ok and ans["status"] == "error" and ans["error"]["code"] == "invalid_argument", ans
         assert "at most 200" in ans["error"]["message"] and "resume" not in ans
-        assert not any((memory.state_dir / "imports").iterdir())
-        assert not any((memory.workspace_path / memory.trajectory_rel_dir).iterdir())
+        assert not any((memory.workspace.state_dir / "imports").iterdir())
+        assert not any((memory.workspace_path / memory.workspace.trajectory_rel_dir).iterdir())
 
 
 async def test_the_longest_accepted_filename_is_copied_also_with_a_numbered_suffix(make_app, tmp_path):

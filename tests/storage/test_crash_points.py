@@ -57,10 +57,10 @@ async def check_nothing_lost_or_duplicated(app, source: str) -> None:
     assert sorted(os.listdir(memory.workspace_path / "procedures")) == [NAME]  # no duplicate, no leftover temp file
     assert (memory.workspace_path / PATH).read_bytes() == final
     for view in ("when_to_use", "when_to_use_content"):
-        assert memory.views.indexed(view) == {PATH: (version_of(final), True)}  # one record per view, current
-    assert memory.journal.get("req-1", "op-2").status == INDEXED
-    assert memory.journal.get("req-1", "op-1").status in (INDEXED, SUPERSEDED)
-    assert memory.journal.open_records() == []
+        assert memory.workspace.views.indexed(view) == {PATH: (version_of(final), True)}  # one record per view, current
+    assert memory.workspace.journal.get("req-1", "op-2").status == INDEXED
+    assert memory.workspace.journal.get("req-1", "op-1").status in (INDEXED, SUPERSEDED)
+    assert memory.workspace.journal.open_records() == []
     ok, found = await run_job(app, "procedure_search", query="verify a known query tell the team",
                               index="when_to_use_content")
     assert ok and [r["path"] for r in found["results"]] == [PATH] and found["index_complete"]
@@ -85,15 +85,15 @@ async def test_kill_at_every_durable_write_then_resume(make_app, tmp_path, monke
 
     monkeypatch.setattr(atomic, "atomic_write", dying_write)
     try:
-        await write_both(app, memory.begin_run("req-1", [source]), created_version)
+        await write_both(app, memory.grants.begin_run("req-1", [source]), created_version)
     except Killed:
         pass
     monkeypatch.undo()
     assert len(done) == kill_at  # the kill happened exactly there (WRITES: after the last write, nothing died)
-    memory._lock_file.release()  # the kernel releases a killed process's lock; nothing else of it runs again
+    memory.workspace.lock_file.release()  # the kernel releases a killed process's lock; nothing else of it runs again
 
     async with make_app(workspace=ws) as resumed:
-        run = memory_of(resumed).begin_run("req-1", [source])
+        run = memory_of(resumed).grants.begin_run("req-1", [source])
         created, updated = await write_both(resumed, run, created_version)
         assert created["version"] == created_version
         assert updated["version"] == version_of(target({**FIELDS, **UPDATED}, source))
@@ -107,17 +107,17 @@ async def test_an_indexed_record_undone_by_a_power_loss_is_settled_at_start(make
     memory = memory_of(app)
     source = add_trajectory(app)
     created_version = version_of(target(FIELDS, source))
-    await write_both(app, memory.begin_run("req-1", [source]), created_version)
-    journal = memory.journal
-    final, opened = journal._path("req-1", "op-2"), journal._open_path("req-1", "op-2")
+    await write_both(app, memory.grants.begin_run("req-1", [source]), created_version)
+    journal = memory.workspace.journal
+    final, opened = journal.record_file("req-1", "op-2"), journal.open_file("req-1", "op-2")
     # the last rename (indexed, no directory fsync) is not durable yet: the published record's open file is kept
     assert json.loads(opened.read_text())["status"] == PUBLISHED and final.exists()
     # a power loss now undoes that rename; the process is gone (never closed)
     final.unlink()
-    memory._lock_file.release()
+    memory.workspace.lock_file.release()
     async with make_app(workspace=ws) as app:
-        assert memory_of(app).journal.get("req-1", "op-2").status == INDEXED  # settled from the file at start
-        run = memory_of(app).begin_run("req-1", [source])
+        assert memory_of(app).workspace.journal.get("req-1", "op-2").status == INDEXED  # settled from the file at start
+        run = memory_of(app).grants.begin_run("req-1", [source])
         created, updated = await write_both(app, run, created_version)
         assert created.get("replayed") and updated.get("replayed")
         await check_nothing_lost_or_duplicated(app, source)
@@ -129,7 +129,7 @@ async def test_a_create_makes_seven_fsyncs(make_app, monkeypatch):
     """Intent (file + directory), publish (file + directory), published (file + directory), indexed (file only)."""
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
         ok, _ = await call_tool(app, run, "procedure_create", filename="warm-up.json", operation_key="w", **FIELDS)
         assert ok  # the run's journal directory exists now (its creation is one more fsync, once per run)
         synced = []

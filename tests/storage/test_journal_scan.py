@@ -109,7 +109,7 @@ def test_a_final_record_keeps_its_open_file_until_its_directory_is_synced(tmp_pa
     journal.put(first)
     journal.set_status(first, PUBLISHED)
     journal.set_status(first, INDEXED)  # no directory fsync: the open file stays (a power loss may undo the rename)
-    final, opened = journal._path("s", "a"), journal._open_path("s", "a")
+    final, opened = journal.record_file("s", "a"), journal.open_file("s", "a")
     assert final.exists() and json.loads(opened.read_text())["status"] == PUBLISHED
     assert journal.get("s", "a").status == INDEXED and journal.open_records() == []
     assert [o.status for o in journal.records("s")] == [INDEXED]
@@ -124,9 +124,9 @@ def test_a_final_record_keeps_its_open_file_until_its_directory_is_synced(tmp_pa
     journal.put(second)
     journal.set_status(second, PUBLISHED)
     journal.set_status(second, INDEXED)
-    assert journal._open_path("s", "b").exists()
+    assert journal.open_file("s", "b").exists()
     journal.put(op("s", "c", INTENT, 3.0))
-    assert not journal._open_path("s", "b").exists() and journal._open_path("s", "c").exists()
+    assert not journal.open_file("s", "b").exists() and journal.open_file("s", "c").exists()
     assert [(o.key, o.status) for o in OperationJournal(directory).open_records()] == [("c", INTENT)]
 
 
@@ -135,7 +135,7 @@ def test_a_final_status_synced_at_once_removes_its_open_file_at_once(tmp_path):
     record = op("s", "a", INTENT, 1.0)
     journal.put(record)
     journal.set_status(record, SUPERSEDED, "replaced")
-    assert not journal._open_path("s", "a").exists() and journal.get("s", "a").status == SUPERSEDED
+    assert not journal.open_file("s", "a").exists() and journal.get("s", "a").status == SUPERSEDED
 
 
 def test_no_journal_directory_means_no_open_records(tmp_path):
@@ -149,7 +149,7 @@ def test_beside_a_damaged_final_record_the_open_file_stays(tmp_path):
     journal.put(record)
     journal.set_status(record, PUBLISHED)
     journal.set_status(record, INDEXED)  # its open file stays until the directory is synced
-    final, opened = journal._path("s", "a"), journal._open_path("s", "a")
+    final, opened = journal.record_file("s", "a"), journal.open_file("s", "a")
     final.write_bytes(b"{")  # damaged afterwards, by something else
     restarted = OperationJournal(directory)
     assert restarted.open_records() == [] and opened.exists()  # not open (a final file exists), but kept

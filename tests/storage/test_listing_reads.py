@@ -108,12 +108,12 @@ def test_a_scope_is_read_without_being_converted_or_set_aside(tmp_path):
                                                                             ABANDONED, 4),
            op("s", "5", "create", "procedures/d.json", INTENT, 5)]
     for one in ops:  # as put writes them: an open record in its open file
-        write_json((journal._open_path if one.status == INTENT else journal._path)("s", one.key), one.__dict__)
+        write_json((journal.open_file if one.status == INTENT else journal.record_file)("s", one.key), one.__dict__)
     # a record with both files: the final one is the record
-    write_json(journal._open_path("s", "2"), {**ops[1].__dict__, "status": "published", "path": "procedures/x.json"})
-    write_json(journal._path("s", "6"), {**ops[0].__dict__, "key": "6", "path": ["not", "text"]})  # wrong type
-    journal._path("s", "7").write_text("{")
-    before = sorted(p.name for p in journal._path("s", "1").parent.iterdir())
+    write_json(journal.open_file("s", "2"), {**ops[1].__dict__, "status": "published", "path": "procedures/x.json"})
+    write_json(journal.record_file("s", "6"), {**ops[0].__dict__, "key": "6", "path": ["not", "text"]})  # wrong type
+    journal.record_file("s", "7").write_text("{")
+    before = sorted(p.name for p in journal.record_file("s", "1").parent.iterdir())
 
     found, damaged = journal.read_scope("s")
 
@@ -121,5 +121,5 @@ def test_a_scope_is_read_without_being_converted_or_set_aside(tmp_path):
     assert written_paths(found) == {"created": ["procedures/a.json"], "updated": ["procedures/b.json"]}
     assert sorted(damaged.values()) == ["JSONDecodeError: Expecting property name enclosed in double quotes: line 1 "
                                         "column 2 (char 1)", "fields of the wrong type"]
-    assert sorted(p.name for p in journal._path("s", "1").parent.iterdir()) == before
+    assert sorted(p.name for p in journal.record_file("s", "1").parent.iterdir()) == before
     assert journal.damaged == {} and journal.read_scope("other") == ([], {})

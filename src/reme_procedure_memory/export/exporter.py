@@ -1,6 +1,6 @@
 """The ``procedure_export`` job: every valid experience as an Agent Skills folder in a directory outside the workspace.
 
-One run (``export_skills``): the destination is checked (``destination.resolve_destination``), the experience files
+One run (``Exporter.export``): the destination is checked (``destination.resolve_destination``), the experience files
 are read and validated as every reader does (``ExperienceDirectory.scan``: invalid ones are reported, not exported),
 each valid one is rendered (``skills.py``) and the run is planned against the marker and what the directory holds
 (``plan.py``). A conflict refuses the run before anything is written. Otherwise, under an exclusive lock of the
@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +28,7 @@ from ..answers import ExportAnswer
 from ..errors import ErrorCode, ProcedureError, StorageError
 from ..storage import atomic
 from ..storage.experiences import BadFile, StoredExperience
+from ..storage.format import temp_files_of
 from .destination import DestinationLock, probe, resolve_destination
 from .marker import INDEX_FILE, MARKER_FILE, Marker, parse_marker
 from .plan import Plan, folders, plan_export, render
@@ -38,18 +38,25 @@ if TYPE_CHECKING:
     from ..workspace import Workspace
 
 SHOWN_CONFLICTS = 5  # conflicts named in the message; the answer's `conflicts` lists all
-# The atomic writer's temporary files of the export's own files, left by a kill (``.<name>.<8 hex>.tmp``).
-ROOT_TEMP = re.compile(rf"^\.({re.escape(INDEX_FILE)}|{re.escape(MARKER_FILE)})\.[0-9a-f]{{8}}\.tmp$")
-SKILL_TEMP = re.compile(rf"^\.{re.escape(SKILL_FILE)}\.[0-9a-f]{{8}}\.tmp$")
+# The atomic writer's temporary files of the export's own files, left by a kill (storage/format.py).
+ROOT_TEMP = temp_files_of(INDEX_FILE, MARKER_FILE)
+SKILL_TEMP = temp_files_of(SKILL_FILE)
 
 
-async def export_skills(workspace: Workspace, raw_dest: str) -> ExportAnswer:
-    """Export every valid experience of ``workspace`` to the directory ``raw_dest`` (absolute; see the module
-    docstring) and answer what was created, updated, unchanged, removed, kept, invalid and refused."""
-    dest = resolve_destination(raw_dest, workspace.root)
-    async with workspace.write_lock:  # no write of this process changes the library while it is read
-        experiences, invalid, present = await asyncio.to_thread(_read_library, workspace)
-    return await asyncio.to_thread(_export, dest, os.path.realpath(workspace.root), experiences, invalid, present)
+class Exporter:
+    """``procedure_export`` of one component's workspace."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self.workspace = workspace
+
+    async def export(self, raw_dest: str) -> ExportAnswer:
+        """Export every valid experience to the directory ``raw_dest`` (absolute; see the module docstring) and
+        answer what was created, updated, unchanged, removed, kept, invalid and refused."""
+        workspace = self.workspace
+        dest = resolve_destination(raw_dest, workspace.root)
+        async with workspace.write_lock:  # no write of this process changes the library while it is read
+            experiences, invalid, present = await asyncio.to_thread(_read_library, workspace)
+        return await asyncio.to_thread(_export, dest, os.path.realpath(workspace.root), experiences, invalid, present)
 
 
 def _read_library(workspace: Workspace) -> tuple[list[StoredExperience], list[dict], set[str]]:
@@ -65,7 +72,7 @@ def _read_library(workspace: Workspace) -> tuple[list[StoredExperience], list[di
 
 def _export(dest: Path, workspace: str, experiences: list[StoredExperience], invalid: list[dict],
             present: set[str]) -> dict[str, Any]:
-    """The synchronous body of ``export_skills`` (a worker thread): lock, plan, write."""
+    """The synchronous body of ``Exporter.export`` (a worker thread): lock, plan, write."""
     skills, index, refused = render(experiences)
     try:
         atomic.ensure_dir(dest)

@@ -17,9 +17,10 @@ import json
 import re
 from dataclasses import dataclass, field
 
+from ..storage.format import EXPORT_MARKER_FORMAT
+
 MARKER_FILE = ".reme-procedure-export.json"
 INDEX_FILE = "INDEX.md"
-FORMAT = 1
 WRITTEN_BY = "reme-procedure-memory procedure_export"
 SKILL_PATH = re.compile(r"^([a-z0-9]+(?:-[a-z0-9]+)*)/SKILL\.md$")  # the specification's names (skills.py)
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
@@ -46,7 +47,7 @@ class Marker:
             files[path] = {"sha256": list(entry.hashes)}
             if entry.experience is not None:
                 files[path]["experience"] = entry.experience
-        return {"format": FORMAT, "written_by": WRITTEN_BY, "workspace": self.workspace, "files": files}
+        return {"format": EXPORT_MARKER_FORMAT, "written_by": WRITTEN_BY, "workspace": self.workspace, "files": files}
 
 
 def valid_path(path: str) -> bool:
@@ -63,8 +64,8 @@ def parse_marker(data: bytes) -> Marker:
         obj = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise ValueError(f"it is not JSON ({exc})") from None
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
-        raise ValueError(f"it is not a format-{FORMAT} export marker")
+    if not isinstance(obj, dict) or obj.get("format") != EXPORT_MARKER_FORMAT:
+        raise ValueError(f"it is not a format-{EXPORT_MARKER_FORMAT} export marker")
     workspace, files = obj.get("workspace"), obj.get("files")
     if not isinstance(workspace, str) or not isinstance(files, dict):
         raise ValueError("its `workspace` or `files` is missing")

@@ -46,6 +46,7 @@ from ..errors import (
 )
 from ..interrupts import signal_name
 from ..storage.checkpoints import COMPLETE, Checkpoint
+from ..storage.format import IMPORTS_DIR, OPERATIONS_DIR, PROCESSING_DIR, SEGMENTER_VERSION
 from ..storage.imports import ImportRecord
 from ..tokens import SpanCounter
 from .copies import REJECTED, copy_original, rejected_code, screen_original
@@ -53,10 +54,12 @@ from .formats import decode_trajectory, trajectory_format
 from .loop import Extraction, make_progress
 from .preflight import preflight
 from .resume import resume_fields
-from .segmenter import SEGMENTER_VERSION, segment_counted
+from .segmenter import segment_counted
 
 if TYPE_CHECKING:
     from ..operations.reads import Reads
+    from ..operations.recovery import Recovery
+    from ..operations.retention import Retention
     from ..operations.runs import RunGrants
     from ..workspace import Workspace
 
@@ -69,6 +72,36 @@ def fingerprint(workspace: Workspace, record: ImportRecord) -> dict[str, Any]:
         "segment_tokens": workspace.settings.token_limits.segment,
         "sha256": record.sha256,
     }
+
+
+class Importer:
+    """``procedure_auto_memory`` of one component: one import at a time per process (``Workspace.import_lock``),
+    after a start that deferred its reconciliation has reconciled; a complete import's records are then bounded
+    (``Retention.compact_import``)."""
+
+    def __init__(self, workspace: Workspace, app_context, grants: RunGrants, reads: Reads, recovery: Recovery,
+                 retention: Retention) -> None:
+        self.workspace = workspace
+        self.app_context = app_context
+        self.grants = grants
+        self.reads = reads
+        self.recovery = recovery
+        self.retention = retention
+
+    async def run(self, wrapper, args, interrupts: list[int] | None = None) -> dict[str, Any]:
+        """Copy one local trajectory and extract from it (validated ``args``; see ``run_import``)."""
+        ws = self.workspace
+        await self.recovery.ensure_reconciled()
+        async with ws.import_lock:
+            ws.importing.add(args.request_id)
+            try:
+                answer = await run_import(ws, self.app_context, self.grants, self.reads, wrapper, args, interrupts)
+            finally:
+                ws.importing.discard(args.request_id)
+            if answer.get("status") == "complete":  # its records are needed no more for retries: apply the bound
+                async with ws.write_lock:
+                    await asyncio.to_thread(self.retention.compact_import, args.request_id)
+            return answer
 
 
 async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads: Reads, wrapper,
@@ -225,11 +258,11 @@ def progress_of(workspace: Workspace, extraction: Extraction) -> dict[str, Any]:
 
 def damaged_record_fix(exc: DamagedRecord) -> str:
     """What to do after one of an import's metadata records was found damaged (and set aside)."""
-    kind = exc.path.parent.name if exc.path.parent.name in ("imports", "processing") else "operations"
-    if kind == "imports":
+    kind = exc.path.parent.name if exc.path.parent.name in (IMPORTS_DIR, PROCESSING_DIR) else OPERATIONS_DIR
+    if kind == IMPORTS_DIR:
         return ("Run the same command again: the import record is rebuilt from the copy this request_id saved "
                 "(no second copy is made).")
-    if kind == "processing":
+    if kind == PROCESSING_DIR:
         return ("Run the same command again to process the trajectory again from segment 1 (experiences written so "
                 "far are kept, and the agent sees them); to continue where it stopped instead, repair the file and "
                 "move it back to its original name first.")

@@ -162,7 +162,6 @@ async def probe(model, name: str, key: str, logger=None) -> str | None:
 
 async def check_embedding(workspace: Workspace, done: str = NOTHING_DONE) -> None:
     """One direct embedding of one text by the configured model."""
-    assert workspace.views is not None
     client = workspace.views.embeddings
     problem = await client.probe()
     if problem and client.unavailable_reason():  # the embedded model: its message names the cause and both fixes

@@ -9,7 +9,7 @@ count, so later steps need not encode the segment again):
 * every segment's exact count, ``count(text[start:end])``, is at most ``budget``; each one is checked;
 * segments need not fill the budget.
 
-Algorithm (``SEGMENTER_VERSION`` changes whenever its output may change, so checkpoints made by another version are
+Algorithm (``SEGMENTER_VERSION`` in storage/format.py changes whenever its output may change, so checkpoints made by another version are
 recognised): the token density (characters per token) is measured on a sample and then on every emitted segment; a
 candidate is predicted to hold about 95% of the budget at the measured density, bounded by the remaining text and by
 ``MAX_CANDIDATE_FACTOR`` times the budget in characters; in the latter half of a candidate the last whole-line
@@ -23,7 +23,6 @@ from typing import Callable
 
 from ..errors import SegmentationError
 
-SEGMENTER_VERSION = "1"
 TARGET_FILL = 0.95
 SAMPLE_CHARS = 65_536
 MAX_CANDIDATE_FACTOR = 64  # characters per token never assumed above this (bounds a candidate's size)

@@ -222,6 +222,13 @@ class ReindexArguments(JobArguments):
     model_config = ConfigDict(json_schema_extra=None)
 
 
+class DumpArguments(JobArguments):
+    """``procedure_dump`` takes no argument (and refuses any)."""
+
+    job = Job.DUMP
+    model_config = ConfigDict(json_schema_extra=None)
+
+
 class ExportArguments(JobArguments):
     """``reme start job=procedure_export dest=/abs/dir``: a one-shot CLI job, not an agent tool."""
 
@@ -264,7 +271,7 @@ class DeleteArguments(JobArguments):
 # Every job's model, by its job (each model names its job: ``job``).
 MODELS: dict[str, type[JobArguments]] = {model.job: model for model in (
     SearchArguments, ReadArguments, CreateArguments, UpdateArguments, AutoMemoryArguments, ReindexArguments,
-    ListArguments, ImportsArguments, ExportArguments, HistoryArguments, DeleteArguments)}
+    ListArguments, ImportsArguments, ExportArguments, HistoryArguments, DeleteArguments, DumpArguments)}
 
 
 # Names ReMe puts into a job's context besides the caller's arguments (see the module docstring).

@@ -1,11 +1,11 @@
-"""Thin ReMe steps: validate arguments, delegate to the ProcedureMemory component, answer JSON.
+"""Thin ReMe steps: validate arguments, call one operation of the ProcedureMemory component, answer JSON.
 
 ReMe validates no job arguments (HTTP, MCP and CLI pass anything through), so every step validates its own through
 the job's model in ``arguments.py`` (refusing names the job does not take, except those ReMe injects into the call:
 ``runtime_names``) and hands the operation validated arguments. Every
 answer is a JSON object in ``Response.answer`` (agents and MCP callers see only the answer); failures also set
 ``success=False``. The component instance is chosen by step config only (``procedure_memory: <name>``), never by
-the caller.
+the caller; a step reaches its operation one way: ``self.memory.<operation>.<method>`` (``component.py``).
 """
 
 from __future__ import annotations
@@ -40,6 +40,7 @@ from .arguments import (
     AutoMemoryArguments,
     CreateArguments,
     DeleteArguments,
+    DumpArguments,
     HistoryArguments,
     ImportsArguments,
     ExportArguments,
@@ -174,13 +175,13 @@ class ProcedureStep(BaseStep):
         for, with nothing changed since, gets that answer again with a nudge instead of running again."""
         assert self.context is not None
         run, key = self._agent_call()
-        repeated = run.repeated(key, self.memory.generation) if run is not None else None
+        repeated = run.repeated(key, self.memory.workspace.generation) if run is not None else None
         if repeated is not None:
             success, answer = repeated
         else:
             answer, success = await self._answer()
             if run is not None:
-                run.remember(key, self.memory.generation, success, answer)
+                run.remember(key, self.memory.workspace.generation, success, answer)
         self.context.response.success = success
         self.context.response.answer = json.dumps(answer, ensure_ascii=False)
 
@@ -231,9 +232,11 @@ class ProcedureSearchStep(ProcedureStep):
         memory = self.memory
         args = self.validated_arguments()
         run = self._agent_call()[0]
-        floor = 0.0 if args.min_relevance is None and run is not None else args.min_relevance
-        answer = await memory.search(args.query, args.index, args.limit, min_relevance=floor,
-                                     tools=args.tools or (), max_tokens=args.max_tokens)
+        floor = args.min_relevance
+        if floor is None:  # the agent looks for any related experience; a service caller gets the configured floor
+            floor = 0.0 if run is not None else memory.settings.search.min_relevance
+        answer = await memory.reads.search(args.query, args.index, args.limit, min_relevance=floor,
+                                           tools=args.tools or (), max_tokens=args.max_tokens)
         if not answer["results"] and run is not None:  # the extraction agent's next step
             answer["note"] = EMPTY_SEARCH_NOTE
         detail = args.detail or ("compact" if run is not None else "full")
@@ -253,10 +256,10 @@ class ProcedureReadStep(ProcedureStep):
         memory = self.memory
         args = self.validated_arguments()
         if args.kind == "experience":
-            return memory.read_experience(args.path)
+            return memory.reads.experience(args.path)
         # a service caller gets the credentials in it masked; the extraction agent reads what its segment shows
         mask = memory.settings.mask_trajectory_secrets and self._agent_call()[0] is None
-        return await memory.read_trajectory(args.path, args.offset, args.length, mask=mask)
+        return await memory.reads.trajectory(args.path, args.offset, args.length, mask=mask)
 
 
 class ProcedureListStep(ProcedureStep):
@@ -267,7 +270,7 @@ class ProcedureListStep(ProcedureStep):
     async def run(self) -> dict[str, Any]:
         memory = self.memory
         args = self.validated_arguments()
-        return await memory.list_experiences(args.cursor, args.limit)
+        return await memory.listing.experiences(args.cursor, args.limit)
 
 
 class ProcedureImportsStep(ProcedureStep):
@@ -278,7 +281,7 @@ class ProcedureImportsStep(ProcedureStep):
     async def run(self) -> dict[str, Any]:
         memory = self.memory
         args = self.validated_arguments()
-        return await memory.list_imports(args.cursor, args.limit)
+        return await memory.listing.imports(args.cursor, args.limit)
 
 
 class _WriteStep(ProcedureStep):
@@ -302,7 +305,7 @@ class _WriteStep(ProcedureStep):
         # the secret guard first: no other refusal (an unknown name, a bad filename) may repeat a secret
         refuse_secrets({name: value for name, value in arguments.items() if not is_runtime(name, runtime)})
         return self.validated_arguments(arguments, filename=lambda name: canonical_filename(name, directory),
-                                        path=memory.experience_path)
+                                        path=memory.reads.experience_path)
 
 
 class ProcedureCreateStep(_WriteStep):
@@ -312,7 +315,7 @@ class ProcedureCreateStep(_WriteStep):
 
     async def run(self) -> dict[str, Any]:
         run = self.run_of_call()
-        return await self.memory.create(run, self.validated(), self.write_args())
+        return await self.memory.write_path.create(run, self.validated(), self.write_args())
 
 
 class ProcedureUpdateStep(_WriteStep):
@@ -322,7 +325,7 @@ class ProcedureUpdateStep(_WriteStep):
 
     async def run(self) -> dict[str, Any]:
         run = self.run_of_call()
-        return await self.memory.update(run, self.validated(), self.write_args())
+        return await self.memory.write_path.update(run, self.validated(), self.write_args())
 
 
 class ProcedureReindexStep(ProcedureStep):
@@ -333,7 +336,7 @@ class ProcedureReindexStep(ProcedureStep):
     async def run(self) -> dict[str, Any]:
         memory = self.memory
         self.validated_arguments()
-        return await memory.reindex()
+        return await memory.recovery.reindex()
 
 
 class ProcedureExportStep(ProcedureStep):
@@ -353,7 +356,7 @@ class ProcedureExportStep(ProcedureStep):
                 "procedure_export needs the workspace to export: add workspace_dir=<workspace> (without it ReMe "
                 f"would use {memory.workspace_path}). Nothing was written.",
             )
-        if not memory.files.paths():  # a refused destination says so first (the export checks it again)
+        if not memory.workspace.files.paths():  # a refused destination says so first (the export checks it again)
             claimed = (resolve_destination(dest, memory.workspace_path) / MARKER_FILE).exists()
             if not claimed:
                 raise ProcedureError(  # an empty export would claim the destination for this workspace
@@ -361,7 +364,7 @@ class ProcedureExportStep(ProcedureStep):
                     f"{memory.workspace_path / memory.settings.procedure_dir} holds no experience, so there is nothing "
                     f"to export and {dest} was left as it was. Check workspace_dir, or import a trajectory first.",
                 )
-        return await memory.export(dest)
+        return await memory.exporter.export(dest)
 
 
 class ProcedureDeleteStep(ProcedureStep):
@@ -372,7 +375,7 @@ class ProcedureDeleteStep(ProcedureStep):
 
     async def run(self) -> dict[str, Any]:
         memory = self.memory
-        return await memory.delete_experience(self.validated_arguments().path)
+        return await memory.deletion.delete(self.validated_arguments().path)
 
 
 class ProcedureAutoMemoryStep(ProcedureStep):
@@ -390,7 +393,7 @@ class ProcedureAutoMemoryStep(ProcedureStep):
         args = self.validated_arguments()
         assert self.context is not None
         if not self._from_command_line():
-            return await self.memory.import_trajectory(self.agent_wrapper, args)
+            return await self.memory.importer.run(self.agent_wrapper, args)
         if not self.context.data.get("request_id"):  # the user's only handle on this import if it stops
             message = (f"request_id={args.request_id} (generated; to resume, run the same command with "
                        f"request_id={args.request_id})")
@@ -398,7 +401,7 @@ class ProcedureAutoMemoryStep(ProcedureStep):
             print(f"[procedure-memory] {message}", file=sys.stderr, flush=True)
         with signals_cancel_task() as received:
             try:
-                return await self.memory.import_trajectory(self.agent_wrapper, args, received)
+                return await self.memory.importer.run(self.agent_wrapper, args, received)
             except asyncio.CancelledError:  # before the import began (start-up reconciliation): nothing to resume
                 if not received:
                     raise
@@ -429,4 +432,16 @@ class ProcedureHistoryStep(ProcedureStep):
     async def run(self) -> dict[str, Any]:
         memory = self.memory
         args = self.validated_arguments()
-        return await memory.experience_history(args.path, with_diff=args.diff, offset=args.offset, limit=args.limit)
+        return await memory.history.answer(args.path, with_diff=args.diff, offset=args.offset, limit=args.limit)
+
+
+class ProcedureDumpStep(ProcedureStep):
+    """``reme start job=procedure_dump plugins='["procedure-memory"]' workspace_dir=<ws>`` (one-shot CLI): every
+    metadata file with its kind, format, status and size, for support (storage/dump.py; read-only)."""
+
+    arguments = DumpArguments
+
+    async def run(self) -> dict[str, Any]:
+        memory = self.memory
+        self.validated_arguments()
+        return await asyncio.to_thread(memory.metadata.answer)

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from ..workspace import Workspace
     from .hand_changes import HandChanges
     from .reads import Reads
+    from .recovery import Recovery
     from .retention import Retention
 
 DELETE_JOB = "procedure_delete"
@@ -64,8 +65,10 @@ def who() -> str:
 class Deletion:
     """``procedure_delete`` of one ProcedureMemory (see the module docstring)."""
 
-    def __init__(self, workspace: Workspace, reads: Reads, hand_changes: HandChanges, retention: Retention) -> None:
+    def __init__(self, workspace: Workspace, recovery: Recovery, reads: Reads, hand_changes: HandChanges,
+                 retention: Retention) -> None:
         self.workspace = workspace
+        self.recovery = recovery
         self.reads = reads
         self.hand_changes = hand_changes
         self.retention = retention
@@ -74,6 +77,7 @@ class Deletion:
         """Remove the experience at ``raw_path`` (see the module docstring); the answer names it, the version
         removed and when."""
         ws = self.workspace
+        await self.recovery.ensure_reconciled()
         if isinstance(raw_path, str) and raw_path.strip().startswith(f"{ws.trajectory_rel_dir}/"):
             return await self.delete_rejected_import(raw_path)
         rel = self.reads.experience_path(raw_path)
@@ -88,7 +92,6 @@ class Deletion:
                                      f"{message} The next start records it as a deletion by hand and removes it "
                                      "from the search views.", path=rel, version=version) from None
             ws.pending.clear(rel)
-            assert ws.views is not None
             await ws.views.remove([rel])
             ws.count_write()  # the close compacts BM25's lazily deleted documents
             await asyncio.to_thread(self.retention.compact_paths, [rel])

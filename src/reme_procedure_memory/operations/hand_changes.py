@@ -30,8 +30,9 @@ from typing import TYPE_CHECKING
 
 from ..schema import version_of
 from ..storage.experiences import Link, read_entry
-from ..storage.journal import DELETE, EDIT, HAND_SCOPE, SCOPE_SUFFIX, Operation
-from ..storage.path_index import DELETED, Ref
+from ..storage.format import DELETED, scope_digest
+from ..storage.journal import DELETE, EDIT, HAND_SCOPE, Operation
+from ..storage.path_index import Ref
 from .versions import is_version, order
 
 if TYPE_CHECKING:
@@ -90,8 +91,7 @@ class HandChanges:
 
     def _by_hand(self, ref: Ref | None) -> bool:
         """Whether ``ref`` names a record of a change made by hand."""
-        return ref is not None and self.workspace.journal.scope_directory(HAND_SCOPE).name == (
-            ref.scope_digest + SCOPE_SUFFIX)
+        return ref is not None and ref.scope_digest == scope_digest(HAND_SCOPE)
 
     def record_edit(self, path: str, seen: str | None = None) -> bool:
         """Record the current content of ``path`` as an edit made by hand unless the journal's latest version of it

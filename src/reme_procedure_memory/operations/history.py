@@ -19,6 +19,7 @@ refuses it (``Reads.experience_path``).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from datetime import datetime, timezone
@@ -28,8 +29,9 @@ from ..answers import HistoryAnswer, HistoryVersion
 from ..errors import DamagedRecord, ErrorCode, ProcedureError
 from ..schema import version_of
 from ..storage.experiences import Link, read_entry
+from ..storage.format import COMPACTED
 from ..storage.journal import HAND_SCOPE
-from ..storage.path_index import COMPACTED, Compacted
+from ..storage.path_index import Compacted
 from .versions import Version, diff, versions
 
 if TYPE_CHECKING:
@@ -89,7 +91,11 @@ class History:
         self.workspace = workspace
         self.reads = reads
 
-    def answer(self, raw_path, *, with_diff: bool, offset: int, limit: int) -> HistoryAnswer:
+    async def answer(self, raw_path, *, with_diff: bool, offset: int, limit: int) -> HistoryAnswer:
+        """Every durable version of an experience, oldest first, a page at a time (read-only; in a worker thread)."""
+        return await asyncio.to_thread(self.page, raw_path, with_diff=with_diff, offset=offset, limit=limit)
+
+    def page(self, raw_path, *, with_diff: bool, offset: int, limit: int) -> HistoryAnswer:
         """The history page of one experience (blocking: reads files)."""
         ws = self.workspace
         rel = self.reads.experience_path(raw_path)

@@ -93,7 +93,7 @@ class Listing:
                                  "source_count": len(item.experience.sources)}
         if item.path in ws.pending:
             entry.update(state="pending", error=ws.pending.error(item.path))
-        elif ws.views is None or ws.views.held_version(item.path) != item.version:
+        elif not ws.is_open or ws.views.held_version(item.path) != item.version:
             entry.update(state="unindexed", note=UNINDEXED_NOTE)
         return entry
 

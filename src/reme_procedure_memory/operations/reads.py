@@ -135,10 +135,9 @@ class Reads:
         """
         ws, recovery = self.workspace, self.recovery
         views = ws.views
-        assert views is not None
         await recovery.ensure_reconciled()
         await recovery.retries.maybe_start()
-        files = ws.files  # one validation context for this answer's reads
+        files = ws.files.checked()  # one validation context for this answer's reads
         pattern = tool_pattern(tools) if tools else None
 
         def wanted(item: StoredExperience) -> bool:

@@ -33,8 +33,8 @@ from ..answers import ReindexAnswer
 from ..errors import IndexFailure, ProviderUnavailable
 from ..schema import VIEW_NAMES, version_of
 from ..storage.experiences import BadFile, StoredExperience
+from ..storage.format import COMPACTED, PATHS_DIR, SUMMARIES_DIR
 from ..storage.journal import INDEX_PENDING, INDEXED, INTENT, SUPERSEDED, recover_intent
-from ..storage.path_index import COMPACTED, PATHS_DIR, SUMMARIES_DIR
 from .hand_changes import HandChanges
 from .retention import Retention
 
@@ -66,8 +66,9 @@ def damaged_fix(path: Path) -> str:
 
 
 # One-shot jobs whose process leaves start-up indexing alone: the reindex indexes every file itself (one pass instead
-# of two); the export reads only the files, so it needs no embedding provider (the next start indexes).
-DEFERRING_STEPS = ("procedure_reindex_step", "procedure_export_step")
+# of two); the export reads only the files and the dump only the metadata, so they need no embedding provider (the
+# next start indexes).
+DEFERRING_STEPS = ("procedure_reindex_step", "procedure_export_step", "procedure_dump_step")
 
 
 def defers_indexing(app_context, name: str) -> bool:
@@ -92,7 +93,6 @@ class Recovery:
         self.hand_changes = hand_changes
         self.retention = retention
         self.deferred = False  # start-up indexing left to the process's reindex job (single pass)
-        self._views_ready: asyncio.Event | None = None
         self._rebuilds = 0  # incremented by every reindex: a search that overlapped one searches again
         self.retries = PendingRetries(self)
 
@@ -101,8 +101,6 @@ class Recovery:
     async def start(self, *, defer: bool) -> dict[str, Any]:
         """Recover the journal and reconcile the views; with ``defer`` (the process runs the reindex job), only
         recover the journal and leave the indexing to the job. Returns the start-up report."""
-        self._views_ready = asyncio.Event()  # cleared while a reindex rebuilds the views from scratch
-        self._views_ready.set()
         if defer:
             self.recover_intents()
             self.deferred = True
@@ -150,7 +148,6 @@ class Recovery:
         """
         ws = self.workspace
         views = ws.views
-        assert views is not None
         self.recover_intents()
         retokenize = views.foreign_tokenizer()
         if retokenize:
@@ -216,7 +213,6 @@ class Recovery:
         """
         ws = self.workspace
         views = ws.views
-        assert views is not None
         done: list[str] = []
         for start in range(0, len(items), BATCH):
             batch = items[start:start + BATCH]
@@ -245,20 +241,19 @@ class Recovery:
 
     async def reindex(self) -> ReindexAnswer:
         """Rebuild both views from the experience JSON files; never touches experience or trajectory files."""
-        assert self._views_ready is not None
+        ready = self.workspace.views_ready
         async with self.workspace.write_lock:
-            self._views_ready.clear()  # searches wait instead of answering from half-built views
+            ready.clear()  # searches wait instead of answering from half-built views
             self._rebuilds += 1
             try:
                 return await self._rebuild()
             finally:
-                self._views_ready.set()
+                ready.set()
 
     async def _rebuild(self) -> dict[str, Any]:
         """The body of ``reindex`` (caller holds the write lock and has paused searches)."""
         ws = self.workspace
         views = ws.views
-        assert views is not None
         ws.mark_changed()
         started = time.monotonic()
         before = {view: views.indexed(view) for view in VIEW_NAMES}  # what changed by hand is out of step with it
@@ -302,12 +297,12 @@ class Recovery:
 
     async def without_rebuild(self, search: Callable[[], Awaitable[T]]) -> T:
         """``await search()`` on complete views: wait while a reindex runs, and search again when one overlapped."""
-        assert self._views_ready is not None
+        ready = self.workspace.views_ready
         while True:
-            await self._views_ready.wait()
+            await ready.wait()
             rebuilds = self._rebuilds
             result = await search()
-            if rebuilds == self._rebuilds and self._views_ready.is_set():
+            if rebuilds == self._rebuilds and ready.is_set():
                 return result
 
     # -- pending files ------------------------------------------------------------------------------------------

@@ -352,7 +352,6 @@ class WritePath:
 
     async def _index_published(self, run: Run, op: Operation) -> WriteAnswer:
         ws = self.workspace
-        assert ws.views is not None
         ws.mark_changed()
         stored = ws.files.read(op.path)
         assert isinstance(stored, StoredExperience) and stored.version == op.target_version

@@ -1,7 +1,7 @@
 """The one atomic writer of every durable file, and the durable directory operations.
 
-``atomic_write`` publishes bytes (or a function that writes them) through a temporary file ``.<name>.<8 random>.tmp``
-in the same directory: fsync, ``os.replace``, fsync of the directory. A reader sees the old bytes or the new bytes,
+``atomic_write`` publishes bytes (or a function that writes them) through a temporary file in the same directory
+(``format.temp_name``): fsync, ``os.replace``, fsync of the directory. A reader sees the old bytes or the new bytes,
 never a mix; a failed write raises ``StorageError`` naming the destination and leaves no temporary file; a kill may
 leave one, which ``remove_temp_files`` (every start) removes. Callers outside this module call
 ``atomic.atomic_write`` through the module, so one patch point sees every durable write (the fault matrix).
@@ -13,11 +13,11 @@ import errno
 import json
 import os
 import re
-import secrets
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 from ..errors import StorageError
+from .format import TEMP_FILE, temp_name
 
 
 def fsync_dir(directory: Path) -> None:
@@ -57,7 +57,7 @@ def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], None], *, sync_d
             mode = os.stat(path).st_mode & 0o7777
         except FileNotFoundError:
             mode = None
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        tmp = temp_name(path)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 minus the umask
         with os.fdopen(fd, "wb") as handle:
             if mode is not None:
@@ -84,9 +84,6 @@ def write_json(path: Path, obj: Any, *, sync_dir: bool = True) -> None:
     atomic_write(path, (json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True) + "\n").encode("utf-8"),
                  sync_dir=sync_dir)
 
-
-# The atomic writer's temporary files (``.run.jsonl.1a2b3c4d.tmp``; older versions used mkstemp's 8 characters).
-TEMP_FILE = re.compile(r"^\..+\.[A-Za-z0-9_]{8}\.tmp$")
 
 
 def remove_temp_files(directories: list[Path], pattern: re.Pattern = TEMP_FILE,

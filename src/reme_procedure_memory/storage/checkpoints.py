@@ -3,8 +3,8 @@
 A ``Checkpoint`` saves what a resume needs: the segment boundaries (and their exact token counts) fixed once, the
 position, the bounded rolling summary (and its token count), the processing fingerprint, the saved final reply of the
 segment being processed, per segment its attempts and uncorrected failed writes, and the import's status. Its
-``format`` says which layout the record has; records written before the format existed read as format 1 (the same
-fields). A record with unknown fields, missing required ones or wrong types is damaged (``DamagedRecord``), like
+``format`` says which layout the record has (``format.CHECKPOINT_FORMAT``); records written before the format
+existed read as format 1 (the same fields). A record with unknown fields, missing required ones or wrong types is damaged (``DamagedRecord``), like
 one that does not parse.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 
 from ..errors import DamagedRecord
 from .atomic import write_json
-from .records import keyed_path, load_owned_record, read_json
+from .format import CHECKPOINT_FORMAT, keyed_file
+from .records import load_owned_record, read_json
 
-CHECKPOINT_FORMAT = 1
 PROCESSING, COMPLETE = "processing", "complete"
 
 
@@ -85,7 +85,7 @@ class CheckpointStore:
         self.directory = directory
 
     def path(self, request_id: str) -> Path:
-        return keyed_path(self.directory, request_id)
+        return keyed_file(self.directory, request_id)
 
     def get(self, request_id: str) -> Checkpoint | None:
         """The checkpoint of ``request_id``, or None; a damaged one is set aside and raised (DamagedRecord)."""

@@ -52,14 +52,21 @@ class BadFile:
 class ExperienceDirectory:
     """The experience directory: names, reads and listing. Paths are workspace-relative."""
 
-    def __init__(self, workspace: Path, procedure_dir: str, trajectory_dir: str) -> None:
+    def __init__(self, workspace: Path, procedure_dir: str, trajectory_dir: str, *, one_use: bool = False) -> None:
         self.workspace = workspace
         self.rel_dir = procedure_dir
         self.root = workspace / procedure_dir
         self.trajectory_dir = trajectory_dir
-        # Per instance (one search, scan or write): the workspace's real path, and each source checked once.
+        # Only an instance of one use (``checked``: one search, scan or write) keeps its checks: the workspace's real
+        # path, and each source checked once. The workspace's own instance checks again at every call.
+        self._one_use = one_use
         self._real_root: str | None = None
         self._source_problems: dict[str, str | None] = {}
+
+    def checked(self) -> "ExperienceDirectory":
+        """An instance for one search, scan or write: the directory is checked once and each source once, however
+        many files it reads (a link appearing later is found by the next use)."""
+        return type(self)(self.workspace, self.rel_dir, self.trajectory_dir, one_use=True)
 
     def rel(self, name: str) -> str:
         """Workspace-relative path of experience ``name``."""
@@ -89,7 +96,7 @@ class ExperienceDirectory:
     def _check(self) -> None:
         """The experience directory is a real directory inside the workspace (``paths.check_directory``); checked
         once per instance."""
-        if self._real_root is None:
+        if self._real_root is None or not self._one_use:
             root = os.path.realpath(self.workspace)
             check_directory(self.workspace, self.rel_dir, setting="procedure_dir", root=root)
             self._real_root = root
@@ -122,8 +129,10 @@ class ExperienceDirectory:
     def _source_problem(self, source: str) -> str | None:
         if source not in self._source_problems:
             self._check()
-            self._source_problems[source] = source_problem(self.workspace, self.trajectory_dir, source,
-                                                           root=self._real_root)
+            problem = source_problem(self.workspace, self.trajectory_dir, source, root=self._real_root)
+            if not self._one_use:
+                return problem
+            self._source_problems[source] = problem
         return self._source_problems[source]
 
     def paths(self) -> list[str]:
@@ -170,6 +179,9 @@ class ExperienceDirectory:
 
         Each file is validated by ``_judge``, as ``read`` validates it; its bytes come from ``read_ahead``, which
         reads through one descriptor of the checked directory."""
+        if not self._one_use:
+            yield from self.checked().scan()
+            return
         with self._opened() as dir_fd:
             if dir_fd is None:
                 return
@@ -185,6 +197,8 @@ class ExperienceDirectory:
         validated as ``read`` does; with the number of entries in the directory and the last path of the page when
         more follow (else None). Only the page's files are read; one that cannot be read (e.g. no permission) is a
         BadFile saying so, and one removed since the listing is left out."""
+        if not self._one_use:
+            return self.checked().page(after, limit)
         with self._opened() as dir_fd:
             if dir_fd is None:
                 return [], 0, None

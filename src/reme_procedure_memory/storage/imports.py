@@ -13,7 +13,8 @@ from pathlib import Path
 from ..errors import DamagedRecord
 from . import atomic
 from .atomic import write_json
-from .records import keyed_path, has_set_aside, load_owned_record, load_record
+from .format import keyed_file
+from .records import has_set_aside, load_owned_record, load_record
 
 RESERVED, COPIED = "reserved", "copied"
 
@@ -54,7 +55,7 @@ class ImportRegistry:
         self.damaged: dict[str, str] = {}  # damaged records skipped by ``reserved_paths``: path -> cause
 
     def path(self, request_id: str) -> Path:
-        return keyed_path(self.directory, request_id)
+        return keyed_file(self.directory, request_id)
 
     def get(self, request_id: str) -> ImportRecord | None:
         """The record of ``request_id``, or None; a damaged record is set aside and raised (DamagedRecord)."""

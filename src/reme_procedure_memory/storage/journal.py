@@ -17,7 +17,6 @@ experience's history and the retention bound.
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import shutil
 import time
@@ -29,7 +28,21 @@ from ..errors import DamagedRecord, StorageError, UnsupportedWorkspace
 from ..schema import version_of
 from .atomic import fsync_dir, write_json
 from .experiences import ExperienceFiles, Link, entry_names, read_entry
-from .path_index import BUILDING_DIR, DELETED, PATHS_DIR, PENDING, SUMMARIES_DIR, PathIndex, Ref
+from .format import (
+    BUILDING_DIR,
+    DELETED,
+    OPEN_SUFFIX,
+    PATHS_DIR,
+    PENDING,
+    RECORD_SUFFIX,
+    SCOPE_SUFFIX,
+    SUMMARIES_DIR,
+    open_record_file,
+    record_file,
+    record_stem,
+    scope_dir as scope_dir_of,
+)
+from .path_index import PathIndex, Ref
 from .records import glob_escape, load_owned_record, load_record
 
 # Journal record states. "intent" is written before the publish; the others after it.
@@ -89,14 +102,8 @@ class Operation:
         return (self.tool, self.path, self.request) == (other.tool, other.path, other.request)
 
 
-OPEN_SUFFIX = ".open.json"  # the file of an open record; its final record is ``<digest>.json``
-
-
-SCOPE_SUFFIX = ".v2"  # ends the name of every scope directory; a directory without it stops a start
-
-
 class OperationJournal:
-    """Durable records of writes: ``operations/<scope digest>/<scoped key digest>.json``.
+    """Durable records of writes, one file per scoped operation key (names: ``format.py``).
 
     One directory per scope (an import's request id) makes a scope's records — its operation ledger — cheap to list.
 
@@ -126,28 +133,23 @@ class OperationJournal:
         self.damaged: dict[str, str] = {}  # damaged records skipped by a scan: path -> cause
         self.index_built: int | None = None  # records the first scan indexed when ``paths/`` was missing
 
-    def _scope_dir(self, scope: str) -> Path:
-        return self.directory / (hashlib.sha256(scope.encode("utf-8")).hexdigest()[:32] + SCOPE_SUFFIX)
+    def record_file(self, scope: str, key: str) -> Path:
+        """The file of the record of a scoped key once final (``format.record_file``)."""
+        return record_file(self.directory, scope, key)
 
-    def _path(self, scope: str, key: str) -> Path:
-        """The file of the record of a scoped key once final."""
-        digest = hashlib.sha256(f"{scope}\0{key}".encode("utf-8")).hexdigest()
-        return self._scope_dir(scope) / f"{digest}.json"
+    def open_file(self, scope: str, key: str) -> Path:
+        """The file of the record of a scoped key while it is open (``format.open_record_file``)."""
+        return open_record_file(self.directory, scope, key)
 
-    def _open_path(self, scope: str, key: str) -> Path:
-        """The file of the record of a scoped key while it is open."""
-        final = self._path(scope, key)
-        return final.with_name(final.name[: -len(".json")] + OPEN_SUFFIX)
-
-    def _ref(self, op: Operation) -> Ref:
+    def ref(self, op: Operation) -> Ref:
         """Where the record of ``op`` lives, when it was created and what it writes (its marker's name)."""
-        final = self._path(op.scope, op.key)
-        return Ref(final.parent.name[: -len(SCOPE_SUFFIX)], final.name[: -len(".json")],
+        final = self.record_file(op.scope, op.key)
+        return Ref(final.parent.name[: -len(SCOPE_SUFFIX)], final.name[: -len(RECORD_SUFFIX)],
                    round(op.created_at * 1e6), DELETED if op.tool == DELETE else op.target_version)
 
     def scope_directory(self, scope: str) -> Path:
         """The directory of a scope's records (it exists once the scope has had a record)."""
-        return self._scope_dir(scope)
+        return scope_dir_of(self.directory, scope)
 
     def marked_scopes(self) -> dict[str, int]:
         """Scope directory name -> how many markers name a record in it: one listing per experience the journal
@@ -160,23 +162,23 @@ class OperationJournal:
                     counts[name] = counts.get(name, 0) + 1
         return counts
 
-    def _record_files(self, ref: Ref) -> tuple[Path, Path]:
+    def record_files(self, ref: Ref) -> tuple[Path, Path]:
         """The final and the open file of the record ``ref`` names."""
         scope_dir = self.directory / (ref.scope_digest + SCOPE_SUFFIX)
-        return scope_dir / f"{ref.stem}.json", scope_dir / f"{ref.stem}{OPEN_SUFFIX}"
+        return scope_dir / (ref.stem + RECORD_SUFFIX), scope_dir / (ref.stem + OPEN_SUFFIX)
 
     def has_record(self, ref: Ref) -> bool:
         """Whether the record ``ref`` names exists (its final or open file): the proof that what its marker says is
         recorded (a marker alone proves nothing: ``path_index.py``). Two ``stat`` calls at most."""
-        return any(os.path.lexists(file) for file in self._record_files(ref))
+        return any(os.path.lexists(file) for file in self.record_files(ref))
 
     def records(self, scope: str) -> list[Operation]:
         """Every record of a scope (its import's ledger), oldest first. A damaged record is set aside and raised:
         the import it belongs to stops once with ``metadata_damaged``."""
         self._scan()  # the first scan checks the layout before any read
         chosen: dict[str, Path] = {}
-        for path in sorted(self._scope_dir(scope).glob("*.json")):
-            stem = _record_stem(path.name)
+        for path in sorted(self.scope_directory(scope).glob("*.json")):
+            stem = record_stem(path.name)
             if stem not in chosen or not path.name.endswith(OPEN_SUFFIX):  # the final file is the record
                 chosen[stem] = path
         found = [load_owned_record(path, _stated(path)) for path in chosen.values()]
@@ -185,7 +187,7 @@ class OperationJournal:
     def read_scope(self, scope: str) -> tuple[list[Operation], dict[str, str]]:
         """Every readable record of a scope, oldest first, and its damaged ones (path -> cause), read only: nothing
         is set aside or remembered (the import that owns a damaged record sets it aside)."""
-        scope_dir = self._scope_dir(scope)
+        scope_dir = self.scope_directory(scope)
         try:
             dir_fd = os.open(scope_dir, os.O_RDONLY | os.O_DIRECTORY)
         except (FileNotFoundError, NotADirectoryError):
@@ -193,7 +195,7 @@ class OperationJournal:
         try:
             chosen: dict[str, str] = {}
             for name in entry_names(dir_fd):
-                stem = _record_stem(name)
+                stem = record_stem(name)
                 if stem not in chosen or not name.endswith(OPEN_SUFFIX):  # the final file is the record
                     chosen[stem] = name
             found, damaged = [], {}
@@ -223,9 +225,9 @@ class OperationJournal:
     def get(self, scope: str, key: str) -> Operation | None:
         """The record of a scoped key, or None (a damaged record is set aside and raised)."""
         self._scan()  # the first scan checks the layout before any read
-        final = self._path(scope, key)
+        final = self.record_file(scope, key)
         op = load_owned_record(final, _stated(final))
-        return op if op is not None else load_owned_record(self._open_path(scope, key), Operation)
+        return op if op is not None else load_owned_record(self.open_file(scope, key), Operation)
 
     def put(self, op: Operation, *, sync_dir: bool = True) -> None:
         """Durably write (or overwrite) a record (``sync_dir``: see ``set_status``); a final record's open file is
@@ -233,8 +235,8 @@ class OperationJournal:
         retried): its open file is written first, then the final file removed; a kill between leaves the final one
         as the record, which the next identical retry reopens again."""
         open_records = self._scan()  # the first scan checks the layout before the first write
-        scope_dir, key = self._scope_dir(op.scope), (op.scope, op.key)
-        ref = self._ref(op)
+        scope_dir, key = self.scope_directory(op.scope), (op.scope, op.key)
+        ref = self.ref(op)
         first = ref not in self._marked  # this process makes the marker of each record once
         if first:  # pending before the record, confirmed after it: path_index.py
             self.paths.begin(op.path, ref)
@@ -247,16 +249,16 @@ class OperationJournal:
                open_records: dict[tuple[str, str], Operation], sync_dir: bool) -> None:
         """The record's write of ``put``."""
         if op.status in OPEN_STATES:
-            write_json(self._open_path(op.scope, op.key), op.__dict__, sync_dir=sync_dir)
+            write_json(self.open_file(op.scope, op.key), op.__dict__, sync_dir=sync_dir)
             open_records[key] = op
-            final = self._path(op.scope, op.key)
+            final = self.record_file(op.scope, op.key)
             if final.exists():  # a final record reopened (the identical retry of an abandoned write): the open
                 final.unlink()  # file is durable first; until the final one is gone, that one is the record
                 fsync_dir(scope_dir)
         else:
-            write_json(self._path(op.scope, op.key), op.__dict__, sync_dir=sync_dir)
+            write_json(self.record_file(op.scope, op.key), op.__dict__, sync_dir=sync_dir)
             open_records.pop(key, None)
-            self._twins.setdefault(scope_dir, set()).add(self._open_path(op.scope, op.key))
+            self._twins.setdefault(scope_dir, set()).add(self.open_file(op.scope, op.key))
         if sync_dir and scope_dir in self._twins:  # every rename in this directory is durable now
             _unlink_all(self._twins.pop(scope_dir))
 
@@ -299,7 +301,7 @@ class OperationJournal:
                 shutil.rmtree(builder.directory, ignore_errors=True)  # a build a kill interrupted: again
             for scope_dir, dir_fd, names in self._scopes():
                 finals = {name for name in names if not name.endswith(OPEN_SUFFIX)}
-                stale = {name for name in names if name.endswith(OPEN_SUFFIX) and _record_stem(name) + ".json" in finals}
+                stale = {name for name in names if name.endswith(OPEN_SUFFIX) and record_stem(name) + ".json" in finals}
                 read: dict[str, Operation | None] = {}
                 for name in names:
                     is_open = name.endswith(OPEN_SUFFIX)
@@ -307,12 +309,12 @@ class OperationJournal:
                         continue
                     op = read[name] = self._read(scope_dir, dir_fd, name)
                     if op is not None and builder is not None and _has_shape(op):
-                        builder.add(op.path, self._ref(op))
+                        builder.add(op.path, self.ref(op))
                         built += 1
                     if op is not None and op.status in OPEN_STATES:
                         self._open[(op.scope, op.key)] = op
                 settled = [name for name in sorted(stale) if (
-                    read[final] if (final := _record_stem(name) + ".json") in read
+                    read[final] if (final := record_stem(name) + ".json") in read
                     else self._read(scope_dir, dir_fd, final))]
                 if settled:
                     fsync_dir(scope_dir)  # their final records' renames are durable before the open files go
@@ -354,8 +356,8 @@ class OperationJournal:
             for name in names:
                 op = self._read(scope_dir, dir_fd, name)
                 if op is not None and _has_shape(op):
-                    ref = self._ref(op)
-                    if (scope_dir.name, _record_stem(name)) != (ref.scope_digest + SCOPE_SUFFIX, ref.stem):
+                    ref = self.ref(op)
+                    if (scope_dir.name, record_stem(name)) != (ref.scope_digest + SCOPE_SUFFIX, ref.stem):
                         continue  # a copy under another name (not where the journal keeps it): no marker
                     marker = self.paths.directory / self.paths.digest(op.path) / ref.name
                     if not (os.path.lexists(marker) or os.path.lexists(f"{marker}{PENDING}")):
@@ -380,7 +382,7 @@ class OperationJournal:
 
     def _set_aside(self, ref: Ref) -> list[Path]:
         """The set-aside (``.damaged``) copies of the record ``ref`` names."""
-        return [aside for file in self._record_files(ref)
+        return [aside for file in self.record_files(ref)
                 for aside in sorted(file.parent.glob(f"{glob_escape(file.name)}.damaged*"))]
 
     def relative(self, file: Path) -> str:
@@ -438,7 +440,7 @@ class OperationJournal:
         found: list[tuple[Ref, Operation]] = []
         damaged: list[DamagedEntry] = []
         for ref in self.paths.refs(path):
-            files = self._record_files(ref)
+            files = self.record_files(ref)
             unreadable = []
             for file in files:
                 try:
@@ -491,9 +493,8 @@ class OperationJournal:
         found = []
         for directory in self.paths.paths():
             for ref in self.paths.refs_in(directory):
-                scope_dir = self.directory / (ref.scope_digest + SCOPE_SUFFIX)
                 op = None
-                for file in (scope_dir / f"{ref.stem}.json", scope_dir / f"{ref.stem}{OPEN_SUFFIX}"):
+                for file in self.record_files(ref):
                     try:
                         op = load_record(file, Operation)
                     except DamagedRecord:
@@ -511,12 +512,11 @@ class OperationJournal:
         touched: set[Path] = set()
         removed: list[Ref] = []
         for ref in refs:
-            scope_dir = self.directory / (ref.scope_digest + SCOPE_SUFFIX)
-            final = scope_dir / f"{ref.stem}.json"
-            if final.exists() or not (scope_dir / f"{ref.stem}{OPEN_SUFFIX}").exists():
+            final, opened = self.record_files(ref)
+            if final.exists() or not opened.exists():
                 final.unlink(missing_ok=True)
-                (scope_dir / f"{ref.stem}{OPEN_SUFFIX}").unlink(missing_ok=True)  # a twin not yet removed
-                touched.add(scope_dir)
+                opened.unlink(missing_ok=True)  # a twin not yet removed
+                touched.add(final.parent)
                 removed.append(ref)
         for scope_dir in sorted(d for d in touched if d.is_dir()):
             fsync_dir(scope_dir)
@@ -538,7 +538,7 @@ class DamagedEntry:
 
 def missing_cause(journal: OperationJournal, ref: Ref) -> str:
     """Why a confirmed marker without its record is damage (the marker was made after the record was written)."""
-    final = journal._record_files(ref)[0]
+    final = journal.record_files(ref)[0]
     return (f"the journal record {journal.relative(final)} is missing: its marker was made after it was written, so "
             "it was removed outside the plugin; the version it held is missing from this history")
 
@@ -592,10 +592,6 @@ def written_paths(ops) -> dict[str, list[str]]:
             updated[op.path] = True
     return {"created": list(created), "updated": list(updated)}
 
-
-def _record_stem(name: str) -> str:
-    """A record file's name without ``.open.json`` or ``.json``: the same for a record's open and final files."""
-    return name[: -len(OPEN_SUFFIX)] if name.endswith(OPEN_SUFFIX) else name[: -len(".json")]
 
 
 def _unlink_all(paths) -> None:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .atomic import remove_temp_files
+from .format import IMPORTS_DIR, OPERATIONS_DIR, PROCESSING_DIR, state_dir, state_rel_dir
 from .paths import check_directory, check_disjoint
 
 REME_TEMP_FILE = re.compile(r"^\..+\.[0-9a-f]{32}\.tmp$")  # ReMe's atomic writers: ``.<file>.<uuid4 hex>.tmp``
@@ -52,7 +53,7 @@ class Layout:
     @property
     def state_dir(self) -> Path:
         """``<workspace>/<metadata_dir>/procedure/<name>``: imports, operations, processing, lock."""
-        return self.root / self.metadata_dir / "procedure" / self.name
+        return state_dir(self.root, self.metadata_dir, self.name)
 
     def directories(self) -> dict[str, str]:
         """Every workspace-relative directory this component writes, keyed by the setting(s) that place it.
@@ -63,7 +64,7 @@ class Layout:
         return {
             f"{prefix}.procedure_dir": self.procedure_dir,
             f"session_dir + {prefix}.trajectory_subdir": self.trajectory_rel_dir,
-            "metadata_dir (the plugin's journal, imports and checkpoints)": f"{self.metadata_dir}/procedure/{self.name}",
+            "metadata_dir (the plugin's journal, imports and checkpoints)": state_rel_dir(self.metadata_dir, self.name),
             **{f"metadata_dir (ReMe's {kind} state of the views)": f"{self.metadata_dir}/{kind}"
                for kind in REME_VIEW_STATE},
         }
@@ -102,10 +103,10 @@ class Layout:
 
     def temp_file_dirs(self) -> list[Path]:
         """Directories where the plugin's atomic writer creates temporary files."""
-        operations = self.state_dir / "operations"
+        operations = self.state_dir / OPERATIONS_DIR
         scopes = [p for p in operations.iterdir() if p.is_dir()] if operations.is_dir() else []
         return [self.root / self.procedure_dir, self.root / self.trajectory_rel_dir,
-                *(self.state_dir / d for d in ("imports", "processing")), operations, *scopes]
+                *(self.state_dir / d for d in (IMPORTS_DIR, PROCESSING_DIR)), operations, *scopes]
 
     def remove_temp_files(self, copies: set[str], store_files: list[Path],
                           stale_before: float | None = None) -> list[Path]:

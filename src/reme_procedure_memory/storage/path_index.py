@@ -1,8 +1,8 @@
 """The journal's index by experience path: which records belong to one experience, and what was compacted of it.
 
-The journal keeps its records by import (``operations/<scope digest>.v2/``), which is what a write and a resumed
-segment look up. An experience's history needs the other direction, so ``operations/paths/<path digest>/`` holds,
-per experience:
+The journal keeps its records by import (one directory per scope), which is what a write and a resumed segment look
+up. An experience's history needs the other direction, so ``operations/paths/<path digest>/`` holds, per experience
+(the names, and the other directories below, are ``format.py``'s):
 
 * one empty *marker* per journal record of that path, named ``<scope digest>.<record digest>.<created µs>.<target
   version>``: the record's scope directory and file stem, when it was created and the version it writes (``none``
@@ -40,23 +40,14 @@ left says so. An empty journal needs no index, and gets none until its first rec
 
 from __future__ import annotations
 
-import hashlib
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import DamagedRecord
 from .atomic import fsync_dir, remove_temp_files, write_json
+from .format import COMPACTED, DELETED, MARKER, PENDING, SUMMARIES_DIR, path_digest
 from .records import read_json
-
-PATHS_DIR = "paths"  # under ``operations/``: not a scope directory
-BUILDING_DIR = "paths.building"  # the index of an older journal while the first start builds it (nor this one)
-SUMMARIES_DIR = "compacted"  # the second copy of every compaction summary, ``<path digest>.json`` (nor this one)
-COMPACTED = "compacted.json"
-MARKER = re.compile(r"^([0-9a-f]{32})\.([0-9a-f]{64})\.([0-9]{1,20})\.([0-9a-z]{1,64})$")
-PENDING = ".pending"  # a marker made before its record was first written (see the module docstring)
-DELETED = "none"  # the version of a deletion's marker
 
 
 @dataclass(frozen=True, order=True)
@@ -170,8 +161,8 @@ class PathIndex:
 
     @staticmethod
     def digest(path: str) -> str:
-        """The name of ``path``'s directory."""
-        return hashlib.sha256(path.encode("utf-8")).hexdigest()[:32]
+        """The name of ``path``'s directory (``format.path_digest``)."""
+        return path_digest(path)
 
     def remove(self, path: str, refs: list[Ref]) -> None:
         """Remove the markers of ``refs`` (their records are gone), pending or confirmed."""

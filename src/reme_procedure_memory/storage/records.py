@@ -2,12 +2,11 @@
 
 A record that cannot be parsed raises ``DamagedRecord`` naming the file. A reader that owns the record (the import it
 belongs to) sets it aside as ``<file>.damaged`` (kept, never deleted) before raising (``load_owned_record``); readers
-that only scan skip it and report it. ``keyed_path`` names a request id's record file.
+that only scan skip it and report it.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -16,6 +15,7 @@ from typing import Any
 
 from ..errors import DamagedRecord
 from .atomic import fsync_dir
+from .format import DAMAGED, damaged_name
 
 
 def read_json(path: Path) -> Any | None:
@@ -54,7 +54,7 @@ def set_aside(path: Path) -> Path:
     """Rename a damaged record to ``<name>.damaged`` (``.damaged-2``, ...): kept, but no longer read."""
     number = 1
     while True:
-        target = path.with_name(f"{path.name}.damaged" + (f"-{number}" if number > 1 else ""))
+        target = damaged_name(path, number)
         if not target.exists():
             break
         number += 1
@@ -83,12 +83,9 @@ def load_owned_record(path: Path, factory=None):
 
 def has_set_aside(path: Path) -> bool:
     """Whether a damaged copy of ``path`` was set aside."""
-    return any(path.parent.glob(f"{glob_escape(path.name)}.damaged*"))
+    return any(path.parent.glob(f"{glob_escape(path.name)}{DAMAGED}*"))
 
 
 def glob_escape(name: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", name)
 
-
-def keyed_path(directory: Path, request_id: str) -> Path:
-    return directory / f"{hashlib.sha256(request_id.encode('utf-8')).hexdigest()}.json"

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 import numpy as np
 from reme.components.keyword_index.bm25_index import BM25Index
 
+from ...storage.format import BM25_FORMAT
 from ..locks import ReadWriteLock
 from ..relevance import unseen_idf
 
-FORMAT = 2
 
 
 def _grow(buffer: np.ndarray | None, used: np.ndarray, needed: int) -> np.ndarray:
@@ -294,7 +294,7 @@ class ProcedureBM25Index(BM25Index):
             tids = sorted(self._posting_doc_idxs)
             empty = np.zeros(0, dtype=np.int32)
             meta = {
-                "format": FORMAT, "tokenizer_fingerprint": self._tokenizer_fingerprint(), "k1": self.k1,
+                "format": BM25_FORMAT, "tokenizer_fingerprint": self._tokenizer_fingerprint(), "k1": self.k1,
                 "b": self.b, "vocab": sorted(self.vocab, key=self.vocab.__getitem__), "doc_ids": self._doc_ids,
             }
             return {
@@ -311,7 +311,7 @@ class ProcedureBM25Index(BM25Index):
         ``restore`` keeps them, it does not copy them); raises ValueError when they were written under another
         tokenizer configuration or format (the caller then rebuilds)."""
         meta = json.loads(bytes(arrays["meta"]).decode("utf-8"))
-        if meta.get("format") != FORMAT or meta.get("tokenizer_fingerprint") != self._tokenizer_fingerprint():
+        if meta.get("format") != BM25_FORMAT or meta.get("tokenizer_fingerprint") != self._tokenizer_fingerprint():
             raise ValueError("the BM25 snapshot was written by another format or tokenizer configuration")
         ends = np.cumsum(arrays["posting_sizes"])
         idxs = np.split(arrays["posting_idxs"], ends[:-1]) if ends.size else []

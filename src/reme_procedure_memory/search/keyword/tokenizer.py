@@ -22,10 +22,11 @@ from importlib.metadata import version
 import Stemmer
 from reme.components.tokenizer import BaseTokenizer, RegexTokenizer
 
-RULES_VERSION = "1"  # bump when the token rules change: workspaces indexed before are rebuilt at start
+from ...storage.format import TOKENIZER_RULES
+
 ALGORITHM = "english"
 TERM_CACHE_SIZE = 1 << 18  # distinct raw tokens remembered (~40 MB at most); identifiers and ids make it unbounded
-IDENTITY = f"procedure_snowball/{RULES_VERSION} snowball-{ALGORITHM} PyStemmer-{version('PyStemmer')}"
+IDENTITY = f"procedure_snowball/{TOKENIZER_RULES} snowball-{ALGORITHM} PyStemmer-{version('PyStemmer')}"
 
 
 class _Terms(dict):

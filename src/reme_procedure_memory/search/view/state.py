@@ -48,10 +48,9 @@ import zstandard
 
 from ...errors import StorageError, ViewStateError
 from ...storage import atomic
+from ...storage.format import VIEW_MANIFEST as MANIFEST, VIEW_STATE_FORMAT
 from .records import gc_paused
 
-FORMAT = 3
-MANIFEST = "MANIFEST.json"
 RECORDS = "records.json.zst"
 _HEADER = struct.Struct("<II")  # payload length, crc32
 _CRC_CHUNK = 1 << 24  # bytes checksummed per call (zlib releases the GIL for each)
@@ -112,7 +111,9 @@ class ViewState:
         self.generation = 0  # 0: no snapshot yet
         self.log_entries = 0  # entries in the current generation's log
 
-    def _path(self, kind: str, generation: int | None = None) -> Path:
+    def part_file(self, kind: str, generation: int | None = None) -> Path:
+        """The file of part ``kind`` (``log``, ``records.json.zst``, ...) of generation ``generation`` (default: the
+        current one)."""
         return self.directory / f"{self.generation if generation is None else generation}.{kind}"
 
     # -- reading ----------------------------------------------------------------------------------------------------
@@ -129,7 +130,7 @@ class ViewState:
             return None
         try:
             manifest = json.loads(manifest_path.read_text(encoding="utf-8"))
-            if manifest.get("format") != FORMAT:
+            if manifest.get("format") != VIEW_STATE_FORMAT:
                 raise ViewStateError(f"{manifest_path}: unknown format {manifest.get('format')!r}")
             self.generation = int(manifest["generation"])
             self._remove_other_generations()
@@ -153,11 +154,11 @@ class ViewState:
         from the files and keeps the records and vectors)."""
         parts = manifest["parts"]
         for name in parts:
-            if not name.startswith("bm25.") and not self._path(name).is_file():
-                raise ViewStateError(f"{self._path(name)} is missing")
+            if not name.startswith("bm25.") and not self.part_file(name).is_file():
+                raise ViewStateError(f"{self.part_file(name)} is missing")
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="view-load") as pool:
             futures = {name: pool.submit(self._array_part, name, parts[name]) for name in parts if name != RECORDS}
-            data = _read_part(self._path(RECORDS), parts[RECORDS]["bytes"], parts[RECORDS]["crc32"])
+            data = _read_part(self.part_file(RECORDS), parts[RECORDS]["bytes"], parts[RECORDS]["crc32"])
             columns = json.loads(zstandard.ZstdDecompressor().decompressobj().decompress(bytes(data)))
             del data
             vectors = {name.split(".")[1]: futures[name].result() for name in futures if name.startswith("vectors.")}
@@ -174,17 +175,17 @@ class ViewState:
         them into its blocks), BM25's in a writable buffer of their own (the index keeps and grows them)."""
         read = _mapped_part if name.startswith("vectors.") else _read_part
         try:
-            return _array_of(read(self._path(name), part["bytes"], part["crc32"]))
+            return _array_of(read(self.part_file(name), part["bytes"], part["crc32"]))
         except ViewStateError:
             raise
         except Exception as exc:  # missing, unreadable
-            raise ViewStateError(f"{self._path(name)}: {type(exc).__name__}: {exc}") from exc
+            raise ViewStateError(f"{self.part_file(name)}: {type(exc).__name__}: {exc}") from exc
 
     def _read_log(self) -> list[dict]:
         """The log's valid entries; a torn or corrupt tail is cut off the file. An entry is valid when its length
         is not 0 (no entry is empty: zero bytes, whose CRC-32 is 0, are what a power loss may leave), its bytes match
         their CRC-32 and they are a JSON object with an ``op``; the first one that is not starts the tail."""
-        path = self._path("log")
+        path = self.part_file("log")
         entries: list[dict] = []
         if not path.is_file():
             self.log_entries = 0
@@ -229,7 +230,7 @@ class ViewState:
         for entry in entries:
             payload = json.dumps(entry, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
             out += _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
-        path = self._path("log")
+        path = self.part_file("log")
         try:
             with open(path, "ab") as handle:
                 handle.write(out)
@@ -255,7 +256,7 @@ class ViewState:
                 write(writer)
                 parts[name] = {"bytes": writer.size, "crc32": writer.crc}
 
-            self._publish(self._path(name, generation), counted)
+            self._publish(self.part_file(name, generation), counted)
 
         def write_records(handle) -> None:
             text = json.dumps(columns, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -267,7 +268,7 @@ class ViewState:
                 publish(f"{prefix}.{name}.npy",
                         lambda handle, array=array: np.lib.format.write_array(handle, np.ascontiguousarray(array),
                                                                               allow_pickle=False))
-        manifest = {**meta, "format": FORMAT, "generation": generation, "records": len(columns["path"]),
+        manifest = {**meta, "format": VIEW_STATE_FORMAT, "generation": generation, "records": len(columns["path"]),
                     "chunks": len(columns["id"]), "dimensions": int(vectors["vectors"].shape[1]), "parts": parts}
         self._publish(self.directory / MANIFEST, lambda h: h.write(json.dumps(manifest, indent=1).encode()))
         try:
