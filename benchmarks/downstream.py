@@ -433,7 +433,7 @@ class Memory:
             raise RuntimeError(f"{self.label}: procedure_search failed: {answer}")
         results = answer.get("results", [])
         block = memory_block([r["experience"] for r in results], self.fields)
-        tokens = await self.app.context.components["procedure_memory"]["default"].tokens.acount(block) if block else 0
+        tokens = await self.app.context.components["procedure_memory"]["default"].workspace.tokens.acount(block) if block else 0
         return block, {"paths": [r["path"] for r in results], "scores": [round(r["score"], 5) for r in results],
                        "relevance": [r.get("relevance") for r in results], "tokens": tokens,
                        "budget_left_out": answer.get("token_budget", {}).get("left_out", 0),

@@ -188,7 +188,7 @@ def experience_faithfulness(memory) -> dict:
     from benchlib.faithfulness import faithfulness
     from reme_procedure_memory.storage.experiences import BadFile
 
-    experiences = [(item.experience.content, list(item.experience.sources)) for item in memory.files.scan()
+    experiences = [(item.experience.content, list(item.experience.sources)) for item in memory.workspace.files.scan()
                    if not isinstance(item, BadFile)]
     texts: dict[str, str] = {}
 

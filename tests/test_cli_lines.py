@@ -151,7 +151,7 @@ async def test_any_file_system_failure_in_a_job_answers_a_storage_code(make_app,
         async def unreadable(cursor, limit):
             raise PermissionError(errno.EACCES, "Permission denied", str(memory.workspace_path / "procedures"))
 
-        monkeypatch.setattr(memory, "list_experiences", unreadable)
+        monkeypatch.setattr(memory.listing, "experiences", unreadable)
         ok, answer = await run_job(app, "procedure_list")
         assert not ok and answer == {"status": "error", "error": {"code": "storage_error", "message": (
             f"Using {memory.workspace_path}/procedures failed: Permission denied (errno EACCES). Make sure "

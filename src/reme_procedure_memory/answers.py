@@ -9,7 +9,7 @@ writes them. A failed answer is ``errors.error_answer``'s envelope (``{"status",
 """
 
 
-from typing import Literal, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 
 from .schema import Job
 
@@ -309,6 +309,34 @@ class ImportAnswer(TypedDict):
     note: NotRequired[str]
 
 
+# -- procedure_dump -------------------------------------------------------------------------------------------------
+
+
+class DumpedFile(TypedDict):
+    """One metadata file of a dump (``storage/dump.py``): never its text."""
+
+    path: str  # workspace-relative
+    kind: str
+    bytes: int
+    format: Any
+    status: str | None
+    error: NotRequired[str]
+
+
+class DumpAnswer(TypedDict):
+    """The metadata of a workspace for support: kinds, formats and sizes, no experience or trajectory text."""
+
+    status: Literal["ok"]
+    workspace: str
+    state_dir: str
+    formats: dict[str, Any]
+    experiences: dict[str, int]  # {files, bytes}
+    trajectories: dict[str, int]
+    kinds: dict[str, int]
+    damaged: int
+    files: list[DumpedFile]
+
+
 # The successful answers of each job (a failed one is ``errors.error_answer``'s envelope).
 ANSWERS: dict[Job, tuple[type, ...]] = {
     Job.SEARCH: (SearchAnswer,),
@@ -322,4 +350,5 @@ ANSWERS: dict[Job, tuple[type, ...]] = {
     Job.REINDEX: (ReindexAnswer,),
     Job.EXPORT: (ExportAnswer,),
     Job.DELETE: (DeleteAnswer, DeletedImportAnswer),
+    Job.DUMP: (DumpAnswer,),
 }

@@ -165,7 +165,7 @@ def test_a_scope_directory_of_an_unreleased_layout_stops_the_first_scan_naming_i
     directory = tmp_path / "operations"
     journal = OperationJournal(directory)
     record = op("s", "k", PUBLISHED, 1.0)
-    current = journal._path("s", "k")
+    current = journal.record_file("s", "k")
     earlier = current.parent.with_name(current.parent.name[: -len(SCOPE_SUFFIX)])
     write_json(earlier / current.name, record.__dict__)
     for read in (journal.open_records, lambda: journal.get("s", "k"), lambda: journal.put(op("s", "x", INTENT, 2.0)),

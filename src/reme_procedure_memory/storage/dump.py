@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from ..answers import DumpAnswer
 from .format import (
     BM25_FORMAT,
     BUILDING_DIR,
@@ -80,7 +81,7 @@ class MetadataDump:
         self.procedure_dir = procedure_dir
         self.trajectory_rel_dir = trajectory_rel_dir
 
-    def answer(self) -> dict[str, Any]:
+    def answer(self) -> DumpAnswer:
         """The dump (see the module docstring): ``files`` sorted by path, ``kinds`` (how many of each), the two
         content directories' ``files``/``bytes``, and the formats this plugin version writes."""
         entries = [self._entry(path, size) for path, size in _walk(self.root / self.metadata_dir)]
