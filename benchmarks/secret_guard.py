@@ -1,4 +1,4 @@
-"""The secret guard's rule set (``secrets.py`` of the plugin): false positives on real data, recall, cost per MB.
+"""The secret guard's rule set (``credentials.py`` of the plugin): false positives on real data, recall, cost per MB.
 
 Run from the repository root::
 
@@ -25,8 +25,8 @@ What it measures, in one run:
 corpora with its default plugins and filters, through its own file scan (``SecretsCollection.scan_file``), for the
 decision between a library and a rule set (docs/decisions.md#secret-guard).
 
-Not named ``secrets.py``: a script of this directory runs with the directory first on ``sys.path``, where a
-``secrets.py`` would shadow the standard library's module for every other script (starlette imports it).
+Not named after the standard library's ``secrets`` module: a script of this directory runs with the directory first on
+``sys.path``, where it would shadow that module for every other script (starlette imports it).
 
 ``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``): ``tests/fixtures``' five trajectories and 40 released
 experiences when ``../shared`` is absent, 3 seeds, 1 MB; it shows the instrument works: its figures on so little
@@ -50,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib.machine import describe, revision  # noqa: E402
 from benchlib.shared import FIXTURES, LIBRARY, find_shared, load_test_helpers, smoke_data  # noqa: E402
 
-from reme_procedure_memory.secrets import KINDS, find_secrets, secrets_within  # noqa: E402
+from reme_procedure_memory.credentials import KINDS, find_secrets, secrets_within  # noqa: E402
 
 load_test_helpers()
 from helpers.planted import in_field, in_trajectory, look_alikes, planted  # noqa: E402

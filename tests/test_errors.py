@@ -35,7 +35,7 @@ def test_the_reference_lists_exactly_the_declared_codes():
 
 
 def test_the_reference_lists_exactly_the_kinds_of_secrets_with_their_placeholders():
-    from reme_procedure_memory.secrets import KINDS
+    from reme_procedure_memory.credentials import KINDS
 
     rows = re.findall(r"^\| `([a-z_]+)` \| .+ \| `(<[A-Z_]+>)` \|$", section("Secrets"), re.MULTILINE)
     assert rows == [(kind.name, kind.placeholder) for kind in KINDS.values()]

@@ -14,7 +14,7 @@ NAME = "reme_procedure_memory"
 # Lower layers never import higher ones; modules of one layer (or one subpackage) may import each other, without cycle.
 LAYERS = [
     ["", "errors"],  # the package itself holds only ``__version__`` and imports nothing
-    ["schema", "answers", "secrets", "textfold", "reme_internals"],  # reme_internals: ReMe's private names, for every floor
+    ["schema", "answers", "credentials", "textfold", "reme_internals"],  # reme_internals: ReMe's private names, for every floor
     ["settings", "tokens", "cli", "interrupts"],
     ["storage"],
     ["search"],

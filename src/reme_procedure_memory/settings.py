@@ -98,7 +98,7 @@ class ProcedureSettings(BaseModel):
     vector_cooldown_seconds: float = Field(10.0, ge=0)
     read_max_chars: int = Field(65_536, gt=0)
     read_max_tokens: int = Field(8_192, gt=0)
-    # trajectory excerpts served to callers outside an extraction run mask the credentials in them (secrets.py)
+    # trajectory excerpts served to callers outside an extraction run mask the credentials in them (credentials.py)
     mask_trajectory_secrets: bool = True
     token_limits: TokenLimits = Field(default_factory=TokenLimits)
     extraction: ExtractionSettings = Field(default_factory=ExtractionSettings)

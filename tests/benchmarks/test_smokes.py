@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from reme_procedure_memory.secrets import KINDS
+from reme_procedure_memory.credentials import KINDS
 
 pytestmark = pytest.mark.slow
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from reme_procedure_memory.secrets import KINDS, mask_secrets, secrets_within
+from reme_procedure_memory.credentials import KINDS, mask_secrets, secrets_within
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
 from helpers.cli import durable_state

@@ -9,7 +9,7 @@ whose content names none of ``tools`` and, best first, those beyond a ``max_toke
 paths are validated against the
 procedure directory (containment in paths.py; the file itself by ``ExperienceFiles.read``, the one validation search,
 read and update share). Trajectory excerpts count decoded characters and are capped by characters and exact tokens;
-masked (``mask``), the credentials in them are replaced by ``[masked:<kind>]`` labels (``secrets.py``) before the token
+masked (``mask``), the credentials in them are replaced by ``[masked:<kind>]`` labels (``credentials.py``) before the token
 cap, while offsets and lengths still count the copy's characters. The copy itself is never changed.
 """
 
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 from ..answers import ExperienceAnswer, SearchAnswer, SearchResult, TokenBudget, TrajectoryAnswer
 from ..errors import ErrorCode, ProcedureError, TokenizerUnavailable
 from ..schema import check_name
-from ..secrets import mask_label, mask_secrets, masked_prefix, secrets_within
+from ..credentials import mask_label, mask_secrets, masked_prefix, secrets_within
 from ..storage.experiences import BadFile, StoredExperience
 from ..storage.paths import resolve_inside
 from .delivery import experience_text, names_any, tool_pattern, within_budget

@@ -1,13 +1,13 @@
 """The secret guard of writes: no experience the agent writes may carry a credential (docs/decisions.md#secret-guard).
 
 Contract: ``refuse_secrets(arguments)`` raises ``secret_detected`` when any text of the arguments (strings, also
-inside lists and objects) holds a credential by the rules of ``secrets.py``; the answer names each field, the kind,
+inside lists and objects) holds a credential by the rules of ``credentials.py``; the answer names each field, the kind,
 where it starts and the placeholder to write instead, and never repeats the secret or a part of it. The write steps
 call it on every argument the agent wrote before validating them (so that no other answer echoes a secret); the write
 path calls it on what would be stored: the fields it would write, the filename in its canonical spelling,
 the fields an update keeps from the file (a hand edit), each field as an addition would leave it (``added``), and
 ``refuse_assembled`` on the fields read one after the other (an export and the search view join them). The rules
-judge each text as a reader sees it (``secrets.find_secrets`` folds Unicode look-alikes first).
+judge each text as a reader sees it (``credentials.find_secrets`` folds Unicode look-alikes first).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from itertools import permutations
 from typing import Any
 
 from ..errors import ErrorCode, ProcedureError
-from ..secrets import KINDS, find_secrets
+from ..credentials import KINDS, find_secrets
 
 
 def secrets_in(arguments: dict[str, Any]) -> list[dict[str, Any]]:

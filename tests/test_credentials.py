@@ -1,4 +1,4 @@
-"""The secret rule set (``secrets.py``), a pure module: every planted secret found with its kind and exact span in
+"""The secret rule set (``credentials.py``), a pure module: every planted secret found with its kind and exact span in
 every context, none of the look-alikes or of the real fixture data flagged, masking and its offsets."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import string
 import uuid
 
 import pytest
-from reme_procedure_memory.secrets import (
+from reme_procedure_memory.credentials import (
     _PREFIXED,
     KINDS,
     Finding,

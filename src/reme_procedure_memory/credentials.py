@@ -109,7 +109,7 @@ MIN_PASSWORD_CHARS = 8  # a value assigned to a password name (generated passwor
 MAX_VALUE_CHARS = 4096
 # Words that make up placeholders, code references and human-chosen values ("YOUR_API_KEY_HERE", "securePass123",
 # "db_password_prod_2024"): a value whose characters are mostly these is not random. Random text seldom contains
-# them: measured on generated keys in tests/test_secrets.py.
+# them: measured on generated keys in tests/test_credentials.py.
 WORDS = frozenset("""
     access account admin api app auth bearer change changeme client config db default demo dev dummy enter env example
     fake here insert key local master mock my new none null pass passwd password placeholder private prod production
