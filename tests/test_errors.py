@@ -143,7 +143,7 @@ def package_sources() -> dict[str, str]:
 
 
 def test_every_code_the_package_answers_is_declared():
-    """Found by reading the code: a code answered anywhere (storage/guard.py and cli.py too) must be a member of
+    """Found by reading the code: a code answered anywhere (storage/guard.py and operator_errors.py too) must be a member of
     ``ErrorCode``, and so in the reference's table."""
     sources = package_sources()
     parameters = code_parameters([ast.parse(source) for source in sources.values()])

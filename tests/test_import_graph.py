@@ -15,7 +15,7 @@ NAME = "reme_procedure_memory"
 LAYERS = [
     ["", "errors"],  # the package itself holds only ``__version__`` and imports nothing
     ["schema", "answers", "credentials", "textfold", "reme_internals"],  # reme_internals: ReMe's private names, for every floor
-    ["settings", "tokens", "cli", "interrupts"],
+    ["settings", "tokens", "operator_errors", "interrupts"],
     ["storage"],
     ["search"],
     ["workspace"],

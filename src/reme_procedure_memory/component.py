@@ -29,7 +29,7 @@ from reme.components.embedding_store import BaseEmbeddingStore
 from reme.components.file_store import BaseFileStore
 from reme.enumeration import ComponentEnum
 
-from .cli import install_cli_error_hook, install_service_guard, serving, unknown_job_sentence
+from .operator_errors import install_cli_error_hook, install_service_guard, serving, unknown_job_sentence
 from .errors import ServiceStartAborted, StartStorageError, StartupError, UnknownJob, WorkspaceNotFound
 from .export.exporter import Exporter
 from .extraction.importer import Importer
@@ -55,7 +55,7 @@ from .tokens import TokenCounter
 from .workspace import Workspace
 
 # ReMe imports this module (the plugin's backends) before it creates the workspace: from here on, the failures an
-# operator fixes from one sentence are one line on the CLI, also those of ReMe's own workspace set-up (cli.py).
+# operator fixes from one sentence are one line on the CLI, also those of ReMe's own workspace set-up (operator_errors.py).
 install_cli_error_hook()
 
 CREATING_STEPS = ("procedure_auto_memory_step",)  # a one-shot job with such a step may start a new workspace
@@ -89,7 +89,7 @@ class ProcedureMemory(BaseComponent):
         super().__init__(**{k: v for k, v in kwargs.items() if k in identity})
         # a busy workspace or bad settings: one line on stderr from the CLI, the traceback in the log file only
         install_cli_error_hook(self.app_context is not None and self.app_context.app_config.log_to_console)
-        if self.app_context is not None:  # a service's start failure: the same one line (cli.py)
+        if self.app_context is not None:  # a service's start failure: the same one line (operator_errors.py)
             install_service_guard(self.app_context.service)
         self.settings: ProcedureSettings = load_settings(raw, prefix=f"components.procedure_memory.{self.name}")
         self.embedding_store = self.bind(self.settings.embedding_store, BaseEmbeddingStore, optional=False)
@@ -194,7 +194,7 @@ class ProcedureMemory(BaseComponent):
     async def _start(self) -> None:
         try:
             await self._start_up()
-        except StartupError as exc:  # a service answers it in one line and exits (cli.py, install_service_guard)
+        except StartupError as exc:  # a service answers it in one line and exits (operator_errors.py, install_service_guard)
             if serving(self.app_context):
                 raise ServiceStartAborted(exc) from exc
             raise

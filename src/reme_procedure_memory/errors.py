@@ -2,7 +2,7 @@
 
 ``ErrorCode`` lists the codes of the JSON answers (a failed job answers ``{"status": "error" | "incomplete" |
 "rejected", "error": {"code", "message"}}``, built by ``error_answer`` alone); ``ProcedureError`` carries one to the
-step that answers it. ``StartupError`` is what stops a start with one line on the CLI (``cli.py``). The rest are the internal failures each layer raises and the
+step that answers it. ``StartupError`` is what stops a start with one line on the CLI (``operator_errors.py``). The rest are the internal failures each layer raises and the
 layer above turns into an answer code: storage (``StorageError`` → ``storage_failure`` → ``disk_full`` /
 ``storage_error``; ``DamagedRecord`` → ``metadata_damaged``), the views (``IndexFailure``, ``ProviderUnavailable`` →
 ``index_pending``; ``ViewStateError`` → a rebuild), extraction (``ExtractionStopped`` and the trajectory format and
@@ -48,7 +48,7 @@ class ErrorCode(StrEnum):
     STORAGE_ERROR = "storage_error"
     METADATA_DAMAGED = "metadata_damaged"
     INTERNAL_ERROR = "internal_error"
-    # a start or a command line that stops before any job runs (one line on the CLI: cli.py)
+    # a start or a command line that stops before any job runs (one line on the CLI: operator_errors.py)
     WORKSPACE_BUSY = "workspace_busy"  # another process holds the workspace's lock
     WORKSPACE_NOT_FOUND = "workspace_not_found"  # a job that only reads was given a workspace without plugin state
     UNSUPPORTED_WORKSPACE = "unsupported_workspace"  # metadata in a layout this version does not read
@@ -121,7 +121,7 @@ class StartupError(Exception):
 
 class ServiceStartAborted(BaseException):
     """A StartupError (``error``) of a service start (``reme start`` without a job): raised past ReMe's handlers,
-    which would print its traceback, to the service's guard (``cli.py``), which answers the one line and exits 1.
+    which would print its traceback, to the service's guard (``operator_errors.py``), which answers the one line and exits 1.
     A BaseException, so no ``except Exception`` logs it on the way; the start's rollback still runs."""
 
     def __init__(self, error: StartupError) -> None:

@@ -170,7 +170,7 @@ class EmbeddedEmbedding(BaseAsEmbedding):
                                 "provider whose dimensions can be chosen)")
         half = self._half_configured()
         if half:
-            from ..cli import install_cli_error_hook  # one line on the CLI, as for the plugin's other bad settings
+            from ..operator_errors import install_cli_error_hook  # one line on the CLI, as for the plugin's other bad settings
 
             install_cli_error_hook(self.app_context is not None and self.app_context.app_config.log_to_console)
             raise SettingsError(

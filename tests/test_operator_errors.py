@@ -1,4 +1,4 @@
-"""The one line an operator gets for a failure (``cli.py``) and what a refused one-shot job leaves behind
+"""The one line an operator gets for a failure (``operator_errors.py``) and what a refused one-shot job leaves behind
 (``storage/presence.py``), in-process; ``tests/e2e/test_e2e_failures.py`` runs the real ``reme`` processes."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import sys
 import time
 
 import pytest
-from reme_procedure_memory.cli import operator_line, unknown_job_sentence
+from reme_procedure_memory.operator_errors import operator_line, unknown_job_sentence
 from reme_procedure_memory.errors import (
     ErrorCode,
     ServiceStartAborted,
