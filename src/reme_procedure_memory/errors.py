@@ -246,7 +246,7 @@ class TokenizerUnavailable(RuntimeError):
 
 
 class EmbeddedModelUnavailable(RuntimeError):
-    """The embedded embedding model (``search/embedded.py``) cannot be used in this process; the message names the
+    """The embedded embedding model (``search/embedded_model.py``) cannot be used in this process; the message names the
     cause and what to do (install or reinstall its package, or configure a provider)."""
 
 

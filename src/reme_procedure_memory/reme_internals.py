@@ -144,9 +144,9 @@ PRIVATE: tuple[Private, ...] = (
     Private(TOKENIZER, "_postprocess", "method", "(self, tokens, lower)", "components/tokenizer/base_tokenizer.py:55",
             "lowercase and stopword filter after splitting: overridden to stem", ("search.keyword.tokenizer",)),
     Private(AS_EMBEDDING, "_start", "method", "(self)", "components/as_embedding/__init__.py:133",
-            "defers the provider: overridden to load the embedded model in its thread", ("search.embedded",)),
+            "defers the provider: overridden to load the embedded model in its thread", ("search.embedded_model",)),
     Private(AS_EMBEDDING, "_ensure_model", "method", "(self)", "components/as_embedding/__init__.py:137",
-            "builds the provider on first use: overridden to load the embedded model", ("search.embedded",)),
+            "builds the provider on first use: overridden to load the embedded model", ("search.embedded_model",)),
     # -- reached on other objects, through the accessors below -------------------------------------------------------
     Private("reme.steps.evolve._evolve", "agent_reply_result_text", "function", "(reply_result)",
             "steps/evolve/_evolve.py:34", "a reply's final text, as ReMe's evolve steps read it (reply_result_text)"),

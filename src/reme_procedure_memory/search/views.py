@@ -21,7 +21,7 @@ from reme.schema import FileChunk, FileNode
 from ..errors import IndexFailure
 from ..schema import VIEW_NAMES, View
 from ..storage.experiences import StoredExperience
-from .embedding import EmbeddingClient
+from .embedding_client import EmbeddingClient
 from .executors import keyword_executor, scan_executor
 from .fusion import Fused, rrf_fuse
 from .relevance import Relevance

@@ -65,7 +65,7 @@ class EmbeddingClient:
 
     def unavailable_reason(self) -> str:
         """Why the embedding model cannot be used in this process, when it says so (the embedded model after a
-        failed load, ``search/embedded.py``); "" otherwise. ReMe's store logs and swallows the model's exception,
+        failed load, ``search/embedded_model.py``); "" otherwise. ReMe's store logs and swallows the model's exception,
         so the cause is read here and becomes the message of the failure (``vector_search.error``, ``index_pending``).
         """
         model = getattr(self.embedding_store, "as_embedding", None)

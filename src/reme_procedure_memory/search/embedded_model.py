@@ -20,7 +20,7 @@ transformer's last hidden states, their mean, L2-normalised; 384 dimensions.
   (1.4-1.8x under load), and the service's other threads need the other core.
 * **Load failures** (the package or onnxruntime missing, a digest mismatch, a file onnxruntime cannot load) are
   remembered for the life of the process and raised by every call as ``EmbeddedModelUnavailable`` with the cause and
-  the fix; searches then answer from BM25 alone with ``vector_search.available=false`` (``search/embedding.py``
+  the fix; searches then answer from BM25 alone with ``vector_search.available=false`` (``search/embedding_client.py``
   reads ``unavailable_reason``) and writes stay ``index_pending``, as during a provider outage.
 * **Tests** may inject a model (``component.model = fake``), exactly as for ReMe's backends: then this class
   delegates to it and its vector space is the injected model's.
