@@ -12,9 +12,9 @@ What counts as a citation (``citations``), and where it must exist (``exists``):
   holds the citing file.
 * ``inner``: a token with a slash whose first segment is the package or one of its directories, or a directory of
   Python files under ``tests`` or ``benchmarks`` (``search/``, ``storage/``, ``hostile/``, ``benchlib/``, ...), and
-  whose last segment is a file name (``search/view/store.py``). It must exist under ``src``, the package, ``tests/``
+  whose last segment is a file name (``search/view_store/file_store.py``). It must exist under ``src``, the package, ``tests/``
   or ``benchmarks/``, or under a directory that holds the citing file (so a module of ``search`` may cite its
-  ``view`` subpackage's ``records.py`` by the path from ``search``).
+  ``view_store`` subpackage's ``record_codec.py`` by the path from ``search``).
 * ``reme``: a token with a slash whose first segment is ``reme``: a path of the installed ReMe, which must exist there.
 * ``name``: a bare module file name (``views.py``). Some file of the repository or of the installed ReMe must have it.
 * ``module``: a dotted name under ``reme_procedure_memory`` (``reme_procedure_memory.jobs.steps:ProcedureReadStep``):
@@ -212,7 +212,8 @@ def test_every_cited_path_exists():
     "text, cited",
     [
         ("the tokenizer (see keyword_tokenizer.py).", [("keyword_tokenizer.py", "name")]),
-        ("search/view/store.py, view/records.py", [("search/view/store.py", "inner"), ("view/records.py", "inner")]),
+        ("search/view_store/file_store.py, view_store/record_codec.py",
+         [("search/view_store/file_store.py", "inner"), ("view_store/record_codec.py", "inner")]),
         ("reme_procedure_memory/jobs/steps.py", [("reme_procedure_memory/jobs/steps.py", "inner")]),
         ("run `python benchmarks/search.py --n 10000`", [("benchmarks/search.py", "repo")]),
         ("tests/helpers/cli.py::run\ndocs/guide.md#x.", [("tests/helpers/cli.py", "repo"), ("docs/guide.md", "repo")]),
@@ -230,13 +231,13 @@ def test_citations_are_paths_and_only_paths(text, cited):
 
 def test_a_missing_module_is_caught(tmp_path):
     views = PACKAGE / "search" / "views.py"
-    assert exists("view/records.py", "inner", views)  # from the citing file's directory
-    assert exists("search/view/store.py", "inner", ROOT / "docs" / "guide.md")  # from the package
+    assert exists("view_store/record_codec.py", "inner", views)  # from the citing file's directory
+    assert exists("search/view_store/file_store.py", "inner", ROOT / "docs" / "guide.md")  # from the package
     assert exists("tests/helpers.ScriptedAgent", "repo", ROOT / "README.md")  # module and attribute
     assert exists("benchlib/corpus.py", "inner", ROOT / "tests" / "benchmarks" / "test_smokes.py")
-    assert exists("reme_procedure_memory.search.view.store:ProcedureFileStore", "module", views)
+    assert exists("reme_procedure_memory.search.view_store.file_store:ProcedureFileStore", "module", views)
     assert not exists("keyword_tokenizer.py", "name", views)
-    assert not exists("search/view/viewsearch.py", "inner", views)
+    assert not exists("search/view_store/viewsearch.py", "inner", views)
     assert exists("reme_procedure_memory/jobs/steps.py", "inner", views)
     assert not exists("reme_procedure_memory/steps.py", "inner", views)
     assert not exists("tests/helpers.py", "repo", views)
@@ -244,7 +245,7 @@ def test_a_missing_module_is_caught(tmp_path):
     assert exists("reme/components/file_store/local_file_store.py", "reme", views)
     assert not exists("reme/components/file_store/no_such_store.py", "reme", views)
     assert not exists("reme_procedure_memory.segmenter.segment", "module", views)
-    assert not exists("reme_procedure_memory.search.view.store:NoSuchStore", "module", views)
+    assert not exists("reme_procedure_memory.search.view_store.file_store:NoSuchStore", "module", views)
     source = tmp_path / "cites.py"
-    source.write_text('"""Built by viewvectors.py\nfor search/view/."""\n\nX = "viewsearch.py"  # view/nowhere.py\n')
-    assert [line.split(":", 1)[1] for line in missing(source)] == ["1: viewvectors.py", "4: view/nowhere.py"]
+    source.write_text('"""Built by viewvectors.py\nfor search/view_store/."""\n\nX = "viewsearch.py"  # view_store/nowhere.py\n')
+    assert [line.split(":", 1)[1] for line in missing(source)] == ["1: viewvectors.py", "4: view_store/nowhere.py"]

@@ -123,4 +123,4 @@ def test_the_graph_sees_every_kind_of_import():
     assert "operations.reads" in edges["jobs.steps"]  # relative, from a sibling package
     assert "workspace" in edges["operations.writes"]  # under TYPE_CHECKING
     assert "extraction.prompt" in edges["extraction.loop"]  # ``from . import prompt``
-    assert "storage.atomic" in edges["search.view.state"]  # ``from ...storage import atomic``
+    assert "storage.atomic" in edges["search.view_store.state"]  # ``from ...storage import atomic``

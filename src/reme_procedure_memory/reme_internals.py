@@ -73,7 +73,7 @@ def _bm25(name: str, kind: str, expects: str | type, line: int, why: str) -> Pri
 
 def _graph(name: str, kind: str, expects: str | type, line: int, why: str) -> Private:
     return Private(GRAPH, name, kind, expects, f"components/file_graph/local_file_graph.py:{line}", why,
-                   ("search.view.graph",))
+                   ("search.view_store.graph",))
 
 
 PRIVATE: tuple[Private, ...] = (
@@ -105,7 +105,7 @@ PRIVATE: tuple[Private, ...] = (
           "filtered case is ReMe's (super)"),
     _bm25("_compact_docs", "method", "(self, active_mask, old_tid_to_new)", 526,
           "the hook optimize_index calls (line 559): overridden because the subclass keeps no per-document tokens"),
-    # -- ProcedureFileGraph: ReMe's local graph with packed nodes (search/view/graph.py) ----------------------------
+    # -- ProcedureFileGraph: ReMe's local graph with packed nodes (search/view_store/graph.py) -------------------------
     _graph("_nodes", "attribute", dict, 18, "path -> node; holds packed tuples (ReMe's edges only test membership)"),
     _graph("_inverse", "attribute", dict, 19, "real link target -> sources; ReMe's edge bookkeeping"),
     _graph("_pending", "attribute", dict, 20, "virtual link target -> sources; ReMe's edge bookkeeping"),
@@ -115,7 +115,7 @@ PRIVATE: tuple[Private, ...] = (
     _graph("_remove_edge", "method", "(self, src, target)", 59, "ReMe's edge removal"),
     _graph("_normalize_scope", "staticmethod", "(scope)", 67, "a link scope given as text, as the enum"),
     _graph("_scope_match", "method", "(self, target, scope)", 71, "whether a link target is in a scope"),
-    # -- ProcedureFileStore: ReMe's local store (search/view/store.py, vectors.py, searches.py) --------------------
+    # -- ProcedureFileStore: ReMe's local store (search/view_store/file_store.py, vectors.py, searches.py) ---
     Private("reme.components.file_store.local_file_store", "_VECTOR_SEARCH_BATCH_SIZE", "global", int,
             "components/file_store/local_file_store.py:30",
             "the batch of ReMe's stock vector scan, which the filtered fallback repeats (vector_search_batch)"),
@@ -127,9 +127,10 @@ PRIVATE: tuple[Private, ...] = (
     Private(STORE, "_start_embedding_backfill", "method", "(self, *, skip_health_check=False)",
             "components/file_store/local_file_store.py:370",
             "ReMe's background re-embedding: overridden to do nothing (the plugin embeds before it upserts)",
-            ("search.view.store",)),
+            ("search.view_store.file_store",)),
     Private(STORE, "_delete_nodes", "method", "(self, nodes)", "components/file_store/local_file_store.py:914",
-            "the hook delete calls with the resolved nodes: extended to drop their vectors", ("search.view.store",)),
+            "the hook delete calls with the resolved nodes: extended to drop their vectors",
+            ("search.view_store.file_store",)),
     Private(STORE, "_prepare_search_filter", "method", "(self, search_filter)",
             "components/file_store/local_file_store.py:1060", "a search filter as a chunk predicate (chunk_filter)"),
     # -- component lifecycle hooks (ReMe's documented override points, underscore-named) ---------------------------

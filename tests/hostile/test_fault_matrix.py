@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from reme_procedure_memory.search.view import state as viewstate
+from reme_procedure_memory.search.view_store import state as viewstate
 from reme_procedure_memory.storage import atomic
 from reme_procedure_memory.storage.format import temp_name
 

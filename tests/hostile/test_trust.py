@@ -64,7 +64,7 @@ async def test_every_upsert_log_entry_names_its_vector_space(make_app, tmp_path)
     edit_by_hand(ws, [corpus()[0][0]])
     async with make_app(workspace=ws) as app:
         space = memory_of(app).embedding_store.vector_space_id
-    from reme_procedure_memory.search.view.state import ViewState
+    from reme_procedure_memory.search.view_store.state import ViewState
 
     for directory in sorted((ws / "metadata" / "file_store").glob("*.view")):
         *_, entries = ViewState(directory).read()

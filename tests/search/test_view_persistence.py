@@ -117,7 +117,7 @@ async def test_close_appends_to_the_log_instead_of_rewriting_the_views(make_app,
 
 
 async def test_a_snapshot_is_written_when_the_log_outgrows_its_share(make_app, tmp_path, monkeypatch):
-    from reme_procedure_memory.search.view import store as filestore
+    from reme_procedure_memory.search.view_store import file_store as filestore
 
     monkeypatch.setattr(filestore, "SNAPSHOT_MIN_ENTRIES", 3)
     ws = tmp_path / "ws"
@@ -172,7 +172,7 @@ class Killed(Exception):
 @pytest.mark.slow
 async def test_a_kill_at_any_point_of_a_snapshot_leaves_a_state_start_up_handles(make_app, tmp_path, monkeypatch):
     """Crash simulation at every durable step of writing a snapshot (each file published, the manifest, cleanup)."""
-    from reme_procedure_memory.search.view import state as viewstate
+    from reme_procedure_memory.search.view_store import state as viewstate
 
     ws = tmp_path / "ws"
     write_corpus(ws)
@@ -268,7 +268,7 @@ sys.path[:0] = [{tests!r}, {repo!r}]
 from conftest import add_trajectory, call_tool, memory_of
 from helpers import FakeEmbeddingModel
 from reme.application import Application
-from reme_procedure_memory.search.view import store as filestore
+from reme_procedure_memory.search.view_store import file_store as filestore
 
 filestore.SNAPSHOT_MIN_ENTRIES = 3  # snapshots often: the kill lands in every kind of write
 

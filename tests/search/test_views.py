@@ -7,7 +7,7 @@ import os
 import pytest
 from rank_bm25 import BM25Okapi
 from reme_procedure_memory.errors import ProcedureError
-from reme_procedure_memory.search.view.records import text_digest
+from reme_procedure_memory.search.view_store.record_codec import text_digest
 
 from conftest import add_trajectory, call_tool, memory_of, run_job
 from helpers import experience_record, place_trajectory
@@ -103,7 +103,7 @@ async def test_search_scans_and_reads_result_files_off_the_event_loop(make_app, 
     service's event loop keeps answering other requests meanwhile)."""
     import threading
 
-    from reme_procedure_memory.search.view.store import ProcedureFileStore
+    from reme_procedure_memory.search.view_store.file_store import ProcedureFileStore
     from reme_procedure_memory.storage.experiences import ExperienceFiles
 
     ws = tmp_path / "ws"

@@ -47,7 +47,7 @@ def flip_byte(path, at: float = 0.5) -> None:
 
 async def test_every_damaged_or_torn_part_is_detected(make_app, tmp_path):
     from reme_procedure_memory.errors import ViewStateError
-    from reme_procedure_memory.search.view.state import ViewState
+    from reme_procedure_memory.search.view_store.state import ViewState
 
     ws = tmp_path / "ws"
     write_corpus(ws)
@@ -79,8 +79,8 @@ async def test_a_damaged_column_is_rejected_even_with_a_matching_checksum(make_a
     write_corpus(ws)
     async with make_app(workspace=ws) as app:
         expected = view_content(app)
-    from reme_procedure_memory.search.view.records import restore_columns
-    from reme_procedure_memory.search.view.state import ViewState
+    from reme_procedure_memory.search.view_store.record_codec import restore_columns
+    from reme_procedure_memory.search.view_store.state import ViewState
 
     for d in view_dirs(ws):
         manifest = json.loads((d / "MANIFEST.json").read_text())
@@ -101,7 +101,7 @@ async def test_a_snapshot_of_another_format_is_not_read_and_the_view_is_rebuilt_
     """Format 3 is the only one read (earlier ones were written only by unreleased development builds): a manifest
     of another format is refused by name, and the view is rebuilt from the experience files."""
     from reme_procedure_memory.errors import ViewStateError
-    from reme_procedure_memory.search.view.state import ViewState
+    from reme_procedure_memory.search.view_store.state import ViewState
 
     ws = tmp_path / "ws"
     write_corpus(ws)

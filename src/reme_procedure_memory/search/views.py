@@ -26,7 +26,7 @@ from .executors import keyword_executor, scan_executor
 from .fusion import Fused, rrf_fuse
 from .relevance import Relevance
 from .keyword.tokenizer import tokenizer_identity
-from .view.store import ProcedureFileStore
+from .view_store.file_store import ProcedureFileStore
 
 MAX_CANDIDATES = 200
 PARALLEL_ROWS = 32_768  # above this many rows a view's BM25 runs beside its matrix scan (see _fused_page)

@@ -9,5 +9,5 @@ The workspace's durable files are written only by modules of this package: ``exp
 by path), ``checkpoints.py``, ``records.py`` (setting a damaged record aside) and ``lock.py`` (the lock file). Every
 file with content goes through ``atomic.py``'s atomic writer, except the lock file (rewritten in place under its
 ``flock``); the path index's markers are empty files. Outside this package only derived or exported files are
-written, also through ``atomic.py``: the views' state (``search/view/state.py``) and an export
+written, also through ``atomic.py``: the views' state (``search/view_store/state.py``) and an export
 (``export/exporter.py``)."""

@@ -25,7 +25,7 @@ Tree (defaults shown; ``<...>`` is a setting or a computed name)::
               compacted.json                  a ``Compacted`` summary (what the retention bound removed)
             paths.building/                   ``paths/`` while the first start indexes a journal written without it
             compacted/<path digest>.json      the second copy of each compaction summary
-        file_store/<store>_<store version>.view/   one view's state (search/view/state.py has its byte format):
+        file_store/<store>_<store version>.view/   one view's state (search/view_store/state.py has its byte format):
                                               MANIFEST.json, <g>.records.json.zst, <g>.vectors.<a>.npy,
                                               <g>.bm25.<a>.npy, <g>.log
         embedding_store/<name>_<version>_<space>.npz   ReMe's embedding cache (ReMe's format)
@@ -111,7 +111,7 @@ PENDING = ".pending"  # a marker made before its record was first written (path_
 DELETED = "none"  # the version of a deletion's marker
 DAMAGED = ".damaged"  # a damaged record set aside: ``<file>.damaged``, ``<file>.damaged-2``, ...
 
-VIEW_MANIFEST = "MANIFEST.json"  # a view state's manifest (search/view/state.py), under ``file_store/<store>.view/``
+VIEW_MANIFEST = "MANIFEST.json"  # a view state's manifest (search/view_store/state.py), under ``file_store/<store>.view/``
 
 TEMP_SUFFIX = ".tmp"
 # The atomic writer's temporary files (``.run.jsonl.1a2b3c4d.tmp``; older versions used mkstemp's 8 characters).

@@ -49,7 +49,7 @@ import zstandard
 from ...errors import StorageError, ViewStateError
 from ...storage import atomic
 from ...storage.format import VIEW_MANIFEST as MANIFEST, VIEW_STATE_FORMAT
-from .records import gc_paused
+from .record_codec import gc_paused
 
 RECORDS = "records.json.zst"
 _HEADER = struct.Struct("<II")  # payload length, crc32

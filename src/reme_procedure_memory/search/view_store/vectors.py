@@ -21,7 +21,7 @@ from reme.schema import FileChunk
 from ...reme_internals import chunk_filter, embedding_fits, query_embedding, vector_search_batch
 from ..locks import ReadWriteLock
 from ..vector.matrix import VectorMatrix
-from .records import slim, text_digest
+from .record_codec import slim, text_digest
 
 
 class ViewVectors:

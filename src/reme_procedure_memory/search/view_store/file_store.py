@@ -8,7 +8,7 @@ mutations and the persistence, its bases the vectors (vectors.py) and the search
   search stacks float16 vectors in a Python loop (~0.5 s per 10k records at 1,024 dimensions).
 * **Searches** (vector and keyword) run in a worker thread (``scan_executor``), never on the event loop; readers-writer
   locks keep mutations (on the event loop) out of a running search.
-* **Persistence is incremental** (state.py, records as in records.py): a snapshot of records (as columns),
+* **Persistence is incremental** (state.py, records as in record_codec.py): a snapshot of records (as columns),
   vectors and the BM25 index plus an append-only log of later upserts and deletes. ``dump`` (and closing) appends the
   changes since the last one, and writes a new snapshot only when the log has grown past a share of the view, after a
   clear, or after BM25 compaction. The keyword index (``procedure_bm25``) and graph (``procedure_graph``) keep no files of their own; this
@@ -36,7 +36,7 @@ from ..keyword.bm25 import ProcedureBM25Index
 from ..locks import ReadWriteLock
 from ..vector.matrix import VectorMatrix
 from .graph import ProcedureFileGraph
-from .records import RecordColumns, files_of, persisted_record, restore_columns, text_digest
+from .record_codec import RecordColumns, files_of, persisted_record, restore_columns, text_digest
 from .searches import ViewSearches
 from .state import ViewState
 from .vectors import ViewVectors
