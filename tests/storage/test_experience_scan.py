@@ -1,4 +1,4 @@
-"""``ExperienceDirectory.scan`` (one directory descriptor, reader threads ahead) answers exactly what ``read`` answers
+"""``ExperienceReader.scan`` (one directory descriptor, reader threads ahead) answers exactly what ``read`` answers
 for each listed file, in the listing's order: the same StoredExperience, the same BadFile errors, the same skips."""
 
 from __future__ import annotations
@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 from reme_procedure_memory.storage import experiences as experiences
-from reme_procedure_memory.storage.experiences import BATCH, BadFile, ExperienceDirectory, StoredExperience
+from reme_procedure_memory.storage.experiences import BATCH, BadFile, ExperienceReader, StoredExperience
 
 from helpers import experience_record, place_trajectory
 
 TRAJECTORIES = "session/trajectories"
 
 
-def directory(ws: Path) -> ExperienceDirectory:
+def directory(ws: Path) -> ExperienceReader:
     """A fresh instance (its source checks are cached per instance)."""
-    return ExperienceDirectory(ws, "procedures", TRAJECTORIES)
+    return ExperienceReader(ws, "procedures", TRAJECTORIES)
 
 
 def valid(i: int, source: str = f"{TRAJECTORIES}/run.jsonl") -> bytes:

@@ -1,7 +1,7 @@
 """The ``procedure_export`` job: every valid experience as an Agent Skills folder in a directory outside the workspace.
 
 One run (``Exporter.export``): the destination is checked (``destination.resolve_destination``), the experience files
-are read and validated as every reader does (``ExperienceDirectory.scan``: invalid ones are reported, not exported),
+are read and validated as every reader does (``ExperienceReader.scan``: invalid ones are reported, not exported),
 each valid one is rendered (``skills.py``) and the run is planned against the marker and what the directory holds
 (``plan.py``). A conflict refuses the run before anything is written. Otherwise, under an exclusive lock of the
 directory: the marker is written with the old and new hashes of every file to change, then the files (each with the

@@ -1,6 +1,6 @@
 """The experience directory: names, listing, the one validation every reader shares, and publishing.
 
-Contract: ``ExperienceDirectory`` never writes; its ``read(rel_path)`` answers a ``StoredExperience``, a ``BadFile``
+Contract: ``ExperienceReader`` never writes; its ``read(rel_path)`` answers a ``StoredExperience``, a ``BadFile``
 (its name is not a valid experience name, its bytes are not an experience, a source is not an existing trajectory
 copy, or it is a symbolic link, never followed; the error says what to fix) or None when absent, for search, read,
 update, reconcile and reindex alike, so a hand-placed file follows the rules of a written one. ``paths``/``scan``
@@ -49,8 +49,8 @@ class BadFile:
     error: str
 
 
-class ExperienceDirectory:
-    """The experience directory: names, reads and listing. Paths are workspace-relative."""
+class ExperienceReader:
+    """The experience directory, read only: names, reads and listing. Paths are workspace-relative."""
 
     def __init__(self, workspace: Path, procedure_dir: str, trajectory_dir: str, *, one_use: bool = False) -> None:
         self.workspace = workspace
@@ -63,7 +63,7 @@ class ExperienceDirectory:
         self._real_root: str | None = None
         self._source_problems: dict[str, str | None] = {}
 
-    def checked(self) -> "ExperienceDirectory":
+    def checked(self) -> "ExperienceReader":
         """An instance for one search, scan or write: the directory is checked once and each source once, however
         many files it reads (a link appearing later is found by the next use)."""
         return type(self)(self.workspace, self.rel_dir, self.trajectory_dir, one_use=True)
@@ -307,8 +307,8 @@ def read_batch(names: list[str], dir_fd: int) -> list[bytes | Link | None | OSEr
     return found
 
 
-class ExperienceFiles(ExperienceDirectory):
-    """The experience directory (names, reads and listing: ``ExperienceDirectory``) and its atomic publish and removal."""
+class ExperienceFiles(ExperienceReader):
+    """The experience directory: what ``ExperienceReader`` reads, and the atomic publish and removal of its files."""
 
     def publish(self, rel_path: str, data: bytes) -> None:
         """Atomically publish experience bytes (only while the directory is a real one inside the workspace)."""
