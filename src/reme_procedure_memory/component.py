@@ -10,7 +10,7 @@ is written without it.
 
 What it owns: one ``Workspace`` (``workspace.py``: the shared state, its stores and locks) and the operations built
 on it, each created once here — ``grants`` (extraction runs), ``reads`` (search answers and reads), ``listing``
-(the experiences and imports), ``write_path`` (create, update), ``recovery`` (reconcile, reindex, pending retries),
+(the experiences and imports), ``writes`` (create, update), ``recovery`` (reconcile, reindex, pending retries),
 ``history`` (an experience's versions), ``retention`` (the journal's bound), ``hand_changes`` (changes made by hand,
 recorded when found), ``deletion`` (``procedure_delete``), ``importer`` (``procedure_auto_memory``), ``exporter``
 (``procedure_export``) and ``metadata`` (``procedure_dump``). The component itself is lifecycle and wiring, never a
@@ -41,7 +41,7 @@ from .operations.reads import Reads
 from .operations.recovery import Recovery, defers_indexing
 from .operations.retention import Retention
 from .operations.runs import RunGrants
-from .operations.writes import WritePath
+from .operations.writes import Writes
 from .schema import View
 from .search.views import Views
 from .settings import ProcedureSettings, load_settings
@@ -115,7 +115,7 @@ class ProcedureMemory(BaseComponent):
         self.reads = Reads(ws, self.recovery)  # search answers and reads (operations/reads.py)
         self.listing = Listing(ws, self.recovery)  # the experiences and imports, a page at a time
         self.history = History(ws, self.reads)  # an experience's versions (operations/history.py)
-        self.write_path = WritePath(ws, self.hand_changes)  # journal -> publish -> index (operations/writes.py)
+        self.writes = Writes(ws, self.hand_changes)  # journal -> publish -> index (operations/writes.py)
         self.deletion = Deletion(ws, self.recovery, self.reads, self.hand_changes, self.retention)  # procedure_delete
         self.importer = Importer(ws, self.app_context, self.grants, self.reads, self.recovery, self.retention)
         self.exporter = Exporter(ws)  # procedure_export (export/exporter.py)

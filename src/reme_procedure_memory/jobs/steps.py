@@ -315,7 +315,7 @@ class ProcedureCreateStep(_WriteStep):
 
     async def run(self) -> dict[str, Any]:
         run = self.run_of_call()
-        return await self.memory.write_path.create(run, self.validated(), self.write_args())
+        return await self.memory.writes.create(run, self.validated(), self.write_args())
 
 
 class ProcedureUpdateStep(_WriteStep):
@@ -325,7 +325,7 @@ class ProcedureUpdateStep(_WriteStep):
 
     async def run(self) -> dict[str, Any]:
         run = self.run_of_call()
-        return await self.memory.write_path.update(run, self.validated(), self.write_args())
+        return await self.memory.writes.update(run, self.validated(), self.write_args())
 
 
 class ProcedureReindexStep(ProcedureStep):

@@ -6,7 +6,7 @@ Contract:
 * No write carries a credential (``secret_guard.py``): the steps check every argument the agent wrote before anything
   else reads it (so no other answer can echo it), and the write path checks the experience it would write, an
   update's fields kept from the file included; nothing is written.
-* ``WritePath.create``/``update`` take arguments their step validated through the job's model (``jobs/arguments.py``;
+* ``Writes.create``/``update`` take arguments their step validated through the job's model (``jobs/arguments.py``;
   the filename check is ``canonical_filename`` here, the path check the reads' ``experience_path``), count the fields
   exactly (``field_too_long``: nothing is written), then, under the workspace's write lock, journal the intent,
   publish the file and index both views. A publish that cannot be made
@@ -194,7 +194,7 @@ def already_exists(rel: str, note: str = "", **extra) -> ProcedureError:
     )
 
 
-class WritePath:
+class Writes:
     """Create and update experiences for a live run (see the module docstring)."""
 
     def __init__(self, workspace: Workspace, hand_changes: HandChanges) -> None:
