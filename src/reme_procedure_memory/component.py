@@ -39,7 +39,7 @@ from .operations.history import History
 from .operations.listing import Listing
 from .operations.reads import Reads
 from .operations.recovery import Recovery, defers_indexing
-from .operations.retention import Retention
+from .operations.retention import HistoryRetention
 from .operations.runs import RunGrants
 from .operations.writes import Writes
 from .schema import View
@@ -110,7 +110,7 @@ class ProcedureMemory(BaseComponent):
         ws = self.workspace
         self.grants = RunGrants(ws)  # live extraction runs (operations/runs.py)
         self.hand_changes = HandChanges(ws)  # recorded when found (operations/hand_changes.py)
-        self.retention = Retention(ws)  # the journal's bound (operations/retention.py)
+        self.retention = HistoryRetention(ws)  # the journal's bound (operations/retention.py)
         self.recovery = Recovery(ws, self.hand_changes, self.retention)  # reconcile, reindex, pending retries
         self.reads = Reads(ws, self.recovery)  # search answers and reads (operations/reads.py)
         self.listing = Listing(ws, self.recovery)  # the experiences and imports, a page at a time

@@ -58,7 +58,8 @@ class ExtractionSettings(BaseModel):
 
 
 class HistorySettings(BaseModel):
-    """The journal's retention bound (``operations/retention.py``, docs/decisions.md#journal-retention)."""
+    """The journal's retention bound, applied by ``HistoryRetention`` (``operations/retention.py``,
+    docs/decisions.md#journal-retention)."""
 
     model_config = ConfigDict(extra="forbid")
 

@@ -59,7 +59,7 @@ from .segmenter import segment_counted
 if TYPE_CHECKING:
     from ..operations.reads import Reads
     from ..operations.recovery import Recovery
-    from ..operations.retention import Retention
+    from ..operations.retention import HistoryRetention
     from ..operations.runs import RunGrants
     from ..workspace import Workspace
 
@@ -77,10 +77,10 @@ def fingerprint(workspace: Workspace, record: ImportRecord) -> dict[str, Any]:
 class Importer:
     """``procedure_auto_memory`` of one component: one import at a time per process (``Workspace.import_lock``),
     after a start that deferred its reconciliation has reconciled; a complete import's records are then bounded
-    (``Retention.compact_import``)."""
+    (``HistoryRetention.compact_import``)."""
 
     def __init__(self, workspace: Workspace, app_context, grants: RunGrants, reads: Reads, recovery: Recovery,
-                 retention: Retention) -> None:
+                 retention: HistoryRetention) -> None:
         self.workspace = workspace
         self.app_context = app_context
         self.grants = grants

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from .hand_changes import HandChanges
     from .reads import Reads
     from .recovery import Recovery
-    from .retention import Retention
+    from .retention import HistoryRetention
 
 DELETE_JOB = "procedure_delete"
 
@@ -66,7 +66,7 @@ class Deletion:
     """``procedure_delete`` of one ProcedureMemory (see the module docstring)."""
 
     def __init__(self, workspace: Workspace, recovery: Recovery, reads: Reads, hand_changes: HandChanges,
-                 retention: Retention) -> None:
+                 retention: HistoryRetention) -> None:
         self.workspace = workspace
         self.recovery = recovery
         self.reads = reads

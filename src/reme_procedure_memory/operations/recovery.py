@@ -36,7 +36,7 @@ from ..storage.experiences import BadFile, StoredExperience
 from ..storage.format import COMPACTED, PATHS_DIR, SUMMARIES_DIR
 from ..storage.journal import INDEX_PENDING, INDEXED, INTENT, SUPERSEDED, recover_intent
 from .hand_changes import HandChanges
-from .retention import Retention
+from .retention import HistoryRetention
 
 if TYPE_CHECKING:
     from ..workspace import Workspace
@@ -88,7 +88,7 @@ def defers_indexing(app_context, name: str) -> bool:
 class Recovery:
     """Recovery and maintenance of one ProcedureMemory component (see the module docstring)."""
 
-    def __init__(self, workspace: Workspace, hand_changes: HandChanges, retention: Retention) -> None:
+    def __init__(self, workspace: Workspace, hand_changes: HandChanges, retention: HistoryRetention) -> None:
         self.workspace = workspace
         self.hand_changes = hand_changes
         self.retention = retention

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
     from ..workspace import Workspace
 
 
-class Retention:
-    """Apply the retention bound of one component's journal (see the module docstring)."""
+class HistoryRetention:
+    """Apply ``history.keep_versions``, the bound on each experience's history in one component's journal (see the
+    module docstring)."""
 
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
