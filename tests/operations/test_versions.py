@@ -7,11 +7,7 @@ import json
 
 import pytest
 from reme_procedure_memory.operations.versions import (
-    CREATE,
-    HAND_DELETE,
-    HAND_EDIT,
     UNRECORDED,
-    UPDATE,
     Version,
     compactable,
     diff,
@@ -23,6 +19,9 @@ from reme_procedure_memory.operations.versions import (
 from reme_procedure_memory.schema import version_of
 from reme_procedure_memory.storage.journal import (
     ABANDONED,
+    CREATE,
+    HAND_DELETE,
+    HAND_EDIT,
     HAND_SCOPE,
     INDEX_PENDING,
     INDEXED,
@@ -30,6 +29,7 @@ from reme_procedure_memory.storage.journal import (
     PUBLISHED,
     RECORDED,
     SUPERSEDED,
+    UPDATE,
     Operation,
 )
 from reme_procedure_memory.storage.path_index import Ref
@@ -70,7 +70,7 @@ def test_order_is_publication_for_writes_and_finding_for_hand_changes():
     retried = op("k1", INDEXED, "one", 1.0)
     retried.published_at = 9.0  # an abandoned write retried later keeps its first intent's created_at
     later = op("k2", INDEXED, "two", 5.0)
-    hand = op("k3", RECORDED, "three", 7.0, tool="edit", scope=HAND_SCOPE)
+    hand = op("k3", RECORDED, "three", 7.0, tool=HAND_EDIT, scope=HAND_SCOPE)
     hand.published_at = 0.1  # the file's modification time may be anything
     assert sorted([retried, later, hand], key=order) == [later, hand, retried]
 
@@ -98,8 +98,8 @@ def test_a_first_version_made_on_an_unknown_one_is_preceded_by_it_unless_compact
 
 
 def test_hand_changes_have_no_import_and_a_deletion_no_text():
-    edit = op("e", RECORDED, "by hand", 1.0, tool="edit", scope=HAND_SCOPE)
-    gone = Operation(scope=HAND_SCOPE, key="d", tool="delete", request="", path=PATH, target="",
+    edit = op("e", RECORDED, "by hand", 1.0, tool=HAND_EDIT, scope=HAND_SCOPE)
+    gone = Operation(scope=HAND_SCOPE, key="d", tool=HAND_DELETE, request="", path=PATH, target="",
                      expected_version=edit.target_version, status=RECORDED, created_at=2.0, published_at=2.0)
     listed = versions([edit, gone], None)
     assert [(v.change, v.request_id, v.operation_key, v.segment) for v in listed] == [
@@ -136,7 +136,7 @@ def test_compactable_keeps_the_newest_versions_and_everything_an_unfinished_impo
         (ref(3), op("u2", INDEXED, "3", 3.0, scope="done")),
         (ref(4), op("x", ABANDONED, "never", 3.5, scope="done")),  # no version: let go
         (ref(5), op("y", ABANDONED, "never", 3.6, scope="open")),  # kept for its import's retry
-        (ref(6), op("h", RECORDED, "4", 4.0, tool="edit", scope=HAND_SCOPE)),
+        (ref(6), op("h", RECORDED, "4", 4.0, tool=HAND_EDIT, scope=HAND_SCOPE)),
         (ref(7), op("u3", INDEXED, "5", 5.0, scope="done")),
         (ref(8), op("p", PUBLISHED, "6", 6.0, scope="done")),  # open: never removed, and one of the newest
     ]

@@ -113,6 +113,7 @@ def test_a_scope_is_read_without_being_converted_or_set_aside(tmp_path):
     write_json(journal.open_file("s", "2"), {**ops[1].__dict__, "status": "published", "path": "procedures/x.json"})
     write_json(journal.record_file("s", "6"), {**ops[0].__dict__, "key": "6", "path": ["not", "text"]})  # wrong type
     journal.record_file("s", "7").write_text("{")
+    write_json(journal.record_file("s", "8"), {**ops[0].__dict__, "key": "8", "tool": "edit"})  # a development word
     before = sorted(p.name for p in journal.record_file("s", "1").parent.iterdir())
 
     found, damaged = journal.read_scope("s")
@@ -120,6 +121,7 @@ def test_a_scope_is_read_without_being_converted_or_set_aside(tmp_path):
     assert [o.key for o in found] == ["1", "2", "3", "4", "5"] and found[1].path == "procedures/a.json"
     assert written_paths(found) == {"created": ["procedures/a.json"], "updated": ["procedures/b.json"]}
     assert sorted(damaged.values()) == ["JSONDecodeError: Expecting property name enclosed in double quotes: line 1 "
-                                        "column 2 (char 1)", "fields of the wrong type"]
+                                        "column 2 (char 1)", "fields of the wrong type",
+                                        "the unknown tool 'edit'"]
     assert sorted(p.name for p in journal.record_file("s", "1").parent.iterdir()) == before
     assert journal.damaged == {} and journal.read_scope("other") == ([], {})

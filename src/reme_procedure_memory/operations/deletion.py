@@ -39,7 +39,7 @@ from ..errors import ErrorCode, ProcedureError, storage_failure
 from ..schema import version_of
 from ..storage.experiences import Link, read_entry
 from ..storage.imports import remove_copy
-from ..storage.journal import DELETE
+from ..storage.journal import HAND_DELETE
 from ..storage.paths import resolve_inside
 from .history import iso
 
@@ -116,7 +116,7 @@ class Deletion:
     def _record(self, rel: str, version: str) -> None:
         """The removal in the journal (who, when); the path's open records superseded."""
         journal = self.workspace.journal
-        op = journal.record_change(rel, DELETE, None, version, None, note=who())
+        op = journal.record_change(rel, HAND_DELETE, None, version, None, note=who())
         journal.supersede_path(rel, keep=op)
 
     async def delete_rejected_import(self, raw_path) -> DeletedImportAnswer:

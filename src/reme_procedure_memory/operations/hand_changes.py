@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from ..schema import version_of
 from ..storage.experiences import Link, read_entry
 from ..storage.format import DELETED, scope_digest
-from ..storage.journal import DELETE, EDIT, HAND_SCOPE, Operation
+from ..storage.journal import HAND_DELETE, HAND_EDIT, HAND_SCOPE, Operation
 from ..storage.path_index import Ref
 from .versions import is_version, order
 
@@ -84,8 +84,8 @@ class HandChanges:
                 earlier.append(path)
                 continue
             latest = self._latest(path)
-            if latest is not None and latest.tool != DELETE:
-                journal.record_change(path, DELETE, None, latest.target_version, None)
+            if latest is not None and latest.tool != HAND_DELETE:
+                journal.record_change(path, HAND_DELETE, None, latest.target_version, None)
                 recorded.append(path)
         return recorded, earlier
 
@@ -107,13 +107,13 @@ class HandChanges:
         if version != seen and self._newest_is(path, version):
             return False
         latest = self._latest(path)
-        if latest is not None and latest.tool != DELETE and latest.target_version == version:
+        if latest is not None and latest.tool != HAND_DELETE and latest.target_version == version:
             return False
         try:
             modified = os.lstat(absolute).st_mtime
         except FileNotFoundError:
             return False
         self.workspace.journal.record_change(
-            path, EDIT, data, None if latest is None or latest.tool == DELETE else latest.target_version, modified,
+            path, HAND_EDIT, data, None if latest is None or latest.tool == HAND_DELETE else latest.target_version, modified,
         )
         return True

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable
 
 from ..storage.journal import (
-    DELETE,
-    EDIT,
+    HAND_DELETE,
     INDEX_PENDING,
     INDEXED,
     OPEN_STATES,
@@ -28,10 +27,10 @@ from ..storage.journal import (
 )
 from ..storage.path_index import Ref
 
-# What a version's ``change`` says: the agent's create or update, a change made by hand (recorded when found), or
-# content the journal has no record of (the current file changed since the last start, or a version an update was
-# made on that was never recorded).
-CREATE, UPDATE, HAND_EDIT, HAND_DELETE, UNRECORDED = "create", "update", "hand_edit", "hand_delete", "unrecorded"
+# What a version's ``change`` says: the journal record's ``tool`` (the agent's create or update, a change made by
+# hand, recorded when found: storage/journal.py), or this, for content the journal has no record of (the current
+# file changed since the last start, or a version an update was made on that was never recorded).
+UNRECORDED = "unrecorded"
 
 # The first version when the oldest record names a predecessor no record holds and nothing is counted as compacted.
 PREDECESSOR_NOTE = ("no journal record holds this version: it was placed or changed by hand before the journal "
@@ -102,8 +101,8 @@ def versions(ops: list[Operation], current: tuple[str, str | None, float | None]
 
 
 def _version(op: Operation) -> Version:
-    deleted = op.tool == DELETE
-    change = {DELETE: HAND_DELETE, EDIT: HAND_EDIT}.get(op.tool, CREATE if op.tool == CREATE else UPDATE)
+    deleted = op.tool == HAND_DELETE
+    change = op.tool  # the journal and the history name a change with the same word
     return Version(
         version=None if deleted else op.target_version, change=change, text=None if deleted else op.target,
         at=op.published_at if op.published_at is not None else op.created_at,

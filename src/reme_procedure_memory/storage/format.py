@@ -50,7 +50,7 @@ record with unknown, missing or mistyped fields is damaged):
   segment_tokens, sha256}, plugin_version, segments [[start, end), ...], next_segment, summary, summary_tokens,
   memory_hint, segment_counts, saved_reply, status (``processing`` / ``complete``), attempts, failed_writes,
   format (``CHECKPOINT_FORMAT``);
-* ``Operation`` (``operations/<scope>.v2/``): scope, key, tool (create, update; edit, delete by hand), request (a
+* ``Operation`` (``operations/<scope>.v2/``): scope, key, tool (create, update; hand_edit, hand_delete), request (a
   digest of the arguments), path, target (the file's text), expected_version, status, error, created_at, segment,
   published_at, file_version;
 * ``Compacted`` (``compacted.json``): path, versions, newest_at, removing (marker names being removed).

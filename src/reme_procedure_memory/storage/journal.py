@@ -56,7 +56,9 @@ OPEN_STATES = (INTENT, PUBLISHED, INDEX_PENDING)
 
 # The tools of records: the agent's writes, and changes made by hand (scope ``HAND_SCOPE``: no import; a request id
 # is never blank, so no import can have this scope).
-CREATE, UPDATE, EDIT, DELETE = "create", "update", "edit", "delete"
+# What a record did; a history answer names a version's ``change`` with the same words (operations/versions.py).
+CREATE, UPDATE, HAND_EDIT, HAND_DELETE = "create", "update", "hand_edit", "hand_delete"
+TOOLS = (CREATE, UPDATE, HAND_EDIT, HAND_DELETE)
 HAND_SCOPE = ""
 
 
@@ -64,12 +66,12 @@ HAND_SCOPE = ""
 class Operation:
     """One journaled write. ``scope`` is the extraction run's request id; ``key`` the agent's operation key.
 
-    A change made by hand is an ``edit`` (``target``: the file's text then; ``expected_version``: the version the
-    journal knew before) or a ``delete`` (empty ``target``), of scope ``HAND_SCOPE``, status ``recorded``."""
+    A change made by hand is a ``hand_edit`` (``target``: the file's text then; ``expected_version``: the version the
+    journal knew before) or a ``hand_delete`` (empty ``target``), of scope ``HAND_SCOPE``, status ``recorded``."""
 
     scope: str
     key: str
-    tool: str  # "create" | "update" (the agent) | "edit" | "delete" (by hand)
+    tool: str  # "create" | "update" (the agent) | "hand_edit" | "hand_delete"
     request: str  # digest of the caller's arguments: an identical retry has the same digest
     path: str
     target: str  # the target file text (UTF-8)
@@ -95,7 +97,7 @@ class Operation:
     @property
     def by_hand(self) -> bool:
         """Whether this records a change made by hand (no import)."""
-        return self.tool in (EDIT, DELETE)
+        return self.tool in (HAND_EDIT, HAND_DELETE)
 
     def same_request(self, other: "Operation") -> bool:
         """Whether ``other`` is an identical retry of this operation."""
@@ -145,7 +147,7 @@ class OperationJournal:
         """Where the record of ``op`` lives, when it was created and what it writes (its marker's name)."""
         final = self.record_file(op.scope, op.key)
         return Ref(final.parent.name[: -len(SCOPE_SUFFIX)], final.name[: -len(RECORD_SUFFIX)],
-                   round(op.created_at * 1e6), DELETED if op.tool == DELETE else op.target_version)
+                   round(op.created_at * 1e6), DELETED if op.tool == HAND_DELETE else op.target_version)
 
     def scope_directory(self, scope: str) -> Path:
         """The directory of a scope's records (it exists once the scope has had a record)."""
@@ -468,12 +470,12 @@ class OperationJournal:
 
     def record_change(self, path: str, tool: str, data: bytes | Link | None, previous: str | None,
                       modified_at: float | None, *, note: str = "") -> Operation:
-        """Durably record a change made by hand (``EDIT``: the file's content ``data``; ``DELETE``: none) of
+        """Durably record a change made by hand (``HAND_EDIT``: the file's content ``data``; ``HAND_DELETE``: none) of
         ``path``, which the journal last knew at version ``previous``. The text of a file that is not UTF-8 is kept
         with U+FFFD and its real version in ``file_version``; a symbolic link is recorded with an empty text.
         ``note`` (who made the change, e.g. the ``procedure_delete`` job) is what a history shows as its note."""
         target, file_version = "", None
-        if tool == EDIT:
+        if tool == HAND_EDIT:
             raw = data.target if isinstance(data, Link) else (data or b"")
             target = "" if isinstance(data, Link) else raw.decode("utf-8", "replace")
             if isinstance(data, Link) or target.encode("utf-8") != raw:
@@ -569,7 +571,7 @@ def _has_shape(op: Operation) -> bool:
 
 def _check_shape(file: Path, op: Operation) -> None:
     """DamagedRecord unless the fields a reader relies on (a listing, a history) have their types (a record is JSON
-    anyone can edit)."""
+    anyone can edit) and the tool is one of ``TOOLS``."""
     texts = (op.scope, op.key, op.tool, op.path, op.target, op.status)
     times = (op.created_at,) + (() if op.published_at is None else (op.published_at,))
     if not all(isinstance(t, str) for t in texts) or not all(
@@ -578,6 +580,8 @@ def _check_shape(file: Path, op: Operation) -> None:
             op.expected_version is None or isinstance(op.expected_version, str)) or not (
             op.file_version is None or isinstance(op.file_version, str)):
         raise DamagedRecord(file, "fields of the wrong type")
+    if op.tool not in TOOLS:  # e.g. "edit" of a development build: named, never read as an agent's write
+        raise DamagedRecord(file, f"the unknown tool {op.tool!r}")
 
 
 def written_paths(ops) -> dict[str, list[str]]:
