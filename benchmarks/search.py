@@ -199,7 +199,7 @@ class Site:
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text('{"role": "user", "content": "benchmark trajectory"}\n', encoding="utf-8")
         self.source = rel
-        self.run = self.memory.grants.begin_run(f"bench-{self.name}", [rel])
+        self.run = self.memory.grants.begin_attempt(f"bench-{self.name}", [rel])
         return seconds
 
     async def close(self) -> None:
@@ -529,7 +529,7 @@ async def lifecycle(ws: Path, tokenizer: Path, n: int, cache_size: int | None, s
     gc.collect()
     after = rss_mib()
     memory = app.context.components["procedure_memory"]["default"]
-    run = memory.grants.begin_run("bench-lifecycle", [f"{memory.workspace.trajectory_rel_dir}/bench-run.jsonl"])
+    run = memory.grants.begin_attempt("bench-lifecycle", [f"{memory.workspace.trajectory_rel_dir}/bench-run.jsonl"])
     corpus = Corpus(seed=seed + 1)
     experiences = [corpus.experience(LIFECYCLE_FIRST_INDEX + i) for i in range(warmup + creates)]
     await memory.embedding_store.get_embeddings([t for exp in experiences for t in view_texts(exp)])
@@ -542,7 +542,7 @@ async def lifecycle(ws: Path, tokenizer: Path, n: int, cache_size: int | None, s
             wall.append(seconds)
             cpu.append(cpu_seconds)
     provider_calls = model.calls - calls_before
-    memory.grants.end_run(run)
+    memory.grants.end_attempt(run)
     close_seconds, _ = await timed(app.close)
     view_load = sum(v for k, v in starts.items() if k.split(":")[0] in VIEW_LOAD_TYPES)
     return {

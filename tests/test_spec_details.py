@@ -40,7 +40,7 @@ async def test_configured_directories_and_session_dir(make_app, tmp_path):
 async def test_structural_index_failure_fails_explicitly(make_app, monkeypatch):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req", [add_trajectory(app)])
         app.context.components["as_embedding"]["procedure"].model.reject = {"REJECT"}
         store = memory.workspace.views.stores["when_to_use"]
 
@@ -59,7 +59,7 @@ async def test_correction_interrupted_before_publish_supersedes_after_restart(ma
     ws = tmp_path / "ws"
     async with make_app(workspace=ws) as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req", [add_trajectory(app)])
         app.context.components["as_embedding"]["procedure"].model.reject = {"POISON"}
         ok, failed = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k1",
                                      description="d", when_to_use="when deploying", content="POISON")
@@ -121,7 +121,7 @@ async def test_no_limit_on_the_number_of_experiences(make_app, tmp_path):
 async def test_manual_edits_are_not_watched_but_results_are_never_stale(make_app, tmp_path):
     ws = tmp_path / "ws"
     async with make_app(workspace=ws) as app:
-        run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
         await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k", description="d",
                         when_to_use="when the pager fires", content="acknowledge")
         (ws / "procedures/new.json").write_text(json.dumps(experience_record("d", "when the pager fires", "x")))
@@ -139,7 +139,7 @@ async def test_updates_leave_no_deleted_bm25_slots_after_close(make_app, tmp_pat
     ws = tmp_path / "ws"
     async with make_app(workspace=ws) as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req", [add_trajectory(app)])
         ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k0",
                                   description="d", when_to_use="when the queue backs up", content="v0")
         for i in range(1, 6):
@@ -168,7 +168,7 @@ async def test_trajectory_reads_follow_the_file(make_app):
 async def test_a_failed_publish_writes_nothing_and_frees_the_name(make_app, monkeypatch):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req", [add_trajectory(app)])
         original = type(memory.workspace.files).publish
 
         def disk_full(self, rel, data):

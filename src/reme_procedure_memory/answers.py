@@ -28,7 +28,7 @@ class PendingEntry(TypedDict):
 
 class AgentToolAnswer(TypedDict):
     """What an agent tool's answer may add: an identical call made again in the same state gets the first answer
-    with ``repeated_call`` and a ``note`` (operations/runs.py)."""
+    with ``repeated_call`` and a ``note`` (operations/attempts.py)."""
 
     repeated_call: NotRequired[bool]
     note: NotRequired[str]

@@ -40,7 +40,7 @@ from .operations.listing import Listing
 from .operations.reads import Reads
 from .operations.recovery import Recovery, defers_indexing
 from .operations.retention import HistoryRetention
-from .operations.runs import RunGrants
+from .operations.attempts import AttemptGrants
 from .operations.writes import Writes
 from .schema import View
 from .search.views import Views
@@ -108,7 +108,7 @@ class ProcedureMemory(BaseComponent):
         self.workspace = Workspace(self.workspace_path, self.layout.state_dir, self.layout.trajectory_rel_dir,
                                    self.settings, TokenCounter(self.settings.tokenizer_source), self.logger)
         ws = self.workspace
-        self.grants = RunGrants(ws)  # live extraction runs (operations/runs.py)
+        self.grants = AttemptGrants(ws)  # live extraction runs (operations/attempts.py)
         self.hand_changes = HandChanges(ws)  # recorded when found (operations/hand_changes.py)
         self.retention = HistoryRetention(ws)  # the journal's bound (operations/retention.py)
         self.recovery = Recovery(ws, self.hand_changes, self.retention)  # reconcile, reindex, pending retries

@@ -57,7 +57,7 @@ async def test_the_advice_setting_reaches_the_agents_system_prompt(make_app, tmp
 async def test_updates_grow_an_experience_only_to_the_grow_limit(make_app):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req", [add_trajectory(app)], segment=0)
+        run = memory.grants.begin_attempt("req", [add_trajectory(app)], segment=0)
         ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json", **FIELDS)
         assert ok, created
         now = sum(await memory.workspace.tokens.acount_many(list(FIELDS.values())))
@@ -65,7 +65,7 @@ async def test_updates_grow_an_experience_only_to_the_grow_limit(make_app):
     components = {"procedure_memory": {"default": {"extraction": {"grow_limit": limit}}}}
     async with make_app(components=components) as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-2", [add_trajectory(app, "run-2.jsonl")], segment=0)
+        run = memory.grants.begin_attempt("req-2", [add_trajectory(app, "run-2.jsonl")], segment=0)
         at = {"path": created["path"], "expected_version": created["version"]}
         ok, grown = await call_tool(app, run, "procedure_update", **at, content_append="one two three four five")
         assert not ok and grown["error"]["code"] == "consolidate_required", grown
@@ -91,7 +91,7 @@ async def test_an_experience_over_the_bound_may_be_revised_when_it_grows_no_larg
     components = {"procedure_memory": {"default": {"extraction": {"grow_limit": 20}}}}
     async with make_app(components=components) as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req", [add_trajectory(app)], segment=0)
+        run = memory.grants.begin_attempt("req", [add_trajectory(app)], segment=0)
         ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json",
                                       **{**FIELDS, "content": long_content})
         assert ok, created  # a create is judged by the field limits alone
@@ -109,7 +109,7 @@ async def test_a_grow_limit_of_zero_leaves_additions_to_the_field_limits(make_ap
     components = {"procedure_memory": {"default": {"extraction": {"grow_limit": 0}}}}
     async with make_app(components=components) as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req", [add_trajectory(app)], segment=0)
+        run = memory.grants.begin_attempt("req", [add_trajectory(app)], segment=0)
         ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json", **FIELDS)
         addition = " ".join(["step"] * 200)
         ok, updated = await call_tool(app, run, "procedure_update", path=created["path"],

@@ -63,7 +63,7 @@ async def test_the_extraction_agent_gets_compact_answers_and_service_callers_who
     place(ws, "drain-node.json", "Before rebooting a cluster node", "Cordon the node, drain workloads, reboot.")
     place(ws, "rotate-keys.json", "When credentials leak", "Rotate the keys and audit access.")
     async with make_app(workspace=ws) as app:
-        run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
         ok, in_run = await call_tool(app, run, "procedure_search", query="reboot a cluster node drain")
         assert ok and in_run["detail"] == "compact"
         assert in_run["results"][0]["path"] == "procedures/drain-node.json"
@@ -90,7 +90,7 @@ async def test_the_extraction_agent_gets_compact_answers_and_service_callers_who
 
 async def test_without_an_operation_key_an_identical_retry_is_the_same_write(make_app):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req", [add_trajectory(app)], segment=1)
+        run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)], segment=1)
         ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json", **FIELDS)
         assert ok and created["status"] == "created" and created["operation_key"].startswith("auto-s2-")
         ok, keyed = await call_tool(app, run, "procedure_create", filename="given.json", operation_key="mine",
@@ -191,10 +191,10 @@ async def test_an_empty_library_is_said_so_and_a_segment_may_end_without_a_tool_
 async def test_an_addition_lands_on_a_new_line_and_keeps_the_rest_and_the_sources(make_app):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req", [add_trajectory(app)], segment=0)
+        run = memory.grants.begin_attempt("req", [add_trajectory(app)], segment=0)
         ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json", **FIELDS)
         other = add_trajectory(app, "run-2.jsonl")
-        run2 = memory.grants.begin_run("req-2", [other], segment=0)
+        run2 = memory.grants.begin_attempt("req-2", [other], segment=0)
         addition = {"path": created["path"], "expected_version": created["version"],
                     "content_append": "4. Uncordon the node.", "when_to_use_append": "Also before a kernel update."}
         ok, updated = await call_tool(app, run2, "procedure_update", **addition)
@@ -206,8 +206,8 @@ async def test_an_addition_lands_on_a_new_line_and_keeps_the_rest_and_the_source
         assert stored["sources"] == ["session/trajectories/run.jsonl", "session/trajectories/run-2.jsonl"]
         ok, again = await call_tool(app, run2, "procedure_update", **addition)  # the run's memory answers it
         assert ok and again.get("repeated_call") and again["version"] == updated["version"]
-        memory.grants.end_run(run2)
-        resumed = memory.grants.begin_run("req-2", [other], segment=0)  # a resume repeats it: the journal replays it
+        memory.grants.end_attempt(run2)
+        resumed = memory.grants.begin_attempt("req-2", [other], segment=0)  # a resume repeats it: the journal replays it
         ok, again = await call_tool(app, resumed, "procedure_update", **addition)
         assert ok and again.get("replayed") and again["version"] == updated["version"]
         assert memory.reads.experience(created["path"])["experience"]["content"].count("Uncordon") == 1
@@ -219,7 +219,7 @@ async def test_an_addition_is_refused_beside_the_whole_field_over_the_limit_or_w
     components = {"procedure_memory": {"default": {"token_limits": {"content": 10}}}}
     async with make_app(components=components) as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req", [add_trajectory(app)], segment=0)
+        run = memory.grants.begin_attempt("req", [add_trajectory(app)], segment=0)
         ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json", **FIELDS)
         assert ok, created
         at = {"path": created["path"], "expected_version": created["version"]}

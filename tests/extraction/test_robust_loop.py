@@ -55,7 +55,7 @@ def test_names_without_an_unambiguous_spelling_have_none(raw):
 
 async def test_create_uses_the_canonical_filename_and_says_which(make_app):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, ans = await create(app, run, "Rebuild_Search after change")
         assert ok and ans["status"] == "created"
         assert ans["path"] == "procedures/rebuild-search-after-change.json"
@@ -68,7 +68,7 @@ async def test_create_uses_the_canonical_filename_and_says_which(make_app):
 
 async def test_already_exists_applies_to_the_canonical_name(make_app):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         assert (await create(app, run, "rebuild-search.json"))[0]
         before = (memory_of(app).workspace_path / "procedures/rebuild-search.json").read_bytes()
         ok, ans = await create(app, run, "REBUILD_SEARCH", key="op-2", content="Something else.")
@@ -81,7 +81,7 @@ async def test_already_exists_applies_to_the_canonical_name(make_app):
 @pytest.mark.parametrize("raw", ["v1.2 notes.json", "café-notes", "notes.md", "../escape.json", "   "])
 async def test_a_filename_without_a_canonical_spelling_is_rejected_with_an_example(make_app, raw):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, ans = await create(app, run, raw)
         assert not ok and ans["error"]["code"] == "invalid_argument"
         assert f"e.g. {NAME_EXAMPLE}" in ans["error"]["message"] and repr(raw) in ans["error"]["message"]
@@ -92,10 +92,10 @@ async def test_a_retry_in_either_spelling_is_the_same_operation(make_app):
     async with make_app() as app:
         memory = memory_of(app)
         source = add_trajectory(app)
-        ok, first = await create(app, memory.grants.begin_run("req-1", [source]), "Rebuild_Search")
+        ok, first = await create(app, memory.grants.begin_attempt("req-1", [source]), "Rebuild_Search")
         assert ok
         for spelling in ("Rebuild_Search", "rebuild-search.json"):  # a resumed segment retries it
-            ok, again = await create(app, memory.grants.begin_run("req-1", [source]), spelling)
+            ok, again = await create(app, memory.grants.begin_attempt("req-1", [source]), spelling)
             assert ok and again["replayed"] and again["version"] == first["version"], spelling
         assert listing(app) == ["rebuild-search.json"] and len(memory.workspace.journal.records("req-1")) == 1
 
@@ -105,7 +105,7 @@ async def test_a_retry_in_either_spelling_is_the_same_operation(make_app):
 
 async def test_when_to_use_alias_is_accepted_by_create_and_update(make_app):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         fields = {k: v for k, v in FIELDS.items() if k != "when_to_use"}
         ok, created = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k1",
                                       **fields, **{"when-to-use": "When the file's key is what the model read"})
@@ -124,7 +124,7 @@ async def test_when_to_use_alias_is_accepted_by_create_and_update(make_app):
 
 async def test_when_to_use_and_a_different_alias_are_ambiguous(make_app):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, ans = await create(app, run, "a.json", **{"when-to-use": "another trigger"})
         assert not ok and ans["error"]["code"] == "invalid_argument" and "when-to-use" in ans["error"]["message"]
         assert listing(app) == []

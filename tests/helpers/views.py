@@ -67,7 +67,7 @@ WORDS = ("queue worker deploy rollback cache token index shard node cluster repl
 async def create_some(app, count, prefix="c"):
     """``count`` experiences with distinct texts (random words: no two score alike)."""
     memory = memory_of(app)
-    run = memory.grants.begin_run("req", [add_trajectory(app)])
+    run = memory.grants.begin_attempt("req", [add_trajectory(app)])
     rng = random.Random(prefix)
     for i in range(count):
         words = rng.sample(WORDS, 9)

@@ -41,7 +41,7 @@ def tmp_files(root: Path) -> list[str]:
 
 async def one_experience(app) -> None:
     """Create procedures/a.json through the real write tool inside an extraction run."""
-    run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
+    run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
     ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k", description="d",
                               when_to_use="w", content="c")
     assert ok, ans
@@ -335,7 +335,7 @@ async def test_one_probe_at_a_time_while_the_provider_hangs_and_writes_keep_thei
             assert all(ok and ans["vector_search"]["available"] is False for ok, ans in answers)
             # one search probed the provider; the others answered from BM25 at once instead of joining a wave
             assert endpoint.requests - before == 1, endpoint.requests - before
-            run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
+            run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
             ok, ans = await call_tool(app, run, "procedure_create", filename="x.json", operation_key="x",
                                       description="d", when_to_use="w", content="c")
             assert ans["status"] == "index_pending" and "within 1 s" in ans["error"]["message"]  # write timeout
@@ -441,7 +441,7 @@ async def test_experiences_and_copies_follow_the_umask_and_keep_a_chosen_mode(ma
             mode = lambda rel: stat.S_IMODE((ws / rel).stat().st_mode)  # noqa: E731
             assert mode("procedures/a.json") == 0o644 and mode(ans["path"]) == 0o644
             (ws / "procedures/a.json").chmod(0o640)  # a mode the user chose survives an update
-            run = memory_of(app).grants.begin_run("req", [ans["path"]])
+            run = memory_of(app).grants.begin_attempt("req", [ans["path"]])
             ok, found = await run_job(app, "procedure_read", path="procedures/a.json")
             ok, updated = await call_tool(app, run, "procedure_update", path="procedures/a.json",
                                           expected_version=found["version"], content="new", operation_key="u")

@@ -134,7 +134,7 @@ async def test_within_a_run_an_identical_retry_after_the_cause_is_fixed_publishe
     faults = Faults(monkeypatch)
     fields = {"description": "d", "when_to_use": "w", "content": "c"}
     async with make_app(workspace=ws) as app:
-        run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
         faults.denied = {ws / "procedures"}
         ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k", **fields)
         assert not ok and ans["error"]["code"] == "storage_error", ans
@@ -161,12 +161,12 @@ async def test_an_identical_retry_whose_precondition_no_longer_holds_is_refused_
     fields = {"description": "d", "when_to_use": "w", "content": "c"}
     async with make_app(workspace=ws) as app:
         source = add_trajectory(app)
-        run = memory_of(app).grants.begin_run("req", [source])
+        run = memory_of(app).grants.begin_attempt("req", [source])
         faults.denied = {ws / "procedures"}
         ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k", **fields)
         assert not ok
         faults.denied = set()
-        other = memory_of(app).grants.begin_run("other", [source])  # meanwhile another write took the name
+        other = memory_of(app).grants.begin_attempt("other", [source])  # meanwhile another write took the name
         ok, _ = await call_tool(app, other, "procedure_create", filename="a.json", operation_key="x",
                                 description="x", when_to_use="x", content="x")
         assert ok

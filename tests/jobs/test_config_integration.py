@@ -87,7 +87,7 @@ async def test_factual_memory_is_unchanged_beside_the_plugin(tmp_path, word_toke
         rebuilt = await app.run_job("reindex")  # ReMe's own reindex still targets its default store only
         assert rebuilt.success and "bm25=1" in str(rebuilt.answer)
         # procedures never enter ReMe's default store, and notes never enter the procedure views
-        run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
         ok, ans = await call_tool(app, run, "procedure_create", filename="quartz.json", operation_key="k",
                                   description="d", when_to_use="quartz deployment fails", content="roll back")
         assert ok, ans

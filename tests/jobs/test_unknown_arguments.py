@@ -137,7 +137,7 @@ async def test_the_agents_write_tools_refuse_a_misspelled_argument_and_write_not
         memory = memory_of(app)
         source = add_trajectory(app)
         (memory.workspace_path / "procedures/a.json").write_text(json.dumps(experience_record("d", "w", "c", [source])))
-        run = memory.grants.begin_run("req-1", [source])
+        run = memory.grants.begin_attempt("req-1", [source])
         before = durable(memory.workspace_path)
         valid, wrong, meant = MISSPELLED[job]
         ok, answer = await call_tool(app, run, job, **valid, **{wrong: "x"})  # with the injected grant and context

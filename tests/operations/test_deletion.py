@@ -24,7 +24,7 @@ QUERY = "stale search results after a configuration change"
 
 
 async def create(app, scope="req-1", **fields) -> dict:
-    run = memory_of(app).grants.begin_run(scope, [add_trajectory(app)])
+    run = memory_of(app).grants.begin_attempt(scope, [add_trajectory(app)])
     ok, created = await call_tool(app, run, "procedure_create", filename=NAME, **{**FIELDS, **fields})
     assert ok, created
     return created

@@ -91,7 +91,7 @@ async def test_the_history_is_the_same_after_a_restart(make_app, tmp_path):
 async def test_writes_of_a_run_are_versions_and_an_abandoned_or_unpublished_write_is_not(make_app):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, created = await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS)
         assert ok
         ok, stale = await call_tool(app, run, "procedure_update", path=PATH, expected_version="0" * 16,
@@ -140,7 +140,7 @@ async def test_a_start_that_rebuilds_its_views_checks_known_files_by_their_marke
 
     ws = tmp_path / "ws"
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         assert (await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS))[0]
         assert (await call_tool(app, run, "procedure_create", filename="other.json", **FIELDS))[0]
         before = await history(app)
@@ -161,7 +161,7 @@ async def test_a_start_that_rebuilds_its_views_checks_known_files_by_their_marke
 
 async def test_a_hand_edit_while_running_is_the_unrecorded_current_version_until_the_next_start(make_app):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, created = await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS)
         ws = memory_of(app).workspace_path
         (ws / PATH).write_text((ws / PATH).read_text().replace("indexes", "indexes by hand"))
@@ -178,7 +178,7 @@ async def test_a_hand_edit_while_running_is_the_unrecorded_current_version_until
 async def test_a_deletion_by_hand_while_stopped_is_recorded_and_the_history_stays(make_app, tmp_path):
     ws = tmp_path / "ws"
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         assert (await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS))[0]
     text = (ws / PATH).read_text()
     (ws / PATH).unlink()
@@ -206,7 +206,7 @@ async def test_a_file_placed_by_hand_is_recorded_before_the_agent_first_updates_
             ("unrecorded", False, True)]
         assert answer["versions"][0]["text"] == (ws / PATH).read_text()
         assert not any(operations_dir(ws).glob("*.v2/*.json"))
-        run = memory_of(app).grants.begin_run("req-1", [src])
+        run = memory_of(app).grants.begin_attempt("req-1", [src])
         ok, updated = await call_tool(app, run, "procedure_update", path=PATH,
                                       expected_version=answer["current_version"], content="Line one.\nLine two.")
         assert ok, updated
@@ -368,7 +368,7 @@ async def test_paging_by_offset_and_limit(make_app, tmp_path):
 ])
 async def test_refusals(make_app, args, code):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         assert (await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS))[0]
         ok, answer = await run_job(app, "procedure_history", **args)
         assert not ok and answer["status"] == "error" and answer["error"]["code"] == code, answer
@@ -376,7 +376,7 @@ async def test_refusals(make_app, args, code):
 
 async def test_a_path_with_history_answers_after_its_file_is_gone_and_one_without_is_not_found(make_app):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         assert (await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS))[0]
         os.unlink(memory_of(app).workspace_path / PATH)  # while running: not recorded until the next start
         answer = await history(app)
@@ -394,7 +394,7 @@ async def test_a_journal_without_the_path_index_or_the_new_fields_still_reads(ma
     ws = tmp_path / "ws"
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, created = await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS)
         ok, updated = await call_tool(app, run, "procedure_update", path=PATH, expected_version=created["version"],
                                       content=CONTENTS[1])

@@ -76,7 +76,7 @@ async def test_a_kill_before_the_hand_record_of_an_update_loses_no_version_on_re
     app = make_app.build()
     await app.start()
     version = (await history(app))["current_version"]
-    run = memory_of(app).grants.begin_run("req-1", [src])
+    run = memory_of(app).grants.begin_attempt("req-1", [src])
     hits = kill_at_hand_record(monkeypatch)
     await dies(call_tool(app, run, "procedure_update", path=PATH, expected_version=version, operation_key="u1",
                          content="Placed by hand.\nThen updated."))
@@ -84,7 +84,7 @@ async def test_a_kill_before_the_hand_record_of_an_update_loses_no_version_on_re
     monkeypatch.undo()
     abandon(app)
     async with make_app() as app:  # the resume sends the same update again
-        run = memory_of(app).grants.begin_run("req-1", [src])
+        run = memory_of(app).grants.begin_attempt("req-1", [src])
         ok, updated = await call_tool(app, run, "procedure_update", path=PATH, expected_version=version,
                                       operation_key="u1", content="Placed by hand.\nThen updated.")
         assert ok, updated
@@ -96,7 +96,7 @@ async def test_a_kill_before_the_hand_record_of_an_update_loses_no_version_on_re
 async def created(make_app) -> None:
     """The experience, created by an import's agent: the journal knows it."""
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         assert (await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS))[0]
 
 

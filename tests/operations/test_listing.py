@@ -91,7 +91,7 @@ async def test_pending_invalid_and_unindexed_files_are_listed_as_such(make_app):
         memory = memory_of(app)
         ws = memory.workspace_path
         source = add_trajectory(app)
-        run = memory.grants.begin_run("req-1", [source])
+        run = memory.grants.begin_attempt("req-1", [source])
         fields = {"description": "Indexed one", "when_to_use": "when it works", "content": "Do it."}
         ok, indexed = await call_tool(app, run, "procedure_create", filename="indexed.json", **fields)
         assert ok, indexed

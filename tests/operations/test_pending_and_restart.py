@@ -19,7 +19,7 @@ async def test_provider_outage_excludes_files_from_both_views_then_recovers(make
     with EmbeddingEndpoint(64) as endpoint:
         async with make_app(embedding=False, components=endpoint_components(endpoint)) as app:
             memory = memory_of(app)
-            run = memory.grants.begin_run("req", [add_trajectory(app)])
+            run = memory.grants.begin_attempt("req", [add_trajectory(app)])
             ok, good = await call_tool(app, run, "procedure_create", filename="good.json", operation_key="g",
                                        description="Rotate keys", when_to_use="When credentials leak",
                                        content="Rotate the keys and audit access.")
@@ -58,7 +58,7 @@ async def test_provider_outage_excludes_files_from_both_views_then_recovers(make
 async def test_pending_file_re_enters_the_views_after_synchronisation(make_app):
     with EmbeddingEndpoint(64) as endpoint:
         async with make_app(embedding=False, components=endpoint_components(endpoint)) as app:
-            run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
+            run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
             endpoint.failing = True
             ok, failed = await call_tool(app, run, "procedure_create", filename="drain-node.json", operation_key="d",
                                          **FIELDS)
@@ -88,7 +88,7 @@ async def test_pending_after_restart_is_reported_then_indexed(make_app, tmp_path
 async def test_restart_rebuilds_views_from_json_when_metadata_is_missing(make_app, tmp_path):
     ws = tmp_path / "ws"
     async with make_app(workspace=ws) as app:
-        run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
         ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json", operation_key="d",
                                       **FIELDS)
     before = (ws / created["path"]).read_bytes()
@@ -105,7 +105,7 @@ async def test_restart_rebuilds_views_from_json_when_metadata_is_missing(make_ap
 async def test_restart_reconciles_removed_edited_and_invalid_files(make_app, tmp_path):
     ws = tmp_path / "ws"
     async with make_app(workspace=ws) as app:
-        run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
         for name, wtu in [("a.json", "alpha situation"), ("b.json", "bravo situation"), ("c.json", "charlie case")]:
             await call_tool(app, run, "procedure_create", filename=name, operation_key=name, description="d",
                             when_to_use=wtu, content="do it")

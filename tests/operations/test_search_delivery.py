@@ -62,7 +62,7 @@ async def test_the_setting_is_the_default_floor_and_an_argument_overrides_it(mak
         ok, empty = await run_job(app, "procedure_search", query=QUERY, min_relevance="")  # the CLI's "default"
         assert ok and empty["min_relevance"] == 0.99
         # the extraction agent's own searches keep no floor unless it asks for one
-        run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
         ok, agent = await call_tool(app, run, "procedure_search", query=QUERY, detail="full")
         assert ok and agent["min_relevance"] == 0 and len(agent["results"]) == 5
         ok, asked = await call_tool(app, run, "procedure_search", query=QUERY, min_relevance=0.99)

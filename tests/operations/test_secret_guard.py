@@ -40,7 +40,7 @@ async def create(app, run, name="rebuild-search.json", **overrides):
 @pytest.mark.parametrize("item", planted(7), ids=lambda p: p.label)
 async def test_create_refuses_every_kind_in_content_and_writes_nothing(make_app, item):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         before = durable_state(memory_of(app).workspace_path)
         ok, answer = await create(app, run, content=f"Log in first: {item.text}. Then rebuild the index.")
         assert_refused(ok, answer, item, "content")
@@ -60,7 +60,7 @@ async def test_create_refuses_a_secret_in_every_argument_it_takes(make_app, argu
     value = {"filename": f"deploy-with-{item.secret}.json", "operation_key": f"key-{item.secret}"}.get(
         argument, f"Use {item.text} to push.")
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         before = durable_state(memory_of(app).workspace_path)
         arguments = {"filename": "push.json", **FIELDS, argument: value}
         if argument == "when-to-use":
@@ -82,7 +82,7 @@ async def test_update_refuses_a_secret_in_every_argument_and_leaves_the_file(mak
     item = SECRETS["postgres"]
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, created = await create(app, run)
         assert ok
         before = durable_state(memory.workspace_path)
@@ -98,7 +98,7 @@ async def test_update_refuses_to_republish_a_secret_a_hand_edit_put_in_a_kept_fi
     item = SECRETS["sk-proj"]
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, created = await create(app, run)
         path = memory.workspace_path / created["path"]
         data = json.loads(path.read_text())
@@ -127,7 +127,7 @@ async def test_a_refused_write_outside_a_run_is_still_refused_for_the_missing_gr
 
 async def test_the_identical_refused_call_again_gets_its_answer_with_a_nudge(make_app):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         first = await create(app, run, content=AWS.text)
         again = await create(app, run, content=AWS.text)
         assert_refused(*first, AWS, "content")
@@ -205,7 +205,7 @@ async def test_the_extraction_agent_reads_the_excerpt_unmasked(make_app):
     data, items = trajectory_with_secrets()
     async with make_app() as app:
         rel = add_trajectory(app, "run.jsonl", data)
-        run = memory_of(app).grants.begin_run("req-1", [rel])
+        run = memory_of(app).grants.begin_attempt("req-1", [rel])
         ok, answer = await call_tool(app, run, "procedure_read", kind="trajectory", path=rel)
         assert ok and answer["text"] == data.decode()
         assert "secrets_masked" not in answer
@@ -235,7 +235,7 @@ async def test_a_label_longer_than_the_token_cap_is_served_whole_so_paging_moves
 async def test_a_secret_in_an_argument_the_job_does_not_take_is_refused_as_a_secret(make_app):
     item = SECRETS["sk-proj"]
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         before = durable_state(memory_of(app).workspace_path)
         ok, answer = await create(app, run, api_key=item.secret)  # not an argument of procedure_create
         assert_refused(ok, answer, item, "api_key")
@@ -265,7 +265,7 @@ async def test_an_append_that_completes_a_key_block_is_refused(make_app, field):
     whole key: the grown field is judged, not the addition alone."""
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, created = await create(app, run, **{field: f"Rotate the deploy key; the file starts with\n{KEY_BEGIN}"})
         assert ok, created
         before = durable_state(memory.workspace_path)
@@ -283,7 +283,7 @@ async def test_an_append_that_completes_a_key_block_is_refused(make_app, field):
 async def test_a_key_split_across_two_fields_is_refused(make_app):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         before = durable_state(memory.workspace_path)
         result = await create(app, run, when_to_use=f"When the deploy key must be rotated:\n{KEY_BEGIN}",
                               content=KEY_REST)
@@ -316,7 +316,7 @@ async def refused_create(make_app, **overrides) -> dict:
     """The answer of a create that must be refused with ``secret_detected``; nothing written, nothing listed."""
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         before = durable_state(memory.workspace_path)
         ok, answer = await create(app, run, **overrides)
         assert not ok and answer["error"]["code"] == "secret_detected", answer
@@ -331,7 +331,7 @@ async def test_common_credential_forms_are_refused(make_app, label):
     item = SECRETS[label]
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         before = durable_state(memory.workspace_path)
         result = await create(app, run, content=f"Deploy: {item.text}")
         await assert_refused_and_unchanged(app, result, item, "content", before)

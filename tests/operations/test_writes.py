@@ -26,7 +26,7 @@ def file_json(app, rel):
 async def test_create_writes_exactly_four_fields_with_runtime_sources(make_app):
     async with make_app() as app:
         src = add_trajectory(app)
-        run = memory_of(app).grants.begin_run("req-1", [src, src])
+        run = memory_of(app).grants.begin_attempt("req-1", [src, src])
         ok, ans = await create(app, run)
         assert ok and ans["status"] == "created"
         assert ans["path"] == "procedures/rebuild-search.json"
@@ -43,7 +43,7 @@ async def test_create_writes_exactly_four_fields_with_runtime_sources(make_app):
 
 async def test_create_accepts_the_directory_prefix_and_rejects_bad_names(make_app):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, ans = await create(app, run, name="procedures/a-b.json")
         assert ok and ans["path"] == "procedures/a-b.json"
         for bad in ["../x.json", "x/y.json", "/tmp/x.json", "x.txt", "x.y.json"]:  # canonical names: test_robust_loop
@@ -54,7 +54,7 @@ async def test_create_accepts_the_directory_prefix_and_rejects_bad_names(make_ap
 
 async def test_create_over_an_existing_name_is_rejected(make_app):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         assert (await create(app, run))[0]
         before = (memory_of(app).workspace_path / "procedures/rebuild-search.json").read_bytes()
         ok, ans = await create(app, run, key="op-2", content="Something else entirely.")
@@ -65,7 +65,7 @@ async def test_create_over_an_existing_name_is_rejected(make_app):
 
 async def test_missing_or_blank_fields_are_rejected(make_app):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, ans = await call_tool(app, run, "procedure_create", filename="x.json", operation_key="k",
                                   description="d", when_to_use="w")
         assert not ok and "`content` is required" in ans["error"]["message"]
@@ -79,7 +79,7 @@ async def test_missing_or_blank_fields_are_rejected(make_app):
 async def test_field_over_its_ceiling_writes_nothing_and_names_the_target(make_app):
     # The word tokenizer counts one token per word: description target 128, ceiling 140.
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, ans = await create(app, run, description=" ".join(["word"] * 140))  # at the ceiling: accepted
         assert ok, ans
         ok, ans = await create(app, run, name="other.json", key="op-2", description=" ".join(["word"] * 141))
@@ -95,7 +95,7 @@ async def test_field_over_its_ceiling_writes_nothing_and_names_the_target(make_a
 async def test_content_ceiling_uses_the_configured_limits(make_app):
     components = {"procedure_memory": {"default": {"token_limits": {"content": 10}}}}
     async with make_app(components=components) as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         assert (await create(app, run, content=" ".join(["w"] * 11)))[0]  # ceiling floor(10*1.1) = 11
         ok, ans = await create(app, run, name="b.json", key="k2", content=" ".join(["w"] * 12))
         assert not ok and ans["fields"][0] == {"field": "content", "tokens": 12, "limit": 10}
@@ -106,10 +106,10 @@ async def test_update_requires_the_current_version_and_keeps_sources(make_app):
         memory = memory_of(app)
         first = add_trajectory(app, "run.jsonl")
         second = add_trajectory(app, "run-2.jsonl")
-        run1 = memory.grants.begin_run("req-1", [first])
+        run1 = memory.grants.begin_attempt("req-1", [first])
         ok, created = await create(app, run1)
-        memory.grants.end_run(run1)
-        run2 = memory.grants.begin_run("req-2", [second])
+        memory.grants.end_attempt(run1)
+        run2 = memory.grants.begin_attempt("req-2", [second])
         ok, ans = await call_tool(app, run2, "procedure_update", path=created["path"], expected_version="0" * 16,
                                   content="New content.", operation_key="u-1")
         assert not ok and ans["error"]["code"] == "stale_version"
@@ -131,7 +131,7 @@ async def test_update_requires_the_current_version_and_keeps_sources(make_app):
 
 async def test_update_of_a_missing_experience_or_without_version_fails(make_app):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, ans = await call_tool(app, run, "procedure_update", path="procedures/nope.json",
                                   expected_version="abc", content="x", operation_key="k")
         assert not ok and ans["error"]["code"] == "not_found"
@@ -143,18 +143,18 @@ async def test_update_of_a_missing_experience_or_without_version_fails(make_app)
 async def test_identical_retry_is_idempotent_and_key_reuse_conflicts(make_app):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, first = await create(app, run)
         ok, again = await create(app, run)  # the same run: its earlier answer (test_robust_loop covers the nudge)
         assert ok and again["repeated_call"] and again["version"] == first["version"]
-        resumed = memory.grants.begin_run("req-1", run.sources)  # a later run of the same import retries it: a replay
+        resumed = memory.grants.begin_attempt("req-1", run.sources)  # a later run of the same import retries it: a replay
         ok, again = await create(app, resumed)
         assert ok and again["replayed"] and again["version"] == first["version"]
         ok, ans = await create(app, resumed, name="different.json")
         assert not ok and ans["error"]["code"] == "operation_key_conflict"
         assert not (memory.workspace_path / "procedures/different.json").exists()
         # the same key in another run scope is a different operation
-        run2 = memory.grants.begin_run("req-2", [add_trajectory(app)])
+        run2 = memory.grants.begin_attempt("req-2", [add_trajectory(app)])
         ok, ans = await create(app, run2, name="different.json")
         assert ok and ans["status"] == "created"
 
@@ -162,7 +162,7 @@ async def test_identical_retry_is_idempotent_and_key_reuse_conflicts(make_app):
 async def test_journal_records_intent_before_publish_and_final_status(make_app, monkeypatch):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         seen = []
         original = memory.workspace.files.__class__.publish
 
@@ -181,7 +181,7 @@ async def test_interrupted_publish_is_rolled_forward_on_restart(make_app, monkey
     ws = tmp_path / "ws"
     async with make_app(workspace=ws) as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
 
         def crash(self, rel, data):
             raise KeyboardInterrupt("simulated crash after the intent was journaled")
@@ -202,7 +202,7 @@ async def test_stale_intent_is_dropped_on_restart(make_app, tmp_path):
     ws = tmp_path / "ws"
     async with make_app(workspace=ws) as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, created = await create(app, run)
         from reme_procedure_memory.storage.journal import Operation
 
@@ -217,7 +217,7 @@ async def test_stale_intent_is_dropped_on_restart(make_app, tmp_path):
 async def test_write_tools_fail_closed_without_a_live_grant(make_app):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         attempts = [
             {},  # plain service-style call
             {**run.injected(), "_procedure_grant": "forged", "tool_context_id": run.context_id},
@@ -231,7 +231,7 @@ async def test_write_tools_fail_closed_without_a_live_grant(make_app):
                 ok, ans = await run_job(app, job, filename="x.json", path="procedures/x.json", expected_version="v",
                                         operation_key="k", **FIELDS, **extra)
                 assert not ok and ans["error"]["code"] == "no_active_extraction_run", (job, extra)
-        memory.grants.end_run(run)
+        memory.grants.end_attempt(run)
         ok, ans = await create(app, run)  # the grant is revoked with the run
         assert not ok and ans["error"]["code"] == "no_active_extraction_run"
         assert not any((memory.workspace_path / "procedures").iterdir())
@@ -240,7 +240,7 @@ async def test_write_tools_fail_closed_without_a_live_grant(make_app):
 async def test_superseded_failed_intent_after_correction(make_app):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         app.context.components["as_embedding"]["procedure"].model.reject = {"POISON"}
         ok, failed = await create(app, run, content="POISON content the provider rejects")
         assert not ok and failed["status"] == "index_pending"
@@ -258,7 +258,7 @@ async def test_a_write_that_cannot_be_saved_names_the_experience_once(make_app, 
     from helpers.faults import Faults
 
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         faults = Faults(monkeypatch)
         faults.full = {memory_of(app).workspace_path / "procedures"}
         ok, ans = await create(app, run)

@@ -281,7 +281,7 @@ async def main():
     app.context.components["as_embedding"]["procedure"].model = FakeEmbeddingModel(64)
     await app.start()
     memory = memory_of(app)
-    run = memory.grants.begin_run("req", [add_trajectory(app)])
+    run = memory.grants.begin_attempt("req", [add_trajectory(app)])
     for i in range(10_000):
         ok, ans = await call_tool(app, run, "procedure_create", filename=f"k{{{round}}}-{{i}}.json",
                                   operation_key=f"k{{{round}}}-{{i}}", description="d",

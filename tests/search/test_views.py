@@ -133,7 +133,7 @@ async def test_search_scans_and_reads_result_files_off_the_event_loop(make_app, 
 
 async def test_views_index_different_texts(make_app):
     async with make_app() as app:
-        run = memory_of(app).grants.begin_run("req", [add_trajectory(app)])
+        run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
         await call_tool(app, run, "procedure_create", filename="zebra.json", operation_key="k1",
                         description="d", when_to_use="when deploying services", content="check the zebra crossing")
         ok, wtu = await run_job(app, "procedure_search", query="zebra crossing", index="when_to_use")
@@ -212,7 +212,7 @@ async def test_every_path_argument_rejects_traversal_and_symlink_escapes(make_ap
             ok, ans = await run_job(app, "procedure_read", kind="trajectory", path=path)
             assert not ok and ans["error"]["code"] == "path_outside_allowed_directory", path
             assert "text" not in ans
-        run = memory.grants.begin_run("req", [src])
+        run = memory.grants.begin_attempt("req", [src])
         for path in bad_experience_paths:
             ok, ans = await call_tool(app, run, "procedure_update", path=path, expected_version="v", content="x",
                                       operation_key=f"k{path}")
@@ -227,7 +227,7 @@ async def test_every_path_argument_rejects_traversal_and_symlink_escapes(make_ap
         # run sources must be copied trajectories inside the workspace, too
         for source in ["/etc/passwd", "session/trajectories/link.log", "procedures/x.json"]:
             with pytest.raises(ProcedureError):
-                memory.grants.begin_run("req2", [source])
+                memory.grants.begin_attempt("req2", [source])
 
 
 async def test_symlinked_experience_is_not_indexed(make_app, tmp_path):
@@ -245,7 +245,7 @@ async def test_symlinked_experience_is_not_indexed(make_app, tmp_path):
 async def test_trajectories_are_never_indexed(make_app):
     async with make_app() as app:
         add_trajectory(app, "run.jsonl", b'{"role": "user", "content": "flamingo migration procedure"}\n')
-        run = memory_of(app).grants.begin_run("req", [f"{memory_of(app).workspace.trajectory_rel_dir}/run.jsonl"])
+        run = memory_of(app).grants.begin_attempt("req", [f"{memory_of(app).workspace.trajectory_rel_dir}/run.jsonl"])
         await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k", description="d",
                         when_to_use="unrelated", content="unrelated")
         for view in ("when_to_use", "when_to_use_content"):

@@ -123,7 +123,7 @@ async def test_a_link_swapped_in_while_running_is_never_followed(make_app, tmp_p
     (outside / "run.jsonl").write_text('{"secret": "outside"}\n')
     async with make_app() as app:
         ws = memory_of(app).workspace_path
-        run = memory_of(app).grants.begin_run("req", [place_trajectory(ws)])
+        run = memory_of(app).grants.begin_attempt("req", [place_trajectory(ws)])
         (ws / "procedures").rmdir()
         (ws / "procedures").symlink_to(outside, target_is_directory=True)
         ok, ans = await run_job(app, "procedure_read", path="procedures/rebuild-search.json")
@@ -201,7 +201,7 @@ async def test_hand_placed_files_follow_the_rules_of_written_ones_everywhere(mak
             assert "experience" not in ans
 
         # update refuses them (never rewritten), whatever version it is given
-        run = memory_of(app).grants.begin_run("req", ["session/trajectories/run.jsonl"])
+        run = memory_of(app).grants.begin_attempt("req", ["session/trajectories/run.jsonl"])
         for path in pending:
             version = next(p["version"] for p in ans_pending(app) if p["path"] == path)
             ok, ans = await call_tool(app, run, "procedure_update", path=path, expected_version=version,
@@ -249,7 +249,7 @@ SURROGATE = "\ud800"
 async def test_a_lone_surrogate_in_create_is_invalid_argument_and_writes_nothing(make_app, field):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req", [place_trajectory(memory.workspace_path)])
+        run = memory.grants.begin_attempt("req", [place_trajectory(memory.workspace_path)])
         args = {"filename": "rebuild-search.json", "description": "d", "when_to_use": "w", "content": "c",
                 "operation_key": "k"}
         args[field] = f"text {SURROGATE} more"
@@ -265,7 +265,7 @@ async def test_a_lone_surrogate_in_create_is_invalid_argument_and_writes_nothing
 async def test_a_lone_surrogate_in_update_is_invalid_argument_and_writes_nothing(make_app, field):
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req", [place_trajectory(memory.workspace_path)])
+        run = memory.grants.begin_attempt("req", [place_trajectory(memory.workspace_path)])
         ok, created = await call_tool(app, run, "procedure_create", filename="rebuild-search.json", description="d",
                                       when_to_use="w", content="c", operation_key="k0")
         assert ok, created

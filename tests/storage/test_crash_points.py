@@ -85,7 +85,7 @@ async def test_kill_at_every_durable_write_then_resume(make_app, tmp_path, monke
 
     monkeypatch.setattr(atomic, "atomic_write", dying_write)
     try:
-        await write_both(app, memory.grants.begin_run("req-1", [source]), created_version)
+        await write_both(app, memory.grants.begin_attempt("req-1", [source]), created_version)
     except Killed:
         pass
     monkeypatch.undo()
@@ -93,7 +93,7 @@ async def test_kill_at_every_durable_write_then_resume(make_app, tmp_path, monke
     memory.workspace.lock_file.release()  # the kernel releases a killed process's lock; nothing else of it runs again
 
     async with make_app(workspace=ws) as resumed:
-        run = memory_of(resumed).grants.begin_run("req-1", [source])
+        run = memory_of(resumed).grants.begin_attempt("req-1", [source])
         created, updated = await write_both(resumed, run, created_version)
         assert created["version"] == created_version
         assert updated["version"] == version_of(target({**FIELDS, **UPDATED}, source))
@@ -107,7 +107,7 @@ async def test_an_indexed_record_undone_by_a_power_loss_is_settled_at_start(make
     memory = memory_of(app)
     source = add_trajectory(app)
     created_version = version_of(target(FIELDS, source))
-    await write_both(app, memory.grants.begin_run("req-1", [source]), created_version)
+    await write_both(app, memory.grants.begin_attempt("req-1", [source]), created_version)
     journal = memory.workspace.journal
     final, opened = journal.record_file("req-1", "op-2"), journal.open_file("req-1", "op-2")
     # the last rename (indexed, no directory fsync) is not durable yet: the published record's open file is kept
@@ -117,7 +117,7 @@ async def test_an_indexed_record_undone_by_a_power_loss_is_settled_at_start(make
     memory.workspace.lock_file.release()
     async with make_app(workspace=ws) as app:
         assert memory_of(app).workspace.journal.get("req-1", "op-2").status == INDEXED  # settled from the file at start
-        run = memory_of(app).grants.begin_run("req-1", [source])
+        run = memory_of(app).grants.begin_attempt("req-1", [source])
         created, updated = await write_both(app, run, created_version)
         assert created.get("replayed") and updated.get("replayed")
         await check_nothing_lost_or_duplicated(app, source)
@@ -129,7 +129,7 @@ async def test_a_create_makes_seven_fsyncs(make_app, monkeypatch):
     """Intent (file + directory), publish (file + directory), published (file + directory), indexed (file only)."""
     async with make_app() as app:
         memory = memory_of(app)
-        run = memory.grants.begin_run("req-1", [add_trajectory(app)])
+        run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, _ = await call_tool(app, run, "procedure_create", filename="warm-up.json", operation_key="w", **FIELDS)
         assert ok  # the run's journal directory exists now (its creation is one more fsync, once per run)
         synced = []

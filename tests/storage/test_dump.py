@@ -30,7 +30,7 @@ async def populate(make_app) -> None:
         memory = memory_of(app)
         ws = memory.workspace
         source = add_trajectory(app, data=TRAJECTORY)
-        run = memory.grants.begin_run("req-1", [source])
+        run = memory.grants.begin_attempt("req-1", [source])
         ok, created = await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS)
         assert ok, created
         ws.imports.put(ImportRecord(request_id="req-1", source=f"/home/u/{SECRET}/run.jsonl", filename="run.jsonl",

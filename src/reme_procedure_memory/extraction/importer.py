@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     from ..operations.reads import Reads
     from ..operations.recovery import Recovery
     from ..operations.retention import HistoryRetention
-    from ..operations.runs import RunGrants
+    from ..operations.attempts import AttemptGrants
     from ..workspace import Workspace
 
 
@@ -79,7 +79,7 @@ class Importer:
     after a start that deferred its reconciliation has reconciled; a complete import's records are then bounded
     (``HistoryRetention.compact_import``)."""
 
-    def __init__(self, workspace: Workspace, app_context, grants: RunGrants, reads: Reads, recovery: Recovery,
+    def __init__(self, workspace: Workspace, app_context, grants: AttemptGrants, reads: Reads, recovery: Recovery,
                  retention: HistoryRetention) -> None:
         self.workspace = workspace
         self.app_context = app_context
@@ -104,7 +104,7 @@ class Importer:
             return answer
 
 
-async def run_import(workspace: Workspace, app_context, grants: RunGrants, reads: Reads, wrapper,
+async def run_import(workspace: Workspace, app_context, grants: AttemptGrants, reads: Reads, wrapper,
                      args, interrupts: list[int] | None = None) -> ImportAnswer:
     """Copy one local trajectory and run the extraction over its remaining segments (resumable by request_id);
     ``args``: the job's validated arguments (``file``, ``filename``, ``request_id``, ``memory_hint``, ``source_id``);

@@ -41,7 +41,7 @@ from .related import merged_related, related_queries, with_contents
 from .summary import parse_summary, summary_problem, tagged
 
 if TYPE_CHECKING:
-    from ..operations.runs import RunGrants
+    from ..operations.attempts import AttemptGrants
     from ..storage.checkpoints import Checkpoint
     from ..workspace import Workspace
 
@@ -57,7 +57,7 @@ RELATED_CONTENTS = RELATED_LIMIT
 class Extraction:
     """Processes the remaining segments of one import; see the module docstring."""
 
-    def __init__(self, workspace: Workspace, grants: RunGrants, search: Search, jobs, wrapper, record, text: str,
+    def __init__(self, workspace: Workspace, grants: AttemptGrants, search: Search, jobs, wrapper, record, text: str,
                  fmt: str, checkpoint: Checkpoint, progress: Callable[[str], None]) -> None:
         """``search``: the search answers of the workspace (``Reads.search``); ``jobs``: the application's jobs (the
         four tools' schemas are counted in the context budget)."""
@@ -177,7 +177,7 @@ class Extraction:
         attempts = self.checkpoint.attempts
         attempts[str(index)] = attempts.get(str(index), 0) + 1
         self._save()  # durable before the agent runs: a kill mid-run still counts the attempt
-        run = self.grants.begin_run(self.record.request_id, [self.record.path], segment=index)
+        run = self.grants.begin_attempt(self.record.request_id, [self.record.path], segment=index)
         run.carry_failures(self._failed_writes(index))  # an earlier attempt's failures stay until a write corrects them
         kwargs = merged_reply_kwargs(self.wrapper, run, self.workspace.settings.extraction.max_iters,
                                      self._finish_tool(index))
@@ -193,7 +193,7 @@ class Extraction:
             ) from exc
         finally:
             remove_session_file(self.wrapper, kwargs, self.workspace.logger)  # the segment's text, unmasked
-            self.grants.end_run(run)
+            self.grants.end_attempt(run)
             # the segment's uncorrected failed writes: they gate the segment and the next attempt's ledger shows them
             self.checkpoint.failed_writes[str(index)] = list(run.failed_writes.values())
             self._save()

@@ -193,7 +193,7 @@ class ProcedureStep(BaseStep):
             memory = self.memory
         except ProcedureError:
             return None, ""
-        run = memory.grants.live_run(
+        run = memory.grants.live_attempt(
             self.arg("tool_context_id"), self.arg("_procedure_grant"), self.arg("_procedure_sources"),
         )
         return (run, run.call_key(self.job, self.context.data)) if run is not None else (None, "")
@@ -288,7 +288,7 @@ class _WriteStep(ProcedureStep):
     """Create/update: only with the live grant of an active extraction run (injected, never from the model)."""
 
     def run_of_call(self):
-        return self.memory.grants.run_for(
+        return self.memory.grants.attempt_for(
             self.arg("tool_context_id"), self.arg("_procedure_grant"), self.arg("_procedure_sources"),
         )
 

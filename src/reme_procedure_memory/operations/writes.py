@@ -2,7 +2,7 @@
 
 Contract:
 
-* Only a live run writes: the steps find it with ``RunGrants.run_for`` (runs.py), which fails closed.
+* Only a live run writes: the steps find it with ``AttemptGrants.attempt_for`` (attempts.py), which fails closed.
 * No write carries a credential (``secret_guard.py``): the steps check every argument the agent wrote before anything
   else reads it (so no other answer can echo it), and the write path checks the experience it would write, an
   update's fields kept from the file included; nothing is written.
@@ -57,7 +57,7 @@ from ..storage.journal import (
 )
 from ..tokens import TokenCounter
 from .hand_changes import HandChanges
-from .runs import Run
+from .attempts import AgentAttempt
 from .secret_guard import refuse_assembled, refuse_secrets
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ async def check_growth(tokens: TokenCounter, limit: int, before: dict[str, str],
     )
 
 
-def check_sources(workspace: Path, run: Run) -> None:
+def check_sources(workspace: Path, run: AgentAttempt) -> None:
     """The run's source trajectories must still exist when it writes."""
     for source in run.sources:
         if not (workspace / source).is_file():
@@ -203,7 +203,7 @@ class Writes:
 
     # -- create and update --------------------------------------------------------------------------------------
 
-    async def create(self, run: Run, args, raw: dict[str, Any]) -> WriteAnswer:
+    async def create(self, run: AgentAttempt, args, raw: dict[str, Any]) -> WriteAnswer:
         """Create a new experience (journal, publish, index both views) from validated ``args`` (``raw``: the
         arguments as given).
 
@@ -240,7 +240,7 @@ class Writes:
                 raise already_exists(rel, note, **renamed)
             return {**await self._commit(run, op), **renamed}
 
-    async def update(self, run: Run, args, raw: dict[str, Any]) -> WriteAnswer:
+    async def update(self, run: AgentAttempt, args, raw: dict[str, Any]) -> WriteAnswer:
         """Revise an existing experience at its expected version (validated ``args``; ``raw``: as given); existing
         sources are kept."""
         ws = self.workspace
@@ -320,12 +320,12 @@ class Writes:
         """Whether an unfinished create intent holds this name."""
         return any(op.path == rel and op.status == INTENT for op in self.workspace.journal.open_records())
 
-    async def _commit(self, run: Run, op: Operation) -> WriteAnswer:
+    async def _commit(self, run: AgentAttempt, op: Operation) -> WriteAnswer:
         """Journal the intent, publish the file, then index it (caller holds the write lock).
 
         A write that cannot be made durable (a full disk, a directory that is not writable — the journal's or the
         experience directory) answers ``disk_full``/``storage_error`` and is remembered on the run: its segment
-        cannot advance until a later write of the same path or content succeeds (see ``Run.failed_writes``).
+        cannot advance until a later write of the same path or content succeeds (see ``AgentAttempt.failed_writes``).
         """
         ws = self.workspace
         ws.mark_changed()
@@ -350,7 +350,7 @@ class Writes:
             ) from None
         return await self._index_published(run, op)
 
-    async def _index_published(self, run: Run, op: Operation) -> WriteAnswer:
+    async def _index_published(self, run: AgentAttempt, op: Operation) -> WriteAnswer:
         ws = self.workspace
         ws.mark_changed()
         stored = ws.files.read(op.path)
@@ -381,7 +381,7 @@ class Writes:
         return {"status": status, "path": op.path, "version": stored.version, "operation_key": op.key,
                 "sources": list(stored.experience.sources)}
 
-    async def _replay(self, run: Run, existing: Operation, op: Operation) -> WriteAnswer:
+    async def _replay(self, run: AgentAttempt, existing: Operation, op: Operation) -> WriteAnswer:
         """An operation key seen before: an identical retry resumes it, anything else is a conflict."""
         ws = self.workspace
         if not existing.same_request(op):
@@ -413,7 +413,7 @@ class Writes:
             )
         return await self._index_published(run, existing)
 
-    async def _retry_abandoned(self, run: Run, op: Operation) -> WriteAnswer:
+    async def _retry_abandoned(self, run: AgentAttempt, op: Operation) -> WriteAnswer:
         """The identical retry of a write that never became durable (its publish failed, or a crash dropped its
         intent) publishes it now when its precondition still holds: a create's name is free, an update's file is
         still at its expected version. Otherwise it is refused like a new write, and a failure of it stays on the

@@ -1,7 +1,8 @@
-"""Extraction runs: the secret write grant their tools present, their scope and sources, and the answers they got.
+"""Agent attempts: one agent attempt at one segment of an import, with the secret write grant its tools present,
+its scope and sources, and the answers it got.
 
-A ``Run`` lives from ``RunGrants.begin_run`` to ``end_run`` (one agent attempt at one segment); ``RunGrants``
-holds the live ones and is the only way a write step finds its run (it fails closed). Besides the
+An ``AgentAttempt`` lives from ``AttemptGrants.begin_attempt`` to ``end_attempt``; ``AttemptGrants`` holds the live
+ones and is the only way a write step finds its attempt (it fails closed). Besides the
 capability, it remembers the answers of its tool calls, so that a call identical to one already answered, with the
 workspace unchanged since, gets its earlier answer plus one sentence telling the agent to move on, instead of
 running again in a loop until the iteration budget is gone (nothing is journaled or written for it).
@@ -43,9 +44,9 @@ def remembered(answer: dict[str, Any], success: bool) -> bool:
 
 
 @dataclass
-class Run:
-    """An active extraction run: the secret grant its tools must present, its scope and its source paths, and the
-    answers its tool calls got (so an identical repeated call is answered from memory with a nudge)."""
+class AgentAttempt:
+    """One live agent attempt at one segment: the secret grant its tools must present, its scope and its source
+    paths, and the answers its tool calls got (so an identical repeated call is answered from memory with a nudge)."""
 
     scope: str
     sources: tuple[str, ...]
@@ -98,15 +99,15 @@ class Run:
             self.answers[key] = (generation, success, answer)
 
 
-class RunGrants:
-    """The live extraction runs of one component, by their tool context id."""
+class AttemptGrants:
+    """The live agent attempts of one component, by their tool context id."""
 
     def __init__(self, workspace: Workspace) -> None:
         self.workspace = workspace
-        self._runs: dict[str, Run] = {}
+        self._attempts: dict[str, AgentAttempt] = {}
 
-    def begin_run(self, scope: str, sources: list[str], segment: int | None = None) -> Run:
-        """Open an extraction run whose tools may create/update experiences citing ``sources``; its writes are
+    def begin_attempt(self, scope: str, sources: list[str], segment: int | None = None) -> AgentAttempt:
+        """Open an agent attempt whose tools may create/update experiences citing ``sources``; its writes are
         journaled under ``scope`` (the request id) and ``segment``."""
         checked = []
         for source in dict.fromkeys(sources):
@@ -116,21 +117,21 @@ class RunGrants:
             if not target.is_file():
                 raise ProcedureError(ErrorCode.NOT_FOUND, f"Source trajectory {rel} does not exist.")
             checked.append(rel)
-        run = Run(scope=scope, sources=tuple(checked), segment=segment)
-        self._runs[run.context_id] = run
+        run = AgentAttempt(scope=scope, sources=tuple(checked), segment=segment)
+        self._attempts[run.context_id] = run
         return run
 
-    def end_run(self, run: Run) -> None:
-        """Revoke a run's grant."""
-        self._runs.pop(run.context_id, None)
+    def end_attempt(self, run: AgentAttempt) -> None:
+        """Revoke an attempt's grant."""
+        self._attempts.pop(run.context_id, None)
 
     def clear(self) -> None:
         """Revoke every grant (the component closes)."""
-        self._runs.clear()
+        self._attempts.clear()
 
-    def live_run(self, context_id, grant, sources) -> Run | None:
-        """The live run a tool call's injected values name, or None for any missing or forged value."""
-        run = self._runs.get(context_id) if isinstance(context_id, str) else None
+    def live_attempt(self, context_id, grant, sources) -> AgentAttempt | None:
+        """The live attempt a tool call's injected values name, or None for any missing or forged value."""
+        run = self._attempts.get(context_id) if isinstance(context_id, str) else None
         if (
             run is None
             or not isinstance(grant, str)
@@ -140,9 +141,9 @@ class RunGrants:
             return None
         return run
 
-    def run_for(self, context_id, grant, sources) -> Run:
-        """The live run of a tool call, or NO_ACTIVE_RUN (fails closed for any missing or forged value)."""
-        run = self.live_run(context_id, grant, sources)
+    def attempt_for(self, context_id, grant, sources) -> AgentAttempt:
+        """The live attempt of a tool call, or NO_ACTIVE_RUN (fails closed for any missing or forged value)."""
+        run = self.live_attempt(context_id, grant, sources)
         if run is None:
             raise ProcedureError(
                 ErrorCode.NO_ACTIVE_RUN,
