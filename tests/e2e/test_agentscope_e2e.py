@@ -49,11 +49,11 @@ async def test_real_agentscope_agent_extracts_an_experience(make_app, tmp_path, 
             runs = []
             begin_attempt = memory.grants.begin_attempt
 
-            def recording_begin_run(*args, **kwargs):
+            def recording_begin_attempt(*args, **kwargs):
                 runs.append(begin_attempt(*args, **kwargs))
                 return runs[-1]
 
-            memory.grants.begin_attempt = recording_begin_run  # only to learn the run's secret values
+            memory.grants.begin_attempt = recording_begin_attempt  # only to learn the run's secret values
             ok, ans = await import_file(app, original, request_id="as-001")
             assert endpoint.errors == []
             assert ok, ans

@@ -4,7 +4,7 @@ The plugin does not watch the files. It finds what changed by hand:
 
 * at start (and at a reindex): a file whose version differs from the views' record of it, and a file the views
   listed that is gone, are checked against the journal; when the journal's latest version of that experience is
-  not the file's content, an ``edit`` (the file's text) or a ``delete`` is recorded;
+  not the file's content, a ``hand_edit`` (the file's text) or a ``hand_delete`` is recorded;
 * before the agent updates a file whose content the journal does not hold (an edit while the import ran, or a
   file placed by hand), that content is recorded first, so the update's diff has its predecessor.
 
