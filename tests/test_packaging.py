@@ -44,6 +44,7 @@ JOBS = [
     "procedure_reindex",
     "procedure_export",
     "procedure_delete",
+    "procedure_dump",
     "procedure_history",
 ]
 COPY_IGNORE = shutil.ignore_patterns(
@@ -249,3 +250,19 @@ def test_build_requirements_can_build_the_declared_metadata():
         f"license = {data['project']['license']!r}; require setuptools>=77"
     )
     assert setuptools_req.specifier.contains("77.0.3")
+
+
+def test_the_manifest_has_no_key_twice():
+    """YAML keeps the last of two equal keys silently: a merge once left ``procedure_dump`` in plugin.yaml twice."""
+    class Strict(yaml.SafeLoader):
+        pass
+
+    def mapping(loader, node, deep=False):
+        keys = [loader.construct_object(key, deep=deep) for key, _ in node.value]
+        doubled = sorted({k for k in keys if keys.count(k) > 1})
+        assert not doubled, f"line {node.start_mark.line + 1}: {doubled} twice"
+        return yaml.SafeLoader.construct_mapping(loader, node, deep)
+
+    Strict.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
+    for manifest in (REPO / "plugin.yaml", REPO / "src" / "reme_procedure_memory" / "extraction" / "prompts.yaml"):
+        yaml.load(manifest.read_text(encoding="utf-8"), Loader=Strict)

@@ -282,8 +282,8 @@ def test_an_empty_workspace_does_not_claim_the_destination(cli):
 
 # -- slips ------------------------------------------------------------------------------------------------------------
 
-JOBS = ("procedure_auto_memory, procedure_create, procedure_delete, procedure_export, procedure_history, procedure_imports, "
-        "procedure_list, procedure_read, procedure_reindex, procedure_search, procedure_update")
+JOBS = ("procedure_auto_memory, procedure_create, procedure_delete, procedure_dump, procedure_export, procedure_history, "
+        "procedure_imports, procedure_list, procedure_read, procedure_reindex, procedure_search, procedure_update")
 SERVED = "procedure_history, procedure_imports, procedure_list, procedure_read, procedure_search"
 
 
