@@ -17,7 +17,6 @@ from helpers import FakeEmbeddingModel, ScriptedAgent, qwen3_tokenizer_dir, writ
 from helpers.answers import answer_problems  # noqa: E402
 
 
-
 def pytest_collection_modifyitems(config, items):
     """The full fault sweep (``fault_sweep``) runs only when a ``-m`` expression names it: CI's ``pytest -q`` runs
     its sample (``tests/hostile/test_fault_sweep.py``)."""
@@ -60,14 +59,25 @@ def app_factory(default_workspace: Path, word_tokenizer: Path):
     ``reme start job=...`` builds it)."""
     from reme.application import Application
 
-    def build(workspace: Path | None = None, embedding=None, components: dict | None = None, scripts=None,
-              service: dict | None = None, **kwargs):
+    def build(
+        workspace: Path | None = None,
+        embedding=None,
+        components: dict | None = None,
+        scripts=None,
+        service: dict | None = None,
+        **kwargs,
+    ):
         ws = workspace or default_workspace
         base_components = {
             # no relevance floor: it is calibrated for the embedded model, the fake embedding is for plumbing (the
             # floor's tests set it)
-            "procedure_memory": {"default": {"tokenizer_source": str(word_tokenizer), "pending_retry_seconds": 0,
-                                             "search": {"min_relevance": 0}}},
+            "procedure_memory": {
+                "default": {
+                    "tokenizer_source": str(word_tokenizer),
+                    "pending_retry_seconds": 0,
+                    "search": {"min_relevance": 0},
+                }
+            },
             "as_embedding": {"procedure": {"dimensions": 64}},
         }
         app = Application(

@@ -125,19 +125,27 @@ def bfcl() -> SimpleNamespace:
         from bfcl_eval.constants.enums import ModelStyle
         from bfcl_eval.constants.type_mappings import GORILLA_TO_OPENAPI
         from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
-        from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import (execute_multi_turn_func_call,
-                                                                             is_empty_execute_response)
+        from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_utils import (
+            execute_multi_turn_func_call,
+            is_empty_execute_response,
+        )
         from bfcl_eval.model_handler.utils import convert_to_function_call, convert_to_tool
         from bfcl_eval.utils import load_dataset_entry, load_ground_truth_entry
     except ImportError as exc:
-        raise SystemExit(f"bfcl-eval is missing ({exc}): pip install -e '.[benchmarks]' && "
-                         "pip install --no-deps bfcl-eval==2026.3.23") from exc
+        raise SystemExit(
+            f"bfcl-eval is missing ({exc}): pip install -e '.[benchmarks]' && "
+            "pip install --no-deps bfcl-eval==2026.3.23"
+        ) from exc
     return SimpleNamespace(
-        step_limit=MAXIMUM_STEP_LIMIT, checker=multi_turn_checker, execute=execute_multi_turn_func_call,
-        is_empty=is_empty_execute_response, decode=convert_to_function_call,
+        step_limit=MAXIMUM_STEP_LIMIT,
+        checker=multi_turn_checker,
+        execute=execute_multi_turn_func_call,
+        is_empty=is_empty_execute_response,
+        decode=convert_to_function_call,
         tools=lambda functions: convert_to_tool(functions, GORILLA_TO_OPENAPI, ModelStyle.OPENAI_COMPLETIONS),
         entries=lambda: load_dataset_entry(CATEGORY, include_prereq=False),
-        ground_truth=lambda: load_ground_truth_entry(CATEGORY))
+        ground_truth=lambda: load_ground_truth_entry(CATEGORY),
+    )
 
 
 @dataclass
@@ -187,9 +195,16 @@ def seen_task_ids(texts: list[str], tasks: dict[str, Task]) -> set[str]:
     JSON-escaped: the tasks a memory built from these files has seen (replays, rollouts, a released library)."""
     seen = set()
     for task in tasks.values():
-        forms = {form for message in task.messages if len(message.strip()) >= MIN_MESSAGE_CHARS
-                 for form in (message.strip(), json.dumps(message.strip())[1:-1],
-                              json.dumps(message.strip(), ensure_ascii=False)[1:-1])}
+        forms = {
+            form
+            for message in task.messages
+            if len(message.strip()) >= MIN_MESSAGE_CHARS
+            for form in (
+                message.strip(),
+                json.dumps(message.strip())[1:-1],
+                json.dumps(message.strip(), ensure_ascii=False)[1:-1],
+            )
+        }
         if any(form in text for text in texts for form in forms):
             seen.add(task.id)
     return seen
@@ -249,10 +264,13 @@ def inject_at(mode: str, turn_index: int) -> bool:
 def paired_table(with_memory: dict[str, bool], without: dict[str, bool]) -> dict:
     """Both pass / only with memory / only without / neither over the tasks both arms ran, with McNemar's exact p."""
     common = [t for t in with_memory if t in without]
-    table = {"both": sum(with_memory[t] and without[t] for t in common),
-             "only_with": sum(with_memory[t] and not without[t] for t in common),
-             "only_without": sum(without[t] and not with_memory[t] for t in common),
-             "neither": sum(not with_memory[t] and not without[t] for t in common), "tasks": len(common)}
+    table = {
+        "both": sum(with_memory[t] and without[t] for t in common),
+        "only_with": sum(with_memory[t] and not without[t] for t in common),
+        "only_without": sum(without[t] and not with_memory[t] for t in common),
+        "neither": sum(not with_memory[t] and not without[t] for t in common),
+        "tasks": len(common),
+    }
     return {**table, "p": mcnemar_p(table["only_with"], table["only_without"])}
 
 
@@ -275,7 +293,8 @@ def summarize(results: list[dict], arms: list[str]) -> dict:
         injected = [m["tokens"] for r in rows for m in r["memory"]]
         turns = sum(len(r["task_turns"]) for r in rows) if rows else 0
         out["arms"][arm] = {
-            "tasks": len(rows), "passed": sum(r["passed"] for r in rows),
+            "tasks": len(rows),
+            "passed": sum(r["passed"] for r in rows),
             "pass_rate": round(sum(r["passed"] for r in rows) / len(rows), 3) if rows else None,
             "requests_per_task": mean([r["requests"] for r in rows]),
             "prompt_tokens_per_task": mean([r["prompt_tokens"] for r in rows]),
@@ -324,15 +343,28 @@ class Endpoint:
         calls = message.tool_calls or []
         history: dict = {"role": "assistant", "content": message.content}
         if calls:
-            history["tool_calls"] = [{"id": c.id, "type": "function",
-                                      "function": {"name": c.function.name, "arguments": c.function.arguments}}
-                                     for c in calls]
+            history["tool_calls"] = [
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.function.name, "arguments": c.function.arguments},
+                }
+                for c in calls
+            ]
         # as BFCL's OpenAI handler: the tool calls when there are any (an empty list stays empty), else the text
-        responses = ([{c.function.name: c.function.arguments} for c in calls]
-                     if message.tool_calls is not None else message.content)
+        responses = (
+            [{c.function.name: c.function.arguments} for c in calls]
+            if message.tool_calls is not None
+            else message.content
+        )
         usage = response.usage
-        return Reply(history, responses, [c.id for c in calls], getattr(usage, "prompt_tokens", None),
-                     getattr(usage, "completion_tokens", None))
+        return Reply(
+            history,
+            responses,
+            [c.id for c in calls],
+            getattr(usage, "prompt_tokens", None),
+            getattr(usage, "completion_tokens", None),
+        )
 
 
 # -- memory: a workspace searched through the real procedure_search job ---------------------------------------------
@@ -376,8 +408,9 @@ class Delivery:
 
 def app_settings(dimensions: int | None) -> SimpleNamespace:
     """The settings ``extraction.application`` reads (no model: searches only)."""
-    return SimpleNamespace(embedding_dimensions=dimensions, segment=None, summary=None, ctx=None, reserve=None,
-                           max_iters=None, smoke=False)
+    return SimpleNamespace(
+        embedding_dimensions=dimensions, segment=None, summary=None, ctx=None, reserve=None, max_iters=None, smoke=False
+    )
 
 
 class Memory:
@@ -386,8 +419,18 @@ class Memory:
     ``async with Memory(...)``: copies ``source`` into ``copy_to``, records the digests, starts the application;
     at exit closes it and checks that ``source`` (all bytes) and the copy's memory are unchanged (``frozen``)."""
 
-    def __init__(self, label: str, source: Path, copy_to: Path, view: str, k: int, fields: tuple[str, ...],
-                 tokenizer: Path, dimensions: int | None, delivery: "Delivery | None" = None) -> None:
+    def __init__(
+        self,
+        label: str,
+        source: Path,
+        copy_to: Path,
+        view: str,
+        k: int,
+        fields: tuple[str, ...],
+        tokenizer: Path,
+        dimensions: int | None,
+        delivery: "Delivery | None" = None,
+    ) -> None:
         self.label, self.source, self.path = label, source, copy_to
         self.view, self.k, self.fields = view, k, fields
         self.delivery = delivery or Delivery()
@@ -406,8 +449,7 @@ class Memory:
             shutil.rmtree(self.path)
         shutil.copytree(self.source, self.path, symlinks=True)
         self.frozen["memory_before"] = digest(self.path, MEMORY_PARTS)
-        self.app = application(self.path, self.tokenizer, app_settings(self.dimensions),
-                               with_model=False)
+        self.app = application(self.path, self.tokenizer, app_settings(self.dimensions), with_model=False)
         await self.app.start()
         memory = self.app.context.components["procedure_memory"]["default"]
         valid, invalid = scan(memory)
@@ -420,25 +462,36 @@ class Memory:
         if self.app is not None:
             await self.app.close()
         self.frozen.update(source_after=digest(self.source), memory_after=digest(self.path, MEMORY_PARTS))
-        self.frozen["unchanged"] = (self.frozen["source_before"] == self.frozen["source_after"]
-                                    and self.frozen["memory_before"] == self.frozen["memory_after"])
+        self.frozen["unchanged"] = (
+            self.frozen["source_before"] == self.frozen["source_after"]
+            and self.frozen["memory_before"] == self.frozen["memory_after"]
+        )
 
     async def block(self, query: str, functions: list[str] | tuple[str, ...] = ()) -> tuple[str, dict]:
         """The memory block for ``query`` and what went into it (paths, scores, relevance, exact tokens, results
         the token budget left out); ``functions``: the task's tools, passed as ``tools=`` when the delivery says so."""
-        response = await self.app.run_job("procedure_search", query=query[:4096], index=self.view, limit=self.k,
-                                          **self.delivery.arguments(functions))
+        response = await self.app.run_job(
+            "procedure_search", query=query[:4096], index=self.view, limit=self.k, **self.delivery.arguments(functions)
+        )
         answer = json.loads(response.answer)
         if not response.success:
             raise RuntimeError(f"{self.label}: procedure_search failed: {answer}")
         results = answer.get("results", [])
         block = memory_block([r["experience"] for r in results], self.fields)
-        tokens = await self.app.context.components["procedure_memory"]["default"].workspace.tokens.acount(block) if block else 0
-        return block, {"paths": [r["path"] for r in results], "scores": [round(r["score"], 5) for r in results],
-                       "relevance": [r.get("relevance") for r in results], "tokens": tokens,
-                       "budget_left_out": answer.get("token_budget", {}).get("left_out", 0),
-                       "vector_search": answer.get("vector_search", {}).get("available", True),
-                       "pending": len(answer.get("pending_indexes", []))}
+        tokens = (
+            await self.app.context.components["procedure_memory"]["default"].workspace.tokens.acount(block)
+            if block
+            else 0
+        )
+        return block, {
+            "paths": [r["path"] for r in results],
+            "scores": [round(r["score"], 5) for r in results],
+            "relevance": [r.get("relevance") for r in results],
+            "tokens": tokens,
+            "budget_left_out": answer.get("token_budget", {}).get("left_out", 0),
+            "vector_search": answer.get("vector_search", {}).get("available", True),
+            "pending": len(answer.get("pending_indexes", [])),
+        }
 
 
 async def library_workspace(library: Path, workspace: Path, tokenizer: Path, dimensions: int | None) -> dict:
@@ -477,15 +530,21 @@ def score(lib: SimpleNamespace, task: Task, decoded: list, tag: str, inference_e
     if inference_error is not None:
         return {"valid": False, "error_type": "multi_turn:inference_error", "error_message": inference_error}
     if len(decoded) != len(task.ground_truth):
-        return {"valid": False, "error_type": "multi_turn:force_terminated",
-                "error_message": f"{len(decoded)} of {len(task.ground_truth)} turns (step limit)"}
+        return {
+            "valid": False,
+            "error_type": "multi_turn:force_terminated",
+            "error_message": f"{len(decoded)} of {len(task.ground_truth)} turns (step limit)",
+        }
     entry = {k: v for k, v in task.entry.items() if k != "function"}
     try:
         result = lib.checker(decoded, task.ground_truth, entry, CATEGORY, tag)
     except Exception as exc:  # noqa: BLE001  (BFCL's runner would stop; one task's crash must not end a long run)
         return {"valid": False, "error_type": "checker_exception", "error_message": f"{type(exc).__name__}: {exc}"}
-    return {"valid": bool(result["valid"]), "error_type": result.get("error_type"),
-            "error_message": result.get("error_message")}
+    return {
+        "valid": bool(result["valid"]),
+        "error_type": result.get("error_type"),
+        "error_message": result.get("error_message"),
+    }
 
 
 async def solve(lib: SimpleNamespace, task: Task, arm: Arm) -> dict:
@@ -533,8 +592,10 @@ async def solve(lib: SimpleNamespace, task: Task, arm: Arm) -> dict:
                 break
             decoded_steps.append(calls)
             outputs, _ = lib.execute(calls, config, classes, arm.tag, task.id)
-            messages.extend({"role": "tool", "content": out, "tool_call_id": call_id}
-                            for out, call_id in zip(outputs, reply.call_ids))
+            messages.extend(
+                {"role": "tool", "content": out, "tool_call_id": call_id}
+                for out, call_id in zip(outputs, reply.call_ids)
+            )
             steps += 1
             if steps > lib.step_limit:
                 break
@@ -545,13 +606,23 @@ async def solve(lib: SimpleNamespace, task: Task, arm: Arm) -> dict:
         if steps > lib.step_limit:
             break
     verdict = score(lib, task, decoded_turns, arm.tag, error)
-    return {"id": task.id, "arm": arm.name, "passed": verdict["valid"], "error_type": verdict["error_type"],
-            "error_message": verdict["error_message"], "requests": requests,
-            "prompt_tokens": prompt if requests and missing < requests else None,
-            "completion_tokens": completion if requests and missing < requests else None, "usage_missing": missing,
-            "memory": memory_log, "task_turns": [len(t) for t in task.ground_truth], "decoded": decoded_turns,
-            "bfcl_result": f"Error during inference: {error}" if error else raw_turns,
-            "seconds": round(time.monotonic() - started, 1), "messages": messages}
+    return {
+        "id": task.id,
+        "arm": arm.name,
+        "passed": verdict["valid"],
+        "error_type": verdict["error_type"],
+        "error_message": verdict["error_message"],
+        "requests": requests,
+        "prompt_tokens": prompt if requests and missing < requests else None,
+        "completion_tokens": completion if requests and missing < requests else None,
+        "usage_missing": missing,
+        "memory": memory_log,
+        "task_turns": [len(t) for t in task.ground_truth],
+        "decoded": decoded_turns,
+        "bfcl_result": f"Error during inference: {error}" if error else raw_turns,
+        "seconds": round(time.monotonic() - started, 1),
+        "messages": messages,
+    }
 
 
 async def run_arm(lib: SimpleNamespace, tasks: list[Task], arm: Arm, keep_messages: bool) -> list[dict]:
@@ -560,14 +631,17 @@ async def run_arm(lib: SimpleNamespace, tasks: list[Task], arm: Arm, keep_messag
         if not keep_messages:
             result.pop("messages")
         arm.results.append(result)
-        print(f"  [{arm.name}] {task.id}: {'pass' if result['passed'] else 'FAIL ' + str(result['error_type'])} "
-              f"({result['requests']} requests, {result['prompt_tokens']} prompt tokens, {result['seconds']} s)",
-              flush=True)
+        print(
+            f"  [{arm.name}] {task.id}: {'pass' if result['passed'] else 'FAIL ' + str(result['error_type'])} "
+            f"({result['requests']} requests, {result['prompt_tokens']} prompt tokens, {result['seconds']} s)",
+            flush=True,
+        )
     return arm.results
 
 
-async def run_arms(lib: SimpleNamespace, tasks: list[Task], arms: list[Arm], keep_messages: bool = False,
-                   concurrent: bool = True) -> list[dict]:
+async def run_arms(
+    lib: SimpleNamespace, tasks: list[Task], arms: list[Arm], keep_messages: bool = False, concurrent: bool = True
+) -> list[dict]:
     """Every arm on every task; arms concurrently (each its own endpoint), or one after the other."""
     if concurrent:
         done = await asyncio.gather(*(run_arm(lib, tasks, arm, keep_messages) for arm in arms))
@@ -629,9 +703,13 @@ class ScriptedEndpoint(LocalServer):
         super().__init__(Handler)
 
     def _task(self, users: list[str], tool_names: set[str]) -> Task:
-        found = [t for t in self.tasks if len(t.messages) >= len(users)
-                 and all(u.endswith(m) for u, m in zip(users, t.messages))
-                 and {f["name"] for f in t.entry["function"]} == tool_names]
+        found = [
+            t
+            for t in self.tasks
+            if len(t.messages) >= len(users)
+            and all(u.endswith(m) for u, m in zip(users, t.messages))
+            and {f["name"] for f in t.entry["function"]} == tool_names
+        ]
         turn = len(users) - 1
         if not found or len({json.dumps(t.ground_truth[turn]) for t in found}) > 1:
             raise LookupError(f"no single scripted task for this conversation ({[t.id for t in found]})")
@@ -653,38 +731,56 @@ class ScriptedEndpoint(LocalServer):
             tool_calls = []
             for n, call in enumerate(calls):
                 name, arguments = tool_call_of(call, task.entry["function"])
-                tool_calls.append({"id": f"call_{len(messages)}_{n}", "type": "function",
-                                   "function": {"name": name, "arguments": json.dumps(arguments)}})
+                tool_calls.append(
+                    {
+                        "id": f"call_{len(messages)}_{n}",
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(arguments)},
+                    }
+                )
             message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
             finish = "tool_calls"
         else:
             message = {"role": "assistant", "content": "Done." if self.mode != "silent" else "I cannot help."}
             finish = "stop"
         prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in messages)
-        return {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
-                "model": body.get("model", "scripted"),
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1 + 10 * len(calls),
-                          "total_tokens": prompt_tokens + 1 + 10 * len(calls)}}
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", "scripted"),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": 1 + 10 * len(calls),
+                "total_tokens": prompt_tokens + 1 + 10 * len(calls),
+            },
+        }
 
 
 # -- the report -----------------------------------------------------------------------------------------------------
 
 
 def report(summary: dict, settings: dict) -> str:
-    lines = [f"\n{'arm':8} {'pass':>9} {'rate':>6} {'req/task':>9} {'prompt/task':>12} {'compl/task':>11} "
-             f"{'mem tok/inj turn':>17} {'mem tok/turn':>13}  failing error types"]
+    lines = [
+        f"\n{'arm':8} {'pass':>9} {'rate':>6} {'req/task':>9} {'prompt/task':>12} {'compl/task':>11} "
+        f"{'mem tok/inj turn':>17} {'mem tok/turn':>13}  failing error types"
+    ]
     for arm, s in summary["arms"].items():
         rate = s["pass_rate"] if s["pass_rate"] is not None else "-"
-        lines.append(f"{arm:8} {s['passed']:>4}/{s['tasks']:<4} {rate:>6} "
-                     f"{s['requests_per_task']!s:>9} {s['prompt_tokens_per_task']!s:>12} "
-                     f"{s['completion_tokens_per_task']!s:>11} {s['memory_tokens_per_injected_turn']!s:>17} "
-                     f"{s['memory_tokens_per_turn']!s:>13}  "
-                     + (", ".join(f"{k} {v}" for k, v in sorted(s["error_types"].items())) or "-"))
+        lines.append(
+            f"{arm:8} {s['passed']:>4}/{s['tasks']:<4} {rate:>6} "
+            f"{s['requests_per_task']!s:>9} {s['prompt_tokens_per_task']!s:>12} "
+            f"{s['completion_tokens_per_task']!s:>11} {s['memory_tokens_per_injected_turn']!s:>17} "
+            f"{s['memory_tokens_per_turn']!s:>13}  "
+            + (", ".join(f"{k} {v}" for k, v in sorted(s["error_types"].items())) or "-")
+        )
     for arm, t in summary["paired"].items():
-        lines.append(f"\n{arm} vs none over {t['tasks']} tasks: both pass {t['both']}, only with memory "
-                     f"{t['only_with']}, only without {t['only_without']}, neither {t['neither']}; "
-                     f"McNemar exact p = {t['p']:.4g}")
+        lines.append(
+            f"\n{arm} vs none over {t['tasks']} tasks: both pass {t['both']}, only with memory "
+            f"{t['only_with']}, only without {t['only_without']}, neither {t['neither']}; "
+            f"McNemar exact p = {t['p']:.4g}"
+        )
     lines.append(f"\nsettings: {json.dumps(settings)}")
     return "\n".join(lines)
 
@@ -703,8 +799,10 @@ def per_task_table(results: list[dict], arms: list[str]) -> str:
                 cells.append(f" {'-':>46}")
                 continue
             mem = mean([m["tokens"] for m in r["memory"]]) if r["memory"] else 0
-            cells.append(f" {('pass' if r['passed'] else 'fail'):>14} {r['requests']:>5} {r['prompt_tokens']!s:>9} "
-                         f"{r['completion_tokens']!s:>7} {mem!s:>8}")
+            cells.append(
+                f" {('pass' if r['passed'] else 'fail'):>14} {r['requests']:>5} {r['prompt_tokens']!s:>9} "
+                f"{r['completion_tokens']!s:>7} {mem!s:>8}"
+            )
         out.append(f"{task_id:22}" + "".join(cells))
     return "\n".join(out)
 
@@ -728,8 +826,10 @@ def endpoint_urls(specs: list[str], arms: list[str], default: str | None) -> dic
 
 
 def default_tokenizer() -> Path:
-    return Path(os.environ.get("PROCEDURE_TOKENIZER_SOURCE")
-                or shared_dir() / "data" / "tokenizers" / "qwen3" / "tokenizer.json")
+    return Path(
+        os.environ.get("PROCEDURE_TOKENIZER_SOURCE")
+        or shared_dir() / "data" / "tokenizers" / "qwen3" / "tokenizer.json"
+    )
 
 
 @dataclass
@@ -773,19 +873,30 @@ async def run(settings: RunSettings, workdir: Path, lib: SimpleNamespace | None 
         sources["library"] = workdir / "library-workspace"
         if sources["library"].exists():
             shutil.rmtree(sources["library"])
-        library_info = await library_workspace(settings.library, sources["library"], settings.tokenizer,
-                                               settings.dimensions)
+        library_info = await library_workspace(
+            settings.library, sources["library"], settings.tokenizer, settings.dimensions
+        )
     seen = {label: seen_task_ids(source_texts(path), tasks) for label, path in sources.items()}
     refuse_overlap(settings.task_ids, seen)
     tag = f"downstream_{uuid.uuid4().hex[:8]}"
     arms, memories = [], []
     for name in settings.arms:
-        endpoint = Endpoint(settings.urls[name], settings.model, settings.api_key, settings.temperature,
-                            settings.timeout)
+        endpoint = Endpoint(
+            settings.urls[name], settings.model, settings.api_key, settings.temperature, settings.timeout
+        )
         memory = None
         if name in sources:
-            memory = Memory(name, sources[name], workdir / f"{name}-copy", settings.view, settings.k, settings.fields,
-                            settings.tokenizer, settings.dimensions, settings.delivery)
+            memory = Memory(
+                name,
+                sources[name],
+                workdir / f"{name}-copy",
+                settings.view,
+                settings.k,
+                settings.fields,
+                settings.tokenizer,
+                settings.dimensions,
+                settings.delivery,
+            )
             memories.append(memory)
         arms.append(Arm(name, endpoint, f"{tag}_{name}", memory, settings.inject))
     started = time.monotonic()
@@ -793,17 +904,29 @@ async def run(settings: RunSettings, workdir: Path, lib: SimpleNamespace | None 
     try:
         for memory in memories:
             opened.append(await memory.__aenter__())
-        results = await run_arms(lib, [tasks[t] for t in settings.task_ids], arms, settings.keep_messages,
-                                 settings.concurrent)
+        results = await run_arms(
+            lib, [tasks[t] for t in settings.task_ids], arms, settings.keep_messages, settings.concurrent
+        )
     finally:
         for memory in reversed(opened):
             await memory.__aexit__(None, None, None)
     frozen = {m.label: m.frozen for m in memories}
     summary = summarize(results, settings.arms)
-    return {"summary": summary, "results": results, "frozen": frozen,
-            "memories": {m.label: {"source": str(m.source), "valid_experiences": m.valid_experiences,
-                                   "seen_tasks": sorted(seen[m.label], key=task_number)} for m in memories},
-            "library": library_info, "seconds": round(time.monotonic() - started, 1)}
+    return {
+        "summary": summary,
+        "results": results,
+        "frozen": frozen,
+        "memories": {
+            m.label: {
+                "source": str(m.source),
+                "valid_experiences": m.valid_experiences,
+                "seen_tasks": sorted(seen[m.label], key=task_number),
+            }
+            for m in memories
+        },
+        "library": library_info,
+        "seconds": round(time.monotonic() - started, 1),
+    }
 
 
 def smoke(task_ids: list[str] | None = None, modes: tuple[str, ...] = ("ground_truth", "silent")) -> dict:
@@ -819,8 +942,10 @@ def smoke(task_ids: list[str] | None = None, modes: tuple[str, ...] = ("ground_t
             with ScriptedEndpoint(mode, [tasks[t] for t in ids], lib) as endpoint:
                 settings = RunSettings(ids, ["none"], {"none": endpoint.base_url}, model=f"scripted-{mode}")
                 result = asyncio.run(run(settings, Path(tmp), lib))
-            out[mode] = {"summary": result["summary"]["arms"]["none"],
-                         "results": [{**r, "arm": mode} for r in result["results"]]}
+            out[mode] = {
+                "summary": result["summary"]["arms"]["none"],
+                "results": [{**r, "arm": mode} for r in result["results"]],
+            }
     return out
 
 
@@ -830,17 +955,34 @@ def settings_from(args, arms: list[str]) -> RunSettings:
     library = args.library
     if library is None and "library" in arms:
         library = find_shared(args.shared, "data/experience-library") / "data/experience-library/bfcl_qwen3_8b.jsonl"
-    return RunSettings(parse_ids(args.tasks), arms, urls, args.workspace, library, args.view, args.k, fields,
-                       args.inject, os.environ.get("LLM_MODEL_NAME", "model"), os.environ.get("LLM_API_KEY", "none"),
-                       args.temperature, args.timeout, default_tokenizer(), args.embedding_dimensions,
-                       not args.sequential_arms, args.keep_messages, delivery_from(args))
+    return RunSettings(
+        parse_ids(args.tasks),
+        arms,
+        urls,
+        args.workspace,
+        library,
+        args.view,
+        args.k,
+        fields,
+        args.inject,
+        os.environ.get("LLM_MODEL_NAME", "model"),
+        os.environ.get("LLM_API_KEY", "none"),
+        args.temperature,
+        args.timeout,
+        default_tokenizer(),
+        args.embedding_dimensions,
+        not args.sequential_arms,
+        args.keep_messages,
+        delivery_from(args),
+    )
 
 
 def delivery_from(args) -> Delivery:
     """``run``'s delivery flags: ``--min-relevance`` (default: the plugin's setting), ``--tools task|none``,
     ``--memory-tokens`` (0: no budget)."""
-    return Delivery(min_relevance=args.min_relevance, task_tools=args.tools == "task",
-                    max_tokens=args.memory_tokens or None)
+    return Delivery(
+        min_relevance=args.min_relevance, task_tools=args.tools == "task", max_tokens=args.memory_tokens or None
+    )
 
 
 def hosted_embeddings(args) -> bool:
@@ -864,11 +1006,19 @@ def local_servers(args, workdir: Path, model: bool, embeddings: bool):
     args.model = args.model or args.real_llm_dir / "models" / "qwen2.5-coder-1.5b-instruct.gguf"
     servers = Servers(args, shared, workdir, embeddings=embeddings, model=model)
     if model:
-        os.environ.update(LLM_BACKEND="openai", LLM_MODEL_NAME="local", LLM_API_KEY="x",
-                          LLM_BASE_URL=f"http://127.0.0.1:{servers.model_port}/v1")
+        os.environ.update(
+            LLM_BACKEND="openai",
+            LLM_MODEL_NAME="local",
+            LLM_API_KEY="x",
+            LLM_BASE_URL=f"http://127.0.0.1:{servers.model_port}/v1",
+        )
     if embeddings:
-        os.environ.update(EMBEDDING_BACKEND="openai", EMBEDDING_MODEL_NAME="hash", EMBEDDING_API_KEY="x",
-                          EMBEDDING_BASE_URL=f"http://127.0.0.1:{servers.embed_port}/v1")
+        os.environ.update(
+            EMBEDDING_BACKEND="openai",
+            EMBEDDING_MODEL_NAME="hash",
+            EMBEDDING_API_KEY="x",
+            EMBEDDING_BASE_URL=f"http://127.0.0.1:{servers.embed_port}/v1",
+        )
         print("embeddings: the shared hash embedding server (plumbing only; ranks worse than BM25 alone)")
     return servers
 
@@ -876,6 +1026,7 @@ def local_servers(args, workdir: Path, model: bool, embeddings: bool):
 def shown_settings(settings) -> dict:
     """A run's settings as its report and ``--json`` show them: JSON values (paths as text, the delivery as a dict),
     without the task ids (listed apart) and the key."""
+
     def plain(value):
         if isinstance(value, Path):
             return str(value)
@@ -897,8 +1048,10 @@ def command_run(args) -> None:
     try:
         settings = settings_from(args, arms)
         print(f"machine: {describe()}; load average {os.getloadavg()}; plugin {revision()}")
-        print(f"arms {arms} on {len(settings.task_ids)} tasks; endpoints {settings.urls}; model {settings.model}; "
-              f"embeddings {os.environ.get('EMBEDDING_MODEL_NAME')}; workdir {workdir}")
+        print(
+            f"arms {arms} on {len(settings.task_ids)} tasks; endpoints {settings.urls}; model {settings.model}; "
+            f"embeddings {os.environ.get('EMBEDDING_MODEL_NAME')}; workdir {workdir}"
+        )
         result = asyncio.run(run(settings, workdir))
     finally:
         if servers is not None:
@@ -907,12 +1060,20 @@ def command_run(args) -> None:
     print("\n" + per_task_table(result["results"], arms))
     print(report(result["summary"], shown))
     for label, frozen in result["frozen"].items():
-        print(f"memory {label}: {result['memories'][label]['valid_experiences']} valid experiences; "
-              f"{'unchanged' if frozen['unchanged'] else 'CHANGED'} during the run")
+        print(
+            f"memory {label}: {result['memories'][label]['valid_experiences']} valid experiences; "
+            f"{'unchanged' if frozen['unchanged'] else 'CHANGED'} during the run"
+        )
     print(f"total {result['seconds']} s; load average at end {os.getloadavg()}")
     if args.json:
-        args.json.write_text(json.dumps({"settings": {**shown, "task_ids": settings.task_ids}, **result},
-                                        indent=1, ensure_ascii=False, default=str))
+        args.json.write_text(
+            json.dumps(
+                {"settings": {**shown, "task_ids": settings.task_ids}, **result},
+                indent=1,
+                ensure_ascii=False,
+                default=str,
+            )
+        )
     if not all(f["unchanged"] for f in result["frozen"].values()):
         raise SystemExit("a memory changed during the run: the measurement is void")
 
@@ -923,8 +1084,10 @@ def rollout_jsonl(task: Task, messages: list[dict]) -> bytes:
     classes = ", ".join(task.entry["involved_classes"])
     names = {c["id"]: c["function"]["name"] for m in messages for c in m.get("tool_calls") or []}
     lines = [{"role": "system", "content": f"You are an assistant with tools from: {classes}."}]
-    lines += [{**m, "name": names[m["tool_call_id"]]} if m.get("role") == "tool" and m.get("tool_call_id") in names
-              else m for m in messages]
+    lines += [
+        {**m, "name": names[m["tool_call_id"]]} if m.get("role") == "tool" and m.get("tool_call_id") in names else m
+        for m in messages
+    ]
     return "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in lines).encode("utf-8")
 
 
@@ -958,33 +1121,52 @@ def command_build(args) -> None:
         if args.rollouts != "none":
             lib = bfcl()
             tasks = load_tasks(lib)
-            endpoint = Endpoint(os.environ["LLM_BASE_URL"], os.environ.get("LLM_MODEL_NAME", "model"),
-                                os.environ.get("LLM_API_KEY", "none"), args.temperature, args.timeout)
+            endpoint = Endpoint(
+                os.environ["LLM_BASE_URL"],
+                os.environ.get("LLM_MODEL_NAME", "model"),
+                os.environ.get("LLM_API_KEY", "none"),
+                args.temperature,
+                args.timeout,
+            )
             arm = Arm("rollout", endpoint, f"downstream_{uuid.uuid4().hex[:8]}_rollout")
             results = asyncio.run(run_arms(lib, [tasks[t] for t in train], [arm], keep_messages=True))
             for result in results:
                 keep = args.rollouts == "all" or result["passed"]
-                rollouts.append({k: result[k] for k in ("id", "passed", "error_type", "requests", "prompt_tokens")}
-                                | {"imported": keep})
+                rollouts.append(
+                    {k: result[k] for k in ("id", "passed", "error_type", "requests", "prompt_tokens")}
+                    | {"imported": keep}
+                )
                 if keep:
                     path = out / "rollouts" / f"rollout_{result['id']}.jsonl"
                     path.write_bytes(rollout_jsonl(tasks[result["id"]], result["messages"]))
                     paths.append(path)
         tokenizer = default_tokenizer()
-        print(f"importing {len(paths)} trajectories into {out / 'ws'} with {os.environ.get('LLM_MODEL_NAME')} at "
-              f"{os.environ.get('LLM_BASE_URL')}", flush=True)
+        print(
+            f"importing {len(paths)} trajectories into {out / 'ws'} with {os.environ.get('LLM_MODEL_NAME')} at "
+            f"{os.environ.get('LLM_BASE_URL')}",
+            flush=True,
+        )
         result = asyncio.run(extract(args, [{"path": p, "task": task_of(p)} for p in paths], out, tokenizer))
     finally:
         if servers is not None:
             servers.stop()
-    manifest = {"train": train, "rollouts": rollouts, "imports": result["imports"],
-                "valid_experiences": len(result["valid"]), "invalid_files": result["invalid"],
-                "model": os.environ.get("LLM_MODEL_NAME"), "embeddings": os.environ.get("EMBEDDING_MODEL_NAME"),
-                "revision": revision(), "workspace": str(out / "ws")}
+    manifest = {
+        "train": train,
+        "rollouts": rollouts,
+        "imports": result["imports"],
+        "valid_experiences": len(result["valid"]),
+        "invalid_files": result["invalid"],
+        "model": os.environ.get("LLM_MODEL_NAME"),
+        "embeddings": os.environ.get("EMBEDDING_MODEL_NAME"),
+        "revision": revision(),
+        "workspace": str(out / "ws"),
+    }
     (out / "build.json").write_text(json.dumps(manifest, indent=1, ensure_ascii=False))
     complete = sum(i["status"] == "complete" for i in result["imports"])
-    print(f"\n{complete}/{len(paths)} imports complete; {len(result['valid'])} valid experiences, "
-          f"{len(result['invalid'])} invalid files; workspace {out / 'ws'} (manifest {out / 'build.json'})")
+    print(
+        f"\n{complete}/{len(paths)} imports complete; {len(result['valid'])} valid experiences, "
+        f"{len(result['invalid'])} invalid files; workspace {out / 'ws'} (manifest {out / 'build.json'})"
+    )
 
 
 def command_bfcl_export(args) -> None:
@@ -999,8 +1181,10 @@ def command_bfcl_export(args) -> None:
         rows.sort(key=lambda r: task_number(r["id"]))
         target.write_text("".join(json.dumps(r) + "\n" for r in rows))
         print(f"{arm}: {len(rows)} tasks -> {target}")
-    print(f"then, in a venv with bfcl-eval and its own dependencies, for each arm:\n  BFCL_PROJECT_ROOT={args.out}/ARM "
-          f"bfcl evaluate --model {BFCL_MODEL} --test-category {CATEGORY} --partial-eval")
+    print(
+        f"then, in a venv with bfcl-eval and its own dependencies, for each arm:\n  BFCL_PROJECT_ROOT={args.out}/ARM "
+        f"bfcl evaluate --model {BFCL_MODEL} --test-category {CATEGORY} --partial-eval"
+    )
 
 
 def command_bfcl_compare(args) -> None:
@@ -1018,10 +1202,14 @@ def command_bfcl_compare(args) -> None:
             same = theirs == r["passed"] and (theirs or failing[r["id"]] == r["error_type"])
             mismatches += not same
             if not same:
-                print(f"MISMATCH {arm} {r['id']}: driver {r['passed']} {r['error_type']}, bfcl {theirs} "
-                      f"{failing.get(r['id'])}")
-        print(f"{arm}: bfcl accuracy {header.get('accuracy')} ({header.get('correct_count')}/"
-              f"{header.get('total_count')}); driver {sum(r['passed'] for r in data['results'] if r['arm'] == arm)}")
+                print(
+                    f"MISMATCH {arm} {r['id']}: driver {r['passed']} {r['error_type']}, bfcl {theirs} "
+                    f"{failing.get(r['id'])}"
+                )
+        print(
+            f"{arm}: bfcl accuracy {header.get('accuracy')} ({header.get('correct_count')}/"
+            f"{header.get('total_count')}); driver {sum(r['passed'] for r in data['results'] if r['arm'] == arm)}"
+        )
     print(f"{total - mismatches}/{total} verdicts (and failing error types) equal")
     if mismatches:
         raise SystemExit(1)
@@ -1043,8 +1231,11 @@ def main(argv=None) -> None:
         q.add_argument("--temperature", type=float, default=0.001, help="solver temperature (BFCL's default 0.001)")
         q.add_argument("--timeout", type=float, default=4000.0, help="seconds per model request (relay: long)")
         q.add_argument("--embedding-dimensions", type=int, default=None)
-        q.add_argument("--embedded", action="store_true",
-                       help="the plugin's embedded MiniLM (the relevance floor's model), not the hash server")
+        q.add_argument(
+            "--embedded",
+            action="store_true",
+            help="the plugin's embedded MiniLM (the relevance floor's model), not the hash server",
+        )
 
     s = sub.add_parser("smoke", help="offline self-check with scripted endpoints (100%% and 0%%)")
     s.add_argument("--tasks", default="0,1")
@@ -1061,12 +1252,24 @@ def main(argv=None) -> None:
     r.add_argument("--k", type=int, default=3, help="experiences per block (procedure_search limit)")
     r.add_argument("--fields", default="all", help="'all' or e.g. when-to-use,content")
     r.add_argument("--inject", default="every", choices=("every", "first"), help="before every turn, or the first")
-    r.add_argument("--min-relevance", type=float, default=None,
-                   help="procedure_search's relevance floor (default: the plugin's setting; 0: none)")
-    r.add_argument("--tools", default="task", choices=("task", "none"),
-                   help="task: only experiences naming one of the task's functions (procedure_search tools=)")
-    r.add_argument("--memory-tokens", type=int, default=DEFAULT_MEMORY_TOKENS,
-                   help="most tokens of experience text per block, whole experiences best first (0: no budget)")
+    r.add_argument(
+        "--min-relevance",
+        type=float,
+        default=None,
+        help="procedure_search's relevance floor (default: the plugin's setting; 0: none)",
+    )
+    r.add_argument(
+        "--tools",
+        default="task",
+        choices=("task", "none"),
+        help="task: only experiences naming one of the task's functions (procedure_search tools=)",
+    )
+    r.add_argument(
+        "--memory-tokens",
+        type=int,
+        default=DEFAULT_MEMORY_TOKENS,
+        help="most tokens of experience text per block, whole experiences best first (0: no budget)",
+    )
     r.add_argument("--sequential-arms", action="store_true", help="one arm after the other (one shared endpoint)")
     r.add_argument("--keep-messages", action="store_true", help="keep every conversation in --json")
     r.add_argument("--workdir", type=Path, default=None)
@@ -1075,8 +1278,12 @@ def main(argv=None) -> None:
     common(b)
     b.add_argument("--out", type=Path, required=True)
     b.add_argument("--train", required=True, help="training task ids (replays exist for 0..39)")
-    b.add_argument("--rollouts", default="none", choices=("none", "passed", "all"),
-                   help="also import the model's own rollouts of the training tasks")
+    b.add_argument(
+        "--rollouts",
+        default="none",
+        choices=("none", "passed", "all"),
+        help="also import the model's own rollouts of the training tasks",
+    )
     for option in ("--segment", "--summary", "--reserve", "--max-iters"):
         b.add_argument(option, type=int, default=None)
     e = sub.add_parser("bfcl-export", help="a run's model responses in bfcl-eval's result layout")
@@ -1091,16 +1298,22 @@ def main(argv=None) -> None:
         out = smoke(parse_ids(args.tasks), tuple(dict.fromkeys(("ground_truth", "silent") + modes)))
         for mode, o in out.items():
             s = o["summary"]
-            print(f"{mode}: {s['passed']}/{s['tasks']} passed, {s['requests_per_task']} requests per task, "
-                  f"failing: {s['error_types'] or '-'}")
+            print(
+                f"{mode}: {s['passed']}/{s['tasks']} passed, {s['requests_per_task']} requests per task, "
+                f"failing: {s['error_types'] or '-'}"
+            )
         if args.json:
             args.json.write_text(json.dumps({"results": [r for o in out.values() for r in o["results"]]}, indent=1))
         replay, silent = out["ground_truth"]["summary"], out["silent"]["summary"]
         ok = replay["passed"] == replay["tasks"] > 0 and silent["passed"] == 0
         print(f"smoke {'OK' if ok else 'FAILED'} in {time.monotonic() - started:.1f} s")
         raise SystemExit(0 if ok else 1)
-    {"run": command_run, "build": command_build, "bfcl-export": command_bfcl_export,
-     "bfcl-compare": command_bfcl_compare}[args.command](args)
+    {
+        "run": command_run,
+        "build": command_build,
+        "bfcl-export": command_bfcl_export,
+        "bfcl-compare": command_bfcl_compare,
+    }[args.command](args)
 
 
 if __name__ == "__main__":

@@ -79,12 +79,25 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from benchlib.library import (TRAJECTORY_DIR, index_placed, load_library, place_library,  # benchmarks/benchlib/library.py
-                      queries_of)
+from benchlib.library import (
+    TRAJECTORY_DIR,
+    index_placed,
+    load_library,
+    place_library,  # benchmarks/benchlib/library.py
+    queries_of,
+)
 from benchlib.machine import describe  # noqa: E402  (benchmarks/benchlib/machine.py)
 from benchlib.shared import find_shared  # noqa: E402  (benchmarks/benchlib/shared.py)
-from benchlib.transfer import (cases_of, ceiling, copies_of, search_cases, split, table,  # benchmarks/benchlib/transfer.py
-                       training_calls, verdict)
+from benchlib.transfer import (
+    cases_of,
+    ceiling,
+    copies_of,
+    search_cases,
+    split,
+    table,  # benchmarks/benchlib/transfer.py
+    training_calls,
+    verdict,
+)
 from benchlib.turns import read_turns  # noqa: E402  (benchmarks/benchlib/turns.py)
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -133,8 +146,12 @@ def retrieval(ranked: dict[str, dict[str, list[str]]], relevant: dict[str, set[s
             hits5 += rank is not None and rank <= 5
             reciprocal += 1 / rank if rank else 0.0
         n = len(tasks) or 1
-        out[view] = {"hit@1": round(hits1 / n, 3), "hit@5": round(hits5 / n, 3), "mrr@10": round(reciprocal / n, 3),
-                     "tasks": len(tasks)}
+        out[view] = {
+            "hit@1": round(hits1 / n, 3),
+            "hit@5": round(hits5 / n, 3),
+            "mrr@10": round(reciprocal / n, 3),
+            "tasks": len(tasks),
+        }
     return out
 
 
@@ -175,11 +192,16 @@ async def experience_sizes(memory) -> dict:
         return {"experiences": 0}
     texts = [[e.description, e.when_to_use, e.content] for e in experiences]
     counts = await memory.workspace.tokens.acount_many([t for three in texts for t in three])
-    fields = [counts[i:i + 3] for i in range(0, len(counts), 3)]
+    fields = [counts[i : i + 3] for i in range(0, len(counts), 3)]
     total, content = [sum(f) for f in fields], [f[2] for f in fields]
-    return {"experiences": len(experiences), "median": median(total), "largest": max(total),
-            "content_median": median(content), "content_largest": max(content),
-            "when_to_use_largest": max(f[1] for f in fields)}
+    return {
+        "experiences": len(experiences),
+        "median": median(total),
+        "largest": max(total),
+        "content_median": median(content),
+        "content_largest": max(content),
+        "when_to_use_largest": max(f[1] for f in fields),
+    }
 
 
 def experience_faithfulness(memory) -> dict:
@@ -188,8 +210,11 @@ def experience_faithfulness(memory) -> dict:
     from benchlib.faithfulness import faithfulness
     from reme_procedure_memory.storage.experiences import BadFile
 
-    experiences = [(item.experience.content, list(item.experience.sources)) for item in memory.workspace.files.scan()
-                   if not isinstance(item, BadFile)]
+    experiences = [
+        (item.experience.content, list(item.experience.sources))
+        for item in memory.workspace.files.scan()
+        if not isinstance(item, BadFile)
+    ]
     texts: dict[str, str] = {}
 
     def text_of(source: str) -> str:
@@ -205,9 +230,11 @@ def print_sizes(label: str, sizes: dict) -> None:
     if not sizes.get("experiences"):
         print(f"{label}: no valid experience")
         return
-    print(f"{label}: {sizes['experiences']} experiences; description + when-to-use + content: median "
-          f"{sizes['median']}, largest {sizes['largest']} tokens; content median {sizes['content_median']}, largest "
-          f"{sizes['content_largest']}; when-to-use largest {sizes['when_to_use_largest']}")
+    print(
+        f"{label}: {sizes['experiences']} experiences; description + when-to-use + content: median "
+        f"{sizes['median']}, largest {sizes['largest']} tokens; content median {sizes['content_median']}, largest "
+        f"{sizes['content_largest']}; when-to-use largest {sizes['when_to_use_largest']}"
+    )
 
 
 def revisions(memory, request_ids: list[str]) -> dict:
@@ -228,8 +255,11 @@ def revisions(memory, request_ids: list[str]) -> dict:
             elif position > 0 and created_by.get(op.path, position) < position:
                 revised.add(op.path)
     later = len(revised) + len(new)
-    return {"later_revised": len(revised), "later_created": len(new),
-            "revised_share": round(len(revised) / later, 3) if later else None}
+    return {
+        "later_revised": len(revised),
+        "later_created": len(new),
+        "revised_share": round(len(revised) / later, 3) if later else None,
+    }
 
 
 # -- workspaces -----------------------------------------------------------------------------------------------------
@@ -251,15 +281,30 @@ def application(workspace: Path, tokenizer: Path, args, with_model: bool = False
         defaults = resolve_app_config(log_config=False)["components"]
         components["as_llm"] = {"default": defaults["as_llm"]["default"]}
         components["agent_wrapper"] = {"default": defaults["agent_wrapper"]["default"]}
-        limits = {k: v for k, v in (("segment", args.segment), ("summary", args.summary), ("context", args.ctx),
-                                    ("reserve", args.reserve)) if v}
+        limits = {
+            k: v
+            for k, v in (
+                ("segment", args.segment),
+                ("summary", args.summary),
+                ("context", args.ctx),
+                ("reserve", args.reserve),
+            )
+            if v
+        }
         memory["token_limits"] = limits
         if args.max_iters:
             memory["extraction"] = {"max_iters": args.max_iters}
         if args.ctx:
             components["as_llm"]["default"]["context_size"] = args.ctx
-    app = Application(plugins=["procedure-memory"], workspace_dir=str(workspace), service={"backend": "cli"},
-                      enable_logo=False, log_to_console=False, log_to_file=False, components=components)
+    app = Application(
+        plugins=["procedure-memory"],
+        workspace_dir=str(workspace),
+        service={"backend": "cli"},
+        enable_logo=False,
+        log_to_console=False,
+        log_to_file=False,
+        components=components,
+    )
     if args.smoke or scripts is not None:
         from helpers import FakeEmbeddingModel, ScriptedAgent  # tests/helpers/: the doubles the tests may use
 
@@ -287,19 +332,31 @@ async def extract(args, tasks: list[dict], workdir: Path, tokenizer: Path, scrip
             source.write_bytes(task["path"].read_bytes())
             before = check_agent_token_usage(wrapper, app.context)
             started = time.monotonic()
-            response = await app.run_job("procedure_auto_memory", file=str(source), filename=source.name,
-                                         request_id=f"extraction-{n:03d}")
+            response = await app.run_job(
+                "procedure_auto_memory", file=str(source), filename=source.name, request_id=f"extraction-{n:03d}"
+            )
             answer = json.loads(response.answer)
             after = check_agent_token_usage(wrapper, app.context)
             used = {m: (after[m] or 0) - (before[m] or 0) for m in ("input_tokens", "output_tokens")}
             text = source.read_text(encoding="utf-8")
-            imports.append({"trajectory": source.name, "task": task["task"], "request_id": f"extraction-{n:03d}",
-                            "copy": answer.get("path"), "status": answer.get("status"),
-                            "error": (answer.get("error") or {}).get("code"),
-                            "seconds": round(time.monotonic() - started, 1),
-                            "trajectory_tokens": await memory.workspace.tokens.acount(text), **used})
-            print(f"  {source.name}: {answer.get('status')} {imports[-1]['error'] or ''} "
-                  f"experiences {answer.get('experiences')} in {imports[-1]['seconds']} s", flush=True)
+            imports.append(
+                {
+                    "trajectory": source.name,
+                    "task": task["task"],
+                    "request_id": f"extraction-{n:03d}",
+                    "copy": answer.get("path"),
+                    "status": answer.get("status"),
+                    "error": (answer.get("error") or {}).get("code"),
+                    "seconds": round(time.monotonic() - started, 1),
+                    "trajectory_tokens": await memory.workspace.tokens.acount(text),
+                    **used,
+                }
+            )
+            print(
+                f"  {source.name}: {answer.get('status')} {imports[-1]['error'] or ''} "
+                f"experiences {answer.get('experiences')} in {imports[-1]['seconds']} s",
+                flush=True,
+            )
             if n in (args.snapshot_at or ()):  # the size after n imports, and the workspace as it is then
                 snapshots[n] = await experience_sizes(memory)
                 print_sizes(f"after {n} imports", snapshots[n])
@@ -308,9 +365,15 @@ async def extract(args, tasks: list[dict], workdir: Path, tokenizer: Path, scrip
         snapshots[len(tasks)] = await experience_sizes(memory)
         faithful = experience_faithfulness(memory)
         ranked = await search_all(app, [t["task"] for t in tasks])
-        return {"imports": imports, "valid": valid, "invalid": invalid, "ranked": ranked,
-                "revisions": revisions(memory, [i["request_id"] for i in imports]), "sizes": snapshots,
-                "faithfulness": faithful}
+        return {
+            "imports": imports,
+            "valid": valid,
+            "invalid": invalid,
+            "ranked": ranked,
+            "revisions": revisions(memory, [i["request_id"] for i in imports]),
+            "sizes": snapshots,
+            "faithfulness": faithful,
+        }
     finally:
         await app.close()
 
@@ -348,17 +411,23 @@ def report(result: dict, ref: dict, tasks: list[dict]) -> dict:
         "trajectories": len(tasks),
         "complete": sum(i["status"] == "complete" for i in imports),
         "stopped": {i["trajectory"]: i["error"] for i in imports if i["status"] != "complete"},
-        "valid_experiences": len(valid), "invalid_files": len(result["invalid"]),
+        "valid_experiences": len(valid),
+        "invalid_files": len(result["invalid"]),
         "valid_per_trajectory": round(sum(per_trajectory) / (len(tasks) or 1), 2),
         "trajectories_with_an_experience": len(covered),
         "retrieval_all_tasks": retrieval(result["ranked"], relevant, [t["task"] for t in tasks]),
         "retrieval_tasks_with_experiences": retrieval(result["ranked"], relevant, covered),
         "retrieval_reference_tasks": retrieval(result["ranked"], relevant, matched),
         "reference_released_experiences": retrieval(ref["ranked"], ref["relevant"], matched),
-        "revisions": {**result["revisions"], "experiences_citing_2plus_trajectories": multi,
-                      "share_citing_2plus": round(multi / len(valid), 3) if valid else None},
-        "model_tokens_per_trajectory_token": {"input": round(tokens_in / trajectory_tokens, 2),
-                                              "output": round(tokens_out / trajectory_tokens, 3)},
+        "revisions": {
+            **result["revisions"],
+            "experiences_citing_2plus_trajectories": multi,
+            "share_citing_2plus": round(multi / len(valid), 3) if valid else None,
+        },
+        "model_tokens_per_trajectory_token": {
+            "input": round(tokens_in / trajectory_tokens, 2),
+            "output": round(tokens_out / trajectory_tokens, 3),
+        },
         "tokens": {"input": tokens_in, "output": tokens_out, "trajectory": trajectory_tokens},
         "experience_tokens": result.get("sizes", {}),
         "faithfulness": result.get("faithfulness"),
@@ -368,20 +437,26 @@ def report(result: dict, ref: dict, tasks: list[dict]) -> dict:
 
 def print_report(s: dict) -> None:
     print(f"\ntrajectories {s['trajectories']}, complete {s['complete']}, stopped {s['stopped'] or 'none'}")
-    print(f"valid experiences {s['valid_experiences']} (invalid files {s['invalid_files']}); per trajectory "
-          f"{s['valid_per_trajectory']}; trajectories with at least one: {s['trajectories_with_an_experience']}")
-    rows = [("plugin, all tasks", s["retrieval_all_tasks"]),
-            ("plugin, tasks with experiences", s["retrieval_tasks_with_experiences"]),
-            ("plugin, reference tasks", s["retrieval_reference_tasks"]),
-            ("ReMe released (Qwen3-8B), reference tasks", s["reference_released_experiences"])]
+    print(
+        f"valid experiences {s['valid_experiences']} (invalid files {s['invalid_files']}); per trajectory "
+        f"{s['valid_per_trajectory']}; trajectories with at least one: {s['trajectories_with_an_experience']}"
+    )
+    rows = [
+        ("plugin, all tasks", s["retrieval_all_tasks"]),
+        ("plugin, tasks with experiences", s["retrieval_tasks_with_experiences"]),
+        ("plugin, reference tasks", s["retrieval_reference_tasks"]),
+        ("ReMe released (Qwen3-8B), reference tasks", s["reference_released_experiences"]),
+    ]
     print(f"\n{'':44} {'view':20} {'tasks':>5} {'hit@1':>6} {'hit@5':>6} {'MRR@10':>7}")
     for label, figures in rows:
         for view in VIEWS:
             f = figures[view]
             print(f"{label:44} {view:20} {f['tasks']:5d} {f['hit@1']:6.3f} {f['hit@5']:6.3f} {f['mrr@10']:7.3f}")
     r = s["revisions"]
-    print(f"\nlater trajectories: revised {r['later_revised']}, created {r['later_created']} "
-          f"(revised share {r['revised_share']}); experiences citing 2+ trajectories {r['experiences_citing_2plus_trajectories']}")
+    print(
+        f"\nlater trajectories: revised {r['later_revised']}, created {r['later_created']} "
+        f"(revised share {r['revised_share']}); experiences citing 2+ trajectories {r['experiences_citing_2plus_trajectories']}"
+    )
     t = s["model_tokens_per_trajectory_token"]
     print(f"model tokens per trajectory token: input {t['input']}, output {t['output']} ({s['tokens']})")
     for n, sizes in sorted(s.get("experience_tokens", {}).items()):
@@ -391,10 +466,11 @@ def print_report(s: dict) -> None:
 
 def print_faithfulness(label: str, f: dict | None) -> None:
     if f and f["with_evidence"]:
-        print(f"{label}: {f['traceable']} of {f['with_evidence']} steps with a call or quoted literal are traceable "
-              f"to a cited trajectory ({f['share']:.1%}); {f['steps'] - f['with_evidence']} of {f['steps']} steps "
-              "have neither")
-
+        print(
+            f"{label}: {f['traceable']} of {f['with_evidence']} steps with a call or quoted literal are traceable "
+            f"to a cited trajectory ({f['share']:.1%}); {f['steps'] - f['with_evidence']} of {f['steps']} steps "
+            "have neither"
+        )
 
 
 # -- transfer -------------------------------------------------------------------------------------------------------
@@ -458,11 +534,15 @@ def copying_script(path: Path):
     async def script(tools, prompt, kwargs):
         if turns:
             ok, answer = await tools.call(
-                "procedure_create", filename=re.sub(r"[^a-z0-9]+", "-", path.stem.lower()).strip("-") + ".json",
-                operation_key="copy-1", description=f"Calls made for: {words(turns[0].message, 12)}",
+                "procedure_create",
+                filename=re.sub(r"[^a-z0-9]+", "-", path.stem.lower()).strip("-") + ".json",
+                operation_key="copy-1",
+                description=f"Calls made for: {words(turns[0].message, 12)}",
                 when_to_use=words(turns[0].message, 80),
-                content="\n".join(f"{n}. {words(t.message, 40)} Call {', '.join(t.functions)}."
-                                  for n, t in enumerate(turns, 1)))
+                content="\n".join(
+                    f"{n}. {words(t.message, 40)} Call {', '.join(t.functions)}." for n, t in enumerate(turns, 1)
+                ),
+            )
             if not ok:
                 raise RuntimeError(f"the scripted create failed: {answer}")
         return summary(f"Wrote the calls of {path.name} as one experience.")
@@ -475,10 +555,15 @@ def transfer(args, trajectories: list[Path], library: Path, tokenizer: Path, wor
     train, test = split(trajectories)
     if not test:
         raise SystemExit(f"the transfer mode needs at least two trajectories, got {len(trajectories)}")
-    out: dict = {"split": {"train": [p.name for p in train], "test": [p.name for p in test]},
-                 "cases": len(cases_of(test)), "training_calls": ceiling(cases_of(test), [training_calls(train)])}
-    print(f"split: {len(train)} training trajectories ({train[0].name} .. {train[-1].name}), {len(test)} test "
-          f"({test[0].name} .. {test[-1].name}); {out['cases']} test turns with tool calls")
+    out: dict = {
+        "split": {"train": [p.name for p in train], "test": [p.name for p in test]},
+        "cases": len(cases_of(test)),
+        "training_calls": ceiling(cases_of(test), [training_calls(train)]),
+    }
+    print(
+        f"split: {len(train)} training trajectories ({train[0].name} .. {train[-1].name}), {len(test)} test "
+        f"({test[0].name} .. {test[-1].name}); {out['cases']} test turns with tool calls"
+    )
     if not args.reference_only:
         workspace = args.workspace
         if workspace is None:
@@ -494,18 +579,24 @@ def transfer(args, trajectories: list[Path], library: Path, tokenizer: Path, wor
     out["reference"] = asyncio.run(transfer_reference(args, library, test, tokenizer, workdir))
     rows = [("plugin", out["plugin"]["views"])] if "plugin" in out else []
     rows.append((f"ReMe released ({out['reference']['experiences']})", out["reference"]["views"]))
-    print(f"\ntransfer to the test half ({out['cases']} turns; released experiences of test tasks excluded: "
-          f"{out['reference']['excluded']}):\n\n{table(rows)}")
+    print(
+        f"\ntransfer to the test half ({out['cases']} turns; released experiences of test tasks excluded: "
+        f"{out['reference']['excluded']}):\n\n{table(rows)}"
+    )
     bound = out["training_calls"]
-    print(f"\nbounds: a text naming every function the training half called covers {bound['coverage']:.3f} "
-          f"(full {bound['full']:.3f})")
+    print(
+        f"\nbounds: a text naming every function the training half called covers {bound['coverage']:.3f} "
+        f"(full {bound['full']:.3f})"
+    )
     for label in ("plugin", "reference"):
         if label in out:
             print_sizes(f"{label}: experience size", out[label]["sizes"])
             print_faithfulness(label, out[label]["faithfulness"])
             bound = out[label]["ceiling"]
-            print(f"{label}: all {bound['experiences']} experiences handed for every turn cover "
-                  f"{bound['coverage']:.3f} (full {bound['full']:.3f})")
+            print(
+                f"{label}: all {bound['experiences']} experiences handed for every turn cover "
+                f"{bound['coverage']:.3f} (full {bound['full']:.3f})"
+            )
         if out.get(label, {}).get("pending"):
             print(f"{label}: the search reported {len(out[label]['pending'])} unindexed experiences")
     return out
@@ -514,13 +605,18 @@ def transfer(args, trajectories: list[Path], library: Path, tokenizer: Path, wor
 def compare(before: Path, after: Path) -> dict:
     """``verdict`` per view of two ``--transfer --json`` answers, for the workspaces both hold."""
     b, a = (json.loads(p.read_text(encoding="utf-8"))["transfer"] for p in (before, after))
-    out = {label: verdict(b[label]["views"], a[label]["views"]) for label in ("plugin", "reference")
-           if label in b and label in a}
+    out = {
+        label: verdict(b[label]["views"], a[label]["views"])
+        for label in ("plugin", "reference")
+        if label in b and label in a
+    }
     for label, views in out.items():
         print(table([(f"{label}, before", b[label]["views"]), (f"{label}, after", a[label]["views"])]))
         for view, v in views.items():
-            print(f"{label} `{view}`: quality {'kept' if v['quality_kept'] else 'fell: ' + ', '.join(v['worse'])}; "
-                  f"tokens@3 {'fell' if v['tokens_fell'] else 'did not fall'}: {'PASS' if v['pass'] else 'FAIL'}")
+            print(
+                f"{label} `{view}`: quality {'kept' if v['quality_kept'] else 'fell: ' + ', '.join(v['worse'])}; "
+                f"tokens@3 {'fell' if v['tokens_fell'] else 'did not fall'}: {'PASS' if v['pass'] else 'FAIL'}"
+            )
     return out
 
 
@@ -537,8 +633,14 @@ def parse_args(argv=None):
     p.add_argument("--workspace", type=Path, default=None, help="--transfer: evaluate this extracted workspace")
     p.add_argument("--reference-only", action="store_true", help="--transfer: only ReMe's released library")
     p.add_argument("--smoke", action="store_true", help="the transfer mode offline: scripted agent, fake embeddings")
-    p.add_argument("--compare", type=Path, nargs=2, metavar=("BEFORE", "AFTER"), default=None,
-                   help="quality kept and tokens fallen? between two --transfer --json answers")
+    p.add_argument(
+        "--compare",
+        type=Path,
+        nargs=2,
+        metavar=("BEFORE", "AFTER"),
+        default=None,
+        help="quality kept and tokens fallen? between two --transfer --json answers",
+    )
     p.add_argument("--embed-python", default=None, help="start the MiniLM embedding server with this python")
     p.add_argument("--local-model", action="store_true", help="start the shared 1.5B model adapter (real-llm/)")
     p.add_argument("--real-llm-dir", type=Path, default=cache)
@@ -552,9 +654,13 @@ def parse_args(argv=None):
     p.add_argument("--reserve", type=int, default=None)
     p.add_argument("--max-iters", type=int, default=None)
     p.add_argument("--embedding-dimensions", type=int, default=None)
-    p.add_argument("--snapshot-at", type=lambda v: {int(n) for n in v.split(",")}, default=None,
-                   help="N[,M]: after the N-th import, print the experiences' sizes and copy the workspace to "
-                        "<workdir>/ws-at-N (e.g. for --transfer --workspace)")
+    p.add_argument(
+        "--snapshot-at",
+        type=lambda v: {int(n) for n in v.split(",")},
+        default=None,
+        help="N[,M]: after the N-th import, print the experiences' sizes and copy the workspace to "
+        "<workdir>/ws-at-N (e.g. for --transfer --workspace)",
+    )
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
@@ -579,10 +685,15 @@ def start_servers(args, shared: Path, workdir: Path, stack: ExitStack, model: bo
     if args.embed_python:
         from benchlib.minilm import DIMENSIONS, MODEL, EmbeddingServer
 
-        server = stack.enter_context(EmbeddingServer(args.embed_python, shared / "tools" / "embed_server_minilm.py",
-                                                     None))
-        os.environ.update(EMBEDDING_BACKEND="openai", EMBEDDING_MODEL_NAME=MODEL, EMBEDDING_API_KEY="local",
-                          EMBEDDING_BASE_URL=server.base_url)
+        server = stack.enter_context(
+            EmbeddingServer(args.embed_python, shared / "tools" / "embed_server_minilm.py", None)
+        )
+        os.environ.update(
+            EMBEDDING_BACKEND="openai",
+            EMBEDDING_MODEL_NAME=MODEL,
+            EMBEDDING_API_KEY="local",
+            EMBEDDING_BASE_URL=server.base_url,
+        )
         args.embedding_dimensions = DIMENSIONS
     hash_server = not os.environ.get("EMBEDDING_BASE_URL")
     if model and args.local_model:
@@ -591,16 +702,24 @@ def start_servers(args, shared: Path, workdir: Path, stack: ExitStack, model: bo
         args.reserve, args.max_iters = args.reserve or 1024, args.max_iters or 8
         servers = Servers(args, shared, workdir, embeddings=hash_server)
         stack.callback(servers.stop)
-        os.environ.update(LLM_BACKEND="openai", LLM_MODEL_NAME="local", LLM_API_KEY="x",
-                          LLM_BASE_URL=f"http://127.0.0.1:{servers.model_port}/v1")
+        os.environ.update(
+            LLM_BACKEND="openai",
+            LLM_MODEL_NAME="local",
+            LLM_API_KEY="x",
+            LLM_BASE_URL=f"http://127.0.0.1:{servers.model_port}/v1",
+        )
     elif model and not os.environ.get("LLM_BASE_URL") and not os.environ.get("LLM_API_KEY"):
         raise SystemExit("set LLM_BACKEND/LLM_MODEL_NAME/LLM_API_KEY/LLM_BASE_URL, or pass --local-model")
     elif hash_server:
         servers = Servers(args, shared, workdir, model=False)
         stack.callback(servers.stop)
     if hash_server:
-        os.environ.update(EMBEDDING_BACKEND="openai", EMBEDDING_MODEL_NAME="hash", EMBEDDING_API_KEY="x",
-                          EMBEDDING_BASE_URL=f"http://127.0.0.1:{servers.embed_port}/v1")
+        os.environ.update(
+            EMBEDDING_BACKEND="openai",
+            EMBEDDING_MODEL_NAME="hash",
+            EMBEDDING_API_KEY="x",
+            EMBEDDING_BASE_URL=f"http://127.0.0.1:{servers.embed_port}/v1",
+        )
         print("embeddings: the shared hash embedding server (plumbing only; ranks worse than BM25 alone)")
 
 
@@ -647,9 +766,11 @@ def run(args, workdir: Path, extracting: bool) -> dict:
     with ExitStack() as stack:
         start_servers(args, shared, workdir, stack, model=extracting)
         print(f"machine: {describe()}; load average {os.getloadavg()}")
-        print(f"model: {os.environ.get('LLM_MODEL_NAME') if extracting else 'none'}; embeddings "
-              f"{os.environ.get('EMBEDDING_MODEL_NAME')} ({args.embedding_dimensions or 'default'} dimensions); "
-              f"workdir {workdir}")
+        print(
+            f"model: {os.environ.get('LLM_MODEL_NAME') if extracting else 'none'}; embeddings "
+            f"{os.environ.get('EMBEDDING_MODEL_NAME')} ({args.embedding_dimensions or 'default'} dimensions); "
+            f"workdir {workdir}"
+        )
         if args.transfer:
             return {"transfer": transfer(args, base_trajectories(base), library, tokenizer, workdir)}
         return quality(args, base, library, tokenizer, workdir)
@@ -664,8 +785,11 @@ def quality(args, base: Path, library: Path, tokenizer: Path, workdir: Path) -> 
     ref = asyncio.run(reference(args, tasks, library, workdir, tokenizer))
     summary = report(result, ref, tasks)
     print_report(summary)
-    return {"summary": summary, "imports": result["imports"],
-            "experiences": {p: list(s) for p, s in result["valid"].items()}}
+    return {
+        "summary": summary,
+        "imports": result["imports"],
+        "experiences": {p: list(s) for p, s in result["valid"].items()},
+    }
 
 
 if __name__ == "__main__":

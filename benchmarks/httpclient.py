@@ -25,8 +25,10 @@ async def connect(port: int):
 
 async def post(reader, writer, port: int, body: bytes) -> bytes:
     """One keep-alive ``POST /procedure_search``; the response body (Content-Length framing, as uvicorn answers)."""
-    writer.write(b"POST /procedure_search HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
-                 b"Content-Length: %d\r\n\r\n%s" % (port, len(body), body))
+    writer.write(
+        b"POST /procedure_search HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n%s" % (port, len(body), body)
+    )
     head = await reader.readuntil(b"\r\n\r\n")
     status_line, _, headers = head.decode("latin-1").partition("\r\n")
     length = None

@@ -53,10 +53,16 @@ def build_application(ws: Path, tokenizer: Path, model):
     from reme.application import Application
 
     app = Application(
-        plugins=["procedure-memory"], workspace_dir=str(ws), enable_logo=False, log_to_console=False,
-        log_to_file=False, service={"backend": "cli", "job": "procedure_reindex"},
-        components={"procedure_memory": {"default": {"tokenizer_source": str(tokenizer)}},
-                    "as_embedding": {"procedure": {"dimensions": 1024}}},
+        plugins=["procedure-memory"],
+        workspace_dir=str(ws),
+        enable_logo=False,
+        log_to_console=False,
+        log_to_file=False,
+        service={"backend": "cli", "job": "procedure_reindex"},
+        components={
+            "procedure_memory": {"default": {"tokenizer_source": str(tokenizer)}},
+            "as_embedding": {"procedure": {"dimensions": 1024}},
+        },
     )
     app.context.components["as_embedding"]["procedure"].model = model
     return app
@@ -82,17 +88,41 @@ def write_imports(memory, m: int) -> None:
     target = experience_bytes({"description": "d", "when_to_use": "w " * 200, "content": "c " * 1000}, SOURCE)
     for i in range(m):
         request_id = f"req-2026{i:08d}"
-        record = ImportRecord(request_id=request_id, source=f"/data/runs/{i}.jsonl", filename=f"run-{i}.jsonl",
-                              path=f"session/trajectories/run-{i}.jsonl", sha256="0" * 64, size=1000, status=COPIED)
+        record = ImportRecord(
+            request_id=request_id,
+            source=f"/data/runs/{i}.jsonl",
+            filename=f"run-{i}.jsonl",
+            path=f"session/trajectories/run-{i}.jsonl",
+            sha256="0" * 64,
+            size=1000,
+            status=COPIED,
+        )
         write_json(memory.workspace.imports.path(request_id), record.__dict__, sync_dir=False)
-        checkpoint = Checkpoint(request_id=request_id, path=record.path, fingerprint={"sha256": "0" * 64},
-                                plugin_version="bench", segments=[[k, k + 1] for k in range(4)], next_segment=4,
-                                summary="s" * 4096, status=COMPLETE if i % 10 else PROCESSING)
+        checkpoint = Checkpoint(
+            request_id=request_id,
+            path=record.path,
+            fingerprint={"sha256": "0" * 64},
+            plugin_version="bench",
+            segments=[[k, k + 1] for k in range(4)],
+            next_segment=4,
+            summary="s" * 4096,
+            status=COMPLETE if i % 10 else PROCESSING,
+        )
         write_json(memory.workspace.checkpoints.path(request_id), checkpoint.to_record(), sync_dir=False)
         for k, tool in enumerate(("create", "create", "update")):
-            op = Operation(scope=request_id, key=f"k{k}", tool=tool, request="r", path=f"procedures/e{i}-{k % 2}.json",
-                           target=target.decode(), expected_version=None, status=INDEXED)
-            path = memory.workspace.journal.record_file(op.scope, op.key)  # the journal's own layout, as search.py writes history
+            op = Operation(
+                scope=request_id,
+                key=f"k{k}",
+                tool=tool,
+                request="r",
+                path=f"procedures/e{i}-{k % 2}.json",
+                target=target.decode(),
+                expected_version=None,
+                status=INDEXED,
+            )
+            path = memory.workspace.journal.record_file(
+                op.scope, op.key
+            )  # the journal's own layout, as search.py writes history
             path.parent.mkdir(parents=True, exist_ok=True)
             write_json(path, op.__dict__, sync_dir=False)
 
@@ -136,14 +166,22 @@ def check_walks(experiences: list[dict], paths: list[str], imports: list[dict], 
     if [i["request_id"] for i in imports] != ids:
         raise SystemExit("procedure_imports' pages did not list every import exactly once, by request id")
     expected = {f"req-2026{i:08d}": "complete" if i % 10 else "incomplete" for i in range(len(ids))}
-    wrong = [i["request_id"] for i in imports if i["status"] != expected[i["request_id"]]
-             or i["segments"] != {"done": 4, "total": 4} or i["experiences"] != {"created": 2, "updated": 0}]
+    wrong = [
+        i["request_id"]
+        for i in imports
+        if i["status"] != expected[i["request_id"]]
+        or i["segments"] != {"done": 4, "total": 4}
+        or i["experiences"] != {"created": 2, "updated": 0}
+    ]
     if wrong:
         raise SystemExit(f"procedure_imports: {len(wrong)} entries unlike their fixture, e.g. {wrong[0]}")
     complete = sum(1 for i in imports if i["status"] == "complete")
-    return {"experiences": len(experiences), "imports": len(imports), "complete": complete,
-            "incomplete": len(imports) - complete}
-
+    return {
+        "experiences": len(experiences),
+        "imports": len(imports),
+        "complete": complete,
+        "incomplete": len(imports) - complete,
+    }
 
 
 async def measure(args, root: Path) -> dict:
@@ -162,8 +200,14 @@ async def measure(args, root: Path) -> dict:
         middle = sorted(memory.workspace.files.paths())[args.n // 2]
         first = await job(app, "procedure_list", limit=1)
         assert first["experiences"][0]["state"] == "indexed", first
-        out = {"n": args.n, "imports": args.imports, "repeats": r, "walk_limit": args.walk_limit, "list": {},
-               "imports_listing": {}}
+        out = {
+            "n": args.n,
+            "imports": args.imports,
+            "repeats": r,
+            "walk_limit": args.walk_limit,
+            "list": {},
+            "imports_listing": {},
+        }
 
         async def paths():
             await asyncio.to_thread(memory.workspace.files.paths)
@@ -184,7 +228,8 @@ async def measure(args, root: Path) -> dict:
         imports["record_scan_ms"] = await median_ms(scan, r)
         imports["first_page_50_ms"] = await median_ms(lambda: job(app, "procedure_imports"), r)
         imports["middle_page_50_ms"] = await median_ms(
-            lambda: job(app, "procedure_imports", cursor=ids[len(ids) // 2]), r)
+            lambda: job(app, "procedure_imports", cursor=ids[len(ids) // 2]), r
+        )
         imports["page_500_ms"] = await median_ms(lambda: job(app, "procedure_imports", limit=500), r)
         started = time.perf_counter()
         imports["walk_pages"], walked = await walk(app, "procedure_imports", args.walk_limit)
@@ -196,20 +241,30 @@ async def measure(args, root: Path) -> dict:
 
 
 def report(r: dict) -> str:
-    lines = [f"procedure_list over {r['n']:,} experiences, procedure_imports over {r['imports']:,} imports "
-             f"(median of {r['repeats']} calls)", ""]
-    for title, part, floor in (("procedure_list", r["list"], "directory_listing_ms"),
-                               ("procedure_imports", r["imports_listing"], "record_scan_ms")):
-        lines += [f"{title}:",
-                  f"  {floor.replace('_ms', '').replace('_', ' ') + ' alone':26s}{part[floor]:8.1f} ms",
-                  f"  first page of 50          {part['first_page_50_ms']:8.1f} ms",
-                  f"  middle page of 50         {part['middle_page_50_ms']:8.1f} ms",
-                  f"  page of 500               {part['page_500_ms']:8.1f} ms",
-                  f"  {'every page of ' + str(r['walk_limit']) + ' (' + str(part['walk_pages']) + ')':26s}"
-                  f"{part['walk_s']:8.2f} s", ""]
+    lines = [
+        f"procedure_list over {r['n']:,} experiences, procedure_imports over {r['imports']:,} imports "
+        f"(median of {r['repeats']} calls)",
+        "",
+    ]
+    for title, part, floor in (
+        ("procedure_list", r["list"], "directory_listing_ms"),
+        ("procedure_imports", r["imports_listing"], "record_scan_ms"),
+    ):
+        lines += [
+            f"{title}:",
+            f"  {floor.replace('_ms', '').replace('_', ' ') + ' alone':26s}{part[floor]:8.1f} ms",
+            f"  first page of 50          {part['first_page_50_ms']:8.1f} ms",
+            f"  middle page of 50         {part['middle_page_50_ms']:8.1f} ms",
+            f"  page of 500               {part['page_500_ms']:8.1f} ms",
+            f"  {'every page of ' + str(r['walk_limit']) + ' (' + str(part['walk_pages']) + ')':26s}"
+            f"{part['walk_s']:8.2f} s",
+            "",
+        ]
     c = r["checked"]
-    lines.append(f"checked: the walks listed each of {c['experiences']:,} experiences once (all indexed) and each of "
-                 f"{c['imports']:,} imports once ({c['complete']:,} complete, {c['incomplete']:,} incomplete)")
+    lines.append(
+        f"checked: the walks listed each of {c['experiences']:,} experiences once (all indexed) and each of "
+        f"{c['imports']:,} imports once ({c['complete']:,} complete, {c['incomplete']:,} incomplete)"
+    )
     return "\n".join(lines)
 
 
@@ -218,11 +273,17 @@ def main(argv=None) -> int:
     parser.add_argument("--n", type=int, help="experiences (default 10,000; 200 with --smoke)")
     parser.add_argument("--imports", type=int, help="imports (default 10,000; 200 with --smoke)")
     parser.add_argument("--repeats", type=int, help="calls per median (default 7; 1 with --smoke)")
-    parser.add_argument("--walk-limit", type=int, help="page size of the walks over every page (default 500; 64 "
-                        "with --smoke, so that they turn pages)")
-    parser.add_argument("--smoke", action="store_true",
-                        help="CI smoke run (seconds): 200 experiences, 200 imports, one call each; tests/fixtures' "
-                             "library without ../shared")
+    parser.add_argument(
+        "--walk-limit",
+        type=int,
+        help="page size of the walks over every page (default 500; 64 with --smoke, so that they turn pages)",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI smoke run (seconds): 200 experiences, 200 imports, one call each; tests/fixtures' "
+        "library without ../shared",
+    )
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write the raw numbers here")
     parser.add_argument("--keep", action="store_true", help="keep the workspace")

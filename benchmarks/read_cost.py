@@ -43,8 +43,12 @@ def main(argv=None) -> None:
         (ws / "procedures").mkdir()
         (ws / "session/trajectories").mkdir(parents=True)
         (ws / "session/trajectories/run.jsonl").write_text('{"a": 1}\n')
-        record = {"description": "d" * 100, "when-to-use": "w " * 200, "content": "c " * 1000,
-                  "sources": ["session/trajectories/run.jsonl"]}
+        record = {
+            "description": "d" * 100,
+            "when-to-use": "w " * 200,
+            "content": "c " * 1000,
+            "sources": ["session/trajectories/run.jsonl"],
+        }
         for i in range(5):
             (ws / f"procedures/rebuild-search-{i}.json").write_text(json.dumps(record, indent=2))
         args = [ws, "procedures", "session/trajectories"]
@@ -65,8 +69,10 @@ def main(argv=None) -> None:
                 for i in range(5):
                     files.read(f"procedures/rebuild-search-{i}.json")
             samples.append((time.perf_counter() - started) / opts.answers * 1e6)
-        print(f"{label}: {statistics.median(samples):.0f} us per 5-result answer "
-              f"(median of {opts.rounds} x {opts.answers})")
+        print(
+            f"{label}: {statistics.median(samples):.0f} us per 5-result answer "
+            f"(median of {opts.rounds} x {opts.answers})"
+        )
     finally:
         shutil.rmtree(ws)
 

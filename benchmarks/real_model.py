@@ -94,8 +94,10 @@ def wait_http(url: str, seconds: float) -> None:
 
 def revision(src: Path) -> str:
     """``<commit>`` (``+dirty`` when the tree has changes) of the git checkout holding ``src``."""
+
     def git(*args: str) -> str:
         return subprocess.run(["git", "-C", str(src), *args], capture_output=True, text=True).stdout.strip()
+
     commit = git("rev-parse", "--short", "HEAD") or "unknown"
     return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no") else "")
 
@@ -147,8 +149,10 @@ def analyse(bodies: list[dict], log: list[dict]) -> dict:
         segment = match.group(1) if match else "?"
         is_repair = not body.get("tools")
         repairs += is_repair
-        entry = segments.setdefault(segment, {"turns": 0, "first_prompt_tokens": None, "prompt_tokens": 0,
-                                               "evaluated_tokens": 0, "repair_turns": 0})
+        entry = segments.setdefault(
+            segment,
+            {"turns": 0, "first_prompt_tokens": None, "prompt_tokens": 0, "evaluated_tokens": 0, "repair_turns": 0},
+        )
         entry["turns"] += 1
         entry["repair_turns"] += is_repair
         if index < len(log):
@@ -159,21 +163,32 @@ def analyse(bodies: list[dict], log: list[dict]) -> dict:
             entry["evaluated_tokens"] += timing.get("evaluated_input_tokens") or 0
         for message in messages:
             for call in message.get("tool_calls") or []:
-                calls.setdefault(call["id"], {"name": call["function"]["name"],
-                                              "arguments": call["function"].get("arguments"), "answer": None})
+                calls.setdefault(
+                    call["id"],
+                    {"name": call["function"]["name"], "arguments": call["function"].get("arguments"), "answer": None},
+                )
             if message.get("role") == "tool" and message.get("tool_call_id") in calls:
                 calls[message["tool_call_id"]]["answer"] = text_of(message.get("content"))
     for line in log:  # calls of the last reply, never answered (e.g. a killed import)
         for call in line.get("tool_calls") or []:
             calls.setdefault(call["id"], {"name": call["function"]["name"], "arguments": None, "answer": None})
     by_tool = Counter(c["name"] for c in calls.values())
-    by_code = Counter(f"{c['name']}:{answer_code(c['answer']) if c['answer'] is not None else 'unanswered'}"
-                      for c in calls.values())
+    by_code = Counter(
+        f"{c['name']}:{answer_code(c['answer']) if c['answer'] is not None else 'unanswered'}" for c in calls.values()
+    )
     rejected = sum(1 for c in calls.values() if c["answer"] is not None and _is_rejection(c["answer"]))
     lenient = sum(1 for line in log if line.get("lenient"))
-    return {"turns": len(bodies), "tool_calls": len(calls), "by_tool": dict(by_tool), "by_code": dict(sorted(by_code.items())),
-            "rejected_calls": rejected, "repair_turns": repairs, "lenient_rescues": lenient, "per_segment": segments,
-            "output_tokens": sum((line.get("usage") or {}).get("completion_tokens") or 0 for line in log)}
+    return {
+        "turns": len(bodies),
+        "tool_calls": len(calls),
+        "by_tool": dict(by_tool),
+        "by_code": dict(sorted(by_code.items())),
+        "rejected_calls": rejected,
+        "repair_turns": repairs,
+        "lenient_rescues": lenient,
+        "per_segment": segments,
+        "output_tokens": sum((line.get("usage") or {}).get("completion_tokens") or 0 for line in log),
+    }
 
 
 def _is_rejection(result: str) -> bool:
@@ -198,12 +213,20 @@ def check_experiences(workspace: Path) -> list[dict]:
                 problem = "filename is not lowercase-hyphenated .json"
             elif sorted(data) != EXPERIENCE_KEYS:
                 problem = f"keys {sorted(data)}"
-            elif not all(isinstance(data[k], str) and data[k].strip() for k in ("description", "when-to-use", "content")):
+            elif not all(
+                isinstance(data[k], str) and data[k].strip() for k in ("description", "when-to-use", "content")
+            ):
                 problem = "empty text field"
             elif not data["sources"] or not all((workspace / s).is_file() for s in data["sources"]):
                 problem = f"sources {data['sources']}"
-        found.append({"file": path.name, "valid": problem is None, "problem": problem,
-                      "description": data.get("description", "")[:100]})
+        found.append(
+            {
+                "file": path.name,
+                "valid": problem is None,
+                "problem": problem,
+                "description": data.get("description", "")[:100],
+            }
+        )
     return found
 
 
@@ -231,21 +254,45 @@ class Servers:
         self.log, self.dump = workdir / "calls.jsonl", workdir / "requests"
         self.log.touch()
         if embeddings:
-            self._start([sys.executable, str(shared / "tools" / "embed_server.py"), str(self.embed_port)],
-                        workdir / "embed.log", None)
+            self._start(
+                [sys.executable, str(shared / "tools" / "embed_server.py"), str(self.embed_port)],
+                workdir / "embed.log",
+                None,
+            )
             wait_port(self.embed_port, 30)
         self.model_ready_s = None
         if not model:
             return
         node_dir = args.real_llm_dir / "node"
         if not (node_dir / "oai_server.mjs").is_file() or not args.model.is_file():
-            raise SystemExit(f"model harness missing in {args.real_llm_dir}: run bash "
-                             f"{shared}/tools/real-llm/setup.sh q15")
+            raise SystemExit(
+                f"model harness missing in {args.real_llm_dir}: run bash {shared}/tools/real-llm/setup.sh q15"
+            )
         started = time.monotonic()
-        self._start(["node", "oai_server.mjs", "--model", str(args.model), "--port", str(self.model_port),
-                     "--ctx", str(args.ctx), "--threads", str(args.threads), "--max-tokens", str(args.max_tokens),
-                     "--temperature", str(args.temperature), "--log", str(self.log), "--dump", str(self.dump)],
-                    workdir / "model.log", node_dir)
+        self._start(
+            [
+                "node",
+                "oai_server.mjs",
+                "--model",
+                str(args.model),
+                "--port",
+                str(self.model_port),
+                "--ctx",
+                str(args.ctx),
+                "--threads",
+                str(args.threads),
+                "--max-tokens",
+                str(args.max_tokens),
+                "--temperature",
+                str(args.temperature),
+                "--log",
+                str(self.log),
+                "--dump",
+                str(self.dump),
+            ],
+            workdir / "model.log",
+            node_dir,
+        )
         wait_http(f"http://127.0.0.1:{self.model_port}/health", 120)
         self.model_ready_s = round(time.monotonic() - started, 1)
 
@@ -285,16 +332,23 @@ class ScriptedAdapter:
                 with self._lock:
                     adapter.requests += 1
                     dump.mkdir(parents=True, exist_ok=True)
-                    (dump / f"req-{adapter.requests:03d}.json").write_text(json.dumps(body, indent=1),
-                                                                           encoding="utf-8")
+                    (dump / f"req-{adapter.requests:03d}.json").write_text(json.dumps(body, indent=1), encoding="utf-8")
                 answer = super()._answer(body)
                 answer["calls"] = self._tool_calls(answer)  # the ids the client gets are the ids logged
                 usage = self._usage(body)
                 with self._lock, open(log, "a", encoding="utf-8") as handle:
-                    handle.write(json.dumps({"usage": usage, "timing": {"evaluated_input_tokens":
-                                                                        usage["prompt_tokens"]},
-                                             "tool_calls": answer["calls"], "lenient": False,
-                                             "text": answer.get("text")}) + "\n")
+                    handle.write(
+                        json.dumps(
+                            {
+                                "usage": usage,
+                                "timing": {"evaluated_input_tokens": usage["prompt_tokens"]},
+                                "tool_calls": answer["calls"],
+                                "lenient": False,
+                                "text": answer.get("text"),
+                            }
+                        )
+                        + "\n"
+                    )
                 return answer
 
             def _tool_calls(self, answer):
@@ -311,12 +365,17 @@ class ScriptedAdapter:
         if conversation.step == 0 and not conversation.forced_final:
             return call("procedure_search", query=f"part {segment} of the recorded session", index="when_to_use")
         if conversation.step == 1 and not conversation.forced_final:
-            return call("procedure_create", filename=f"smoke-part-{segment}.json", operation_key=f"smoke-{segment}",
-                        description=f"Repeat part {segment} of the recorded session",
-                        when_to_use=f"When a task needs the calls of part {segment} of {total} of the session",
-                        content=f"Make the calls of part {segment} in the order the trajectory made them.")
-        return say(f"Recorded part {segment}.\n<summary>Parts 1-{segment} of {total} read; one experience "
-                   f"each.</summary>")
+            return call(
+                "procedure_create",
+                filename=f"smoke-part-{segment}.json",
+                operation_key=f"smoke-{segment}",
+                description=f"Repeat part {segment} of the recorded session",
+                when_to_use=f"When a task needs the calls of part {segment} of {total} of the session",
+                content=f"Make the calls of part {segment} in the order the trajectory made them.",
+            )
+        return say(
+            f"Recorded part {segment}.\n<summary>Parts 1-{segment} of {total} read; one experience each.</summary>"
+        )
 
 
 class SmokeServers:
@@ -356,8 +415,9 @@ def smoke_verdict(results: list[dict]) -> list[str]:
 def run_cli(command: list[str], env: dict, cwd: Path, timeout: float) -> tuple[int | None, str, float]:
     """Run the one-shot CLI in its own process group; on timeout stop that group (our child, by its id)."""
     started = time.monotonic()
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=cwd, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
         code: int | None = proc.returncode
@@ -374,19 +434,29 @@ def run_cli(command: list[str], env: dict, cwd: Path, timeout: float) -> tuple[i
 def import_command(args, workspace: Path, source: Path, request_id: str) -> list[str]:
     key = "components.procedure_memory.default"
     return [
-        str(Path(sys.executable).with_name("reme")), "start", "job=procedure_auto_memory",
-        'plugins=["procedure-memory"]', f"workspace_dir={workspace}", "log_to_file=false",
-        f"file={source}", f"filename={source.name}", f"request_id={request_id}",
-        f"{key}.token_limits.segment={args.segment}", f"{key}.token_limits.context={args.ctx}",
-        f"{key}.token_limits.reserve=1024", f"{key}.token_limits.summary={args.summary}",
-        f"{key}.extraction.max_iters={args.max_iters}", f"components.as_llm.default.context_size={args.ctx}",
+        str(Path(sys.executable).with_name("reme")),
+        "start",
+        "job=procedure_auto_memory",
+        'plugins=["procedure-memory"]',
+        f"workspace_dir={workspace}",
+        "log_to_file=false",
+        f"file={source}",
+        f"filename={source.name}",
+        f"request_id={request_id}",
+        f"{key}.token_limits.segment={args.segment}",
+        f"{key}.token_limits.context={args.ctx}",
+        f"{key}.token_limits.reserve=1024",
+        f"{key}.token_limits.summary={args.summary}",
+        f"{key}.extraction.max_iters={args.max_iters}",
+        f"components.as_llm.default.context_size={args.ctx}",
     ]
 
 
-def one_import(args, servers: Servers, env: dict, workdir: Path, source: Path, request_id: str,
-               timeout: float) -> dict:
+def one_import(args, servers: Servers, env: dict, workdir: Path, source: Path, request_id: str, timeout: float) -> dict:
     workspace = workdir / "ws"
-    before_files = {p.name for p in (workspace / "procedures").glob("*")} if (workspace / "procedures").is_dir() else set()
+    before_files = (
+        {p.name for p in (workspace / "procedures").glob("*")} if (workspace / "procedures").is_dir() else set()
+    )
     first_request = servers.requests() + 1
     code, out, seconds = run_cli(import_command(args, workspace, source, request_id), env, workdir, timeout)
     answer = last_json_line(out)
@@ -394,43 +464,60 @@ def one_import(args, servers: Servers, env: dict, workdir: Path, source: Path, r
     deadline = time.monotonic() + 15  # a stopped import's last request is still being logged (or aborted)
     while len(servers.calls()) < last_request and time.monotonic() < deadline:
         time.sleep(1)
-    log = servers.calls()[first_request - 1:last_request]  # line k of the log answers request k+1 (serial)
+    log = servers.calls()[first_request - 1 : last_request]  # line k of the log answers request k+1 (serial)
     stats = analyse(requests_of(servers.dump, first_request, last_request), log)
     experiences = [e for e in check_experiences(workspace) if e["file"] not in before_files]
     result = {
-        "trajectory": source.name, "exit": code, "seconds": seconds,
+        "trajectory": source.name,
+        "exit": code,
+        "seconds": seconds,
         "status": answer.get("status") or ("timeout" if code is None else "no answer"),
-        "error": (answer.get("error") or {}).get("code"), "error_message": (answer.get("error") or {}).get("message"),
-        "segments": answer.get("segments"), "experiences": answer.get("experiences"),
-        "new_files": experiences, **stats,
+        "error": (answer.get("error") or {}).get("code"),
+        "error_message": (answer.get("error") or {}).get("message"),
+        "segments": answer.get("segments"),
+        "experiences": answer.get("experiences"),
+        "new_files": experiences,
+        **stats,
     }
     if code is None or not answer:
         result["output_tail"] = out[-2000:]
     if result["status"] == "complete":  # the same request id again: nothing to do, no model call
         calls_before = len(servers.calls())
         rerun_code, rerun_out, rerun_s = run_cli(import_command(args, workspace, source, request_id), env, workdir, 300)
-        result["rerun"] = {"exit": rerun_code, "seconds": rerun_s, "status": last_json_line(rerun_out).get("status"),
-                           "model_calls": len(servers.calls()) - calls_before}
+        result["rerun"] = {
+            "exit": rerun_code,
+            "seconds": rerun_s,
+            "status": last_json_line(rerun_out).get("status"),
+            "model_calls": len(servers.calls()) - calls_before,
+        }
     return result
 
 
 def print_import(r: dict) -> None:
     segs = r.get("segments") or {}
     valid = sum(e["valid"] for e in r["new_files"])
-    print(f"\n== {r['trajectory']}: {r['status']}{' (' + r['error'] + ')' if r['error'] else ''}, "
-          f"segments {segs.get('done', '?')}/{segs.get('total', '?')}, {r['seconds']} s, exit {r['exit']}")
+    print(
+        f"\n== {r['trajectory']}: {r['status']}{' (' + r['error'] + ')' if r['error'] else ''}, "
+        f"segments {segs.get('done', '?')}/{segs.get('total', '?')}, {r['seconds']} s, exit {r['exit']}"
+    )
     if r.get("error_message"):
         print(f"   error: {r['error_message'][:300]}")
-    print(f"   model turns {r['turns']} (repair turns {r['repair_turns']}, lenient rescues {r['lenient_rescues']}), "
-          f"output tokens {r['output_tokens']}")
+    print(
+        f"   model turns {r['turns']} (repair turns {r['repair_turns']}, lenient rescues {r['lenient_rescues']}), "
+        f"output tokens {r['output_tokens']}"
+    )
     print(f"   tool calls {r['tool_calls']} by tool {r['by_tool']}; rejected {r['rejected_calls']}")
     print(f"   by answer code {r['by_code']}")
-    print(f"   experiences written {len(r['new_files'])} ({valid} valid): "
-          + ", ".join(f"{e['file']}{'' if e['valid'] else ' INVALID ' + str(e['problem'])}" for e in r["new_files"]))
+    print(
+        f"   experiences written {len(r['new_files'])} ({valid} valid): "
+        + ", ".join(f"{e['file']}{'' if e['valid'] else ' INVALID ' + str(e['problem'])}" for e in r["new_files"])
+    )
     for segment, s in sorted(r["per_segment"].items()):
-        print(f"   segment {segment}: turns {s['turns']} (repairs {s['repair_turns']}), first-turn input "
-              f"{s['first_prompt_tokens']} tokens, all turns {s['prompt_tokens']}, evaluated (not cached) "
-              f"{s['evaluated_tokens']}")
+        print(
+            f"   segment {segment}: turns {s['turns']} (repairs {s['repair_turns']}), first-turn input "
+            f"{s['first_prompt_tokens']} tokens, all turns {s['prompt_tokens']}, evaluated (not cached) "
+            f"{s['evaluated_tokens']}"
+        )
     if "rerun" in r:
         rr = r["rerun"]
         print(f"   rerun: {rr['status']}, exit {rr['exit']}, {rr['seconds']} s, model calls {rr['model_calls']}")
@@ -441,13 +528,21 @@ def print_import(r: dict) -> None:
 def main() -> None:
     cache = Path(os.environ.get("REAL_LLM_DIR", Path.home() / ".cache" / "real-llm"))
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("trajectories", nargs="*", default=list(DEFAULT_TRAJECTORIES),
-                   help="paths relative to shared/data/trajectories (default: a .md, a .json and a 2-segment .log)")
+    p.add_argument(
+        "trajectories",
+        nargs="*",
+        default=list(DEFAULT_TRAJECTORIES),
+        help="paths relative to shared/data/trajectories (default: a .md, a .json and a 2-segment .log)",
+    )
     p.add_argument("--shared", type=Path, default=None, help="the shared directory (default ../shared)")
     p.add_argument("--real-llm-dir", type=Path, default=cache, help=f"model harness (default {cache})")
     p.add_argument("--model", type=Path, default=None, help="GGUF (default the 1.5B model of the harness)")
-    p.add_argument("--plugin-src", type=Path, default=None,
-                   help="measure the plugin in this src/ directory (put first on PYTHONPATH of the CLI)")
+    p.add_argument(
+        "--plugin-src",
+        type=Path,
+        default=None,
+        help="measure the plugin in this src/ directory (put first on PYTHONPATH of the CLI)",
+    )
     p.add_argument("--segment", type=int, default=512)
     p.add_argument("--summary", type=int, default=256)
     p.add_argument("--ctx", type=int, default=16384)
@@ -455,14 +550,25 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--max-tokens", type=int, default=512, help="adapter cap on one reply")
     p.add_argument("--temperature", type=float, default=0.0, help="adapter sampling temperature (0: greedy)")
-    p.add_argument("--import-timeout", type=float, default=None,
-                   help="seconds before an import is stopped (default: what is left of --budget)")
-    p.add_argument("--budget", type=float, default=840.0,
-                   help="seconds for the whole run: a later import gets what is left, or is not run")
+    p.add_argument(
+        "--import-timeout",
+        type=float,
+        default=None,
+        help="seconds before an import is stopped (default: what is left of --budget)",
+    )
+    p.add_argument(
+        "--budget",
+        type=float,
+        default=840.0,
+        help="seconds for the whole run: a later import gets what is left, or is not run",
+    )
     p.add_argument("--workdir", type=Path, default=None)
     p.add_argument("--json", type=Path, default=None)
-    p.add_argument("--smoke", action="store_true",
-                   help="CI smoke run: a scripted model and the tests' embedding endpoint, one .log trajectory")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI smoke run: a scripted model and the tests' embedding endpoint, one .log trajectory",
+    )
     args = p.parse_args()
     args.model = args.model or args.real_llm_dir / "models" / "qwen2.5-coder-1.5b-instruct.gguf"
     if args.smoke:  # ../shared's trajectories when it is there, else the repository's fixtures
@@ -476,17 +582,22 @@ def main() -> None:
         trajectories = shared / "data" / "trajectories"
         tokenizer = shared / "data" / "tokenizers" / "qwen3" / "tokenizer.json"
     temporary = args.smoke and args.workdir is None
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="real-model-smoke-") if args.smoke else
-                                   f"/tmp/real-model-{time.strftime('%Y%m%d-%H%M%S')}")
+    workdir = args.workdir or Path(
+        tempfile.mkdtemp(prefix="real-model-smoke-")
+        if args.smoke
+        else f"/tmp/real-model-{time.strftime('%Y%m%d-%H%M%S')}"
+    )
     (workdir / "in").mkdir(parents=True, exist_ok=True)
     if args.smoke:
         (workdir / ".env").write_text("")  # shadows any .env of a parent directory (ReMe loads it with override)
     plugin_src = (args.plugin_src or REPO / "src").resolve()
     print(f"machine: {describe()}")
     print(f"plugin: {plugin_src} at {revision(plugin_src)}; load average at start {os.getloadavg()}")
-    print(f"settings: segment {args.segment}, summary {args.summary}, context {args.ctx}, reserve 1024, max_iters "
-          f"{args.max_iters}, adapter threads {args.threads}, max tokens/reply {args.max_tokens}, temperature "
-          f"{args.temperature}, import timeout {args.import_timeout or 'rest of budget'}, budget {args.budget:.0f} s; workdir {workdir}")
+    print(
+        f"settings: segment {args.segment}, summary {args.summary}, context {args.ctx}, reserve 1024, max_iters "
+        f"{args.max_iters}, adapter threads {args.threads}, max tokens/reply {args.max_tokens}, temperature "
+        f"{args.temperature}, import timeout {args.import_timeout or 'rest of budget'}, budget {args.budget:.0f} s; workdir {workdir}"
+    )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer)}
     if args.plugin_src:
         env["PYTHONPATH"] = os.pathsep.join([str(plugin_src), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
@@ -495,12 +606,21 @@ def main() -> None:
     servers = SmokeServers(workdir) if args.smoke else Servers(args, shared, workdir)
     results = []
     try:
-        env.update(EMBEDDING_BACKEND="openai", EMBEDDING_MODEL_NAME="hash", EMBEDDING_API_KEY="x",
-                   EMBEDDING_BASE_URL=f"http://127.0.0.1:{servers.embed_port}/v1",
-                   LLM_BACKEND="openai", LLM_MODEL_NAME="local", LLM_API_KEY="x",
-                   LLM_BASE_URL=f"http://127.0.0.1:{servers.model_port}/v1")
-        print("model adapter: the scripted smoke endpoint (no model)" if args.smoke else
-              f"model adapter ready in {servers.model_ready_s} s")
+        env.update(
+            EMBEDDING_BACKEND="openai",
+            EMBEDDING_MODEL_NAME="hash",
+            EMBEDDING_API_KEY="x",
+            EMBEDDING_BASE_URL=f"http://127.0.0.1:{servers.embed_port}/v1",
+            LLM_BACKEND="openai",
+            LLM_MODEL_NAME="local",
+            LLM_API_KEY="x",
+            LLM_BASE_URL=f"http://127.0.0.1:{servers.model_port}/v1",
+        )
+        print(
+            "model adapter: the scripted smoke endpoint (no model)"
+            if args.smoke
+            else f"model adapter ready in {servers.model_ready_s} s"
+        )
         for n, rel in enumerate(args.trajectories, 1):
             left = args.budget - (time.monotonic() - started) - RERUN_ALLOWANCE
             if left < MIN_IMPORT_SECONDS:
@@ -509,24 +629,43 @@ def main() -> None:
                 continue
             source = workdir / "in" / Path(rel).name
             source.write_bytes((trajectories / rel).read_bytes())
-            result = one_import(args, servers, env, workdir, source, f"bench-{n:02d}", min(args.import_timeout or left, left))
+            result = one_import(
+                args, servers, env, workdir, source, f"bench-{n:02d}", min(args.import_timeout or left, left)
+            )
             results.append(result)
             print_import(result)
     finally:
         servers.stop()
     total = round(time.monotonic() - started, 1)
     files = check_experiences(workdir / "ws")
-    print(f"\ntotal {total} s; load average at end {os.getloadavg()}; experiences in the workspace {len(files)}, "
-          f"valid {sum(f['valid'] for f in files)}")
+    print(
+        f"\ntotal {total} s; load average at end {os.getloadavg()}; experiences in the workspace {len(files)}, "
+        f"valid {sum(f['valid'] for f in files)}"
+    )
     if args.json:
-        args.json.write_text(json.dumps({"revision": revision(plugin_src), "total_seconds": total, "imports": results,
-                                         "settings": {k: str(v) for k, v in vars(args).items()}}, indent=1))
+        args.json.write_text(
+            json.dumps(
+                {
+                    "revision": revision(plugin_src),
+                    "total_seconds": total,
+                    "imports": results,
+                    "settings": {k: str(v) for k, v in vars(args).items()},
+                },
+                indent=1,
+            )
+        )
     if args.smoke:
         if temporary:
             shutil.rmtree(workdir, ignore_errors=True)
         problems = smoke_verdict(results)
-        print("smoke " + ("OK: every import complete, every experience valid, no model call on the rerun"
-                          if not problems else "FAILED: " + "; ".join(problems)))
+        print(
+            "smoke "
+            + (
+                "OK: every import complete, every experience valid, no model call on the rerun"
+                if not problems
+                else "FAILED: " + "; ".join(problems)
+            )
+        )
         sys.exit(1 if problems else 0)
 
 

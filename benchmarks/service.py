@@ -88,12 +88,17 @@ class EmbeddingServer:
                 inputs = body.get("input")
                 inputs = [inputs] if isinstance(inputs, str) else list(inputs or [])
                 server.texts += len(inputs)
-                data = json.dumps({
-                    "object": "list", "model": body.get("model", "bench"),
-                    "data": [{"object": "embedding", "index": i, "embedding": server.model.vector(str(t)).tolist()}
-                             for i, t in enumerate(inputs)],
-                    "usage": {"prompt_tokens": 1, "total_tokens": 1},
-                }).encode()
+                data = json.dumps(
+                    {
+                        "object": "list",
+                        "model": body.get("model", "bench"),
+                        "data": [
+                            {"object": "embedding", "index": i, "embedding": server.model.vector(str(t)).tolist()}
+                            for i, t in enumerate(inputs)
+                        ],
+                        "usage": {"prompt_tokens": 1, "total_tokens": 1},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
@@ -118,17 +123,27 @@ class EmbeddingServer:
 
 def reme_env(embeddings: EmbeddingServer, tokenizer: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "LLM_", "REME_"))}
-    env.update({
-        "HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8", "EMBEDDING_BASE_URL": embeddings.base_url,
-        "EMBEDDING_API_KEY": "bench", "EMBEDDING_MODEL_NAME": "bench", "EMBEDDING_BACKEND": "openai",
-        "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
-    })
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONIOENCODING": "utf-8",
+            "EMBEDDING_BASE_URL": embeddings.base_url,
+            "EMBEDDING_API_KEY": "bench",
+            "EMBEDDING_MODEL_NAME": "bench",
+            "EMBEDDING_BACKEND": "openai",
+            "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
+        }
+    )
     return env
 
 
 def reme_args(ws: Path) -> list[str]:
-    return ['plugins=["procedure-memory"]', f"workspace_dir={ws}", "log_to_file=false",
-            f"components.as_embedding.procedure.dimensions={DIMENSIONS}"]
+    return [
+        'plugins=["procedure-memory"]',
+        f"workspace_dir={ws}",
+        "log_to_file=false",
+        f"components.as_embedding.procedure.dimensions={DIMENSIONS}",
+    ]
 
 
 CLIENT = Path(__file__).with_name("httpclient.py")
@@ -144,8 +159,13 @@ def run_round(port: int, queries: list[str], requests: int, clients: int) -> flo
     """Seconds for ``requests`` searches split over ``clients`` concurrent sequential clients, sent by the load
     client (httpclient.py) in its own process: its CPU shares neither the service's GIL nor this process."""
     calls = [(queries[i % len(queries)], ("when_to_use", "when_to_use_content")[i % 2]) for i in range(requests)]
-    proc = subprocess.run([sys.executable, str(CLIENT), str(port), str(clients)], input=json.dumps(calls),
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(CLIENT), str(port), str(clients)],
+        input=json.dumps(calls),
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"load client failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout)["seconds"]
@@ -157,8 +177,9 @@ HTTP_STACKS = {
 }
 
 
-def measure_service(ws: Path, root: Path, env: dict, queries: list[str], args, access_log: str,
-                    http: str = "auto") -> dict:
+def measure_service(
+    ws: Path, root: Path, env: dict, queries: list[str], args, access_log: str, http: str = "auto"
+) -> dict:
     """Start the service (uvicorn access log ``on``/``off``, HTTP stack ``auto``/``h11``), warm its query cache,
     run the rounds, stop it."""
     port = free_port()
@@ -167,7 +188,10 @@ def measure_service(ws: Path, root: Path, env: dict, queries: list[str], args, a
     with open(log_file, "wb") as out:
         service = subprocess.Popen(
             [str(REME), "start", *reme_args(ws), "service.host=127.0.0.1", f"service.port={port}", *extra],
-            cwd=root, env=env, stdout=out, stderr=subprocess.STDOUT,
+            cwd=root,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     # what uvicorn's "auto" picks: the C stack only where both modules are importable in the service's environment
     c_stack = all(importlib.util.find_spec(m) is not None for m in ("httptools", "uvloop"))
@@ -188,9 +212,11 @@ def measure_service(ws: Path, root: Path, env: dict, queries: list[str], args, a
                 row[f"{key}_cpu_ms"] = (service_cpu_seconds(service.pid) - cpu) / args.requests * 1000
             row["ratio"] = row["clients_per_s"] / row["one_client_per_s"]
             run["rounds"].append(row)
-            log(f"round {number + 1}: 1 client {row['one_client_per_s']:.1f}/s, {CLIENTS} clients "
+            log(
+                f"round {number + 1}: 1 client {row['one_client_per_s']:.1f}/s, {CLIENTS} clients "
                 f"{row['clients_per_s']:.1f}/s, ratio {row['ratio']:.2f}; service CPU per request "
-                f"{row['one_client_cpu_ms']:.2f} / {row['clients_cpu_ms']:.2f} ms")
+                f"{row['one_client_cpu_ms']:.2f} / {row['clients_cpu_ms']:.2f} ms"
+            )
     finally:
         stop_process(service, timeout=30)
     for key in ("ratio", "one_client_per_s", "clients_per_s", "one_client_cpu_ms", "clients_cpu_ms"):
@@ -206,15 +232,23 @@ def main(argv=None) -> int:
     p.add_argument("--requests", type=int, default=800, help="searches per series per round (800)")
     p.add_argument("--rounds", type=int, default=3, help="rounds of (1 client, 8 clients) (3)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--access-log", default="on",
-                   help="uvicorn access log of the service: on, off, or both as on,off (one service each) (on)")
-    p.add_argument("--http", default="auto",
-                   help="uvicorn's HTTP stack: auto (httptools + uvloop when installed), h11 (pure Python + asyncio), "
-                        "or both as auto,h11 (one service each, for every --access-log setting) (auto)")
+    p.add_argument(
+        "--access-log",
+        default="on",
+        help="uvicorn access log of the service: on, off, or both as on,off (one service each) (on)",
+    )
+    p.add_argument(
+        "--http",
+        default="auto",
+        help="uvicorn's HTTP stack: auto (httptools + uvloop when installed), h11 (pure Python + asyncio), "
+        "or both as auto,h11 (one service each, for every --access-log setting) (auto)",
+    )
     p.add_argument("--json", help="also write the raw numbers to this file")
-    p.add_argument("--smoke", action="store_true",
-                   help="CI smoke run: --n 100 --queries 10 --requests 40 --rounds 1, tests/fixtures' library "
-                        "without ../shared")
+    p.add_argument(
+        "--smoke",
+        action="store_true",
+        help="CI smoke run: --n 100 --queries 10 --requests 40 --rounds 1, tests/fixtures' library without ../shared",
+    )
     args = p.parse_args(argv)
     if args.smoke:
         args.n, args.queries = min(args.n, 100), min(args.queries, 10)
@@ -239,16 +273,20 @@ def main(argv=None) -> int:
     trajectory.write_text('{"role": "user", "content": "benchmark trajectory"}\n', encoding="utf-8")
     (ws / "procedures").mkdir()
     for exp in experiences:
-        (ws / "procedures" / exp["filename"]).write_bytes(
-            experience_bytes(exp, "session/trajectories/bench-run.jsonl"))
-    results: dict = {"n": args.n, "queries": args.queries, "requests": args.requests, "clients": CLIENTS,
-                     "runs": []}
+        (ws / "procedures" / exp["filename"]).write_bytes(experience_bytes(exp, "session/trajectories/bench-run.jsonl"))
+    results: dict = {"n": args.n, "queries": args.queries, "requests": args.requests, "clients": CLIENTS, "runs": []}
     with EmbeddingServer(HashedProjectionEmbedding(DIMENSIONS, seed=args.seed)) as embeddings:
         env = reme_env(embeddings, tokenizer)
         log(f"{args.n} experience files; procedure_reindex ...")
         started = time.perf_counter()
-        proc = subprocess.run([str(REME), "start", "job=procedure_reindex", *reme_args(ws)], cwd=root, env=env,
-                              capture_output=True, text=True, check=False)
+        proc = subprocess.run(
+            [str(REME), "start", "job=procedure_reindex", *reme_args(ws)],
+            cwd=root,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if proc.returncode != 0:
             raise RuntimeError(f"reindex failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
         results["reindex_process_seconds"] = time.perf_counter() - started
@@ -257,26 +295,40 @@ def main(argv=None) -> int:
                 log(f"access log {setting}, HTTP stack {http}: starting the service ...")
                 results["runs"].append(measure_service(ws, root, env, queries, args, setting, http))
     first = results["runs"][0]  # the top-level numbers are those of the first --access-log and --http settings
-    results.update({key: first[key] for key in ("ratio", "one_client_per_s", "clients_per_s", "passed",
-                                                  "service_ready_seconds")})
+    results.update(
+        {key: first[key] for key in ("ratio", "one_client_per_s", "clients_per_s", "passed", "service_ready_seconds")}
+    )
     results.update(
         target_ratio=TARGET_RATIO,
-        date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"), machine=machine(), revision=revision(),
-        command=" ".join(["python", *sys.argv]), loadavg_start=load_start, loadavg_end=os.getloadavg(),
+        date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        machine=machine(),
+        revision=revision(),
+        command=" ".join(["python", *sys.argv]),
+        loadavg_start=load_start,
+        loadavg_end=os.getloadavg(),
     )
     print(f"procedure-memory service benchmark — {results['date']} — {results['machine']}")
     print(f"command: {results['command']}   revision {results['revision']}")
-    print("load average at start {:.2f}/{:.2f}/{:.2f}, at end {:.2f}/{:.2f}/{:.2f}".format(
-        *results["loadavg_start"], *results["loadavg_end"]))
-    print(f"{args.n} experiences, reindex process {results['reindex_process_seconds']:.1f} s, service ready in "
-          f"{results['service_ready_seconds']:.1f} s")
+    print(
+        "load average at start {:.2f}/{:.2f}/{:.2f}, at end {:.2f}/{:.2f}/{:.2f}".format(
+            *results["loadavg_start"], *results["loadavg_end"]
+        )
+    )
+    print(
+        f"{args.n} experiences, reindex process {results['reindex_process_seconds']:.1f} s, service ready in "
+        f"{results['service_ready_seconds']:.1f} s"
+    )
     for run in results["runs"]:
         suffix = f" [access log {run['access_log']}, HTTP {run['http']}: {run['stack']}]"
-        print(f"throughput over HTTP (median of {args.rounds} rounds of {args.requests} searches): 1 client "
-              f"{run['one_client_per_s']:.1f}/s, {CLIENTS} clients {run['clients_per_s']:.1f}/s -> ratio "
-              f"{run['ratio']:.2f} (target >= {TARGET_RATIO}) {'PASS' if run['passed'] else 'FAIL'}{suffix}")
-        print(f"service process CPU per request (median): 1 client {run['one_client_cpu_ms']:.2f} ms, {CLIENTS} "
-              f"clients {run['clients_cpu_ms']:.2f} ms{suffix}")
+        print(
+            f"throughput over HTTP (median of {args.rounds} rounds of {args.requests} searches): 1 client "
+            f"{run['one_client_per_s']:.1f}/s, {CLIENTS} clients {run['clients_per_s']:.1f}/s -> ratio "
+            f"{run['ratio']:.2f} (target >= {TARGET_RATIO}) {'PASS' if run['passed'] else 'FAIL'}{suffix}"
+        )
+        print(
+            f"service process CPU per request (median): 1 client {run['one_client_cpu_ms']:.2f} ms, {CLIENTS} "
+            f"clients {run['clients_cpu_ms']:.2f} ms{suffix}"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
     import shutil

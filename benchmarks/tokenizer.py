@@ -50,8 +50,9 @@ def main(argv=None) -> int:
     p.add_argument("--n", type=int, default=10_000, help="experiences (default 10000: 20,000 texts)")
     p.add_argument("--reps", type=int, default=5, help="interleaved repetitions (default 5)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--smoke", action="store_true",
-                   help="CI smoke run: --n 100 --reps 1, tests/fixtures' library without ../shared")
+    p.add_argument(
+        "--smoke", action="store_true", help="CI smoke run: --n 100 --reps 1, tests/fixtures' library without ../shared"
+    )
     args = p.parse_args(argv)
     if args.smoke:
         args.n, args.reps = min(args.n, 100), 1
@@ -82,8 +83,12 @@ def main(argv=None) -> int:
         tokenizer = asyncio.run(started(SnowballTokenizer()))  # started (stopwords read) before the timer
         return lambda: tokenizer.tokenize(texts)
 
-    calls = {"regex": lambda: lambda: regex.tokenize(texts), "snowball, new": fresh,
-             "snowball, warm": lambda: lambda: warm.tokenize(texts), "naive stemming": lambda: lambda: naive(texts)}
+    calls = {
+        "regex": lambda: lambda: regex.tokenize(texts),
+        "snowball, new": fresh,
+        "snowball, warm": lambda: lambda: warm.tokenize(texts),
+        "naive stemming": lambda: lambda: naive(texts),
+    }
     seconds: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(args.reps):
         for name, prepare in calls.items():
@@ -95,10 +100,15 @@ def main(argv=None) -> int:
 
     print(f"procedure-memory tokenizer throughput — {machine()}")
     print(f"command: {' '.join(['python', *sys.argv])}   revision {revision()}")
-    print("load average (1/5/15 min) at start {:.2f}/{:.2f}/{:.2f}, at end {:.2f}/{:.2f}/{:.2f}".format(
-        *load_start, *os.getloadavg()))
-    print(f"{len(texts):,} texts from {_corpus.LIBRARY.name} + synthetic vocabulary: {count:,} regex tokens, "
-          f"{distinct:,} distinct; medians of {args.reps} interleaved repetitions\n")
+    print(
+        "load average (1/5/15 min) at start {:.2f}/{:.2f}/{:.2f}, at end {:.2f}/{:.2f}/{:.2f}".format(
+            *load_start, *os.getloadavg()
+        )
+    )
+    print(
+        f"{len(texts):,} texts from {_corpus.LIBRARY.name} + synthetic vocabulary: {count:,} regex tokens, "
+        f"{distinct:,} distinct; medians of {args.reps} interleaved repetitions\n"
+    )
     base = statistics.median(seconds["regex"])
     print("| tokenizer | median | M tokens/s | × regex time |")
     print("|---|---|---|---|")

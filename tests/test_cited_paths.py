@@ -97,7 +97,7 @@ def prose(path: Path) -> list[tuple[int, str]]:
         return [(1, text)]
     lines = text.splitlines(keepends=True)
     out = [
-        (node.lineno, "".join(lines[node.lineno - 1:node.end_lineno]))  # the source, so lines count as in the file
+        (node.lineno, "".join(lines[node.lineno - 1 : node.end_lineno]))  # the source, so lines count as in the file
         for node in ast.walk(ast.parse(text))
         if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
     ]
@@ -212,8 +212,10 @@ def test_every_cited_path_exists():
     "text, cited",
     [
         ("the tokenizer (see keyword_tokenizer.py).", [("keyword_tokenizer.py", "name")]),
-        ("search/view_store/file_store.py, view_store/record_codec.py",
-         [("search/view_store/file_store.py", "inner"), ("view_store/record_codec.py", "inner")]),
+        (
+            "search/view_store/file_store.py, view_store/record_codec.py",
+            [("search/view_store/file_store.py", "inner"), ("view_store/record_codec.py", "inner")],
+        ),
         ("reme_procedure_memory/jobs/steps.py", [("reme_procedure_memory/jobs/steps.py", "inner")]),
         ("run `python benchmarks/search.py --n 10000`", [("benchmarks/search.py", "repo")]),
         ("tests/helpers/cli.py::run\ndocs/guide.md#x.", [("tests/helpers/cli.py", "repo"), ("docs/guide.md", "repo")]),
@@ -247,5 +249,7 @@ def test_a_missing_module_is_caught(tmp_path):
     assert not exists("reme_procedure_memory.segmenter.segment", "module", views)
     assert not exists("reme_procedure_memory.search.view_store.file_store:NoSuchStore", "module", views)
     source = tmp_path / "cites.py"
-    source.write_text('"""Built by viewvectors.py\nfor search/view_store/."""\n\nX = "viewsearch.py"  # view_store/nowhere.py\n')
+    source.write_text(
+        '"""Built by viewvectors.py\nfor search/view_store/."""\n\nX = "viewsearch.py"  # view_store/nowhere.py\n'
+    )
     assert [line.split(":", 1)[1] for line in missing(source)] == ["1: viewvectors.py", "4: view_store/nowhere.py"]

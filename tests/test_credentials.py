@@ -30,7 +30,7 @@ PLANTED = [item for seed in SEEDS for item in planted(seed)]
 
 
 def spans(text: str) -> list[tuple[str, str]]:
-    return [(f.kind, text[f.start:f.end]) for f in find_secrets(text)]
+    return [(f.kind, text[f.start : f.end]) for f in find_secrets(text)]
 
 
 @pytest.mark.parametrize("item", planted(0), ids=lambda p: p.label)
@@ -69,8 +69,12 @@ def test_the_real_fixture_trajectories_and_experiences_hold_no_secret():
     """The fixtures' BFCL trajectories and released experiences, and the example workspace's trajectories and the
     experiences a capable model extracted from them."""
     example = FIXTURES.parents[1] / "examples" / "bfcl-workspace"
-    files = (sorted((FIXTURES / "trajectories").iterdir()) + [FIXTURES / "experiences.jsonl"]
-             + sorted((example / "session" / "trajectories").iterdir()) + sorted((example / "procedures").iterdir()))
+    files = (
+        sorted((FIXTURES / "trajectories").iterdir())
+        + [FIXTURES / "experiences.jsonl"]
+        + sorted((example / "session" / "trajectories").iterdir())
+        + sorted((example / "procedures").iterdir())
+    )
     assert len(files) >= 46
     assert {f.name: spans(f.read_text()) for f in files if find_secrets(f.read_text())} == {}
 
@@ -78,9 +82,14 @@ def test_the_real_fixture_trajectories_and_experiences_hold_no_secret():
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_the_placeholder_the_answer_suggests_is_accepted_in_place_of_the_secret(kind):
     placeholder = KINDS[kind].placeholder
-    for text in (f"api_key={placeholder}", f'"client_secret": "{placeholder}"', f"Authorization: Bearer {placeholder}",
-                 f"postgres://app:{placeholder}@db:5432/x", f"export TOKEN={placeholder}",
-                 f"-----BEGIN RSA PRIVATE KEY-----\n{placeholder}\n-----END RSA PRIVATE KEY-----"):
+    for text in (
+        f"api_key={placeholder}",
+        f'"client_secret": "{placeholder}"',
+        f"Authorization: Bearer {placeholder}",
+        f"postgres://app:{placeholder}@db:5432/x",
+        f"export TOKEN={placeholder}",
+        f"-----BEGIN RSA PRIVATE KEY-----\n{placeholder}\n-----END RSA PRIVATE KEY-----",
+    ):
         assert find_secrets(text) == [], text
 
 
@@ -89,13 +98,17 @@ def random_values(alphabet: str, length: int, count: int, seed: int) -> list[str
     return ["".join(rng.choice(alphabet) for _ in range(length)) for _ in range(count)]
 
 
-@pytest.mark.parametrize(("alphabet", "length", "most_missed"), [
-    ("0123456789abcdef", 32, 0), ("0123456789abcdef", 64, 0),
-    (string.ascii_letters + string.digits + "+/", 40, 0),  # an AWS secret access key
-    (string.ascii_letters + string.digits, 24, 10),  # 1.5% have no digit; of those some read as camel-case words
-    (string.ascii_letters + string.digits, 40, 0),
-    (string.ascii_lowercase + string.digits, 32, 10),
-])
+@pytest.mark.parametrize(
+    ("alphabet", "length", "most_missed"),
+    [
+        ("0123456789abcdef", 32, 0),
+        ("0123456789abcdef", 64, 0),
+        (string.ascii_letters + string.digits + "+/", 40, 0),  # an AWS secret access key
+        (string.ascii_letters + string.digits, 24, 10),  # 1.5% have no digit; of those some read as camel-case words
+        (string.ascii_letters + string.digits, 40, 0),
+        (string.ascii_lowercase + string.digits, 32, 10),
+    ],
+)
 def test_random_values_look_random(alphabet, length, most_missed):
     """Of 2,000 random values of a format, at most ``most_missed`` are taken for words: the measured recall of
     ``looks_random`` on what real credentials are made of."""
@@ -104,10 +117,25 @@ def test_random_values_look_random(alphabet, length, most_missed):
     assert all(looks_random(str(uuid.UUID(int=random.Random(i).getrandbits(128), version=4))) for i in range(200))
 
 
-@pytest.mark.parametrize("value", ["securePass123", "db_password_prod_2024", "YOUR_API_KEY_HERE_123",
-                                   "settings.api_key_v2", "os.environ.TOKEN", "<API_KEY>", "${DB_PASSWORD}",
-                                   "%(password)s", "********************", "aaaaaaaaaaaaaaaa1",
-                                   "sk-learn-compatible-v2", "/home/agent/projects/app2", "GetAccessTokenResponse", "0123456789012345"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "securePass123",
+        "db_password_prod_2024",
+        "YOUR_API_KEY_HERE_123",
+        "settings.api_key_v2",
+        "os.environ.TOKEN",
+        "<API_KEY>",
+        "${DB_PASSWORD}",
+        "%(password)s",
+        "********************",
+        "aaaaaaaaaaaaaaaa1",
+        "sk-learn-compatible-v2",
+        "/home/agent/projects/app2",
+        "GetAccessTokenResponse",
+        "0123456789012345",
+    ],
+)
 def test_words_placeholders_and_code_do_not_look_random(value):
     assert not looks_random(value, 12)
 
@@ -179,21 +207,32 @@ def covered(text: str, secret: str) -> bool:
     return any(f.start <= at and at + len(secret) <= f.end for f in find_secrets(text))
 
 
-@pytest.mark.parametrize(("text", "secret", "kind"), [
-    ("p\u0430ssword=Zx9K2mPq7Lr4Tw8Y", "Zx9K2mPq7Lr4Tw8Y", "secret_assignment"),  # a Cyrillic а
-    ("\uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44\uff1dZx9K2mPq7Lr4Tw8Y", "Zx9K2mPq7Lr4Tw8Y", "secret_assignment"),
-    ("pass\u200bword = Zx9K2mPq7Lr4Tw8Y", "Zx9K2mPq7Lr4Tw8Y", "secret_assignment"),  # a zero-width space in the name
-    (f"GITHUB_TOKEN={GHP[:10]}\u200b{GHP[10:]} done", f"{GHP[:10]}\u200b{GHP[10:]}", "github_token"),
-    (f"token {GHP[:4]}\u2060{GHP[4:]}", f"{GHP[:4]}\u2060{GHP[4:]}", "github_token"),  # a word joiner
-    ("\uff21\uff2b\uff29\uff21Z2345ABCDEFGHJ7K", "\uff21\uff2b\uff29\uff21Z2345ABCDEFGHJ7K", "aws_access_key"),
-    ("\u0430pi_key: Zx9K2mPq7Lr4Tw8YvB3n", "Zx9K2mPq7Lr4Tw8YvB3n", "secret_assignment"),
-])
+@pytest.mark.parametrize(
+    ("text", "secret", "kind"),
+    [
+        ("p\u0430ssword=Zx9K2mPq7Lr4Tw8Y", "Zx9K2mPq7Lr4Tw8Y", "secret_assignment"),  # a Cyrillic а
+        (
+            "\uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44\uff1dZx9K2mPq7Lr4Tw8Y",
+            "Zx9K2mPq7Lr4Tw8Y",
+            "secret_assignment",
+        ),
+        (
+            "pass\u200bword = Zx9K2mPq7Lr4Tw8Y",
+            "Zx9K2mPq7Lr4Tw8Y",
+            "secret_assignment",
+        ),  # a zero-width space in the name
+        (f"GITHUB_TOKEN={GHP[:10]}\u200b{GHP[10:]} done", f"{GHP[:10]}\u200b{GHP[10:]}", "github_token"),
+        (f"token {GHP[:4]}\u2060{GHP[4:]}", f"{GHP[:4]}\u2060{GHP[4:]}", "github_token"),  # a word joiner
+        ("\uff21\uff2b\uff29\uff21Z2345ABCDEFGHJ7K", "\uff21\uff2b\uff29\uff21Z2345ABCDEFGHJ7K", "aws_access_key"),
+        ("\u0430pi_key: Zx9K2mPq7Lr4Tw8YvB3n", "Zx9K2mPq7Lr4Tw8YvB3n", "secret_assignment"),
+    ],
+)
 def test_a_secret_is_judged_after_folding_and_masked_at_its_original_span(text, secret, kind):
     """NFKC, zero-width characters removed, look-alike letters folded: the finding is the original characters."""
     at = text.index(secret)
     assert [(f.start, f.end, f.kind) for f in find_secrets(text)] == [(at, at + len(secret), kind)]
     masked = mask_secrets(text, find_secrets(text))
-    assert masked == text[:at] + mask_label(kind) + text[at + len(secret):]
+    assert masked == text[:at] + mask_label(kind) + text[at + len(secret) :]
 
 
 def test_folding_maps_spans_back_across_expansions_and_escapes():
@@ -205,51 +244,82 @@ def test_folding_maps_spans_back_across_expansions_and_escapes():
     assert secrets_within(text, at + 3, at + 6) == [Finding(0, 3, "secret_assignment")]
 
 
-@pytest.mark.parametrize(("text", "secret", "kind"), [
-    (f"git clone https://{GHP}@github.com/o/r.git", GHP, "github_token"),
-    ("git clone https://Zx9K2mPq7Lr4Tw8YvB3nQ5@git.example.com/r.git", "Zx9K2mPq7Lr4Tw8YvB3nQ5", "token_in_url"),
-    (f"mysql -u root -p{RANDOM_PASSWORD} orders", RANDOM_PASSWORD, "password_in_command"),
-    ("mysqldump -uroot -phunter2 shop > shop.sql", "hunter2", "password_in_command"),
-    (f"mysql --user=app --password={RANDOM_PASSWORD} -h db", RANDOM_PASSWORD, "password_in_command"),
-    (f"sshpass -p '{RANDOM_PASSWORD}' ssh deploy@10.0.0.5", RANDOM_PASSWORD, "password_in_command"),
-    ("sshpass -p hunter2 scp a.txt host:", "hunter2", "password_in_command"),
-    (f"curl -u admin:{RANDOM_PASSWORD} https://api.example.com", RANDOM_PASSWORD, "password_in_command"),
-    ('curl --user "admin:hunter2" https://x.example.com', "hunter2", "password_in_command"),
-    ("wget --http-password=hunter2 https://x.example.com/f", "hunter2", "password_in_command"),
-    ("docker login -u bot -p hunter2 registry.example.com", "hunter2", "password_in_command"),
-    ("redis-cli -h cache -a hunter2 ping", "hunter2", "password_in_command"),
-    ("PGPASSWORD=hunter2 psql -h db -U app", "hunter2", "password_in_command"),
-    (f"pw={RANDOM_PASSWORD}", RANDOM_PASSWORD, "secret_assignment"),
-    (f'{{"pwd": "{RANDOM_PASSWORD}"}}', RANDOM_PASSWORD, "secret_assignment"),
-    ("db_pw: Xk9mP2qL7v", "Xk9mP2qL7v", "secret_assignment"),
-])
+@pytest.mark.parametrize(
+    ("text", "secret", "kind"),
+    [
+        (f"git clone https://{GHP}@github.com/o/r.git", GHP, "github_token"),
+        ("git clone https://Zx9K2mPq7Lr4Tw8YvB3nQ5@git.example.com/r.git", "Zx9K2mPq7Lr4Tw8YvB3nQ5", "token_in_url"),
+        (f"mysql -u root -p{RANDOM_PASSWORD} orders", RANDOM_PASSWORD, "password_in_command"),
+        ("mysqldump -uroot -phunter2 shop > shop.sql", "hunter2", "password_in_command"),
+        (f"mysql --user=app --password={RANDOM_PASSWORD} -h db", RANDOM_PASSWORD, "password_in_command"),
+        (f"sshpass -p '{RANDOM_PASSWORD}' ssh deploy@10.0.0.5", RANDOM_PASSWORD, "password_in_command"),
+        ("sshpass -p hunter2 scp a.txt host:", "hunter2", "password_in_command"),
+        (f"curl -u admin:{RANDOM_PASSWORD} https://api.example.com", RANDOM_PASSWORD, "password_in_command"),
+        ('curl --user "admin:hunter2" https://x.example.com', "hunter2", "password_in_command"),
+        ("wget --http-password=hunter2 https://x.example.com/f", "hunter2", "password_in_command"),
+        ("docker login -u bot -p hunter2 registry.example.com", "hunter2", "password_in_command"),
+        ("redis-cli -h cache -a hunter2 ping", "hunter2", "password_in_command"),
+        ("PGPASSWORD=hunter2 psql -h db -U app", "hunter2", "password_in_command"),
+        (f"pw={RANDOM_PASSWORD}", RANDOM_PASSWORD, "secret_assignment"),
+        (f'{{"pwd": "{RANDOM_PASSWORD}"}}', RANDOM_PASSWORD, "secret_assignment"),
+        ("db_pw: Xk9mP2qL7v", "Xk9mP2qL7v", "secret_assignment"),
+    ],
+)
 def test_common_credential_forms_are_found(text, secret, kind):
     at = text.index(secret)
     assert (kind, secret) in spans(text), spans(text)
     # escaped in a JSONL tool call too
     line = json.dumps({"command": text})
     assert kind in {f.kind for f in find_secrets(line)}, line
-    assert covered(text, secret) and text[at:at + len(secret)] == secret
+    assert covered(text, secret) and text[at : at + len(secret)] == secret
 
 
-@pytest.mark.parametrize("text", [
-    "mysql -u root -p", "mysql -u root -p orders", "mysql -h db -P 3306 -u app -p", "ssh -p 2222 deploy@host",
-    "docker run -p 8080:80 nginx", "mkdir -p /tmp/a/b", "mysql -u root -p$MYSQL_ROOT_PASSWORD",
-    'mysql -uroot -p"$DB_PASS" shop', "mysql -u root -proot", "mysql -p<PASSWORD>", "mysql --password=<PASSWORD>",
-    "sshpass -p '<password>' ssh host", 'sshpass -p "$SSHPASS" ssh host', "sshpass -e ssh host",
-    'curl -u "$USER:$PASS" https://x.example.com', "curl -u admin:admin http://localhost:9200",
-    "curl -u user:password https://x", "curl -u <user>:<password> https://x", "curl -u elastic: https://x",
-    "curl -u ${API_KEY}: https://api", "curl -uadmin https://x", "pw=<PASSWORD>", "pw=${PW}", "pw = getpass()",
-    "pwd: /home/agent/app2", "cd $(pwd)", "pwd=`pwd`", "wget --password=$WGET_PASSWORD https://x",
-    "PGPASSWORD=$PGPASSWORD psql", "git clone https://github.com/org/repo.git", "git@github.com:org/repo.git",
-    "https://x-access-token@github.com/o/r", "https://deploy-bot@git.example.com/r.git",
-    "ssh://git@gitlab.example.com:2222/group/project.git", "https://user@example.com/path",
-    "redis-cli -a $REDIS_PASSWORD", "the -----BEGIN RSA PRIVATE KEY----- line starts the file",
-    "-----BEGIN OPENSSH PRIVATE KEY-----\n...\n-----END OPENSSH PRIVATE KEY-----",
-    "Copy the block from -----BEGIN PRIVATE KEY----- through -----END PRIVATE KEY----- into key.pem.",
-    "Пароль и токен: см. документацию",
-    "\u5bc6\u7801\uff1a\u8bf7\u4f7f\u7528\u73af\u5883\u53d8\u91cf\uff0c\u4e0d\u8981\u5199\u5728\u4ee3\u7801\u91cc",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "mysql -u root -p",
+        "mysql -u root -p orders",
+        "mysql -h db -P 3306 -u app -p",
+        "ssh -p 2222 deploy@host",
+        "docker run -p 8080:80 nginx",
+        "mkdir -p /tmp/a/b",
+        "mysql -u root -p$MYSQL_ROOT_PASSWORD",
+        'mysql -uroot -p"$DB_PASS" shop',
+        "mysql -u root -proot",
+        "mysql -p<PASSWORD>",
+        "mysql --password=<PASSWORD>",
+        "sshpass -p '<password>' ssh host",
+        'sshpass -p "$SSHPASS" ssh host',
+        "sshpass -e ssh host",
+        'curl -u "$USER:$PASS" https://x.example.com',
+        "curl -u admin:admin http://localhost:9200",
+        "curl -u user:password https://x",
+        "curl -u <user>:<password> https://x",
+        "curl -u elastic: https://x",
+        "curl -u ${API_KEY}: https://api",
+        "curl -uadmin https://x",
+        "pw=<PASSWORD>",
+        "pw=${PW}",
+        "pw = getpass()",
+        "pwd: /home/agent/app2",
+        "cd $(pwd)",
+        "pwd=`pwd`",
+        "wget --password=$WGET_PASSWORD https://x",
+        "PGPASSWORD=$PGPASSWORD psql",
+        "git clone https://github.com/org/repo.git",
+        "git@github.com:org/repo.git",
+        "https://x-access-token@github.com/o/r",
+        "https://deploy-bot@git.example.com/r.git",
+        "ssh://git@gitlab.example.com:2222/group/project.git",
+        "https://user@example.com/path",
+        "redis-cli -a $REDIS_PASSWORD",
+        "the -----BEGIN RSA PRIVATE KEY----- line starts the file",
+        "-----BEGIN OPENSSH PRIVATE KEY-----\n...\n-----END OPENSSH PRIVATE KEY-----",
+        "Copy the block from -----BEGIN PRIVATE KEY----- through -----END PRIVATE KEY----- into key.pem.",
+        "Пароль и токен: см. документацию",
+        "\u5bc6\u7801\uff1a\u8bf7\u4f7f\u7528\u73af\u5883\u53d8\u91cf\uff0c\u4e0d\u8981\u5199\u5728\u4ee3\u7801\u91cc",
+    ],
+)
 def test_look_alikes_of_the_new_forms_are_not_flagged(text):
     assert spans(text) == []
     assert find_secrets(json.dumps({"command": text})) == []
@@ -259,7 +329,7 @@ def test_a_key_block_with_text_between_its_begin_line_and_its_body_is_found():
     key = next(p for p in planted(2) if p.label == "rsa-pem").secret
     begin, rest = key.split("\n", 1)
     text = f"{begin}\n(the body follows)\n{rest}"
-    assert [(f.kind, text[f.start:f.end]) for f in find_secrets(text)] == [("private_key", text)]
+    assert [(f.kind, text[f.start : f.end]) for f in find_secrets(text)] == [("private_key", text)]
 
 
 @pytest.mark.parametrize("escaped", [False, True])
@@ -267,7 +337,7 @@ def test_a_key_block_of_any_length_is_masked_at_any_offset(escaped):
     """An excerpt far inside a key block longer than the scan margin is the key's: masked whole."""
     rng = random.Random(4)
     body = "".join(rng.choice(string.ascii_letters + string.digits + "+/") for _ in range(120_000))
-    lines = "\n".join(body[i:i + 64] for i in range(0, len(body), 64))
+    lines = "\n".join(body[i : i + 64] for i in range(0, len(body), 64))
     key = f"-----BEGIN RSA PRIVATE KEY-----\n{lines}\n-----END RSA PRIVATE KEY-----"
     text = "intro\n" * 50 + key + "\nafter\n" * 50
     text = json.dumps({"content": text}) if escaped else text

@@ -31,7 +31,8 @@ def test_every_experience_path_in_the_readme_and_guide_exists_in_the_example_wor
             seen += 1
             assert (EXAMPLE / "procedures" / name).is_file(), (
                 f"{label} names procedures/{name}, which examples/bfcl-workspace does not hold: use one of its "
-                "experiences or write it as procedures/<name>.json")
+                "experiences or write it as procedures/<name>.json"
+            )
     assert seen >= 3  # the read and history examples at least: the pattern still finds them
 
 

@@ -55,7 +55,9 @@ def code_parameters(trees: list[ast.Module]) -> dict[str, list[tuple[int, str]]]
     for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef):
-                named = [(node.name, fn) for fn in node.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"]
+                named = [
+                    (node.name, fn) for fn in node.body if isinstance(fn, ast.FunctionDef) and fn.name == "__init__"
+                ]
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "__init__":
                 named = [(node.name, node)]
             else:
@@ -64,8 +66,11 @@ def code_parameters(trees: list[ast.Module]) -> dict[str, list[tuple[int, str]]]
                 params = fn.args.posonlyargs + fn.args.args
                 if params and params[0].arg in ("self", "cls"):
                     params = params[1:]
-                coded = [(i if i < len(params) else -1, p.arg) for i, p in enumerate(params + fn.args.kwonlyargs)
-                         if p.annotation is not None and "ErrorCode" in ast.unparse(p.annotation)]
+                coded = [
+                    (i if i < len(params) else -1, p.arg)
+                    for i, p in enumerate(params + fn.args.kwonlyargs)
+                    if p.annotation is not None and "ErrorCode" in ast.unparse(p.annotation)
+                ]
                 if coded:
                     found.setdefault(name, []).extend(coded)
     return found
@@ -95,11 +100,14 @@ def code_sites(tree: ast.Module, parameters: dict[str, list[tuple[int, str]]]) -
         elif isinstance(node, ast.Call):
             callee = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
             for index, name in parameters.get(callee, []):
-                if 0 <= index < len(node.args) and not any(isinstance(a, ast.Starred) for a in node.args[:index + 1]):
+                if 0 <= index < len(node.args) and not any(isinstance(a, ast.Starred) for a in node.args[: index + 1]):
                     sites.append(node.args[index])
                 sites += [k.value for k in node.keywords if k.arg == name]
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None \
-                and "ErrorCode" in ast.unparse(node.returns):
+        elif (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.returns is not None
+            and "ErrorCode" in ast.unparse(node.returns)
+        ):
             for ret in ast.walk(node):
                 if isinstance(ret, ast.Return) and ret.value is not None:
                     sites.append(ret.value.elts[0] if isinstance(ret.value, ast.Tuple) else ret.value)
@@ -148,8 +156,12 @@ def test_every_code_the_package_answers_is_declared():
     sources = package_sources()
     parameters = code_parameters([ast.parse(source) for source in sources.values()])
     assert {"ProcedureError", "ExtractionStopped", "error_answer"} <= set(parameters)  # the ways a code is handed over
-    answered = {f"{path}:{line} {code}" for path, source in sources.items()
-                for line, code in answered_codes(source, parameters) if code not in DECLARED}
+    answered = {
+        f"{path}:{line} {code}"
+        for path, source in sources.items()
+        for line, code in answered_codes(source, parameters)
+        if code not in DECLARED
+    }
     assert answered == set()
 
 
@@ -178,9 +190,14 @@ def test_no_code_is_a_string_literal_outside_errors_py():
         for node in code_sites(ast.parse(source), parameters):
             if isinstance(node, ast.Constant) and isinstance(node.value, str):
                 literals.append(f"{path}:{node.lineno} {node.value}")
-        literals += [f"{path}:{node.lineno} {node.args[0].value}" for node in ast.walk(ast.parse(source))
-                     if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
-                     and node.args[0].value in DECLARED]
+        literals += [
+            f"{path}:{node.lineno} {node.args[0].value}"
+            for node in ast.walk(ast.parse(source))
+            if isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value in DECLARED
+        ]
     assert literals == []
 
 
@@ -191,7 +208,12 @@ def test_every_exception_class_is_declared_in_errors_py():
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef) and any(
-                    isinstance(base, ast.Name) and (base.id.endswith(("Error", "Exception")) or base.id in (
-                        "ProcedureError", "StartupError", "IndexFailure")) for base in node.bases):
+                isinstance(base, ast.Name)
+                and (
+                    base.id.endswith(("Error", "Exception"))
+                    or base.id in ("ProcedureError", "StartupError", "IndexFailure")
+                )
+                for base in node.bases
+            ):
                 classes.append(f"{path.relative_to(PACKAGE)}:{node.name}")
     assert classes == []

@@ -14,7 +14,13 @@ NAME = "reme_procedure_memory"
 # Lower layers never import higher ones; modules of one layer (or one subpackage) may import each other, without cycle.
 LAYERS = [
     ["", "errors"],  # the package itself holds only ``__version__`` and imports nothing
-    ["schema", "answers", "credentials", "textfold", "reme_internals"],  # reme_internals: ReMe's private names, for every floor
+    [
+        "schema",
+        "answers",
+        "credentials",
+        "textfold",
+        "reme_internals",
+    ],  # reme_internals: ReMe's private names, for every floor
     ["settings", "tokens", "operator_errors", "interrupts"],
     ["storage"],
     ["search"],
@@ -49,7 +55,7 @@ def imports(module: str, path: Path) -> list[tuple[str, list[str], int]]:
                 base = package[: len(package) - (node.level - 1)]
                 target = ".".join(base + ([node.module] if node.module else []))
             elif node.module == NAME or (node.module or "").startswith(NAME + "."):
-                target = node.module[len(NAME) + 1:]
+                target = node.module[len(NAME) + 1 :]
             else:
                 continue
             names = [alias.name for alias in node.names]
@@ -62,7 +68,7 @@ def imports(module: str, path: Path) -> list[tuple[str, list[str], int]]:
         elif isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.name.startswith(NAME + "."):
-                    found.append((alias.name[len(NAME) + 1:], [], node.lineno))
+                    found.append((alias.name[len(NAME) + 1 :], [], node.lineno))
     return found
 
 
@@ -93,7 +99,7 @@ def test_no_import_cycle_between_modules():
         state[node] = 1
         for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == 1:
-                cycles.append(" -> ".join(trail[trail.index(nxt):] + [nxt]))
+                cycles.append(" -> ".join(trail[trail.index(nxt) :] + [nxt]))
             elif nxt not in state:
                 visit(nxt, trail + [nxt])
         state[node] = 2
@@ -110,9 +116,13 @@ def test_only_the_steps_import_the_component():
 
 
 def test_no_module_imports_a_private_name_of_another():
-    private = [f"{m}:{line} {target}.{name}" for m, path in modules().items()
-               for target, names, line in imports(m, path) for name in names
-               if name.startswith("_") and name != "__version__"]
+    private = [
+        f"{m}:{line} {target}.{name}"
+        for m, path in modules().items()
+        for target, names, line in imports(m, path)
+        for name in names
+        if name.startswith("_") and name != "__version__"
+    ]
     assert private == []
 
 

@@ -43,8 +43,9 @@ def test_each_startup_error_is_its_code_and_its_sentence_on_one_line():
     assert operator_line(WorkspaceNotFound("no workspace")) == "workspace_not_found: no workspace"
     full = StartStorageError(OSError(errno.ENOSPC, "No space left on device", "/ws/metadata/x"))
     line = operator_line(full)
-    assert line == str(full) and line.startswith("disk_full: Writing /ws/metadata/x failed: No space left on device "
-                                                 "(errno ENOSPC).")  # the code is not repeated
+    assert line == str(full) and line.startswith(
+        "disk_full: Writing /ws/metadata/x failed: No space left on device (errno ENOSPC)."
+    )  # the code is not repeated
     assert operator_line(ServiceStartAborted(full)) == line  # a service's start answers the same line
 
 
@@ -53,7 +54,8 @@ def test_remes_own_workspace_set_up_is_a_storage_line_and_other_os_errors_are_no
     assert operator_line(exc, tb) == (
         "storage_error: Writing /tmp/a-file/ws failed: Not a directory (errno ENOTDIR). Make sure /tmp/a-file exists "
         "and is writable by this process (permissions, a read-only mount, a failing disk); nothing half-written was "
-        "kept. Then start again.")
+        "kept. Then start again."
+    )
     exc, tb = caught(elsewhere, "/tmp/a-file/ws")
     assert operator_line(exc, tb) is None  # the previous hook prints it as before
     assert operator_line(ValueError("boom")) is None
@@ -65,8 +67,10 @@ def test_an_unknown_procedure_job_names_the_closest_job():
     assert operator_line(KeyError("Job 'serch' not found")) is None  # ReMe's own jobs: ReMe's answer
     assert "did you mean" not in unknown_job_sentence("procedure_zzzzzzzz", served_only=False)
     served = unknown_job_sentence("procedure_reindx", served_only=True)  # the client: only served jobs are offered
-    assert "procedure_reindex" not in served and served.endswith("jobs of procedure-memory: procedure_history, "
-                                                             "procedure_imports, procedure_list, procedure_read, procedure_search.")
+    assert "procedure_reindex" not in served and served.endswith(
+        "jobs of procedure-memory: procedure_history, "
+        "procedure_imports, procedure_list, procedure_read, procedure_search."
+    )
     hidden = unknown_job_sentence("procedure_reindex", served_only=True)
     assert hidden.startswith("`procedure_reindex` is not served by the service") and "job=procedure_reindex" in hidden
     assert UnknownJob("x").code == ErrorCode.UNKNOWN_JOB
@@ -78,11 +82,13 @@ def test_the_client_http_refusal_of_a_procedure_job_is_one_line():
     request = httpx.Request("POST", "http://127.0.0.1:2333/procedure_serch")
     response = httpx.Response(405, request=request)
     exc = httpx.HTTPStatusError("405", request=request, response=response)
-    assert operator_line(exc).startswith("unknown_job: There is no served job `procedure_serch`; did you mean "
-                                         "`procedure_search`?")
+    assert operator_line(exc).startswith(
+        "unknown_job: There is no served job `procedure_serch`; did you mean `procedure_search`?"
+    )
     other = httpx.Request("POST", "http://127.0.0.1:2333/search")
-    assert operator_line(httpx.HTTPStatusError("405", request=other, response=httpx.Response(405, request=other))) \
-        is None
+    assert (
+        operator_line(httpx.HTTPStatusError("405", request=other, response=httpx.Response(405, request=other))) is None
+    )
     failing = httpx.Response(500, request=request)
     assert operator_line(httpx.HTTPStatusError("500", request=request, response=failing)) is None
 
@@ -120,7 +126,11 @@ def test_a_workspace_made_only_of_new_empty_directories_is_removed_whole(tmp_pat
     for sub in ("metadata", "session", "digest"):
         (ws / sub).mkdir(parents=True)
     assert remove_created_here(ws, ["metadata", "session", "digest", "/abs/elsewhere"], since=0) == [
-        ws / "metadata", ws / "session", ws / "digest", ws]
+        ws / "metadata",
+        ws / "session",
+        ws / "digest",
+        ws,
+    ]
     assert not ws.exists() and tmp_path.is_dir()
     kept = tmp_path / "kept"
     (kept / "metadata").mkdir(parents=True)
@@ -132,8 +142,10 @@ async def test_a_one_shot_search_on_a_missing_workspace_is_refused_before_anythi
     ws = tmp_path / "nowhere"
     with pytest.raises(WorkspaceNotFound) as refused:
         make_app.build(workspace=ws, service={"backend": "cli", "job": "procedure_search", "job_args": {}})
-    assert str(refused.value).startswith(f"procedure_search needs an existing procedure-memory workspace, and {ws} "
-                                         "has none (no procedures/, session/trajectories/ or metadata/procedure/default/).")
+    assert str(refused.value).startswith(
+        f"procedure_search needs an existing procedure-memory workspace, and {ws} "
+        "has none (no procedures/, session/trajectories/ or metadata/procedure/default/)."
+    )
     assert not ws.exists()
     async with make_app(workspace=ws, service={"backend": "cli", "job": "procedure_auto_memory", "job_args": {}}):
         pass  # an import makes the workspace
@@ -153,7 +165,14 @@ async def test_any_file_system_failure_in_a_job_answers_a_storage_code(make_app,
 
         monkeypatch.setattr(memory.listing, "experiences", unreadable)
         ok, answer = await run_job(app, "procedure_list")
-        assert not ok and answer == {"status": "error", "error": {"code": "storage_error", "message": (
-            f"Using {memory.workspace_path}/procedures failed: Permission denied (errno EACCES). Make sure "
-            f"{memory.workspace_path} exists and is readable and writable by this process (permissions, a read-only "
-            "mount, a full or failing disk), then run the command again.")}}
+        assert not ok and answer == {
+            "status": "error",
+            "error": {
+                "code": "storage_error",
+                "message": (
+                    f"Using {memory.workspace_path}/procedures failed: Permission denied (errno EACCES). Make sure "
+                    f"{memory.workspace_path} exists and is readable and writable by this process (permissions, a read-only "
+                    "mount, a full or failing disk), then run the command again."
+                ),
+            },
+        }

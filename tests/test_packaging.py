@@ -48,7 +48,16 @@ JOBS = [
     "procedure_history",
 ]
 COPY_IGNORE = shutil.ignore_patterns(
-    ".git", "build", "dist", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache", ".reme", "logs", ".venv",
+    ".git",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".hypothesis",
+    ".pytest_cache",
+    ".reme",
+    "logs",
+    ".venv",
 )
 
 
@@ -61,7 +70,12 @@ def _env(**extra: str) -> dict[str, str]:
 
 def _run(args: list, cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(a) for a in args], cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=timeout,
+        [str(a) for a in args],
+        cwd=cwd,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -84,7 +98,9 @@ def wheel(tmp_path_factory) -> Path:
         wheels = sorted(out.glob("*.whl")) if out.is_dir() else []
         if proc.returncode == 0 and len(wheels) == 1:
             return wheels[0]
-        attempts.append(f"$ build --wheel {' '.join(extra)} (rc={proc.returncode})\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+        attempts.append(
+            f"$ build --wheel {' '.join(extra)} (rc={proc.returncode})\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+        )
     pytest.fail("could not build the wheel:\n" + "\n\n".join(attempts))
 
 
@@ -171,12 +187,17 @@ def test_installed_wheel_serves_the_same_manifest_and_loads_as_a_reme_plugin(unp
 
 @pytest.mark.slow
 def test_installed_wheel_passes_reme_plugins_validate_and_show(unpacked_wheel, tmp_path):
-    validate = _run([REME, "plugins", "validate", "procedure-memory"], cwd=tmp_path, timeout=120,
-                    PYTHONPATH=str(unpacked_wheel))
+    validate = _run(
+        [REME, "plugins", "validate", "procedure-memory"], cwd=tmp_path, timeout=120, PYTHONPATH=str(unpacked_wheel)
+    )
     assert validate.returncode == 0, validate.stdout + validate.stderr
     assert "Valid ReMe plugin: procedure-memory" in validate.stdout
-    show = _run([REME, "plugins", "show", "procedure-memory", "--json"], cwd=tmp_path, timeout=120,
-                PYTHONPATH=str(unpacked_wheel))
+    show = _run(
+        [REME, "plugins", "show", "procedure-memory", "--json"],
+        cwd=tmp_path,
+        timeout=120,
+        PYTHONPATH=str(unpacked_wheel),
+    )
     assert show.returncode == 0, show.stdout + show.stderr
     details = json.loads(show.stdout)
     assert details["default_jobs"] == JOBS
@@ -254,6 +275,7 @@ def test_build_requirements_can_build_the_declared_metadata():
 
 def test_the_manifest_has_no_key_twice():
     """YAML keeps the last of two equal keys silently: a merge once left ``procedure_dump`` in plugin.yaml twice."""
+
     class Strict(yaml.SafeLoader):
         pass
 

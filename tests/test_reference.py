@@ -69,6 +69,7 @@ def plugin_settings() -> dict[str, object]:
                 walk(value, f"{prefix}{key}.")
             else:
                 out[f"{prefix}{key}"] = value
+
     walk(block["procedure_memory"]["default"], "")
     out.pop("backend")
     return out
@@ -85,6 +86,7 @@ def test_the_settings_table_equals_the_plugin_settings_and_their_defaults():
 
 def test_every_setting_of_the_model_is_in_plugin_yaml():
     """The typed settings (``settings.py``) and the manifest name the same keys, so the table covers both."""
+
     def leaves(model, prefix: str = "") -> set[str]:
         out = set()
         for name, info in model.model_fields.items():
@@ -96,4 +98,5 @@ def test_every_setting_of_the_model_is_in_plugin_yaml():
             else:
                 out.add(f"{prefix}{name}")
         return out
+
     assert leaves(ProcedureSettings) == set(plugin_settings())

@@ -30,20 +30,27 @@ def test_every_private_reme_name_still_holds_in_the_installed_reme():
     assert moved == [], (
         f"{len(moved)} private name(s) of ReMe that the plugin relies on changed in the installed reme-ai "
         f"{version('reme-ai')}; adapt src/reme_procedure_memory/reme_internals.py (and the modules its table names "
-        "as users) to:\n  " + "\n  ".join(moved))
+        "as users) to:\n  " + "\n  ".join(moved)
+    )
 
 
 def _entry(owner: str, name: str) -> Private:
     return next(e for e in PRIVATE if e.owner == owner and e.name == name)
 
 
-@pytest.mark.parametrize("change, says", [
-    ({"name": "_score_query_gone"}, "missing"),
-    ({"expects": "(self, query_ids)"}, "parameters (self, query_ids, candidate_idxs=None), expected (self, query_ids)"),
-    ({"kind": "staticmethod"}, "a function, expected a staticmethod"),
-    ({"owner": "reme.components.keyword_index.bm25_index:BM25IndexGone"}, "its owner is gone"),
-    ({"owner": "reme.components.no_such_module:BM25Index"}, "its owner is gone"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        ({"name": "_score_query_gone"}, "missing"),
+        (
+            {"expects": "(self, query_ids)"},
+            "parameters (self, query_ids, candidate_idxs=None), expected (self, query_ids)",
+        ),
+        ({"kind": "staticmethod"}, "a function, expected a staticmethod"),
+        ({"owner": "reme.components.keyword_index.bm25_index:BM25IndexGone"}, "its owner is gone"),
+        ({"owner": "reme.components.no_such_module:BM25Index"}, "its owner is gone"),
+    ],
+)
 def test_the_check_names_a_moved_method(change, says):
     entry = dataclasses.replace(_entry(reme_internals.BM25, "_score_query"), **change)
     found = problem(entry)
@@ -86,10 +93,16 @@ def test_placeholders_reading_fills_reme_placeholders_from_the_given_environment
 
 # -- nothing but the seam reaches a private ReMe name ------------------------------------------------------------------
 
+
 def _docstrings(tree: ast.AST) -> set[int]:
-    return {id(node.body[0].value) for node in ast.walk(tree)
-            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body
-            and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
 
 
 def _foreign_reaches(where: str, tree: ast.AST) -> list[str]:
@@ -102,8 +115,11 @@ def _foreign_reaches(where: str, tree: ast.AST) -> list[str]:
             private = [a.name for a in node.names if a.name.startswith("_")]
             if private or any(part.startswith("_") for part in node.module.split(".")):
                 found.append(f"{where}:{node.lineno} imports {node.module}.{', '.join(a.name for a in node.names)}")
-        elif isinstance(node, ast.Attribute) and node.attr in NAMES \
-                and ast.unparse(node.value) not in ("self", "super()", "cls"):
+        elif (
+            isinstance(node, ast.Attribute)
+            and node.attr in NAMES
+            and ast.unparse(node.value) not in ("self", "super()", "cls")
+        ):
             found.append(f"{where}:{node.lineno} reaches {ast.unparse(node)}")
         elif isinstance(node, ast.Constant) and node.value in NAMES and id(node) not in docs:
             found.append(f"{where}:{node.lineno} spells {node.value!r}")
@@ -129,7 +145,9 @@ def test_the_static_scan_sees_each_kind_of_reach():
     assert [hit.split(" ", 1)[1] for hit in found] == [
         "imports reme.steps.evolve._evolve.agent_reply_result_text",
         "imports reme.components.file_store.local_file_store._VECTOR_SEARCH_BATCH_SIZE",
-        "reaches wrapper._make_tool", "spells '_format_relative'"]
+        "reaches wrapper._make_tool",
+        "spells '_format_relative'",
+    ]
 
 
 def _inherited_private(cls: type) -> dict[str, str]:
@@ -145,9 +163,16 @@ def _inherited_private(cls: type) -> dict[str, str]:
             tree = ast.parse(textwrap.dedent(inspect.getsource(base)))
         except (OSError, TypeError):
             tree = ast.Module(body=[], type_ignores=[])
-        names += [n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
-                  and isinstance(n.value, ast.Name) and n.value.id == "self" and n.attr.startswith("_")
-                  and not n.attr.startswith("__")]
+        names += [
+            n.attr
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Attribute)
+            and isinstance(n.ctx, ast.Store)
+            and isinstance(n.value, ast.Name)
+            and n.value.id == "self"
+            and n.attr.startswith("_")
+            and not n.attr.startswith("__")
+        ]
         for name in names:
             out.setdefault(name, owner)
     return out
@@ -179,8 +204,13 @@ def test_every_private_name_a_subclass_of_reme_names_is_in_the_table_with_its_mo
         for cls, node in pairs:
             foreign = inherited.get(cls, {})
             used = {n.attr: n.lineno for n in ast.walk(node) if isinstance(n, ast.Attribute) and n.attr in foreign}
-            used.update({n.name: n.lineno for n in ast.walk(node)
-                         if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in foreign})
+            used.update(
+                {
+                    n.name: n.lineno
+                    for n in ast.walk(node)
+                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name in foreign
+                }
+            )
             for name, line in sorted(used.items()):
                 named.add((name, module))
                 if (name, module) not in declared:

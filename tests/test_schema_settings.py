@@ -61,8 +61,20 @@ def test_valid_names(name):
 
 
 @pytest.mark.parametrize(
-    "name", ["A.json", "a_b.json", "a--b.json", "-a.json", "a.txt", "a", "../a.json", "a/b.json", "a b.json",
-             "x" * 200 + ".json", ".json"],
+    "name",
+    [
+        "A.json",
+        "a_b.json",
+        "a--b.json",
+        "-a.json",
+        "a.txt",
+        "a",
+        "../a.json",
+        "a/b.json",
+        "a b.json",
+        "x" * 200 + ".json",
+        ".json",
+    ],
 )
 def test_invalid_names(name):
     assert check_name(name) is not None
@@ -71,7 +83,11 @@ def test_invalid_names(name):
 def test_default_token_targets_and_acceptance_ceilings():
     limits = TokenLimits()
     assert (limits.segment, limits.summary, limits.description, limits.when_to_use, limits.content) == (
-        98_304, 8_192, 128, 512, 2_048,
+        98_304,
+        8_192,
+        128,
+        512,
+        2_048,
     )
     assert (limits.context, limits.reserve) == (262_144, 4_096)
     assert [limits.ceiling(t) for t in (8_192, 128, 512, 2_048)] == [9_011, 140, 563, 2_252]

@@ -28,7 +28,10 @@ def cited() -> list[tuple[int, str, str]]:
 def test_every_test_the_spec_coverage_cites_exists():
     citations = cited()
     assert len(citations) > 300  # the table is read (a change of its syntax would otherwise pass unseen)
-    missing = [f"line {number}: {file}::{name}" for number, file, name in citations
-               if not (TESTS / file).is_file()
-               or not re.search(rf"^\s*(?:async )?def {name}\(", (TESTS / file).read_text(encoding="utf-8"), re.M)]
+    missing = [
+        f"line {number}: {file}::{name}"
+        for number, file, name in citations
+        if not (TESTS / file).is_file()
+        or not re.search(rf"^\s*(?:async )?def {name}\(", (TESTS / file).read_text(encoding="utf-8"), re.M)
+    ]
     assert missing == []

@@ -109,8 +109,11 @@ STEPS = (
 
 def _syllable_words(rng: random.Random, count: int) -> list[str]:
     """Pseudo-words (project, product and host names) for a realistic long-tailed vocabulary."""
-    onsets, vowels, codas = "b c d f g h k l m n p r s t v z br cl dr gr pl st tr".split(), "a e i o u ai ou".split(), \
-        ["", "n", "r", "s", "x", "l", "m"]
+    onsets, vowels, codas = (
+        "b c d f g h k l m n p r s t v z br cl dr gr pl st tr".split(),
+        "a e i o u ai ou".split(),
+        ["", "n", "r", "s", "x", "l", "m"],
+    )
     words: set[str] = set()
     while len(words) < count:
         word = "".join(rng.choice(onsets) + rng.choice(vowels) for _ in range(rng.randint(2, 3))) + rng.choice(codas)
@@ -132,8 +135,9 @@ class Corpus:
         self.lexicon = _syllable_words(self.rng, 6000)
         weights = [1.0 / (rank + 1) ** 1.07 for rank in range(len(self.lexicon))]  # Zipf-like
         self._cum = list(np.cumsum(weights) / sum(weights))
-        self.tools = sorted({t for r in self.records for t in re.findall(r"\b[a-z]+(?:_[a-z]+)+\b", r["content"])}) or \
-            ["get_status"]
+        self.tools = sorted({t for r in self.records for t in re.findall(r"\b[a-z]+(?:_[a-z]+)+\b", r["content"])}) or [
+            "get_status"
+        ]
         self.library_steps = [
             s.strip(" -0123456789.") + "."
             for r in self.records
@@ -147,8 +151,14 @@ class Corpus:
     def _fill(self, template: str) -> str:
         r = self.rng
         return template.format(
-            n1=r.choice(NOUNS), n2=r.choice(NOUNS), n3=r.choice(NOUNS), q=r.choice(QUALIFIERS), v=r.choice(VERBS),
-            t=r.choice(self.tools), x=self.lex(), y=self.lex(),
+            n1=r.choice(NOUNS),
+            n2=r.choice(NOUNS),
+            n3=r.choice(NOUNS),
+            q=r.choice(QUALIFIERS),
+            v=r.choice(VERBS),
+            t=r.choice(self.tools),
+            x=self.lex(),
+            y=self.lex(),
         )
 
     @staticmethod
@@ -189,7 +199,8 @@ class Corpus:
                 break
         content = "\n".join(lines)
         description = self._cut(
-            (generalized or base["when_to_use"]).rstrip(". ").split()[:14] + ["in", self.lex()], 16,
+            (generalized or base["when_to_use"]).rstrip(". ").split()[:14] + ["in", self.lex()],
+            16,
         )
         slug = "-".join(re.findall(r"[a-z0-9]+", description.lower())[:6]) or "experience"
         return {
@@ -204,11 +215,12 @@ class Corpus:
         r = self.rng
         if r.random() < 0.3:
             return (r.choice(self.records).get("metadata") or {}).get("task_query") or r.choice(self.records)[
-                "when_to_use"]
+                "when_to_use"
+            ]
         words = r.choice(experiences)["when_to_use"].rstrip(".").split()
         size = min(len(words), r.randint(6, 14))
         start = r.randint(0, len(words) - size)
-        window = words[start:start + size]
+        window = words[start : start + size]
         for _ in range(r.randint(0, 2)):
             window[r.randrange(len(window))] = r.choice([*NOUNS, *VERBS, self.lex()])
         return " ".join(window)
@@ -216,8 +228,12 @@ class Corpus:
 
 def experience_bytes(exp: dict[str, str], source: str) -> bytes:
     """An experience file exactly as the plugin writes it (4 fields, two-space indent, trailing newline)."""
-    obj = {"description": exp["description"], "when-to-use": exp["when_to_use"], "content": exp["content"],
-           "sources": [source]}
+    obj = {
+        "description": exp["description"],
+        "when-to-use": exp["when_to_use"],
+        "content": exp["content"],
+        "sources": [source],
+    }
     return (json.dumps(obj, ensure_ascii=False, indent=2) + "\n").encode("utf-8")
 
 
@@ -232,8 +248,13 @@ def pct(values: list[float], q: float) -> float:
 
 def summary_ms(seconds: list[float]) -> dict[str, float]:
     ms = [s * 1000 for s in seconds]
-    return {"p50_ms": pct(ms, 50), "p95_ms": pct(ms, 95), "p99_ms": pct(ms, 99),
-            "mean_ms": statistics.fmean(ms) if ms else float("nan"), "count": len(ms)}
+    return {
+        "p50_ms": pct(ms, 50),
+        "p95_ms": pct(ms, 95),
+        "p99_ms": pct(ms, 99),
+        "mean_ms": statistics.fmean(ms) if ms else float("nan"),
+        "count": len(ms),
+    }
 
 
 def log(message: str) -> None:

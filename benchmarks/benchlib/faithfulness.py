@@ -56,5 +56,9 @@ def faithfulness(experiences: Iterable[tuple[str, list[str]]], text_of: Callable
             if verdict is not None:
                 with_evidence += 1
                 traced += verdict
-    return {"steps": total, "with_evidence": with_evidence, "traceable": traced,
-            "share": round(traced / with_evidence, 3) if with_evidence else None}
+    return {
+        "steps": total,
+        "with_evidence": with_evidence,
+        "traceable": traced,
+        "share": round(traced / with_evidence, 3) if with_evidence else None,
+    }

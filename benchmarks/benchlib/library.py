@@ -46,13 +46,15 @@ def load_library(path: Path) -> list[dict]:
         if not line.strip():
             continue
         row = json.loads(line)
-        out.append({
-            "filename": f"exp-{number:04d}.json",
-            "description": first_sentence(row["content"]),
-            "when_to_use": row["when_to_use"],
-            "content": row["content"],
-            "query": ((row.get("metadata") or {}).get("task_query") or row.get("task_query") or "").strip(),
-        })
+        out.append(
+            {
+                "filename": f"exp-{number:04d}.json",
+                "description": first_sentence(row["content"]),
+                "when_to_use": row["when_to_use"],
+                "content": row["content"],
+                "query": ((row.get("metadata") or {}).get("task_query") or row.get("task_query") or "").strip(),
+            }
+        )
     return out
 
 
@@ -80,8 +82,14 @@ def place_library(workspace: Path, experiences: list[dict], library: Path) -> st
     shutil.copyfile(library, workspace / source)
     (workspace / PROCEDURE_DIR).mkdir(parents=True, exist_ok=True)
     for exp in experiences:
-        experience = Experience.model_validate({"description": exp["description"], "when-to-use": exp["when_to_use"],
-                                                "content": exp["content"], "sources": [source]})
+        experience = Experience.model_validate(
+            {
+                "description": exp["description"],
+                "when-to-use": exp["when_to_use"],
+                "content": exp["content"],
+                "sources": [source],
+            }
+        )
         (workspace / path_of(exp)).write_bytes(experience.to_bytes())
     return source
 
@@ -92,15 +100,22 @@ async def index_placed(app, experiences: list[dict]) -> dict:
     when-to-use returns it. Returns the reindex answer."""
     response = await app.run_job("procedure_reindex")
     answer = json.loads(response.answer)
-    if (not response.success or answer.get("status") != "complete" or answer.get("indexed") != len(experiences)
-            or answer.get("invalid_files")):
+    if (
+        not response.success
+        or answer.get("status") != "complete"
+        or answer.get("indexed") != len(experiences)
+        or answer.get("invalid_files")
+    ):
         raise RuntimeError(f"reindex did not index the {len(experiences)} placed experiences: {answer}")
     missing = []
     for exp in experiences:
         response = await app.run_job("procedure_search", query=exp["when_to_use"], index="when_to_use", limit=5)
         found = json.loads(response.answer)
-        if not response.success or found.get("pending_indexes") or path_of(exp) not in {
-                r["path"] for r in found.get("results", [])}:
+        if (
+            not response.success
+            or found.get("pending_indexes")
+            or path_of(exp) not in {r["path"] for r in found.get("results", [])}
+        ):
             missing.append(path_of(exp))
     if missing:
         raise RuntimeError(f"search does not return {len(missing)} placed experiences, e.g. {missing[:3]}")

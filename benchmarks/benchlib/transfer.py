@@ -62,15 +62,22 @@ def split(paths: list[Path]) -> tuple[list[Path], list[Path]]:
 
 def cases_of(paths: list[Path]) -> list[dict]:
     """``{trajectory, turn, message, functions}`` for every user turn of ``paths`` that led to tool calls."""
-    return [{"trajectory": path.name, "turn": number, "message": turn.message, "functions": list(turn.functions)}
-            for path in paths for number, turn in enumerate(read_turns(path)) if turn.functions]
+    return [
+        {"trajectory": path.name, "turn": number, "message": turn.message, "functions": list(turn.functions)}
+        for path in paths
+        for number, turn in enumerate(read_turns(path))
+        if turn.functions
+    ]
 
 
 def copies_of(paths: list[Path], trajectory_dir: Path) -> list[str]:
     """Names of ``paths`` whose bytes a file in ``trajectory_dir`` holds (a workspace that imported them)."""
     digests = {hashlib.sha256(p.read_bytes()).hexdigest(): p.name for p in paths}
-    held = {hashlib.sha256(f.read_bytes()).hexdigest() for f in trajectory_dir.iterdir() if f.is_file()} \
-        if trajectory_dir.is_dir() else set()
+    held = (
+        {hashlib.sha256(f.read_bytes()).hexdigest() for f in trajectory_dir.iterdir() if f.is_file()}
+        if trajectory_dir.is_dir()
+        else set()
+    )
     return sorted(name for digest, name in digests.items() if digest in held)
 
 
@@ -98,8 +105,13 @@ def turn_metrics(functions: list[str], texts: list[str], tokens: list[int], ks=K
     for k in ks:
         covered = set().union(*named[:k])
         coverage = len(covered) / len(functions)
-        out[k] = {"coverage": coverage, "full": coverage == 1.0, "results": len(named[:k]),
-                  "named_none": sum(1 for found in named[:k] if not found), "tokens": sum(tokens[:k])}
+        out[k] = {
+            "coverage": coverage,
+            "full": coverage == 1.0,
+            "results": len(named[:k]),
+            "named_none": sum(1 for found in named[:k] if not found),
+            "tokens": sum(tokens[:k]),
+        }
     return out
 
 
@@ -125,8 +137,10 @@ def ceiling(cases: list[dict], texts: list[str]) -> dict:
     whole = "\n".join(texts)
     per_turn = [turn_metrics(case["functions"], [whole], [0], ks=(1,))[1] for case in cases]
     n = len(per_turn) or 1
-    return {"coverage": round(sum(t["coverage"] for t in per_turn) / n, 3),
-            "full": round(sum(t["full"] for t in per_turn) / n, 3)}
+    return {
+        "coverage": round(sum(t["coverage"] for t in per_turn) / n, 3),
+        "full": round(sum(t["full"] for t in per_turn) / n, 3),
+    }
 
 
 def training_calls(train: list[Path]) -> str:
@@ -162,15 +176,19 @@ async def search_cases(app, cases: list[dict], k: int = max(KS)) -> dict:
     from reme_procedure_memory.storage.experiences import StoredExperience
 
     memory = app.context.components["procedure_memory"]["default"]
-    everything = [experience_text(item.experience.fields()) for item in memory.workspace.files.scan()
-                  if isinstance(item, StoredExperience)]
+    everything = [
+        experience_text(item.experience.fields())
+        for item in memory.workspace.files.scan()
+        if isinstance(item, StoredExperience)
+    ]
     token_cache: dict[str, int] = {}
     turns, per_view, pending = [], {view: [] for view in VIEWS}, set()
     for case in cases:
         row = dict(case)
         for view in VIEWS:
-            response = await app.run_job("procedure_search", query=case["message"][:MAX_QUERY_CHARS], index=view,
-                                         limit=k, min_relevance=0)
+            response = await app.run_job(
+                "procedure_search", query=case["message"][:MAX_QUERY_CHARS], index=view, limit=k, min_relevance=0
+            )
             answer = json.loads(response.answer)
             if not response.success or answer.get("vector_search", {}).get("available") is False:
                 raise RuntimeError(f"search failed or ran without vectors: {answer}")
@@ -185,11 +203,18 @@ async def search_cases(app, cases: list[dict], k: int = max(KS)) -> dict:
                 paths.append(result["path"])
             metrics = turn_metrics(case["functions"], texts, tokens)
             per_view[view].append(metrics)
-            row[view] = {"paths": paths, "tokens": tokens,
-                         **{f"coverage@{at}": m["coverage"] for at, m in metrics.items()}}
+            row[view] = {
+                "paths": paths,
+                "tokens": tokens,
+                **{f"coverage@{at}": m["coverage"] for at, m in metrics.items()},
+            }
         turns.append(row)
-    return {"views": {view: summarize(rows) for view, rows in per_view.items()}, "turns": turns,
-            "pending": sorted(pending), "ceiling": {"experiences": len(everything), **ceiling(cases, everything)}}
+    return {
+        "views": {view: summarize(rows) for view, rows in per_view.items()},
+        "turns": turns,
+        "pending": sorted(pending),
+        "ceiling": {"experiences": len(everything), **ceiling(cases, everything)},
+    }
 
 
 # -- report ---------------------------------------------------------------------------------------------------------
@@ -197,8 +222,11 @@ async def search_cases(app, cases: list[dict], k: int = max(KS)) -> dict:
 
 def table(rows: list[tuple[str, dict]]) -> str:
     """A Markdown table of ``(label, search_cases answer's "views")`` rows, one line per view."""
-    lines = ["| experiences | view | turns | coverage@1 | coverage@3 | full@1 | full@3 | names none @1 | "
-             "names none @3 | tokens@1 | tokens@3 |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| experiences | view | turns | coverage@1 | coverage@3 | full@1 | full@3 | names none @1 | "
+        "names none @3 | tokens@1 | tokens@3 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
 
     def number(value, spec: str) -> str:
         return "—" if value is None else format(value, spec)
@@ -208,8 +236,9 @@ def table(rows: list[tuple[str, dict]]) -> str:
             s = views[view]
             cells = [label, f"`{view}`", str(s["turns"])]
             cells += [number(s[f"{metric}@{k}"], ".3f") for metric in ("coverage", "full") for k in KS]
-            cells += [f"{number(s[f'names_none@{k}'], '.3f')} ({s[f'names_none_count@{k}']}/{s[f'results@{k}']})"
-                      for k in KS]
+            cells += [
+                f"{number(s[f'names_none@{k}'], '.3f')} ({s[f'names_none_count@{k}']}/{s[f'results@{k}']})" for k in KS
+            ]
             cells += [number(s[f"tokens@{k}"], ".1f") for k in KS]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -8,14 +8,14 @@ writes them. A failed answer is ``errors.error_answer``'s envelope (``{"status",
 ``NotRequired`` marks a key an answer holds only in the case its comment names.
 """
 
-
 from typing import Any, Literal, NotRequired, TypedDict
 
 from .schema import Job
 
 # An experience file's four fields as answers carry them (the file's own keys: ``when-to-use`` is hyphenated).
-ExperienceFields = TypedDict("ExperienceFields", {
-    "description": str, "when-to-use": str, "content": str, "sources": list[str]})
+ExperienceFields = TypedDict(
+    "ExperienceFields", {"description": str, "when-to-use": str, "content": str, "sources": list[str]}
+)
 
 
 class PendingEntry(TypedDict):
@@ -64,10 +64,19 @@ class SearchResult(TypedDict):
 
 # A result of a compact answer (``detail=compact``, an extraction agent's search): a result shown to the run before
 # is only named (``shown_before``); the content is the best result's (every result's with detail=full in a run).
-CompactResult = TypedDict("CompactResult", {
-    "path": str, "version": str, "shown_before": NotRequired[bool], "description": NotRequired[str],
-    "when-to-use": NotRequired[str], "scores": NotRequired[dict[str, float]], "content": NotRequired[str],
-    "content_truncated": NotRequired[bool]})
+CompactResult = TypedDict(
+    "CompactResult",
+    {
+        "path": str,
+        "version": str,
+        "shown_before": NotRequired[bool],
+        "description": NotRequired[str],
+        "when-to-use": NotRequired[str],
+        "scores": NotRequired[dict[str, float]],
+        "content": NotRequired[str],
+        "content_truncated": NotRequired[bool],
+    },
+)
 
 
 class TokenBudget(TypedDict):

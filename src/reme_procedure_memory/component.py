@@ -72,9 +72,13 @@ def needs_existing_workspace(app_context, job_name: str, name: str) -> bool:
     workspace: every plugin job but the import. False for ReMe's own jobs (and for the service: a new workspace is
     how a user starts)."""
     job = app_context.app_config.jobs.get(job_name)
-    ours = [step for step in (job.steps if job is not None else [])
-            if step.backend.startswith("procedure_") and step.backend.endswith("_step")
-            and (getattr(step, "procedure_memory", None) or "default") == name]
+    ours = [
+        step
+        for step in (job.steps if job is not None else [])
+        if step.backend.startswith("procedure_")
+        and step.backend.endswith("_step")
+        and (getattr(step, "procedure_memory", None) or "default") == name
+    ]
     return bool(ours) and not any(step.backend in CREATING_STEPS for step in ours)
 
 
@@ -96,17 +100,27 @@ class ProcedureMemory(BaseComponent):
         # One top-level attribute per view so ReMe resolves them and starts them before this component.
         self.view_when_to_use = self.bind(self.settings.views[View.WHEN_TO_USE], BaseFileStore, optional=False)
         self.view_when_to_use_content = self.bind(
-            self.settings.views[View.WHEN_TO_USE_CONTENT], BaseFileStore, optional=False,
+            self.settings.views[View.WHEN_TO_USE_CONTENT],
+            BaseFileStore,
+            optional=False,
         )
         config = self.app_context.app_config if self.app_context is not None else None
         session = config.session_dir if config is not None else "session"
         self.layout = Layout(  # the directories the plugin owns (storage/layout.py)
-            root=self.workspace_path, name=self.name, metadata_dir=config.metadata_dir if config else "metadata",
+            root=self.workspace_path,
+            name=self.name,
+            metadata_dir=config.metadata_dir if config else "metadata",
             procedure_dir=self.settings.procedure_dir,
             trajectory_rel_dir=f"{session.rstrip('/')}/{self.settings.trajectory_subdir}",
         )
-        self.workspace = Workspace(self.workspace_path, self.layout.state_dir, self.layout.trajectory_rel_dir,
-                                   self.settings, TokenCounter(self.settings.tokenizer_source), self.logger)
+        self.workspace = Workspace(
+            self.workspace_path,
+            self.layout.state_dir,
+            self.layout.trajectory_rel_dir,
+            self.settings,
+            TokenCounter(self.settings.tokenizer_source),
+            self.logger,
+        )
         ws = self.workspace
         self.grants = AttemptGrants(ws)  # live extraction runs (operations/attempts.py)
         self.hand_changes = HandChanges(ws)  # recorded when found (operations/hand_changes.py)
@@ -119,8 +133,9 @@ class ProcedureMemory(BaseComponent):
         self.deletion = Deletion(ws, self.recovery, self.reads, self.hand_changes, self.retention)  # procedure_delete
         self.importer = Importer(ws, self.app_context, self.grants, self.reads, self.recovery, self.retention)
         self.exporter = Exporter(ws)  # procedure_export (export/exporter.py)
-        self.metadata = MetadataDump(ws.root, self.layout.metadata_dir, ws.state_dir, self.settings.procedure_dir,
-                                     ws.trajectory_rel_dir)  # procedure_dump (storage/dump.py)
+        self.metadata = MetadataDump(
+            ws.root, self.layout.metadata_dir, ws.state_dir, self.settings.procedure_dir, ws.trajectory_rel_dir
+        )  # procedure_dump (storage/dump.py)
         self._built_at = time.time()  # ReMe's temporary files older than this are stale (storage/layout.py)
         if self.app_context is not None:  # before any component starts: nothing may be created through a link
             self.layout.check_directories()
@@ -146,11 +161,20 @@ class ProcedureMemory(BaseComponent):
         unknown = job.startswith("procedure") and job not in config.jobs
         if not unknown and not needs_existing_workspace(self.app_context, job, self.name):
             return
-        existing = holds_plugin_state(self.workspace_path / self.settings.procedure_dir,
-                                      self.workspace_path / self.layout.trajectory_rel_dir, self.layout.state_dir)
+        existing = holds_plugin_state(
+            self.workspace_path / self.settings.procedure_dir,
+            self.workspace_path / self.layout.trajectory_rel_dir,
+            self.layout.state_dir,
+        )
         if not existing:
-            subdirs = [config.metadata_dir, config.session_dir, config.mem_session_dir, config.resource_dir,
-                       config.daily_dir, config.digest_dir]
+            subdirs = [
+                config.metadata_dir,
+                config.session_dir,
+                config.mem_session_dir,
+                config.resource_dir,
+                config.daily_dir,
+                config.digest_dir,
+            ]
             remove_created_here(self.workspace_path, [d for d in subdirs if d])
         if unknown:
             raise UnknownJob(unknown_job_sentence(job, served_only=False))
@@ -194,7 +218,9 @@ class ProcedureMemory(BaseComponent):
     async def _start(self) -> None:
         try:
             await self._start_up()
-        except StartupError as exc:  # a service answers it in one line and exits (operator_errors.py, install_service_guard)
+        except (
+            StartupError
+        ) as exc:  # a service answers it in one line and exits (operator_errors.py, install_service_guard)
             if serving(self.app_context):
                 raise ServiceStartAborted(exc) from exc
             raise
@@ -219,10 +245,15 @@ class ProcedureMemory(BaseComponent):
             if removed:
                 self.logger.warning(f"procedure memory removed {len(removed)} leftover temporary files: {removed}")
             stores = {View.WHEN_TO_USE: self.view_when_to_use, View.WHEN_TO_USE_CONTENT: self.view_when_to_use_content}
-            ws.open(Views(
-                stores, self.embedding_store, self.settings.embedding_timeout_seconds,
-                self.settings.vector_cooldown_seconds, self.settings.search_embedding_timeout_seconds,
-            ))
+            ws.open(
+                Views(
+                    stores,
+                    self.embedding_store,
+                    self.settings.embedding_timeout_seconds,
+                    self.settings.vector_cooldown_seconds,
+                    self.settings.search_embedding_timeout_seconds,
+                )
+            )
             report = await self.recovery.start(defer=defers_indexing(self.app_context, self.name))
             if ws.damaged_metadata:
                 self.logger.warning(

@@ -70,27 +70,32 @@ class Kind:
     placeholder: str
 
 
-KINDS: dict[str, Kind] = {k.name: k for k in (
-    Kind("private_key", "a private key block", "<PRIVATE_KEY>"),
-    Kind("aws_access_key", "an AWS access key id", "<AWS_ACCESS_KEY_ID>"),
-    Kind("google_api_key", "a Google API key", "<GOOGLE_API_KEY>"),
-    Kind("google_oauth", "a Google OAuth client secret or access token", "<GOOGLE_OAUTH_TOKEN>"),
-    Kind("anthropic_api_key", "an Anthropic API key", "<ANTHROPIC_API_KEY>"),
-    Kind("openai_api_key", "an OpenAI-style API key", "<API_KEY>"),
-    Kind("github_token", "a GitHub token", "<GITHUB_TOKEN>"),
-    Kind("gitlab_token", "a GitLab token", "<GITLAB_TOKEN>"),
-    Kind("slack_token", "a Slack token or webhook URL", "<SLACK_TOKEN>"),
-    Kind("stripe_key", "a Stripe secret key", "<STRIPE_KEY>"),
-    Kind("huggingface_token", "a Hugging Face token", "<HF_TOKEN>"),
-    Kind("provider_api_key", "a provider API key (npm, PyPI, SendGrid, Groq, xAI, Replicate, …)", "<API_KEY>"),
-    Kind("jwt", "a JSON Web Token", "<JWT>"),
-    Kind("password_in_url", "a password in a URL", "<PASSWORD>"),
-    Kind("token_in_url", "a token as a URL's user name", "<TOKEN>"),
-    Kind("password_in_command", "a password on a command line", "<PASSWORD>"),
-    Kind("basic_auth", "HTTP Basic credentials", "<BASIC_AUTH>"),
-    Kind("bearer_token", "a bearer token", "<TOKEN>"),
-    Kind("secret_assignment", "a random-looking value assigned to a key, secret, token or password name", "<SECRET>"),
-)}
+KINDS: dict[str, Kind] = {
+    k.name: k
+    for k in (
+        Kind("private_key", "a private key block", "<PRIVATE_KEY>"),
+        Kind("aws_access_key", "an AWS access key id", "<AWS_ACCESS_KEY_ID>"),
+        Kind("google_api_key", "a Google API key", "<GOOGLE_API_KEY>"),
+        Kind("google_oauth", "a Google OAuth client secret or access token", "<GOOGLE_OAUTH_TOKEN>"),
+        Kind("anthropic_api_key", "an Anthropic API key", "<ANTHROPIC_API_KEY>"),
+        Kind("openai_api_key", "an OpenAI-style API key", "<API_KEY>"),
+        Kind("github_token", "a GitHub token", "<GITHUB_TOKEN>"),
+        Kind("gitlab_token", "a GitLab token", "<GITLAB_TOKEN>"),
+        Kind("slack_token", "a Slack token or webhook URL", "<SLACK_TOKEN>"),
+        Kind("stripe_key", "a Stripe secret key", "<STRIPE_KEY>"),
+        Kind("huggingface_token", "a Hugging Face token", "<HF_TOKEN>"),
+        Kind("provider_api_key", "a provider API key (npm, PyPI, SendGrid, Groq, xAI, Replicate, …)", "<API_KEY>"),
+        Kind("jwt", "a JSON Web Token", "<JWT>"),
+        Kind("password_in_url", "a password in a URL", "<PASSWORD>"),
+        Kind("token_in_url", "a token as a URL's user name", "<TOKEN>"),
+        Kind("password_in_command", "a password on a command line", "<PASSWORD>"),
+        Kind("basic_auth", "HTTP Basic credentials", "<BASIC_AUTH>"),
+        Kind("bearer_token", "a bearer token", "<TOKEN>"),
+        Kind(
+            "secret_assignment", "a random-looking value assigned to a key, secret, token or password name", "<SECRET>"
+        ),
+    )
+}
 
 
 @dataclass(frozen=True, order=True)
@@ -110,12 +115,14 @@ MAX_VALUE_CHARS = 4096
 # Words that make up placeholders, code references and human-chosen values ("YOUR_API_KEY_HERE", "securePass123",
 # "db_password_prod_2024"): a value whose characters are mostly these is not random. Random text seldom contains
 # them: measured on generated keys in tests/test_credentials.py.
-WORDS = frozenset("""
+WORDS = frozenset(
+    """
     access account admin api app auth bearer change changeme client config db default demo dev dummy enter env example
     fake here insert key local master mock my new none null pass passwd password placeholder private prod production
     public redacted replace sample secret secure service session spring staging summer super temp test token user
     value welcome winter your qwerty letmein
-""".split())
+""".split()
+)
 _WORDS = re.compile("|".join(sorted(WORDS, key=len, reverse=True)), re.IGNORECASE)
 _REPEAT = re.compile(r"(.)\1{5}")
 _CAMEL_WORDS = re.compile(r"[A-Z]?[a-z]{4,}")
@@ -192,8 +199,12 @@ def glued_to_random(text: str, start: int) -> bool:
         return False
     run = _GLUED.search(text, max(0, start - 64), start)
     body = run.group() if run else ""
-    return len(body) >= 16 and any(c.isupper() for c in body) and any(c.isdigit() for c in body) and \
-        any(c.islower() for c in body)
+    return (
+        len(body) >= 16
+        and any(c.isupper() for c in body)
+        and any(c.isdigit() for c in body)
+        and any(c.islower() for c in body)
+    )
 
 
 class Prefixed(NamedTuple):
@@ -253,8 +264,27 @@ _URL_USERINFO = re.compile(
     r"(?P<user>[^\s:/?#@\"'<>\\\[\]]{0,128}):(?P<password>[^\s/?#@\"'<>\\]{1,256})@(?=[A-Za-z0-9\[])",
 )
 _URL_TOKEN_USER = re.compile(r"(?P<user>[^\s:/?#@\"'<>\\\[\]]{16,256})@(?=[A-Za-z0-9\[])")
-PLACEHOLDER_PASSWORDS = frozenset({"password", "passwd", "pass", "pwd", "pw", "secret", "changeme", "example",
-                                   "user", "username", "x", "xxx", "xxxx", "token", "apikey", "api_key", "redacted"})
+PLACEHOLDER_PASSWORDS = frozenset(
+    {
+        "password",
+        "passwd",
+        "pass",
+        "pwd",
+        "pw",
+        "secret",
+        "changeme",
+        "example",
+        "user",
+        "username",
+        "x",
+        "xxx",
+        "xxxx",
+        "token",
+        "apikey",
+        "api_key",
+        "redacted",
+    }
+)
 
 # Command lines that take a password as an argument: the command, then its options up to the end of the command (a
 # line, an escaped newline, a pipe, ``;`` or ``&&``). An option's value may be quoted (also with escaped quotes, in
@@ -264,7 +294,8 @@ _VALUE = r"""(?:'(?P<q1>[^'\n]{1,256})'|\\*"(?P<q2>[^"\\\n]{1,256})\\*"|(?P<bare
 COMMAND_WORDS = ("mysql", "mariadb", "mongo", "sshpass", "curl", "wget", "redis-cli", "docker")
 _COMMAND = re.compile(
     r"(?P<command>mysql(?:dump|admin|import|check|show|slap|pump|sh)?|mariadb(?:-?dump|-?admin)?"
-    r"|mongo(?:sh|dump|restore|export|import)?|sshpass|curl|wget|redis-cli|docker[ \t]+login)(?![\w\-])")
+    r"|mongo(?:sh|dump|restore|export|import)?|sshpass|curl|wget|redis-cli|docker[ \t]+login)(?![\w\-])"
+)
 _COMMAND_BEFORE = frozenset(string.ascii_letters + string.digits + "_.-/$")
 _VARIABLE_BEFORE = frozenset(string.ascii_letters + string.digits + "_$")
 _COMMAND_END = re.compile(r"\n|\\+n|[|;]|&&")
@@ -302,24 +333,145 @@ _NAME_WORDS = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|[0-9]+")
 # clientsecret); "pass" only as a whole word (not compass, bypass)
 PASSWORD_ENDINGS = ("password", "passwd", "passphrase", "pwd")
 PASSWORD_WORDS = frozenset({"pass", "pw", "psw", "pswd", "passw", "pword", "passwrd"})  # only as whole words
-CREDENTIAL_ENDINGS = ("secret", "token", "credential", "credentials", "apikey", "secretkey",
-                      "accesskey", "privatekey", "authkey", "masterkey", "signingkey", "encryptionkey", "accountkey")
+CREDENTIAL_ENDINGS = (
+    "secret",
+    "token",
+    "credential",
+    "credentials",
+    "apikey",
+    "secretkey",
+    "accesskey",
+    "privatekey",
+    "authkey",
+    "masterkey",
+    "signingkey",
+    "encryptionkey",
+    "accountkey",
+)
 CREDENTIAL_WORDS = frozenset({"auth", "authorization", "secrets"})
 # "key" is a credential only after one of these (api key, access key, x-api-key, account key ...)
-KEY_QUALIFIERS = frozenset({"api", "access", "secret", "private", "client", "auth", "signing", "encryption", "master",
-                            "app", "application", "account", "subscription", "service", "admin", "deploy", "session",
-                            "shared", "storage", "license", "x", "webhook", "consumer", "ssh"})
+KEY_QUALIFIERS = frozenset(
+    {
+        "api",
+        "access",
+        "secret",
+        "private",
+        "client",
+        "auth",
+        "signing",
+        "encryption",
+        "master",
+        "app",
+        "application",
+        "account",
+        "subscription",
+        "service",
+        "admin",
+        "deploy",
+        "session",
+        "shared",
+        "storage",
+        "license",
+        "x",
+        "webhook",
+        "consumer",
+        "ssh",
+    }
+)
 # Words that say the value is something else than the credential: a reference to it, a property of it, or paging
-NOT_CREDENTIAL = frozenset({
-    "page", "pages", "cursor", "next", "prev", "previous", "continuation", "pagination", "count", "max", "min",
-    "limit", "limits", "total", "num", "number", "usage", "budget", "type", "types", "id", "ids", "name", "names",
-    "index", "length", "len", "size", "prefix", "suffix", "hash", "digest", "sha", "url", "uri", "path", "file",
-    "format", "expiry", "expires", "expiration", "ttl", "time", "at", "date", "status", "public", "publishable",
-    "field", "header", "param", "env", "var", "variable", "ref", "arn", "version", "policy", "rotation", "kind",
-    "required", "enabled", "valid", "error", "errors", "hint", "label", "description", "desc", "placeholder",
-    "pattern", "regex", "fingerprint", "location", "store", "manager", "provider", "mode", "method", "scope",
-    "scopes", "tokenizer", "fields", "input", "output", "cached", "reasoning", "completion", "prompt",
-})
+NOT_CREDENTIAL = frozenset(
+    {
+        "page",
+        "pages",
+        "cursor",
+        "next",
+        "prev",
+        "previous",
+        "continuation",
+        "pagination",
+        "count",
+        "max",
+        "min",
+        "limit",
+        "limits",
+        "total",
+        "num",
+        "number",
+        "usage",
+        "budget",
+        "type",
+        "types",
+        "id",
+        "ids",
+        "name",
+        "names",
+        "index",
+        "length",
+        "len",
+        "size",
+        "prefix",
+        "suffix",
+        "hash",
+        "digest",
+        "sha",
+        "url",
+        "uri",
+        "path",
+        "file",
+        "format",
+        "expiry",
+        "expires",
+        "expiration",
+        "ttl",
+        "time",
+        "at",
+        "date",
+        "status",
+        "public",
+        "publishable",
+        "field",
+        "header",
+        "param",
+        "env",
+        "var",
+        "variable",
+        "ref",
+        "arn",
+        "version",
+        "policy",
+        "rotation",
+        "kind",
+        "required",
+        "enabled",
+        "valid",
+        "error",
+        "errors",
+        "hint",
+        "label",
+        "description",
+        "desc",
+        "placeholder",
+        "pattern",
+        "regex",
+        "fingerprint",
+        "location",
+        "store",
+        "manager",
+        "provider",
+        "mode",
+        "method",
+        "scope",
+        "scopes",
+        "tokenizer",
+        "fields",
+        "input",
+        "output",
+        "cached",
+        "reasoning",
+        "completion",
+        "prompt",
+    }
+)
 
 
 def credential_name(name: str) -> str | None:
@@ -376,7 +528,7 @@ def _prefixed(text: str) -> list[Finding]:
         if glued_to_random(text, match.start()):
             continue
         token = _PREFIXED[match.lastindex - 1]
-        if random_enough(match.group()[token.prefix:], words=not token.fixed):
+        if random_enough(match.group()[token.prefix :], words=not token.fixed):
             out.append(Finding(match.start(), match.end(), token.kind))
     return out
 
@@ -415,9 +567,14 @@ def placeholder_password(password: str, user: str = "") -> bool:
     """Whether a URL's password is a placeholder: ``<…>``, ``{…}``, ``$VAR``, ``%s``, stars or dots, a word of
     ``PLACEHOLDER_PASSWORDS``, an environment variable's name (``DB_PASSWORD``), or the user name again."""
     lowered = password.lower()
-    return (bool(_PLACEHOLDER_CHARS.search(password)) or password.startswith(("$", "%", ":"))
-            or lowered in PLACEHOLDER_PASSWORDS or lowered == user.lower() or set(password) <= set("*x.")
-            or re.fullmatch(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+", password) is not None)
+    return (
+        bool(_PLACEHOLDER_CHARS.search(password))
+        or password.startswith(("$", "%", ":"))
+        or lowered in PLACEHOLDER_PASSWORDS
+        or lowered == user.lower()
+        or set(password) <= set("*x.")
+        or re.fullmatch(r"[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+", password) is not None
+    )
 
 
 def _url_passwords(text: str) -> list[Finding]:
@@ -572,7 +729,7 @@ def mask_secrets(text: str, findings: list[Finding]) -> str:
     within the text)."""
     parts, position = [], 0
     for finding in findings:
-        parts += [text[position:finding.start], mask_label(finding.kind)]
+        parts += [text[position : finding.start], mask_label(finding.kind)]
         position = finding.end
     parts.append(text[position:])
     return "".join(parts)
@@ -592,7 +749,7 @@ def secrets_within(text: str, start: int, end: int, margin: int = SCAN_MARGIN) -
     and last characters (``enclosing_key_block``: two backward searches and the block's own characters).
     """
     low = max(0, start - margin)
-    found = [Finding(f.start + low, f.end + low, f.kind) for f in find_secrets(text[low:end + margin])]
+    found = [Finding(f.start + low, f.end + low, f.kind) for f in find_secrets(text[low : end + margin])]
     for at in dict.fromkeys((start, end - 1) if end > start else ()):
         block = enclosing_key_block(text, at)
         if block is not None and block.start < end and block.end > start:

@@ -191,9 +191,11 @@ def access_failure(exc: OSError) -> tuple[ErrorCode, str]:
     target = exc.filename or "the workspace"
     cause = failure_cause(exc)
     code = ErrorCode.DISK_FULL if exc.errno in DISK_FULL_ERRNOS else ErrorCode.STORAGE_ERROR
-    return code, (f"Using {target} failed: {cause}. Make sure {Path(str(target)).parent} exists and is readable and "
-                  "writable by this process (permissions, a read-only mount, a full or failing disk), then run the "
-                  "command again.")
+    return code, (
+        f"Using {target} failed: {cause}. Make sure {Path(str(target)).parent} exists and is readable and "
+        "writable by this process (permissions, a read-only mount, a full or failing disk), then run the "
+        "command again."
+    )
 
 
 class StartStorageError(StartupError):

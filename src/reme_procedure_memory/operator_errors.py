@@ -72,8 +72,10 @@ def unknown_job_sentence(name: str, *, served_only: bool) -> str:
     jobs, or, for a job the service does not serve, how to run it one-shot."""
     jobs = plugin_jobs()
     if served_only and name in jobs and not jobs[name]:
-        return (f"`{name}` is not served by the service (imports, writes, reindex and export run one-shot): run "
-                f"reme start job={name} plugins='[\"procedure-memory\"]' workspace_dir=<workspace> ...")
+        return (
+            f"`{name}` is not served by the service (imports, writes, reindex and export run one-shot): run "
+            f"reme start job={name} plugins='[\"procedure-memory\"]' workspace_dir=<workspace> ..."
+        )
     candidates = sorted(n for n, served in jobs.items() if served or not served_only)
     # compared without the shared prefix, which would make every name look close; a name it begins comes first
     stem = {candidate.removeprefix("procedure_"): candidate for candidate in candidates}

@@ -67,13 +67,21 @@ class Private:
 
 
 def _bm25(name: str, kind: str, expects: str | type, line: int, why: str) -> Private:
-    return Private(BM25, name, kind, expects, f"components/keyword_index/bm25_index.py:{line}", why,
-                   ("search.keyword.bm25",))
+    return Private(
+        BM25, name, kind, expects, f"components/keyword_index/bm25_index.py:{line}", why, ("search.keyword.bm25",)
+    )
 
 
 def _graph(name: str, kind: str, expects: str | type, line: int, why: str) -> Private:
-    return Private(GRAPH, name, kind, expects, f"components/file_graph/local_file_graph.py:{line}", why,
-                   ("search.view_store.graph",))
+    return Private(
+        GRAPH,
+        name,
+        kind,
+        expects,
+        f"components/file_graph/local_file_graph.py:{line}",
+        why,
+        ("search.view_store.graph",),
+    )
 
 
 PRIVATE: tuple[Private, ...] = (
@@ -87,24 +95,59 @@ PRIVATE: tuple[Private, ...] = (
     _bm25("_posting_doc_idxs", "attribute", dict, 54, "token id -> slots; grown in place, snapshotted, restored"),
     _bm25("_posting_tfs", "attribute", dict, 55, "token id -> term frequencies, aligned with the slots"),
     _bm25("_idf_cache", "attribute", dict, 58, "ReMe's IDF memo; emptied when a snapshot is restored"),
-    _bm25("_tokenizer_fingerprint", "method", "(self)", 97,
-          "the tokenizer-settings digest a snapshot records, so a snapshot of other settings is rebuilt"),
+    _bm25(
+        "_tokenizer_fingerprint",
+        "method",
+        "(self)",
+        97,
+        "the tokenizer-settings digest a snapshot records, so a snapshot of other settings is rebuilt",
+    ),
     _bm25("_get_idf", "method", "(self, token_id, n_docs=None)", 173, "ReMe's IDF, used by the scoring override"),
-    _bm25("_append_doc_arrays", "method", "(self, new_doc_ids, new_doc_lens, new_doc_token_ids)", 202,
-          "the hook add_docs calls (line 279) to append slots: overridden to append into capacity buffers"),
-    _bm25("_extend_postings", "method", "(self, pending)", 217,
-          "the hook add_docs calls (line 280) to extend posting lists: overridden to append in place"),
-    Private("reme.components.keyword_index.base_keyword_index:BaseKeywordIndex", "_tokenize", "method", "(self, text)",
-            "components/keyword_index/base_keyword_index.py:35",
-            "one text's tokens; the relevance self-score counts the query's distinct terms (relevance.py)",
-            ("search.keyword.bm25",)),
-    _bm25("_top_k", "method", "(self, scores, limit)", 235,
-          "the top-k retrieve calls (line 358): overridden to partition only the positive scores"),
-    _bm25("_score_query", "method", "(self, query_ids, candidate_idxs=None)", 289,
-          "the scoring retrieve calls (line 357): overridden to cache long posting lists' contributions; the "
-          "filtered case is ReMe's (super)"),
-    _bm25("_compact_docs", "method", "(self, active_mask, old_tid_to_new)", 526,
-          "the hook optimize_index calls (line 559): overridden because the subclass keeps no per-document tokens"),
+    _bm25(
+        "_append_doc_arrays",
+        "method",
+        "(self, new_doc_ids, new_doc_lens, new_doc_token_ids)",
+        202,
+        "the hook add_docs calls (line 279) to append slots: overridden to append into capacity buffers",
+    ),
+    _bm25(
+        "_extend_postings",
+        "method",
+        "(self, pending)",
+        217,
+        "the hook add_docs calls (line 280) to extend posting lists: overridden to append in place",
+    ),
+    Private(
+        "reme.components.keyword_index.base_keyword_index:BaseKeywordIndex",
+        "_tokenize",
+        "method",
+        "(self, text)",
+        "components/keyword_index/base_keyword_index.py:35",
+        "one text's tokens; the relevance self-score counts the query's distinct terms (relevance.py)",
+        ("search.keyword.bm25",),
+    ),
+    _bm25(
+        "_top_k",
+        "method",
+        "(self, scores, limit)",
+        235,
+        "the top-k retrieve calls (line 358): overridden to partition only the positive scores",
+    ),
+    _bm25(
+        "_score_query",
+        "method",
+        "(self, query_ids, candidate_idxs=None)",
+        289,
+        "the scoring retrieve calls (line 357): overridden to cache long posting lists' contributions; the "
+        "filtered case is ReMe's (super)",
+    ),
+    _bm25(
+        "_compact_docs",
+        "method",
+        "(self, active_mask, old_tid_to_new)",
+        526,
+        "the hook optimize_index calls (line 559): overridden because the subclass keeps no per-document tokens",
+    ),
     # -- ProcedureFileGraph: ReMe's local graph with packed nodes (search/view_store/graph.py) -------------------------
     _graph("_nodes", "attribute", dict, 18, "path -> node; holds packed tuples (ReMe's edges only test membership)"),
     _graph("_inverse", "attribute", dict, 19, "real link target -> sources; ReMe's edge bookkeeping"),
@@ -116,57 +159,170 @@ PRIVATE: tuple[Private, ...] = (
     _graph("_normalize_scope", "staticmethod", "(scope)", 67, "a link scope given as text, as the enum"),
     _graph("_scope_match", "method", "(self, target, scope)", 71, "whether a link target is in a scope"),
     # -- ProcedureFileStore: ReMe's local store (search/view_store/file_store.py, vectors.py, searches.py) ---
-    Private("reme.components.file_store.local_file_store", "_VECTOR_SEARCH_BATCH_SIZE", "global", int,
-            "components/file_store/local_file_store.py:30",
-            "the batch of ReMe's stock vector scan, which the filtered fallback repeats (vector_search_batch)"),
-    Private(STORE, "_embedding_dim_matches", "method", "(self, embedding)",
-            "components/file_store/local_file_store.py:200",
-            "whether a vector fits the active embedding model (embedding_fits)"),
-    Private(STORE, "_get_query_embedding", "method", "(self, query)", "components/file_store/local_file_store.py:236",
-            "a query's vector, None while the provider or vector space is not current (query_embedding)"),
-    Private(STORE, "_start_embedding_backfill", "method", "(self, *, skip_health_check=False)",
-            "components/file_store/local_file_store.py:370",
-            "ReMe's background re-embedding: overridden to do nothing (the plugin embeds before it upserts)",
-            ("search.view_store.file_store",)),
-    Private(STORE, "_delete_nodes", "method", "(self, nodes)", "components/file_store/local_file_store.py:914",
-            "the hook delete calls with the resolved nodes: extended to drop their vectors",
-            ("search.view_store.file_store",)),
-    Private(STORE, "_prepare_search_filter", "method", "(self, search_filter)",
-            "components/file_store/local_file_store.py:1060", "a search filter as a chunk predicate (chunk_filter)"),
+    Private(
+        "reme.components.file_store.local_file_store",
+        "_VECTOR_SEARCH_BATCH_SIZE",
+        "global",
+        int,
+        "components/file_store/local_file_store.py:30",
+        "the batch of ReMe's stock vector scan, which the filtered fallback repeats (vector_search_batch)",
+    ),
+    Private(
+        STORE,
+        "_embedding_dim_matches",
+        "method",
+        "(self, embedding)",
+        "components/file_store/local_file_store.py:200",
+        "whether a vector fits the active embedding model (embedding_fits)",
+    ),
+    Private(
+        STORE,
+        "_get_query_embedding",
+        "method",
+        "(self, query)",
+        "components/file_store/local_file_store.py:236",
+        "a query's vector, None while the provider or vector space is not current (query_embedding)",
+    ),
+    Private(
+        STORE,
+        "_start_embedding_backfill",
+        "method",
+        "(self, *, skip_health_check=False)",
+        "components/file_store/local_file_store.py:370",
+        "ReMe's background re-embedding: overridden to do nothing (the plugin embeds before it upserts)",
+        ("search.view_store.file_store",),
+    ),
+    Private(
+        STORE,
+        "_delete_nodes",
+        "method",
+        "(self, nodes)",
+        "components/file_store/local_file_store.py:914",
+        "the hook delete calls with the resolved nodes: extended to drop their vectors",
+        ("search.view_store.file_store",),
+    ),
+    Private(
+        STORE,
+        "_prepare_search_filter",
+        "method",
+        "(self, search_filter)",
+        "components/file_store/local_file_store.py:1060",
+        "a search filter as a chunk predicate (chunk_filter)",
+    ),
     # -- component lifecycle hooks (ReMe's documented override points, underscore-named) ---------------------------
-    Private(COMPONENT, "_start", "method", "(self)", "components/base_component.py:211",
-            "the start hook: the component opens its workspace", ("component",)),
-    Private(COMPONENT, "_close", "method", "(self)", "components/base_component.py:214",
-            "the close hook: the component flushes and releases its workspace", ("component",)),
-    Private(TOKENIZER, "_start", "method", "(self)", "components/tokenizer/base_tokenizer.py:33",
-            "loads the stopwords; extended to reset the stem cache", ("search.keyword.tokenizer",)),
-    Private(TOKENIZER, "_close", "method", "(self)", "components/tokenizer/base_tokenizer.py:43",
-            "clears the stopwords; extended to reset the stem cache", ("search.keyword.tokenizer",)),
-    Private(TOKENIZER, "_postprocess", "method", "(self, tokens, lower)", "components/tokenizer/base_tokenizer.py:55",
-            "lowercase and stopword filter after splitting: overridden to stem", ("search.keyword.tokenizer",)),
-    Private(AS_EMBEDDING, "_start", "method", "(self)", "components/as_embedding/__init__.py:133",
-            "defers the provider: overridden to load the embedded model in its thread", ("search.embedded_model",)),
-    Private(AS_EMBEDDING, "_ensure_model", "method", "(self)", "components/as_embedding/__init__.py:137",
-            "builds the provider on first use: overridden to load the embedded model", ("search.embedded_model",)),
+    Private(
+        COMPONENT,
+        "_start",
+        "method",
+        "(self)",
+        "components/base_component.py:211",
+        "the start hook: the component opens its workspace",
+        ("component",),
+    ),
+    Private(
+        COMPONENT,
+        "_close",
+        "method",
+        "(self)",
+        "components/base_component.py:214",
+        "the close hook: the component flushes and releases its workspace",
+        ("component",),
+    ),
+    Private(
+        TOKENIZER,
+        "_start",
+        "method",
+        "(self)",
+        "components/tokenizer/base_tokenizer.py:33",
+        "loads the stopwords; extended to reset the stem cache",
+        ("search.keyword.tokenizer",),
+    ),
+    Private(
+        TOKENIZER,
+        "_close",
+        "method",
+        "(self)",
+        "components/tokenizer/base_tokenizer.py:43",
+        "clears the stopwords; extended to reset the stem cache",
+        ("search.keyword.tokenizer",),
+    ),
+    Private(
+        TOKENIZER,
+        "_postprocess",
+        "method",
+        "(self, tokens, lower)",
+        "components/tokenizer/base_tokenizer.py:55",
+        "lowercase and stopword filter after splitting: overridden to stem",
+        ("search.keyword.tokenizer",),
+    ),
+    Private(
+        AS_EMBEDDING,
+        "_start",
+        "method",
+        "(self)",
+        "components/as_embedding/__init__.py:133",
+        "defers the provider: overridden to load the embedded model in its thread",
+        ("search.embedded_model",),
+    ),
+    Private(
+        AS_EMBEDDING,
+        "_ensure_model",
+        "method",
+        "(self)",
+        "components/as_embedding/__init__.py:137",
+        "builds the provider on first use: overridden to load the embedded model",
+        ("search.embedded_model",),
+    ),
     # -- reached on other objects, through the accessors below -------------------------------------------------------
-    Private("reme.steps.evolve._evolve", "agent_reply_result_text", "function", "(reply_result)",
-            "steps/evolve/_evolve.py:34", "a reply's final text, as ReMe's evolve steps read it (reply_result_text)"),
-    Private("reme.components.agent_wrapper.base_agent_wrapper:BaseAgentWrapper", "_resolve_job_tools", "method",
-            "(self, job_tools)", "components/agent_wrapper/base_agent_wrapper.py:200",
-            "job names to the application's jobs, as the wrapper resolves job_tools (resolve_jobs)"),
-    Private("reme.components.agent_wrapper.as_agent_wrapper:AsAgentWrapper", "_make_tool", "classmethod",
-            "(cls, job, tool_context_id=None, injected_job_kwargs=None)",
-            "components/agent_wrapper/as_agent_wrapper.py:162",
-            "a job as the AgentScope tool the wrapper would build, injected arguments hidden (job_tool)"),
-    Private("reme.config.config_parser", "os", "global", ModuleType, "config/config_parser.py:5 (read at :34)",
-            "the os module whose environ fills ${VAR} placeholders; patched by placeholders_reading"),
-    Private("reme.steps.file_io.list:ListStep", "_format_relative", "staticmethod", "(files, workspace_dir)",
-            "steps/file_io/list.py:88",
-            "how the list step renders the files it walked; storage/guard.py overrides it (LISTED_FILES_HOOK) to "
-            "leave the plugin's private files out"),
-    Private("reme.steps.index.search:SearchStep", "_rrf_merge", "staticmethod", "(vector, keyword, vector_weight)",
-            "steps/index/search.py:54",
-            "ReMe's stock hybrid fusion, measured beside the plugin's by benchmarks/search.py (stock_rrf_merge)"),
+    Private(
+        "reme.steps.evolve._evolve",
+        "agent_reply_result_text",
+        "function",
+        "(reply_result)",
+        "steps/evolve/_evolve.py:34",
+        "a reply's final text, as ReMe's evolve steps read it (reply_result_text)",
+    ),
+    Private(
+        "reme.components.agent_wrapper.base_agent_wrapper:BaseAgentWrapper",
+        "_resolve_job_tools",
+        "method",
+        "(self, job_tools)",
+        "components/agent_wrapper/base_agent_wrapper.py:200",
+        "job names to the application's jobs, as the wrapper resolves job_tools (resolve_jobs)",
+    ),
+    Private(
+        "reme.components.agent_wrapper.as_agent_wrapper:AsAgentWrapper",
+        "_make_tool",
+        "classmethod",
+        "(cls, job, tool_context_id=None, injected_job_kwargs=None)",
+        "components/agent_wrapper/as_agent_wrapper.py:162",
+        "a job as the AgentScope tool the wrapper would build, injected arguments hidden (job_tool)",
+    ),
+    Private(
+        "reme.config.config_parser",
+        "os",
+        "global",
+        ModuleType,
+        "config/config_parser.py:5 (read at :34)",
+        "the os module whose environ fills ${VAR} placeholders; patched by placeholders_reading",
+    ),
+    Private(
+        "reme.steps.file_io.list:ListStep",
+        "_format_relative",
+        "staticmethod",
+        "(files, workspace_dir)",
+        "steps/file_io/list.py:88",
+        "how the list step renders the files it walked; storage/guard.py overrides it (LISTED_FILES_HOOK) to "
+        "leave the plugin's private files out",
+    ),
+    Private(
+        "reme.steps.index.search:SearchStep",
+        "_rrf_merge",
+        "staticmethod",
+        "(vector, keyword, vector_weight)",
+        "steps/index/search.py:54",
+        "ReMe's stock hybrid fusion, measured beside the plugin's by benchmarks/search.py (stock_rrf_merge)",
+    ),
 )
 
 
@@ -246,6 +402,7 @@ def stock_rrf_merge(vector: list[FileChunk], keyword: list[FileChunk], vector_we
 
 # -- the check against the installed ReMe ---------------------------------------------------------------------------
 
+
 def shape(func: Callable) -> str:
     """A callable's parameters without annotations: ``(self, query_ids, candidate_idxs=None)``."""
     signature = inspect.signature(func)
@@ -278,8 +435,12 @@ def problem(entry: Private) -> str | None:
         return f"{label}: missing"
     if entry.kind == "global":
         return None if isinstance(found, entry.expects) else f"{label}: a {type(found).__name__}, not {entry.expects}"
-    wanted = {"method": "function", "function": "function", "staticmethod": "staticmethod",
-              "classmethod": "classmethod"}[entry.kind]
+    wanted = {
+        "method": "function",
+        "function": "function",
+        "staticmethod": "staticmethod",
+        "classmethod": "classmethod",
+    }[entry.kind]
     if type(found).__name__ != wanted:
         return f"{label}: a {type(found).__name__}, expected a {wanted}"
     actual = shape(getattr(found, "__func__", found))
@@ -291,8 +452,11 @@ def _attribute_problem(label: str, owner: type, entry: Private) -> str | None:
     if entry.name not in vars(instance):
         return f"{label}: no longer set by {owner.__name__}.__init__"
     value = vars(instance)[entry.name]
-    return None if isinstance(value, entry.expects) else \
-        f"{label}: holds a {type(value).__name__}, expected {entry.expects.__name__}"
+    return (
+        None
+        if isinstance(value, entry.expects)
+        else f"{label}: holds a {type(value).__name__}, expected {entry.expects.__name__}"
+    )
 
 
 def moved() -> list[str]:

@@ -172,5 +172,3 @@ def canonical_name(raw: str) -> str | None:
     stem = _SEPARATORS.sub("-", stem.lower()).strip("-")
     name = f"{stem}.json"
     return name if check_name(name) is None else None
-
-

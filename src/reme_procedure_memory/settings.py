@@ -39,8 +39,12 @@ class TokenLimits(BaseModel):
 
     def field_target(self, field: str) -> int:
         """Target of an experience field named as in the file (``when-to-use``) or as an argument."""
-        return {"description": self.description, "when-to-use": self.when_to_use, "when_to_use": self.when_to_use,
-                "content": self.content}[field]
+        return {
+            "description": self.description,
+            "when-to-use": self.when_to_use,
+            "when_to_use": self.when_to_use,
+            "content": self.content,
+        }[field]
 
 
 class ExtractionSettings(BaseModel):
@@ -134,9 +138,7 @@ def load_settings(raw: dict, *, prefix: str) -> ProcedureSettings:
     try:
         return ProcedureSettings.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{prefix}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
+        problems = "; ".join(f"{prefix}.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors())
         raise SettingsError(
             f"Invalid procedure-memory settings: {problems}. Fix the value (CLI key=value, config file or "
             "plugin.yaml) and start again.",

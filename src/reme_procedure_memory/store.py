@@ -46,7 +46,22 @@ from .storage.journal import (
 from .storage.lock import WorkspaceLock
 
 __all__ = [
-    "ABANDONED", "INDEX_PENDING", "INDEXED", "INTENT", "PUBLISHED", "SUPERSEDED", "CheckpointStore", "DamagedRecord",
-    "ExperienceFiles", "ImportRecord", "ImportRegistry", "Operation", "OperationJournal", "StorageError",
-    "WorkspaceLock", "atomic_write", "recover_intent", "storage_failure",
+    "ABANDONED",
+    "INDEX_PENDING",
+    "INDEXED",
+    "INTENT",
+    "PUBLISHED",
+    "SUPERSEDED",
+    "CheckpointStore",
+    "DamagedRecord",
+    "ExperienceFiles",
+    "ImportRecord",
+    "ImportRegistry",
+    "Operation",
+    "OperationJournal",
+    "StorageError",
+    "WorkspaceLock",
+    "atomic_write",
+    "recover_intent",
+    "storage_failure",
 ]

@@ -22,15 +22,21 @@ from dataclasses import dataclass
 
 # Letters and signs of other scripts that a reader takes for ASCII (the common subset of Unicode's confusables.txt
 # for Latin letters, digits and the punctuation the rules use)
-CONFUSABLES = str.maketrans({
-    **dict(zip("аеорсухѕіјԁһӏԛԝӀ", "aeopcyxsijdhlqwl")),  # Cyrillic lowercase
-    **dict(zip("АВЕКМНОРСТХУЅІЈԚԜ", "ABEKMHOPCTXYSIJQW")),  # Cyrillic uppercase
-    **dict(zip("αβεικνορτυχ", "abeikvoptux")),  # Greek lowercase
-    **dict(zip("ΑΒΕΖΗΙΚΜΝΟΡΤΥΧ", "ABEZHIKMNOPTYX")),  # Greek uppercase
-    **dict(zip("ɑɡıȷօսլ", "agijoul")),  # Latin and Armenian look-alikes
-    **dict.fromkeys("‐‑‒–—―−⁃", "-"), **dict.fromkeys("‘’‚‛′", "'"), **dict.fromkeys("“”„‟″", '"'),
-    **dict.fromkeys("∶꞉ː", ":"), "⁄": "/", "∕": "/",
-})
+CONFUSABLES = str.maketrans(
+    {
+        **dict(zip("аеорсухѕіјԁһӏԛԝӀ", "aeopcyxsijdhlqwl")),  # Cyrillic lowercase
+        **dict(zip("АВЕКМНОРСТХУЅІЈԚԜ", "ABEKMHOPCTXYSIJQW")),  # Cyrillic uppercase
+        **dict(zip("αβεικνορτυχ", "abeikvoptux")),  # Greek lowercase
+        **dict(zip("ΑΒΕΖΗΙΚΜΝΟΡΤΥΧ", "ABEZHIKMNOPTYX")),  # Greek uppercase
+        **dict(zip("ɑɡıȷօսլ", "agijoul")),  # Latin and Armenian look-alikes
+        **dict.fromkeys("‐‑‒–—―−⁃", "-"),
+        **dict.fromkeys("‘’‚‛′", "'"),
+        **dict.fromkeys("“”„‟″", '"'),
+        **dict.fromkeys("∶꞉ː", ":"),
+        "⁄": "/",
+        "∕": "/",
+    }
+)
 _DROPPED = frozenset({"Cf", "Mn", "Me"})  # format characters (zero-width, bidi, tags), combining marks
 
 
@@ -124,7 +130,7 @@ def fold(text: str) -> Folded | None:
                 continue
             replaced = [(at + i, 1, _FOLDING[ord(c)]) for i, c in enumerate(run)]
         for where, size, value in replaced:
-            if value == text[where:where + size]:
+            if value == text[where : where + size]:
                 continue
             pieces += [text[position:where], value]
             position = where + size

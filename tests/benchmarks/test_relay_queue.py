@@ -12,13 +12,24 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from benchlib.relay_queue import conversations, cost, prompt_parts  # noqa: E402
 
 SYSTEM = {"role": "system", "content": "sys"}
-SEGMENT = {"role": "user", "content": [{"type": "text", "text": "<segment>\nabc\n</segment>\nsegment 1 of 1.\n"
-                                        "Experiences that match this segment best:\n- a\n\n\nFinish."}]}
+SEGMENT = {
+    "role": "user",
+    "content": [
+        {
+            "type": "text",
+            "text": "<segment>\nabc\n</segment>\nsegment 1 of 1.\n"
+            "Experiences that match this segment best:\n- a\n\n\nFinish.",
+        }
+    ],
+}
 
 
 def call(cid: str, name: str) -> dict:
-    return {"role": "assistant", "content": None,
-            "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}]}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}}],
+    }
 
 
 def answer(cid: str, name: str, text: str) -> dict:
@@ -36,16 +47,31 @@ def write_queue(queue: Path, requests: list[tuple[list[dict], dict]]) -> None:
 def test_conversations_cost_and_parts(tmp_path):
     refused = answer("c1", "procedure_create", "Error: 'operation_key' is a required property")
     finish_refused = answer("c3", "finish_segment", '{"status": "error", "error": {"code": "summary_invalid"}}')
-    write_queue(tmp_path, [
-        ([SYSTEM, SEGMENT], {"tool_calls": [{"name": "procedure_search"}]}),           # a search, then nothing written
-        ([SYSTEM, SEGMENT, call("c0", "procedure_search"), answer("c0", "procedure_search", "[]")],
-         {"content": "Nothing."}),
-        ([SYSTEM, SEGMENT], {"tool_calls": [{"name": "procedure_create"}]}),           # a refused create, then a read
-        ([SYSTEM, SEGMENT, call("c1", "procedure_create"), refused], {"tool_calls": [{"name": "procedure_read"}]}),
-        ([SYSTEM, SEGMENT, call("c1", "procedure_create"), refused, call("c2", "procedure_read"),
-          answer("c2", "procedure_read", "{}"), call("c3", "finish_segment"), finish_refused],
-         {"tool_calls": [{"name": "finish_segment"}]}),
-    ])
+    write_queue(
+        tmp_path,
+        [
+            ([SYSTEM, SEGMENT], {"tool_calls": [{"name": "procedure_search"}]}),  # a search, then nothing written
+            (
+                [SYSTEM, SEGMENT, call("c0", "procedure_search"), answer("c0", "procedure_search", "[]")],
+                {"content": "Nothing."},
+            ),
+            ([SYSTEM, SEGMENT], {"tool_calls": [{"name": "procedure_create"}]}),  # a refused create, then a read
+            ([SYSTEM, SEGMENT, call("c1", "procedure_create"), refused], {"tool_calls": [{"name": "procedure_read"}]}),
+            (
+                [
+                    SYSTEM,
+                    SEGMENT,
+                    call("c1", "procedure_create"),
+                    refused,
+                    call("c2", "procedure_read"),
+                    answer("c2", "procedure_read", "{}"),
+                    call("c3", "finish_segment"),
+                    finish_refused,
+                ],
+                {"tool_calls": [{"name": "finish_segment"}]},
+            ),
+        ],
+    )
     convs = conversations(tmp_path)
     assert [c["requests"] for c in convs] == [[1, 2], [3, 4, 5]]
     figures = cost(convs, trajectory_tokens=10)

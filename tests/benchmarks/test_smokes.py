@@ -74,8 +74,15 @@ def run_smoke(name: str) -> Run:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "LLM_", "REME_"))}
     env.update(HF_HUB_OFFLINE="1", PYTHONIOENCODING="utf-8")
     started = time.monotonic()
-    proc = subprocess.Popen([sys.executable, f"benchmarks/{name}", *args], cwd=REPO, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, f"benchmarks/{name}", *args],
+        cwd=REPO,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
         code: int | None = proc.returncode
@@ -90,8 +97,11 @@ def run_smoke(name: str) -> Run:
 def smokes(request):
     """The selected smokes, started together (``PARALLEL`` at a time): name -> Future[Run]."""
     module = request.module
-    selected = [item.callspec.params["name"] for item in request.session.items
-                if item.module is module and hasattr(item, "callspec") and "name" in item.callspec.params]
+    selected = [
+        item.callspec.params["name"]
+        for item in request.session.items
+        if item.module is module and hasattr(item, "callspec") and "name" in item.callspec.params
+    ]
     pool = ThreadPoolExecutor(PARALLEL)
     futures: dict[str, Future] = {name: pool.submit(run_smoke, name) for name in dict.fromkeys(selected)}
     yield futures
@@ -134,20 +144,27 @@ def check_search(out: str) -> None:
 
 def check_segment(out: str) -> None:
     assert re.search(r"^tokenizer: .*tokenizer\.json;", out, re.MULTILINE), out
-    segments = numbers(r"^\(b\) segment_counted \+ SpanCounter: median {N} s, {N} segments, .*; verified "
-                       r"lossless, counts exact, <= 8,192 each, same boundaries as \(d\)$", out)[1]
+    segments = numbers(
+        r"^\(b\) segment_counted \+ SpanCounter: median {N} s, {N} segments, .*; verified "
+        r"lossless, counts exact, <= 8,192 each, same boundaries as \(d\)$",
+        out,
+    )[1]
     assert int(segments) >= 2  # a quarter MiB at 8,192 tokens: the segmenter really cuts
     numbers(r"^\(c\) import tokenization = \(b\) \+ the context check of every segment .*: median {N} s", out)
     numbers(r"^ratio \(b\)/\(a2\) = {N}, \(c\)/\(a2\) = {N} \(target <= 1\.3\) -> (?:PASS|FAIL)$", out)
     numbers(r"^  segment_lean_count: median {N} s", out)
-    numbers(r"^peak memory \(fresh child per measurement, peak reset after loading; .*\(a\) {N} MiB, \(b\) {N} MiB$",
-            out)
+    numbers(
+        r"^peak memory \(fresh child per measurement, peak reset after loading; .*\(a\) {N} MiB, \(b\) {N} MiB$", out
+    )
 
 
 def check_service(out: str) -> None:
     numbers(r"^100 experiences, reindex process {N} s, service ready in {N} s$", out)
-    one, eight, ratio = numbers(r"^throughput over HTTP \(median of 1 rounds of 40 searches\): 1 client {N}/s, 8 "
-                                r"clients {N}/s -> ratio {N} ", out)
+    one, eight, ratio = numbers(
+        r"^throughput over HTTP \(median of 1 rounds of 40 searches\): 1 client {N}/s, 8 "
+        r"clients {N}/s -> ratio {N} ",
+        out,
+    )
     assert value(one) > 0 and value(eight) > 0
     numbers(r"^service process CPU per request \(median\): 1 client {N} ms, 8 clients {N} ms", out)
 
@@ -159,8 +176,9 @@ def check_tokenizer(out: str) -> None:
 
 
 def check_maintenance(out: str) -> None:
-    wall, empty, rebuild, ratio = numbers(r"^\| \S+ \S+ \| 50 \| {N} \| {N} \| {N} \| {N} \| <= 1\.3 (?:PASS|FAIL) \|$",
-                                          out)
+    wall, empty, rebuild, ratio = numbers(
+        r"^\| \S+ \S+ \| 50 \| {N} \| {N} \| {N} \| {N} \| <= 1\.3 (?:PASS|FAIL) \|$", out
+    )
     assert value(wall) > 0 and value(empty) > 0 and value(rebuild) > 0  # the job answered its seconds
 
 
@@ -186,8 +204,11 @@ def check_listing(out: str) -> None:
     for row in ("first page of 50", "middle page of 50", "page of 500"):
         assert len(re.findall(rf"^  {row} +{NUMBER} ms$", out, re.MULTILINE)) == 2, row
     assert re.findall(rf"^  every page of 64 \((\d+)\) +{NUMBER} s$", out, re.MULTILINE) == ["4", "4"]  # pages turned
-    assert numbers(r"^checked: the walks listed each of {N} experiences once \(all indexed\) and each of {N} imports "
-                   r"once \({N} complete, {N} incomplete\)$", out) == ["200", "200", "180", "20"]
+    assert numbers(
+        r"^checked: the walks listed each of {N} experiences once \(all indexed\) and each of {N} imports "
+        r"once \({N} complete, {N} incomplete\)$",
+        out,
+    ) == ["200", "200", "180", "20"]
 
 
 def check_retrieval(out: str) -> None:
@@ -195,22 +216,37 @@ def check_retrieval(out: str) -> None:
     assert int(experiences) >= 40 and int(queries) > 0
     assert "embedding model: fake-hashed-bow (plumbing only" in out
     for view in ("when_to_use", "when_to_use_content"):
-        for leg, tokenizer in (("fused", "SnowballTokenizer"), ("fused", "RegexTokenizer"),
-                               ("bm25", "SnowballTokenizer"), ("bm25", "RegexTokenizer"), ("vector", "—")):
-            row = numbers(rf"^\| `{view}` \| {leg} \| {tokenizer} \| (?:\*\*)?{{N}}(?:\*\*)? \| (?:\*\*)?{{N}}"
-                          rf"(?:\*\*)? \| (?:\*\*)?{{N}}(?:\*\*)? \|$", out)
+        for leg, tokenizer in (
+            ("fused", "SnowballTokenizer"),
+            ("fused", "RegexTokenizer"),
+            ("bm25", "SnowballTokenizer"),
+            ("bm25", "RegexTokenizer"),
+            ("vector", "—"),
+        ):
+            row = numbers(
+                rf"^\| `{view}` \| {leg} \| {tokenizer} \| (?:\*\*)?{{N}}(?:\*\*)? \| (?:\*\*)?{{N}}"
+                rf"(?:\*\*)? \| (?:\*\*)?{{N}}(?:\*\*)? \|$",
+                out,
+            )
             assert all(0 <= value(v) <= 1 for v in row)
         for leg in ("fused", "bm25"):
             won, lost, tied, p = numbers(rf"^\| `{view}` \| {leg} \| {{N}} \| {{N}} \| {{N}} \| {{N}} \|$", out)
             assert int(won) + int(lost) + int(tied) == int(queries) and 0 <= value(p) <= 1
     # the plugin's embedded model (the real one, in-process) beside the hashed endpoint over HTTP: the BM25 list
     # alone does not depend on the embedder, so its figures and ranks agree; the others may differ
-    assert re.search(r"^Embedded model \(all-MiniLM-L6-v2, EmbeddedEmbedding, in-process\) vs fake-hashed-bow over "
-                     r"HTTP \(OpenAIAsEmbedding\)", out, re.MULTILINE), out[-3000:]
+    assert re.search(
+        r"^Embedded model \(all-MiniLM-L6-v2, EmbeddedEmbedding, in-process\) vs fake-hashed-bow over "
+        r"HTTP \(OpenAIAsEmbedding\)",
+        out,
+        re.MULTILINE,
+    ), out[-3000:]
     for view in ("when_to_use", "when_to_use_content"):
         for leg in ("fused", "bm25", "vector"):
-            *pairs, differ = numbers(rf"^\| `{view}` \| {leg} \| {{N}} / {{N}} \| {{N}} / {{N}} \| {{N}} / {{N}} \| "
-                                     rf"{{N}} \|$", out)
+            *pairs, differ = numbers(
+                rf"^\| `{view}` \| {leg} \| {{N}} / {{N}} \| {{N}} / {{N}} \| {{N}} / {{N}} \| "
+                rf"{{N}} \|$",
+                out,
+            )
             assert all(0 <= value(v) <= 1 for v in pairs) and 0 <= int(differ) <= int(queries)
             if leg == "bm25":
                 assert pairs[0::2] == pairs[1::2] and differ == "0"
@@ -243,10 +279,19 @@ def check_downstream(out: str) -> None:
 
 
 def check_secrets(out: str) -> None:
-    for corpus in ("trajectories, whole files", "released library, every text of", "fixture workspace experiences",
-                   "example workspace: trajectories, whole files", "example workspace: every text of", "look-alikes"):
-        texts, megabytes, flagged, findings = numbers(rf"^\| {re.escape(corpus)}.* \| {{N}} \| {{N}} \| {{N}} \| "
-                                                      rf"{{N}} \| — \|$", out)
+    for corpus in (
+        "trajectories, whole files",
+        "released library, every text of",
+        "fixture workspace experiences",
+        "example workspace: trajectories, whole files",
+        "example workspace: every text of",
+        "look-alikes",
+    ):
+        texts, megabytes, flagged, findings = numbers(
+            rf"^\| {re.escape(corpus)}.* \| {{N}} \| {{N}} \| {{N}} \| "
+            rf"{{N}} \| — \|$",
+            out,
+        )
         assert int(texts) > 0 and (flagged, findings) == ("0", "0")
     recall = rf"^recall: caught {{N}}/{{N}} planted secrets \({len(KINDS)} kinds, 5 contexts, 3 seeds\)$"
     caught, planted = numbers(recall, out)
@@ -260,36 +305,67 @@ def check_secrets(out: str) -> None:
 def check_relay_costs(out: str) -> None:
     # the smoke queue: 2 segments, 3 requests (100, 200, 300 prompt tokens; 10 completion each), one create
     assert numbers(r"^segments {N}, requests {N}, requests per segment {N} ", out) == ["2", "3", "1.5"]
-    assert numbers(r"^prompt tokens {N} = {N}x the trajectory; completion {N} = {N}x$", out) == ["600", "6.0", "30",
-                                                                                                  "0.3"]
+    assert numbers(r"^prompt tokens {N} = {N}x the trajectory; completion {N} = {N}x$", out) == [
+        "600",
+        "6.0",
+        "30",
+        "0.3",
+    ]
     assert "tool calls {'procedure_create': 1}" in out and "schema refusals 0" in out
-    for part in ("tool schemas", "segment", "listed matches", "system prompt", "model's calls re-sent",
-                 "answers of procedure_create"):
+    for part in (
+        "tool schemas",
+        "segment",
+        "listed matches",
+        "system prompt",
+        "model's calls re-sent",
+        "answers of procedure_create",
+    ):
         assert int(numbers(rf"^\| {re.escape(part)} \| {{N}} \| {{N}}% \|$", out)[0]) > 0
 
 
 def check_relevance(out: str) -> None:
-    experiences, on, off = numbers(r"^relevance calibration: {N} experiences, {N} on-topic and {N} off-topic user "
-                                   r"turns \(tasks 20-29\), embedding embedded all-MiniLM-L6-v2", out)
+    experiences, on, off = numbers(
+        r"^relevance calibration: {N} experiences, {N} on-topic and {N} off-topic user "
+        r"turns \(tasks 20-29\), embedding embedded all-MiniLM-L6-v2",
+        out,
+    )
     assert experiences == "20" and int(on) > 0 and int(off) > 0
     for view in ("when_to_use", "when_to_use_content"):
-        figures = numbers(rf"^{view}: AUC {{N}}; best relevance on-topic p05 {{N}} p50 {{N}} p95 {{N}}; off-topic "
-                          rf"p50 {{N}} p95 {{N}} max {{N}}$", out)
+        figures = numbers(
+            rf"^{view}: AUC {{N}}; best relevance on-topic p05 {{N}} p50 {{N}} p95 {{N}}; off-topic "
+            rf"p50 {{N}} p95 {{N}} max {{N}}$",
+            out,
+        )
         assert all(0 <= value(v) <= 1 for v in figures)
-    rows = re.findall(rf"^\| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER}|—) \|$",
-                      out, re.MULTILINE)
+    rows = re.findall(
+        rf"^\| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER}) \| ({NUMBER}|—) \|$",
+        out,
+        re.MULTILINE,
+    )
     assert len(rows) == 2 * 21 and all(0 <= value(v) <= 1 for row in rows for v in row[:4])
-    numbers(r"^suggested floor \(the lowest at which >= 99% of the off-topic turns answer 0 results in every view\): "
-            r"(?:{N}|—)$", out)
+    numbers(
+        r"^suggested floor \(the lowest at which >= 99% of the off-topic turns answer 0 results in every view\): "
+        r"(?:{N}|—)$",
+        out,
+    )
 
 
 CHECKS = {
-    "search.py": check_search, "segment.py": check_segment, "service.py": check_service,
-    "tokenizer.py": check_tokenizer, "maintenance.py": check_maintenance, "prompt_overhead.py": check_prompt_overhead,
-    "read_cost.py": check_read_cost, "listing.py": check_listing, "retrieval.py": check_retrieval,
+    "search.py": check_search,
+    "segment.py": check_segment,
+    "service.py": check_service,
+    "tokenizer.py": check_tokenizer,
+    "maintenance.py": check_maintenance,
+    "prompt_overhead.py": check_prompt_overhead,
+    "read_cost.py": check_read_cost,
+    "listing.py": check_listing,
+    "retrieval.py": check_retrieval,
     "real_model.py": check_real_model,
-    "extraction.py": check_extraction, "downstream.py": check_downstream, "secret_guard.py": check_secrets,
-    "relay_costs.py": check_relay_costs, "relevance.py": check_relevance,
+    "extraction.py": check_extraction,
+    "downstream.py": check_downstream,
+    "secret_guard.py": check_secrets,
+    "relay_costs.py": check_relay_costs,
+    "relevance.py": check_relevance,
 }
 
 

@@ -120,8 +120,7 @@ async def test_iteration_budget_exhaustion_is_resumable(make_app, tmp_path):
     original = write_original(tmp_path)
     ws = tmp_path / "ws"
     with ChatEndpoint(search_forever) as endpoint:
-        tight = {**llm_components(endpoint.base_url),
-                 "procedure_memory": {"default": {"extraction": {"max_iters": 2}}}}
+        tight = {**llm_components(endpoint.base_url), "procedure_memory": {"default": {"extraction": {"max_iters": 2}}}}
         async with make_app(workspace=ws, components=tight) as app:
             ok, ans = await import_file(app, original, request_id="budget-1")
             assert endpoint.errors == []
@@ -144,8 +143,10 @@ async def test_iteration_budget_exhaustion_is_resumable(make_app, tmp_path):
         # iteration budgets may change between resumes without changing segmentation.
         endpoint.script = search_create_summarize
         endpoint.requests.clear()
-        roomy = {**llm_components(endpoint.base_url),
-                 "procedure_memory": {"default": {"extraction": {"max_iters": 10}}}}
+        roomy = {
+            **llm_components(endpoint.base_url),
+            "procedure_memory": {"default": {"extraction": {"max_iters": 10}}},
+        }
         async with make_app(workspace=ws, components=roomy) as app:
             ok, ans = await import_file(app, original, request_id="budget-1")
             assert endpoint.errors == []
@@ -164,32 +165,43 @@ async def test_agent_session_files_are_removed_when_their_reply_ends_and_never_s
     ws = tmp_path / "ws"
     sessions = ws / "mem_session" / "agentscope"
     with ChatEndpoint(search_forever) as endpoint:
-        tight = {**llm_components(endpoint.base_url),
-                 "procedure_memory": {"default": {"extraction": {"max_iters": 2}}}}
+        tight = {**llm_components(endpoint.base_url), "procedure_memory": {"default": {"extraction": {"max_iters": 2}}}}
         async with make_app(workspace=ws, components=tight) as app:
             ok, ans = await import_file(app, original, request_id="sessions-1")
             assert not ok and ans["error"]["code"] == "agent_budget_exhausted", ans
         assert sessions.is_dir() and list(sessions.iterdir()) == []  # the wrapper dumped one; it is gone
         endpoint.script = search_create_summarize
-        generic = {name: {"backend": "base", "steps": [{"backend": f"{name}_step"}]}
-                   for name in ("load", "list", "read")}
-        plain_store = {"tokenizer": {"default": {"backend": "regex"}},
-                       "keyword_index": {"default": {"backend": "bm25"}},
-                       "file_graph": {"default": {"backend": "local"}},
-                       "file_store": {"default": {"backend": "local", "embedding_store": "",
-                                                  "keyword_index": "default", "file_graph": "default",
-                                                  "tag_index": ""}}}
-        async with make_app(workspace=ws, components={**llm_components(endpoint.base_url), **plain_store},
-                            jobs=generic) as app:
+        generic = {
+            name: {"backend": "base", "steps": [{"backend": f"{name}_step"}]} for name in ("load", "list", "read")
+        }
+        plain_store = {
+            "tokenizer": {"default": {"backend": "regex"}},
+            "keyword_index": {"default": {"backend": "bm25"}},
+            "file_graph": {"default": {"backend": "local"}},
+            "file_store": {
+                "default": {
+                    "backend": "local",
+                    "embedding_store": "",
+                    "keyword_index": "default",
+                    "file_graph": "default",
+                    "tag_index": "",
+                }
+            },
+        }
+        async with make_app(
+            workspace=ws, components={**llm_components(endpoint.base_url), **plain_store}, jobs=generic
+        ) as app:
             ok, ans = await import_file(app, original, request_id="sessions-1")
             assert ok and ans["status"] == "complete", ans
             assert list(sessions.iterdir()) == []
             # a leftover (a kill between the dump and its removal) is private to ReMe's generic jobs
             leftover = sessions / "0b7d9c1e-5f3a-4c2b-9e8d-7a6b5c4d3e2f.jsonl"
             leftover.write_text(original.read_text())
-            for job, args in [("load", {"path": "mem_session/agentscope/" + leftover.name}),
-                              ("list", {"path": "mem_session", "recursive": True}),
-                              ("read", {"path": ans["path"]})]:
+            for job, args in [
+                ("load", {"path": "mem_session/agentscope/" + leftover.name}),
+                ("list", {"path": "mem_session", "recursive": True}),
+                ("read", {"path": ans["path"]}),
+            ]:
                 response = await app.run_job(job, **args)
                 answer = json.loads(response.answer)
                 assert not response.success and answer["error"]["code"] == "protected_path", (job, answer)
@@ -207,9 +219,15 @@ def write_and_finish(conversation: Conversation) -> dict:
     """Every segment in one turn: a create (one per segment) and finish_segment with its summary, in that order."""
     n = conversation.segment
     finish = {} if n == conversation.total else {"summary": ONE_TURN_SUMMARY.format(n=n)}
-    return {"tool_calls": [("procedure_create", {**EXPERIENCE, "filename": f"rebuild-{n}.json",
-                                                 "description": f"Rebuild search, part {n}"}),
-                           ("finish_segment", finish)]}
+    return {
+        "tool_calls": [
+            (
+                "procedure_create",
+                {**EXPERIENCE, "filename": f"rebuild-{n}.json", "description": f"Rebuild search, part {n}"},
+            ),
+            ("finish_segment", finish),
+        ]
+    }
 
 
 async def test_finish_segment_ends_a_segment_in_the_turn_of_its_writes(make_app, tmp_path):
@@ -241,12 +259,14 @@ def correcting_finish(conversation: Conversation) -> dict:
     valid = {"summary": "The user rebuilt a stale index."}
     if conversation.segment == 2:
         return {"tool_calls": [("finish_segment", {})]}
-    return {"tool_calls": [
-        [("finish_segment", {"summary": "too early"}), ("procedure_create", too_long)],
-        [("procedure_create", too_long), ("finish_segment", valid)],
-        [("procedure_create", EXPERIENCE), ("finish_segment", {"summary": ""})],
-        [("finish_segment", valid)],
-    ][conversation.step]}
+    return {
+        "tool_calls": [
+            [("finish_segment", {"summary": "too early"}), ("procedure_create", too_long)],
+            [("procedure_create", too_long), ("finish_segment", valid)],
+            [("procedure_create", EXPERIENCE), ("finish_segment", {"summary": ""})],
+            [("finish_segment", valid)],
+        ][conversation.step]
+    }
 
 
 async def test_finish_segment_refuses_to_end_before_every_answer_of_its_turn_is_seen(make_app, tmp_path):
@@ -284,7 +304,8 @@ def create_then_finish_alone(conversation: Conversation) -> dict:
 
 
 async def test_a_write_that_could_not_be_saved_still_stops_the_segment_after_finish_segment(
-        make_app, tmp_path, monkeypatch):
+    make_app, tmp_path, monkeypatch
+):
     """A full disk: finish_segment refuses in the turn of the failed create (the model has not seen it); finished
     alone in the next turn, the reply ends and the segment's gate stops the import with disk_full, resumably."""
     faults = Faults(monkeypatch)

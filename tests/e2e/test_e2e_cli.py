@@ -86,13 +86,22 @@ def test_cli_cannot_forge_a_write_grant(reme, tmp_path, job):
     ws = tmp_path / "ws"
     existing = write_experience(ws, "rebuild-search-after-config-change.json", REBUILD)
     write_trajectory(ws)
-    forged = ["_procedure_grant=forged", "tool_context_id=forged", "operation_key=k",
-              "description=a", "when_to_use=b", "content=c"]
+    forged = [
+        "_procedure_grant=forged",
+        "tool_context_id=forged",
+        "operation_key=k",
+        "description=a",
+        "when_to_use=b",
+        "content=c",
+    ]
     if job == "procedure_create":
         args = ["filename=x.json", *forged]
     else:
-        args = ["path=procedures/rebuild-search-after-config-change.json",
-                f"expected_version={version_of(existing)}", *forged]
+        args = [
+            "path=procedures/rebuild-search-after-config-change.json",
+            f"expected_version={version_of(existing)}",
+            *forged,
+        ]
     before = durable_state(ws)
 
     proc = reme.start_job(job, ws, *args)
@@ -113,26 +122,36 @@ def service(tmp_path_factory):
     with EmbeddingEndpoint(DIMENSIONS) as endpoint:
         reme = make_reme(root, endpoint, write_word_tokenizer(root / "tok" / "tokenizer.json"))
         ws = root / "ws"
-        versions = {"rebuild-search-after-config-change.json":
-                    version_of(write_experience(ws, "rebuild-search-after-config-change.json", REBUILD))}
+        versions = {
+            "rebuild-search-after-config-change.json": version_of(
+                write_experience(ws, "rebuild-search-after-config-change.json", REBUILD)
+            )
+        }
         write_trajectory(ws)
         reindex = reme.start_job("procedure_reindex", ws)
         assert reindex.returncode == 0, reindex.stderr[-3000:]
         assert json.loads(reindex.stdout)["indexed"] == 1
         # Placed after the rebuild: only the startup reconcile can make these searchable.
-        for name, record in (("inspect-logs-before-rebuilding.json", INSPECT),
-                             ("clean-temporary-files-of-failed-build.json", CLEANUP)):
+        for name, record in (
+            ("inspect-logs-before-rebuilding.json", INSPECT),
+            ("clean-temporary-files-of-failed-build.json", CLEANUP),
+        ):
             versions[name] = version_of(write_experience(ws, name, record))
 
         # MCP tool calls get `tenant` injected by the service (ReMe's service.injected_job_kwargs)
         with running_server(reme, ws, root / "server.log", 'service.injected_job_kwargs={"tenant": "e2e"}') as (
-                proc, port):
+            proc,
+            port,
+        ):
             yield Service(reme=reme, ws=ws, port=port, proc=proc, endpoint=endpoint, versions=versions)
 
 
 def test_cli_search_when_to_use_returns_the_experience(service):
     answer, ok = service.reme.call(
-        service.port, "procedure_search", "query=recover after an index configuration change", "index=when_to_use",
+        service.port,
+        "procedure_search",
+        "query=recover after an index configuration change",
+        "index=when_to_use",
     )
     assert ok and answer["status"] == "ok" and answer["index"] == "when_to_use"
     top = answer["results"][0]
@@ -147,7 +166,10 @@ def test_cli_search_when_to_use_returns_the_experience(service):
 
 def test_cli_search_when_to_use_content_with_limit(service):
     answer, ok = service.reme.call(
-        service.port, "procedure_search", "query=inspect logs before rebuilding", "index=when_to_use_content",
+        service.port,
+        "procedure_search",
+        "query=inspect logs before rebuilding",
+        "index=when_to_use_content",
         "limit=5",
     )
     assert ok and answer["index"] == "when_to_use_content"
@@ -157,14 +179,21 @@ def test_cli_search_when_to_use_content_with_limit(service):
     assert answer["results"][0]["experience"] == INSPECT
 
     answer, ok = service.reme.call(
-        service.port, "procedure_search", "query=search configuration stale", "index=when_to_use_content", "limit=1",
+        service.port,
+        "procedure_search",
+        "query=search configuration stale",
+        "index=when_to_use_content",
+        "limit=1",
     )
     assert ok and len(answer["results"]) == 1
 
 
 def test_startup_reconcile_makes_files_placed_before_start_searchable(service):
     answer, ok = service.reme.call(
-        service.port, "procedure_search", "query=a build fails and leaves partial artifacts", "index=when_to_use",
+        service.port,
+        "procedure_search",
+        "query=a build fails and leaves partial artifacts",
+        "index=when_to_use",
     )
     assert ok
     top = answer["results"][0]
@@ -177,7 +206,9 @@ def test_startup_reconcile_makes_files_placed_before_start_searchable(service):
 
 def test_cli_read_experience_and_trajectory(service):
     answer, ok = service.reme.call(
-        service.port, "procedure_read", "path=procedures/rebuild-search-after-config-change.json",
+        service.port,
+        "procedure_read",
+        "path=procedures/rebuild-search-after-config-change.json",
     )
     assert ok and answer["status"] == "ok"
     assert answer["path"] == "procedures/rebuild-search-after-config-change.json"
@@ -185,7 +216,11 @@ def test_cli_read_experience_and_trajectory(service):
     assert answer["experience"] == REBUILD
 
     answer, ok = service.reme.call(
-        service.port, "procedure_read", "kind=trajectory", "path=session/trajectories/run.jsonl", "offset=0",
+        service.port,
+        "procedure_read",
+        "kind=trajectory",
+        "path=session/trajectories/run.jsonl",
+        "offset=0",
         "length=20",
     )
     assert ok and answer["kind"] == "trajectory"
@@ -201,11 +236,19 @@ def test_write_and_import_jobs_are_not_served_over_http(service):
     outside = service.ws.parent / "outside.jsonl"
     outside.write_bytes(TRAJECTORY)
     bodies = {
-        "procedure_create": {"filename": "x.json", "description": "a", "when_to_use": "b", "content": "c",
-                             "operation_key": "k"},
-        "procedure_update": {"path": "procedures/rebuild-search-after-config-change.json",
-                             "expected_version": service.versions["rebuild-search-after-config-change.json"],
-                             "content": "overwritten", "operation_key": "k2"},
+        "procedure_create": {
+            "filename": "x.json",
+            "description": "a",
+            "when_to_use": "b",
+            "content": "c",
+            "operation_key": "k",
+        },
+        "procedure_update": {
+            "path": "procedures/rebuild-search-after-config-change.json",
+            "expected_version": service.versions["rebuild-search-after-config-change.json"],
+            "content": "overwritten",
+            "operation_key": "k2",
+        },
         "procedure_auto_memory": {"file": str(outside), "filename": "stolen.jsonl"},
         "procedure_reindex": {},
         "procedure_export": {"dest": str(service.ws.parent / "exported-skills")},
@@ -229,9 +272,14 @@ def test_write_and_import_jobs_are_not_served_over_http(service):
 
 def test_search_over_http_with_json_body(service):
     with httpx.Client(base_url=service.url, timeout=30) as client:
-        response = client.post("/procedure_search", json={
-            "query": "verify a known query after rebuilding indexes", "index": "when_to_use_content", "limit": 3,
-        })
+        response = client.post(
+            "/procedure_search",
+            json={
+                "query": "verify a known query after rebuilding indexes",
+                "index": "when_to_use_content",
+                "limit": 3,
+            },
+        )
     assert response.status_code == 200
     body = response.json()
     assert body["success"] is True
@@ -243,14 +291,24 @@ def test_search_over_http_with_json_body(service):
 def test_forged_grant_on_search_writes_nothing(service):
     """Forged injected names reach the served jobs (and change nothing); write arguments are not theirs: refused."""
     before = durable_state(service.ws)
-    forged = {"_procedure_grant": "forged", "_procedure_sources": ["session/trajectories/run.jsonl"],
-              "tool_context_id": "forged"}
-    writes = {"filename": "forged.json", "description": "d", "when_to_use": "w", "content": "c",
-              "operation_key": "k", "procedure_memory": "default"}
+    forged = {
+        "_procedure_grant": "forged",
+        "_procedure_sources": ["session/trajectories/run.jsonl"],
+        "tool_context_id": "forged",
+    }
+    writes = {
+        "filename": "forged.json",
+        "description": "d",
+        "when_to_use": "w",
+        "content": "c",
+        "operation_key": "k",
+        "procedure_memory": "default",
+    }
     with httpx.Client(base_url=service.url, timeout=30) as client:
         search = client.post("/procedure_search", json={"query": "rebuild search", **forged}).json()
-        read = client.post("/procedure_read", json={"path": "procedures/rebuild-search-after-config-change.json",
-                                                     **forged}).json()
+        read = client.post(
+            "/procedure_read", json={"path": "procedures/rebuild-search-after-config-change.json", **forged}
+        ).json()
         refused = client.post("/procedure_search", json={"query": "rebuild search", **forged, **writes}).json()
     answer = json.loads(search["answer"])
     assert search["success"] and answer["status"] == "ok" and answer["results"]
@@ -274,8 +332,10 @@ def test_one_shot_cli_refuses_a_misspelled_argument_before_copying_anything(reme
     imported = reme.start_job("procedure_auto_memory", ws, f"file={original}", "filename=run.jsonl", "memory_hnt=x")
     rebuilt = reme.start_job("procedure_reindex", ws, "force=true")
 
-    for proc, wrong, meant in ((imported, "memory_hnt", "did you mean `memory_hint`?"),
-                               (rebuilt, "force", "which takes none")):
+    for proc, wrong, meant in (
+        (imported, "memory_hnt", "did you mean `memory_hint`?"),
+        (rebuilt, "force", "which takes none"),
+    ):
         assert proc.returncode == 1, proc.stdout
         error = json.loads(proc.stderr.strip().splitlines()[-1])["error"]
         assert error["code"] == "invalid_argument" and f"`{wrong}` is not an argument" in error["message"]
@@ -297,13 +357,16 @@ def test_client_http_and_mcp_refuse_a_misspelled_argument_and_pass_remes_own_nam
 
     async def session():
         from fastmcp import Client
+
         async with Client(f"{service.url}/mcp") as client:
-            refused = await client.call_tool("procedure_read", {"path": "procedures/x.json", "knd": "experience"},
-                                             raise_on_error=False)
+            refused = await client.call_tool(
+                "procedure_read", {"path": "procedures/x.json", "knd": "experience"}, raise_on_error=False
+            )
             # the service injects `tenant` into every MCP call (service.injected_job_kwargs): never refused
             served = await client.call_tool("procedure_search", {"query": "rebuild"}, raise_on_error=False)
-            clash = await client.call_tool("procedure_search", {"query": "rebuild", "tenant": "x"},
-                                           raise_on_error=False)
+            clash = await client.call_tool(
+                "procedure_search", {"query": "rebuild", "tenant": "x"}, raise_on_error=False
+            )
             assert clash.is_error and "injected by the MCP server" in clash.content[0].text  # it is injected
             return json.loads(refused.content[0].text), json.loads(served.content[0].text)
 
@@ -325,21 +388,41 @@ def test_mcp_exposes_only_the_read_jobs(service):
             tools = {tool.name: tool for tool in await client.list_tools()}
             out["names"] = set(tools)
             out["search_params"] = set(tools["procedure_search"].inputSchema.get("properties", {}))
-            result = await client.call_tool("procedure_search", {"query": "recover after an index configuration change",
-                                                                 "index": "when_to_use"})
+            result = await client.call_tool(
+                "procedure_search", {"query": "recover after an index configuration change", "index": "when_to_use"}
+            )
             out["search"] = json.loads(result.content[0].text)
-            result = await client.call_tool("procedure_read", {"path": "procedures/inspect-logs-before-rebuilding.json"})
+            result = await client.call_tool(
+                "procedure_read", {"path": "procedures/inspect-logs-before-rebuilding.json"}
+            )
             out["read"] = json.loads(result.content[0].text)
             out["create_errors"] = []
             for job in HIDDEN_JOBS:
                 with pytest.raises(ToolError):
-                    await client.call_tool(job, {"filename": "mcp.json", "description": "a", "when_to_use": "b",
-                                                 "content": "c", "operation_key": "k"})
+                    await client.call_tool(
+                        job,
+                        {
+                            "filename": "mcp.json",
+                            "description": "a",
+                            "when_to_use": "b",
+                            "content": "c",
+                            "operation_key": "k",
+                        },
+                    )
                 out["create_errors"].append(job)
             try:  # forged injected keys on a served tool: may be accepted or rejected, but must not write
-                result = await client.call_tool("procedure_search", {
-                    "query": "rebuild", "_procedure_grant": "forged", "tool_context_id": "forged",
-                    "filename": "mcp.json", "content": "c", "operation_key": "k"}, raise_on_error=False)
+                result = await client.call_tool(
+                    "procedure_search",
+                    {
+                        "query": "rebuild",
+                        "_procedure_grant": "forged",
+                        "tool_context_id": "forged",
+                        "filename": "mcp.json",
+                        "content": "c",
+                        "operation_key": "k",
+                    },
+                    raise_on_error=False,
+                )
                 out["forged_is_error"] = result.is_error
             except Exception as exc:  # noqa: BLE001 - a rejection is fine here
                 out["forged_is_error"] = repr(exc)
@@ -370,7 +453,8 @@ def test_cli_client_lists_the_experiences_a_page_at_a_time(service):
     assert ok and rest["next"] is None
     entries = first["experiences"] + rest["experiences"]
     assert [(e["path"], e["version"], e["state"], e["source_count"]) for e in entries] == [
-        (f"procedures/{name}", service.versions[name], "indexed", 1) for name in names]
+        (f"procedures/{name}", service.versions[name], "indexed", 1) for name in names
+    ]
     assert entries[names.index("rebuild-search-after-config-change.json")]["description"] == REBUILD["description"]
     imports, ok = service.reme.call(service.port, "procedure_imports")
     assert ok and imports == {"status": "ok", "imports": [], "total": 0, "next": None, "damaged_records": []}
@@ -391,6 +475,7 @@ def test_listings_are_served_over_http_and_mcp(service):
 
     async def session():
         from fastmcp import Client
+
         async with Client(f"{service.url}/mcp") as client:
             tools = {tool.name: tool for tool in await client.list_tools()}
             listed = await client.call_tool("procedure_list", {"limit": 50})
@@ -456,7 +541,10 @@ def test_one_shot_delete_removes_an_experience_and_history_shows_who_and_when(re
     assert shown.returncode == 0, shown.stderr[-3000:]
     history = json.loads(shown.stdout)
     assert history["exists"] is False and [v["change"] for v in history["versions"]] == ["hand_edit", "hand_delete"]
-    assert history["versions"][-1]["note"].startswith("removed with procedure_delete by ") and history["versions"][-1]["at"]
+    assert (
+        history["versions"][-1]["note"].startswith("removed with procedure_delete by ")
+        and history["versions"][-1]["at"]
+    )
     found = reme.start_job("procedure_search", ws, "query=rebuild search after a configuration change", "limit=5")
     assert found.returncode == 0 and path not in [r["path"] for r in json.loads(found.stdout)["results"]]
     again = reme.start_job("procedure_delete", ws, f"path={path}")
@@ -499,8 +587,13 @@ def test_embedding_outage_at_startup_keeps_serving_and_recovers(reme, tmp_path, 
 
     endpoint.failing = True  # HTTP 500 from the provider, as in an outage
     # No SDK-level retries, for speed (embedding_store.max_retries counts attempts: keep it at 1).
-    with running_server(reme, ws, tmp_path / "server.log", "components.procedure_memory.default.pending_retry_seconds=0",
-                        "components.as_embedding.procedure.max_retries=0") as (proc, port):
+    with running_server(
+        reme,
+        ws,
+        tmp_path / "server.log",
+        "components.procedure_memory.default.pending_retry_seconds=0",
+        "components.as_embedding.procedure.max_retries=0",
+    ) as (proc, port):
         # The experience indexed before the outage is still found (BM25; the query cannot be embedded).
         answer, ok = reme.call(port, "procedure_search", "query=search configuration stale", "index=when_to_use")
         assert ok and [r["path"] for r in answer["results"]] == ["procedures/rebuild-search-after-config-change.json"]
@@ -508,7 +601,8 @@ def test_embedding_outage_at_startup_keeps_serving_and_recovers(reme, tmp_path, 
         # The file that could not be embedded at startup is excluded and reported, never silently missing.
         assert answer["index_complete"] is False
         assert [(p["path"], p["version"]) for p in answer["pending_indexes"]] == [
-            ("procedures/inspect-logs-before-rebuilding.json", late)]
+            ("procedures/inspect-logs-before-rebuilding.json", late)
+        ]
 
         endpoint.failing = False
         deadline = time.monotonic() + 30
@@ -559,19 +653,23 @@ def test_served_reads_stay_inside_their_directories(service):
 def test_relevance_floor_tools_and_token_budget_are_served_on_cli_http_and_mcp(service):
     """issue 31: the delivery arguments reach the job from every channel (the CLI as text, HTTP and MCP as JSON)."""
     query = "inspect logs or delete the build directory"
-    answer, ok = service.reme.call(service.port, "procedure_search", f"query={query}", "min_relevance=0",
-                                   "tools=Inspect,Delete", "max_tokens=1000")
+    answer, ok = service.reme.call(
+        service.port, "procedure_search", f"query={query}", "min_relevance=0", "tools=Inspect,Delete", "max_tokens=1000"
+    )
     assert ok and answer["min_relevance"] == 0, answer
-    assert {r["path"] for r in answer["results"]} == {"procedures/inspect-logs-before-rebuilding.json",
-                                                      "procedures/clean-temporary-files-of-failed-build.json"}
+    assert {r["path"] for r in answer["results"]} == {
+        "procedures/inspect-logs-before-rebuilding.json",
+        "procedures/clean-temporary-files-of-failed-build.json",
+    }
     assert all(0 <= r["relevance"] <= 1 for r in answer["results"])
     assert answer["token_budget"]["max_tokens"] == 1000 and answer["token_budget"]["left_out"] == 0
     nothing, ok = service.reme.call(service.port, "procedure_search", f"query={query}", "min_relevance=1")
     assert ok and nothing["results"] == [] and nothing["min_relevance"] == 1
 
     with httpx.Client(base_url=service.url, timeout=30) as client:
-        response = client.post("/procedure_search", json={"query": query, "min_relevance": 0, "tools": ["Inspect"],
-                                                          "max_tokens": 3}).json()
+        response = client.post(
+            "/procedure_search", json={"query": query, "min_relevance": 0, "tools": ["Inspect"], "max_tokens": 3}
+        ).json()
         refused = client.post("/procedure_search", json={"query": query, "min_relevance": 2}).json()
     budgeted = json.loads(response["answer"])
     assert response["success"] and budgeted["results"] == []
@@ -581,10 +679,12 @@ def test_relevance_floor_tools_and_token_budget_are_served_on_cli_http_and_mcp(s
 
     async def session():
         from fastmcp import Client
+
         async with Client(f"{service.url}/mcp") as client:
             tools = {tool.name: tool for tool in await client.list_tools()}
-            found = await client.call_tool("procedure_search", {"query": query, "min_relevance": 0,
-                                                                "tools": ["Inspect"]})
+            found = await client.call_tool(
+                "procedure_search", {"query": query, "min_relevance": 0, "tools": ["Inspect"]}
+            )
             none = await client.call_tool("procedure_search", {"query": query, "tools": ["no_such_function"]})
             return tools, json.loads(found.content[0].text), json.loads(none.content[0].text)
 

@@ -58,21 +58,30 @@ def cli(tmp_path, endpoint):
     (cwd / ".env").write_text("")  # shadows any .env in a parent directory
     tokenizer = write_word_tokenizer(tmp_path / "tok" / "tokenizer.json")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "LLM_", "REME_", "PROCEDURE_"))}
-    env.update({
-        "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(TESTS / "helpers" / "boot")]),
-        "HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8", "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-        "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
-        "EMBEDDING_BACKEND": "openai", "EMBEDDING_BASE_URL": endpoint.base_url, "EMBEDDING_API_KEY": "test",
-        "EMBEDDING_MODEL_NAME": "fake",
-    })
+    env.update(
+        {
+            "PYTHONPATH": os.pathsep.join([str(REPO / "src"), str(TESTS / "helpers" / "boot")]),
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONIOENCODING": "utf-8",
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
+            "EMBEDDING_BACKEND": "openai",
+            "EMBEDDING_BASE_URL": endpoint.base_url,
+            "EMBEDDING_API_KEY": "test",
+            "EMBEDDING_MODEL_NAME": "fake",
+        }
+    )
     return {"cwd": cwd, "env": env, "ws": tmp_path / "ws", "tmp": tmp_path}
 
 
 def run(cli, *args: str, denied=(), full=()) -> subprocess.CompletedProcess:
     """``reme *args``; ``denied`` / ``full``: directories below which file creation fails / an fsync finds the disk
     full (``helpers/boot/sitecustomize.py``)."""
-    env = dict(cli["env"], PROCEDURE_TEST_DENIED=os.pathsep.join(map(str, denied)),
-               PROCEDURE_TEST_FULL=os.pathsep.join(map(str, full)))
+    env = dict(
+        cli["env"],
+        PROCEDURE_TEST_DENIED=os.pathsep.join(map(str, denied)),
+        PROCEDURE_TEST_FULL=os.pathsep.join(map(str, full)),
+    )
     return subprocess.run([str(REME), *args], cwd=cli["cwd"], env=env, capture_output=True, text=True, timeout=180)
 
 
@@ -82,8 +91,17 @@ def one_shot(cli, job: str, ws: Path, *args: str, **faults) -> subprocess.Comple
 
 def service(cli, ws: Path, **faults) -> subprocess.CompletedProcess:
     """A ``reme start`` service that is expected to fail at start (it would otherwise serve until stopped)."""
-    return run(cli, "start", PLUGINS, f"workspace_dir={ws}", "log_to_file=false", DIM, "service.host=127.0.0.1",
-               f"service.port={free_port()}", **faults)
+    return run(
+        cli,
+        "start",
+        PLUGINS,
+        f"workspace_dir={ws}",
+        "log_to_file=false",
+        DIM,
+        "service.host=127.0.0.1",
+        f"service.port={free_port()}",
+        **faults,
+    )
 
 
 def error_line(result: subprocess.CompletedProcess) -> str:
@@ -111,10 +129,13 @@ def storage_line(code: str, target: Path, cause: str) -> str:
     if code == "disk_full":
         todo = f"Free space on the file system that holds {where} (or raise the quota)"
     else:
-        todo = (f"Make sure {where} exists and is writable by this process (permissions, a read-only mount, a "
-                "failing disk)")
-    return f"reme: error: {code}: Writing {target} failed: {cause}. {todo}; nothing half-written was kept. " \
-           "Then start again."
+        todo = (
+            f"Make sure {where} exists and is writable by this process (permissions, a read-only mount, a failing disk)"
+        )
+    return (
+        f"reme: error: {code}: Writing {target} failed: {cause}. {todo}; nothing half-written was kept. "
+        "Then start again."
+    )
 
 
 def indexed_workspace(cli) -> Path:
@@ -127,7 +148,9 @@ def indexed_workspace(cli) -> Path:
     built = one_shot(cli, "procedure_reindex", ws)
     assert built.returncode == 0, built.stderr[-3000:]
     assert sorted(p.name for p in (ws / VIEWS).glob("procedure_*.view")) == [
-        "procedure_when_to_use_content_v1.view", "procedure_when_to_use_v1.view"]
+        "procedure_when_to_use_content_v1.view",
+        "procedure_when_to_use_v1.view",
+    ]
     return ws
 
 
@@ -139,8 +162,13 @@ def test_a_service_that_cannot_save_its_views_answers_the_one_shot_line(cli, fau
     ws = indexed_workspace(cli)
     views = ws / VIEWS
     if fault == "not writable":  # a hand edit the start reconciles, then saves
-        (ws / "procedures/rebuild.json").write_text(json.dumps(experience_record(
-            "rebuild the index", "when to rebuild the index", "rebuild the index, then verify a known query")))
+        (ws / "procedures/rebuild.json").write_text(
+            json.dumps(
+                experience_record(
+                    "rebuild the index", "when to rebuild the index", "rebuild the index, then verify a known query"
+                )
+            )
+        )
         faults = {"denied": [views]}
     else:  # the views' state is gone: the start writes new snapshots, each part fsynced
         for directory in views.glob("procedure_*.view"):
@@ -149,8 +177,9 @@ def test_a_service_that_cannot_save_its_views_answers_the_one_shot_line(cli, fau
     job = one_shot(cli, "procedure_search", ws, "query=rebuild", **faults)
     line = error_line(job)
     code = "storage_error" if fault == "not writable" else "disk_full"
-    assert line.startswith(f"reme: error: {code}: Writing {views}/procedure_when_to_use") and "Then start again." \
-        in line, line
+    assert (
+        line.startswith(f"reme: error: {code}: Writing {views}/procedure_when_to_use") and "Then start again." in line
+    ), line
 
     started = service(cli, ws, **faults)
     assert error_line(started) == line  # the same line, exit status 1 (uvicorn's would be 3)
@@ -188,8 +217,7 @@ def test_a_workspace_path_under_a_file_is_one_line(cli):
     expected = storage_line("storage_error", ws, "Not a directory (errno ENOTDIR)")
     assert error_line(one_shot(cli, "procedure_search", ws, "query=x")) == expected
     assert error_line(service(cli, ws)) == expected
-    assert error_line(one_shot(cli, "procedure_auto_memory", ws, "file=/nonexistent", "filename=run.jsonl")) \
-        == expected
+    assert error_line(one_shot(cli, "procedure_auto_memory", ws, "file=/nonexistent", "filename=run.jsonl")) == expected
 
 
 def test_a_journal_of_an_unreleased_layout_is_one_line_naming_it_and_nothing_is_changed(cli):
@@ -198,9 +226,11 @@ def test_a_journal_of_an_unreleased_layout_is_one_line_naming_it_and_nothing_is_
     earlier = operations / ("0" * 32)  # a scope directory as development builds named it (no ``.v2``)
     earlier.mkdir(parents=True)
     (earlier / ("a" * 64 + ".json")).write_text("{}")
-    expected = (f"reme: error: unsupported_workspace: {earlier} is a journal directory of an unreleased development "
-                f"build, which this version does not read: move {operations} aside (the experiences stay; the history "
-                "of their earlier versions and the ledgers of unfinished imports go with it), then start again.")
+    expected = (
+        f"reme: error: unsupported_workspace: {earlier} is a journal directory of an unreleased development "
+        f"build, which this version does not read: move {operations} aside (the experiences stay; the history "
+        "of their earlier versions and the ledgers of unfinished imports go with it), then start again."
+    )
     assert error_line(one_shot(cli, "procedure_search", ws, "query=rebuild")) == expected
     assert error_line(service(cli, ws)) == expected
     assert [p.name for p in earlier.iterdir()] == ["a" * 64 + ".json"]
@@ -225,10 +255,12 @@ READ_JOBS = {
 
 
 def not_found_line(job: str, ws: Path) -> str:
-    return (f"reme: error: workspace_not_found: {job} needs an existing procedure-memory workspace, and {ws} has none "
-            "(no procedures/, session/trajectories/ or metadata/procedure/default/). Check workspace_dir (a relative "
-            "path is resolved from the current directory); a new workspace is made by `reme start` (the service) or "
-            "an import (job=procedure_auto_memory). Nothing was written.")
+    return (
+        f"reme: error: workspace_not_found: {job} needs an existing procedure-memory workspace, and {ws} has none "
+        "(no procedures/, session/trajectories/ or metadata/procedure/default/). Check workspace_dir (a relative "
+        "path is resolved from the current directory); a new workspace is made by `reme start` (the service) or "
+        "an import (job=procedure_auto_memory). Nothing was written."
+    )
 
 
 @pytest.mark.parametrize("job", sorted(READ_JOBS))
@@ -259,9 +291,16 @@ def test_export_needs_an_explicit_workspace(cli):
     (default / "procedures/rebuild.json").write_text(json.dumps(experience_record("r", "when r", "r")))
     dest = cli["tmp"] / "skills"
     result = run(cli, "start", "job=procedure_export", PLUGINS, f"dest={dest}", "log_to_file=false", DIM)
-    assert failed_answer(result) == {"status": "error", "error": {"code": "invalid_argument", "message": (
-        "procedure_export needs the workspace to export: add workspace_dir=<workspace> (without it ReMe would use "
-        f"{default}). Nothing was written.")}}
+    assert failed_answer(result) == {
+        "status": "error",
+        "error": {
+            "code": "invalid_argument",
+            "message": (
+                "procedure_export needs the workspace to export: add workspace_dir=<workspace> (without it ReMe would use "
+                f"{default}). Nothing was written."
+            ),
+        },
+    }
     assert not dest.exists()
 
 
@@ -271,9 +310,16 @@ def test_an_empty_workspace_does_not_claim_the_destination(cli):
     dest = cli["tmp"] / "skills"
     dest.mkdir()
     refused = one_shot(cli, "procedure_export", empty, f"dest={dest}")
-    assert failed_answer(refused) == {"status": "error", "error": {"code": "not_found", "message": (
-        f"{empty}/procedures holds no experience, so there is nothing to export and {dest} was left as it was. "
-        "Check workspace_dir, or import a trajectory first.")}}
+    assert failed_answer(refused) == {
+        "status": "error",
+        "error": {
+            "code": "not_found",
+            "message": (
+                f"{empty}/procedures holds no experience, so there is nothing to export and {dest} was left as it was. "
+                "Check workspace_dir, or import a trajectory first."
+            ),
+        },
+    }
     assert list(dest.iterdir()) == []
     exported = one_shot(cli, "procedure_export", ws, f"dest={dest}")  # the real workspace may claim it
     assert exported.returncode == 0, exported.stderr[-3000:]
@@ -282,16 +328,20 @@ def test_an_empty_workspace_does_not_claim_the_destination(cli):
 
 # -- slips ------------------------------------------------------------------------------------------------------------
 
-JOBS = ("procedure_auto_memory, procedure_create, procedure_delete, procedure_dump, procedure_export, procedure_history, "
-        "procedure_imports, procedure_list, procedure_read, procedure_reindex, procedure_search, procedure_update")
+JOBS = (
+    "procedure_auto_memory, procedure_create, procedure_delete, procedure_dump, procedure_export, procedure_history, "
+    "procedure_imports, procedure_list, procedure_read, procedure_reindex, procedure_search, procedure_update"
+)
 SERVED = "procedure_history, procedure_imports, procedure_list, procedure_read, procedure_search"
 
 
 def test_an_unknown_one_shot_job_names_the_closest_and_creates_nothing(cli):
     ws = cli["tmp"] / "new"
     line = error_line(one_shot(cli, "procedure_serch", ws, "query=x"))
-    assert line == ("reme: error: unknown_job: There is no job `procedure_serch`; did you mean `procedure_search`? "
-                    f"The jobs of procedure-memory: {JOBS}.")
+    assert line == (
+        "reme: error: unknown_job: There is no job `procedure_serch`; did you mean `procedure_search`? "
+        f"The jobs of procedure-memory: {JOBS}."
+    )
     assert not ws.exists()
 
 
@@ -301,9 +351,22 @@ def test_a_service_on_a_new_workspace_serves_and_slips_are_one_line(cli):
     ws = cli["tmp"] / "fresh"
     port, log = free_port(), cli["tmp"] / "service.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([str(REME), "start", PLUGINS, f"workspace_dir={ws}", "log_to_file=false", DIM,
-                                 "service.host=127.0.0.1", f"service.port={port}"],
-                                cwd=cli["cwd"], env=cli["env"], stdout=out, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(
+            [
+                str(REME),
+                "start",
+                PLUGINS,
+                f"workspace_dir={ws}",
+                "log_to_file=false",
+                DIM,
+                "service.host=127.0.0.1",
+                f"service.port={port}",
+            ],
+            cwd=cli["cwd"],
+            env=cli["env"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_for_service(proc, port, log)
         assert (ws / "procedures").is_dir() and (ws / STATE).is_dir()
@@ -312,16 +375,20 @@ def test_a_service_on_a_new_workspace_serves_and_slips_are_one_line(cli):
         assert ok and answer["status"] == "ok" and answer["results"] == []
 
         typo = run(cli, "procedure_serch", "query=rebuild", *address)
-        assert error_line(typo) == ("reme: error: unknown_job: There is no served job `procedure_serch`; did you "
-                                    f"mean `procedure_search`? The served jobs of procedure-memory: {SERVED}.")
+        assert error_line(typo) == (
+            "reme: error: unknown_job: There is no served job `procedure_serch`; did you "
+            f"mean `procedure_search`? The served jobs of procedure-memory: {SERVED}."
+        )
         hidden = run(cli, "procedure_export", f"dest={cli['tmp']}/skills", *address)
         assert error_line(hidden) == (
             "reme: error: unknown_job: `procedure_export` is not served by the service (imports, writes, reindex "
             "and export run one-shot): run reme start job=procedure_export plugins='[\"procedure-memory\"]' "
-            "workspace_dir=<workspace> ...")
+            "workspace_dir=<workspace> ..."
+        )
 
         async def session():
             from fastmcp import Client
+
             async with Client(f"http://127.0.0.1:{port}/mcp") as client:
                 refused = await client.call_tool("procedure_search", {"query": "x", "limt": 3}, raise_on_error=False)
                 served = await client.call_tool("procedure_search", {"query": "x"}, raise_on_error=False)

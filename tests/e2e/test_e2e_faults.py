@@ -29,8 +29,10 @@ pytestmark = pytest.mark.slow  # real `reme` processes and services
 BIN = Path(sys.executable).parent
 REME = BIN / "reme"
 PLUGINS = 'plugins=["procedure-memory"]'
-TRAJECTORY = b'{"role": "user", "content": "search results are stale after the config change"}\n' \
-             b'{"role": "assistant", "content": "rebuilt the index and verified a known query"}\n'
+TRAJECTORY = (
+    b'{"role": "user", "content": "search results are stale after the config change"}\n'
+    b'{"role": "assistant", "content": "rebuilt the index and verified a known query"}\n'
+)
 
 
 @pytest.fixture
@@ -43,19 +45,29 @@ def cli(tmp_path):
     with EmbeddingEndpoint(64) as embeddings:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "LLM_", "REME_"))}
         env.pop("PYTHONPATH", None)
-        env.update({
-            "HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8", "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
-            "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
-            "EMBEDDING_BACKEND": "openai", "EMBEDDING_BASE_URL": embeddings.base_url, "EMBEDDING_API_KEY": "test",
-            "EMBEDDING_MODEL_NAME": "fake", "LLM_BACKEND": "openai", "LLM_API_KEY": "test", "LLM_MODEL_NAME": "fake",
-            "LLM_BASE_URL": "http://127.0.0.1:9/v1",
-        })
+        env.update(
+            {
+                "HF_HUB_OFFLINE": "1",
+                "PYTHONIOENCODING": "utf-8",
+                "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+                "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
+                "EMBEDDING_BACKEND": "openai",
+                "EMBEDDING_BASE_URL": embeddings.base_url,
+                "EMBEDDING_API_KEY": "test",
+                "EMBEDDING_MODEL_NAME": "fake",
+                "LLM_BACKEND": "openai",
+                "LLM_API_KEY": "test",
+                "LLM_MODEL_NAME": "fake",
+                "LLM_BASE_URL": "http://127.0.0.1:9/v1",
+            }
+        )
         yield {"cwd": cwd, "env": env, "ws": tmp_path / "ws"}
 
 
 def run(cli, *args: str, **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run([str(REME), *args], cwd=cli["cwd"], env=cli["env"], capture_output=True, text=True,
-                          timeout=180, **kwargs)
+    return subprocess.run(
+        [str(REME), *args], cwd=cli["cwd"], env=cli["env"], capture_output=True, text=True, timeout=180, **kwargs
+    )
 
 
 # -- the printed resume command -------------------------------------------------------------------------------------
@@ -76,11 +88,20 @@ def test_the_printed_resume_command_resumes_verbatim(cli, tmp_path):
 
     with ChatEndpoint(model) as chat:
         cli["env"]["LLM_BASE_URL"] = chat.base_url
-        first = run(cli, "start", "job=procedure_auto_memory", PLUGINS, f"file={original}", "filename=run.jsonl",
-                    "request_id=res-1", f"workspace_dir={ws}", "log_to_file=false",
-                    "components.as_embedding.procedure.dimensions=64",
-                    "components.procedure_memory.default.token_limits.segment=40",
-                    "components.procedure_memory.default.extraction.summary_repair_attempts=0")
+        first = run(
+            cli,
+            "start",
+            "job=procedure_auto_memory",
+            PLUGINS,
+            f"file={original}",
+            "filename=run.jsonl",
+            "request_id=res-1",
+            f"workspace_dir={ws}",
+            "log_to_file=false",
+            "components.as_embedding.procedure.dimensions=64",
+            "components.procedure_memory.default.token_limits.segment=40",
+            "components.procedure_memory.default.extraction.summary_repair_attempts=0",
+        )
         assert first.returncode == 1, first.stdout[-2000:] + first.stderr[-2000:]
         answer = json.loads(first.stderr)
         assert answer["status"] == "incomplete" and answer["error"]["code"] == "summary_invalid", answer
@@ -90,8 +111,9 @@ def test_the_printed_resume_command_resumes_verbatim(cli, tmp_path):
         assert "api_key" not in resume and "test" not in resume.split()  # no secrets
 
         state["summary"] = True
-        second = subprocess.run(resume, shell=True, cwd=cli["cwd"], env=cli["env"], capture_output=True, text=True,
-                                timeout=180)
+        second = subprocess.run(
+            resume, shell=True, cwd=cli["cwd"], env=cli["env"], capture_output=True, text=True, timeout=180
+        )
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     resumed = json.loads(second.stdout)
     assert resumed["status"] == "complete" and resumed["request_id"] == "res-1", resumed
@@ -123,10 +145,18 @@ def test_a_busy_workspace_is_one_line_and_the_refused_process_writes_nothing(cli
     ws = cli["ws"]
     (ws / "procedures").mkdir(parents=True)
     place_trajectory(ws)
-    (ws / "procedures/rebuild.json").write_text(json.dumps(experience_record(
-        "Rebuild search", "when search results look stale", "rebuild the index")))
-    built = run(cli, "start", "job=procedure_reindex", PLUGINS, f"workspace_dir={ws}", "log_to_file=false",
-                "components.as_embedding.procedure.dimensions=64")
+    (ws / "procedures/rebuild.json").write_text(
+        json.dumps(experience_record("Rebuild search", "when search results look stale", "rebuild the index"))
+    )
+    built = run(
+        cli,
+        "start",
+        "job=procedure_reindex",
+        PLUGINS,
+        f"workspace_dir={ws}",
+        "log_to_file=false",
+        "components.as_embedding.procedure.dimensions=64",
+    )
     assert built.returncode == 0, built.stderr[-3000:]
     assert any((ws / "metadata/file_store").glob("procedure_*.view/MANIFEST.json"))  # the views were persisted
 
@@ -134,25 +164,43 @@ def test_a_busy_workspace_is_one_line_and_the_refused_process_writes_nothing(cli
     holder.acquire()  # this test process is "the other ReMe process"
     try:
         before = snapshot(ws)
-        refused = run(cli, "start", "job=procedure_reindex", PLUGINS, f"workspace_dir={ws}",
-                      "components.as_embedding.procedure.dimensions=64")  # logs to cwd/logs
+        refused = run(
+            cli,
+            "start",
+            "job=procedure_reindex",
+            PLUGINS,
+            f"workspace_dir={ws}",
+            "components.as_embedding.procedure.dimensions=64",
+        )  # logs to cwd/logs
         line = assert_one_line(refused, "in use by another ReMe process", f"pid={os.getpid()}", "Stop that process")
         assert snapshot(ws) == before, "the refused process rewrote workspace files on its way out"
         logs = "".join(p.read_text() for p in (cli["cwd"] / "logs").glob("*.log"))
         assert "Traceback" in logs and "in use by another ReMe process" in logs  # the traceback is in the log only
         port = free_port()
-        service = run(cli, "start", PLUGINS, f"workspace_dir={ws}", "log_to_file=false", "service.host=127.0.0.1",
-                      f"service.port={port}", "components.as_embedding.procedure.dimensions=64")
+        service = run(
+            cli,
+            "start",
+            PLUGINS,
+            f"workspace_dir={ws}",
+            "log_to_file=false",
+            "service.host=127.0.0.1",
+            f"service.port={port}",
+            "components.as_embedding.procedure.dimensions=64",
+        )
         assert assert_one_line(service, f"pid={os.getpid()}") == line
     finally:
         holder.release()
 
 
-@pytest.mark.parametrize("override, key", [
-    ("components.procedure_memory.default.token_limits.segment=0", "token_limits.segment"),
-    ("components.procedure_memory.default.procedure_dirr=x", "procedure_dirr"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("components.procedure_memory.default.token_limits.segment=0", "token_limits.segment"),
+        ("components.procedure_memory.default.procedure_dirr=x", "procedure_dirr"),
+    ],
+)
 def test_bad_settings_are_one_line_naming_the_key(cli, override, key):
-    result = run(cli, "start", "job=procedure_reindex", PLUGINS, f"workspace_dir={cli['ws']}", "log_to_file=false",
-                 override)
+    result = run(
+        cli, "start", "job=procedure_reindex", PLUGINS, f"workspace_dir={cli['ws']}", "log_to_file=false", override
+    )
     assert_one_line(result, f"components.procedure_memory.default.{key}", "Fix the value")

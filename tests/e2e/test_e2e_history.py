@@ -61,8 +61,11 @@ def test_history_is_served_on_cli_http_and_mcp_and_survives_the_restart(make_app
                     tools = {tool.name: tool for tool in await client.list_tools()}
                     result = await client.call_tool("procedure_history", {"path": PATH, "diff": True})
                     page = await client.call_tool("procedure_history", {"path": PATH, "offset": 2, "limit": 1})
-                    return (set(tools["procedure_history"].inputSchema.get("properties", {})),
-                            json.loads(result.content[0].text), json.loads(page.content[0].text))
+                    return (
+                        set(tools["procedure_history"].inputSchema.get("properties", {})),
+                        json.loads(result.content[0].text),
+                        json.loads(page.content[0].text),
+                    )
 
             params, answer, page = asyncio.run(asyncio.wait_for(mcp(), timeout=60))
             assert params == {"path", "diff", "offset", "limit"}

@@ -25,8 +25,12 @@ import pytest
 
 from helpers import EmbeddingEndpoint, write_word_tokenizer
 from helpers.chat import ROLLOUT as TRAJECTORY
-from helpers.chat import (ChatEndpoint, assert_offered_only_the_extraction_tools,
-                          experience_name, one_experience_per_segment)
+from helpers.chat import (
+    ChatEndpoint,
+    assert_offered_only_the_extraction_tools,
+    experience_name,
+    one_experience_per_segment,
+)
 
 pytestmark = pytest.mark.slow  # real `reme` processes and services
 
@@ -34,6 +38,8 @@ REME = Path(sys.executable).parent / "reme"
 REQUEST_ID = "run-001"
 SEGMENT_TOKENS = 100  # with the word tokenizer: 3 JSONL records (28 tokens each) per segment -> 4 segments
 KILL_SEGMENT = 2
+
+
 def read_checkpoint(ws: Path) -> dict | None:
     for path in (ws / "metadata" / "procedure" / "default" / "processing").glob("*.json"):
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -55,23 +61,31 @@ def test_killed_one_shot_import_resumes_from_the_saved_copy(tmp_path):
     with EmbeddingEndpoint(64) as embeddings, ChatEndpoint(one_experience_per_segment) as chat:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "LLM_", "REME_"))}
         env.pop("PYTHONPATH", None)
-        env.update({
-            "HF_HUB_OFFLINE": "1",
-            "PYTHONIOENCODING": "utf-8",
-            "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
-            "EMBEDDING_BACKEND": "openai",
-            "EMBEDDING_BASE_URL": embeddings.base_url,
-            "EMBEDDING_API_KEY": "test",
-            "EMBEDDING_MODEL_NAME": "fake",
-            "LLM_BACKEND": "openai",
-            "LLM_BASE_URL": chat.base_url,
-            "LLM_API_KEY": "test",
-            "LLM_MODEL_NAME": "fake",
-        })
+        env.update(
+            {
+                "HF_HUB_OFFLINE": "1",
+                "PYTHONIOENCODING": "utf-8",
+                "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
+                "EMBEDDING_BACKEND": "openai",
+                "EMBEDDING_BASE_URL": embeddings.base_url,
+                "EMBEDDING_API_KEY": "test",
+                "EMBEDDING_MODEL_NAME": "fake",
+                "LLM_BACKEND": "openai",
+                "LLM_BASE_URL": chat.base_url,
+                "LLM_API_KEY": "test",
+                "LLM_MODEL_NAME": "fake",
+            }
+        )
         command = [
-            str(REME), "start", "job=procedure_auto_memory", 'plugins=["procedure-memory"]',
-            f"file={original}", "filename=run.jsonl", f"request_id={REQUEST_ID}",
-            f"workspace_dir={ws}", "log_to_file=false",
+            str(REME),
+            "start",
+            "job=procedure_auto_memory",
+            'plugins=["procedure-memory"]',
+            f"file={original}",
+            "filename=run.jsonl",
+            f"request_id={REQUEST_ID}",
+            f"workspace_dir={ws}",
+            "log_to_file=false",
             "components.as_embedding.procedure.dimensions=64",
             f"components.procedure_memory.default.token_limits.segment={SEGMENT_TOKENS}",
         ]
@@ -108,13 +122,20 @@ def test_killed_one_shot_import_resumes_from_the_saved_copy(tmp_path):
 
         # -- the killed import, as the imports listing shows it (the one-shot CLI, the same settings) ------------
         import_only = ("job=", "file=", "filename=", "request_id=")
-        listing = [str(REME), "start", "job=procedure_imports",
-                   *[arg for arg in command[2:] if not arg.startswith(import_only)]]  # the same settings
+        listing = [
+            str(REME),
+            "start",
+            "job=procedure_imports",
+            *[arg for arg in command[2:] if not arg.startswith(import_only)],
+        ]  # the same settings
         listed = subprocess.run(listing, cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
         assert listed.returncode == 0, listed.stderr[-3000:]
         entry = json.loads(listed.stdout)["imports"][0]
-        assert (entry["request_id"], entry["file"], entry["status"]) == (REQUEST_ID, "session/trajectories/run.jsonl",
-                                                                          "incomplete")
+        assert (entry["request_id"], entry["file"], entry["status"]) == (
+            REQUEST_ID,
+            "session/trajectories/run.jsonl",
+            "incomplete",
+        )
         assert entry["segments"] == {"done": KILL_SEGMENT - 1, "total": total}
         assert entry["experiences"] == {"created": KILL_SEGMENT, "updated": 0}  # the killed attempt's write counts
 
@@ -155,13 +176,17 @@ def test_killed_one_shot_import_resumes_from_the_saved_copy(tmp_path):
         # The interrupted segment's write was not repeated as a second experience: the resumed attempt either saw
         # it in its operation ledger or its identical create was answered from the operation journal.
         resumed_create = next(c for c in run2 if c.segment == KILL_SEGMENT and c.step == 1).last_tool_answer()
-        assert resumed_create.get("replayed") is True or resumed_create.get("kind") == "experience" \
-            or resumed_create.get("error", {}).get("code") == "already_exists", resumed_create
+        assert (
+            resumed_create.get("replayed") is True
+            or resumed_create.get("kind") == "experience"
+            or resumed_create.get("error", {}).get("code") == "already_exists"
+        ), resumed_create
 
         # Spec: "A resumed segment receives its prior operation ledger" -- also after a hard kill, when the
         # experience of the interrupted attempt is already published (and recorded in the operation journal).
         assert f"procedures/{experience_name(KILL_SEGMENT)}" in run2[0].prompt, (
-            "the resumed segment's prompt does not list the write of the killed attempt (operation ledger lost)")
+            "the resumed segment's prompt does not list the write of the killed attempt (operation ledger lost)"
+        )
         # The import's answer accounts for every experience it created, including the one of the killed attempt.
         assert sorted(answer["experiences"]["created"]) == [f"procedures/{name}" for name in expected]
         assert answer["experiences"]["updated"] == [] and answer["pending_writes"] == []

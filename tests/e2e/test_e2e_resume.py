@@ -50,8 +50,14 @@ def checkpoint_of(ws: Path) -> dict:
 
 def FIRST_ENV(chat, embeddings) -> dict[str, str]:  # noqa: N802 - a table
     """The providers' settings of the first run's environment."""
-    return {"EMBEDDING_BACKEND": "openai", "EMBEDDING_BASE_URL": embeddings.base_url, "EMBEDDING_API_KEY": "test",
-            "EMBEDDING_MODEL_NAME": "fake", "LLM_BASE_URL": chat.base_url, "LLM_API_KEY": "test"}
+    return {
+        "EMBEDDING_BACKEND": "openai",
+        "EMBEDDING_BASE_URL": embeddings.base_url,
+        "EMBEDDING_API_KEY": "test",
+        "EMBEDDING_MODEL_NAME": "fake",
+        "LLM_BASE_URL": chat.base_url,
+        "LLM_API_KEY": "test",
+    }
 
 
 def interrupted_import(tmp_path: Path, signum: int, embeddings, chat) -> tuple[subprocess.CompletedProcess, Path]:
@@ -66,12 +72,27 @@ def interrupted_import(tmp_path: Path, signum: int, embeddings, chat) -> tuple[s
     (cwd / ".env").write_text("LLM_MODEL_NAME=model-from-dotenv\n")  # ReMe loads it (override=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "LLM_", "REME_", "PROCEDURE_"))}
     env.pop("PYTHONPATH", None)
-    env.update({"HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8", "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
-                **FIRST_ENV(chat, embeddings)})
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONIOENCODING": "utf-8",
+            "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
+            **FIRST_ENV(chat, embeddings),
+        }
+    )
     ws = tmp_path / "ws"
-    command = [str(BIN / "reme"), "start", "job=procedure_auto_memory", 'plugins=["procedure-memory"]',
-               f"file={original}", "filename=run.jsonl", f"workspace_dir={ws}", "log_to_file=false",
-               "components.as_embedding.procedure.dimensions=64", f"{SEGMENT}=100"]
+    command = [
+        str(BIN / "reme"),
+        "start",
+        "job=procedure_auto_memory",
+        'plugins=["procedure-memory"]',
+        f"file={original}",
+        "filename=run.jsonl",
+        f"workspace_dir={ws}",
+        "log_to_file=false",
+        "components.as_embedding.procedure.dimensions=64",
+        f"{SEGMENT}=100",
+    ]
     chat.hold = lambda c: c.segment == STOP_SEGMENT and c.step == 1
     process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -102,8 +123,10 @@ def test_a_signal_mid_import_answers_with_a_resume_that_completes_in_a_clean_she
         lines = first.stderr.strip().splitlines()
         answer = json.loads(lines[-1])
         generated = answer["request_id"]
-        assert lines[0] == (f"[procedure-memory] request_id={generated} (generated; to resume, run the same "
-                            f"command with request_id={generated})")
+        assert lines[0] == (
+            f"[procedure-memory] request_id={generated} (generated; to resume, run the same "
+            f"command with request_id={generated})"
+        )
         assert answer["status"] == "incomplete" and answer["error"]["code"] == "interrupted"
         assert signal.Signals(signum).name in answer["error"]["message"]
         checkpoint = checkpoint_of(ws)
@@ -114,25 +137,48 @@ def test_a_signal_mid_import_answers_with_a_resume_that_completes_in_a_clean_she
         # the command names the import, not where the models are; the answer names what it reads instead
         resume = answer["resume"]
         tokenizer = tmp_path / "tok" / "tokenizer.json"
-        for setting in (f"request_id={generated}", f"workspace_dir={ws}", f"{SEGMENT}=100",
-                        f"components.procedure_memory.default.tokenizer_source={tokenizer}",
-                        "components.as_embedding.procedure.dimensions=64"):  # given on the command line
+        for setting in (
+            f"request_id={generated}",
+            f"workspace_dir={ws}",
+            f"{SEGMENT}=100",
+            f"components.procedure_memory.default.tokenizer_source={tokenizer}",
+            "components.as_embedding.procedure.dimensions=64",
+        ):  # given on the command line
             assert setting in resume, (setting, resume)
-        for endpoint in ("model-from-dotenv", chat.base_url, embeddings.base_url, ".backend=", ".model=",
-                         "base_url", "api_key"):
+        for endpoint in (
+            "model-from-dotenv",
+            chat.base_url,
+            embeddings.base_url,
+            ".backend=",
+            ".model=",
+            "base_url",
+            "api_key",
+        ):
             assert endpoint not in resume, (endpoint, resume)
         needed = answer["resume_environment"]
-        assert set(needed) == {"LLM_MODEL_NAME", "LLM_BASE_URL", "LLM_API_KEY", "EMBEDDING_BACKEND",
-                               "EMBEDDING_BASE_URL", "EMBEDDING_API_KEY", "EMBEDDING_MODEL_NAME"}, needed
+        assert set(needed) == {
+            "LLM_MODEL_NAME",
+            "LLM_BASE_URL",
+            "LLM_API_KEY",
+            "EMBEDDING_BACKEND",
+            "EMBEDDING_BASE_URL",
+            "EMBEDDING_API_KEY",
+            "EMBEDDING_MODEL_NAME",
+        }, needed
         elsewhere = tmp_path / "elsewhere"
         elsewhere.mkdir()
         (elsewhere / ".env").write_text("")  # shadows any .env of a parent directory
         first_values = {**FIRST_ENV(chat, embeddings), "LLM_MODEL_NAME": "model-from-dotenv"}
-        clean = {"PATH": f"{BIN}{os.pathsep}{os.defpath}", "HOME": str(tmp_path / "home"), "HF_HUB_OFFLINE": "1",
-                 **{name: first_values[name] for name in needed}}
+        clean = {
+            "PATH": f"{BIN}{os.pathsep}{os.defpath}",
+            "HOME": str(tmp_path / "home"),
+            "HF_HUB_OFFLINE": "1",
+            **{name: first_values[name] for name in needed},
+        }
         chat.requests.clear()
-        second = subprocess.run(resume, shell=True, cwd=elsewhere, env=clean, capture_output=True, text=True,
-                                timeout=180)
+        second = subprocess.run(
+            resume, shell=True, cwd=elsewhere, env=clean, capture_output=True, text=True, timeout=180
+        )
         assert second.returncode == 0, second.stderr[-3000:]
         done = json.loads(second.stdout)
         total = len(checkpoint["segments"])
@@ -141,15 +187,15 @@ def test_a_signal_mid_import_answers_with_a_resume_that_completes_in_a_clean_she
         assert {c.segment for c in chat.conversations()} == set(range(STOP_SEGMENT, total + 1))  # went on
         assert all(c.body["model"] == "model-from-dotenv" for c in chat.conversations())
         assert [p.name for p in (ws / "session" / "trajectories").iterdir()] == ["run.jsonl"]  # one import
-        assert sorted(p.name for p in (ws / "procedures").iterdir()) == \
-            sorted(experience_name(s) for s in range(1, total + 1))
+        assert sorted(p.name for p in (ws / "procedures").iterdir()) == sorted(
+            experience_name(s) for s in range(1, total + 1)
+        )
 
         # the completed import run again with another segment budget: complete, nothing to do
         before = durable_state(ws)
         chat.requests.clear()
         other = resume.replace(f"{SEGMENT}=100", f"{SEGMENT}=40")
-        third = subprocess.run(other, shell=True, cwd=elsewhere, env=clean, capture_output=True, text=True,
-                               timeout=180)
+        third = subprocess.run(other, shell=True, cwd=elsewhere, env=clean, capture_output=True, text=True, timeout=180)
         assert third.returncode == 0, third.stderr[-3000:]
         again = json.loads(third.stdout)
         assert again["status"] == "complete" and again["segments"] == {"done": total, "total": total}
@@ -167,19 +213,39 @@ def one_shot(tmp_path: Path, chat_url: str, embeddings) -> tuple[list[str], dict
     (cwd / ".env").write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "LLM_", "REME_", "PROCEDURE_"))}
     env.pop("PYTHONPATH", None)
-    env.update({"HF_HUB_OFFLINE": "1", "PYTHONIOENCODING": "utf-8", "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
-                **FIRST_ENV(SimpleNamespace(base_url=chat_url), embeddings), "LLM_MODEL_NAME": "fake"})
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONIOENCODING": "utf-8",
+            "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
+            **FIRST_ENV(SimpleNamespace(base_url=chat_url), embeddings),
+            "LLM_MODEL_NAME": "fake",
+        }
+    )
     ws = tmp_path / "ws"
-    command = [str(BIN / "reme"), "start", "job=procedure_auto_memory", 'plugins=["procedure-memory"]',
-               f"file={original}", "filename=run.jsonl", "request_id=fix-1", f"workspace_dir={ws}",
-               "log_to_file=false", "components.as_embedding.procedure.dimensions=64", f"{SEGMENT}=100"]
+    command = [
+        str(BIN / "reme"),
+        "start",
+        "job=procedure_auto_memory",
+        'plugins=["procedure-memory"]',
+        f"file={original}",
+        "filename=run.jsonl",
+        "request_id=fix-1",
+        f"workspace_dir={ws}",
+        "log_to_file=false",
+        "components.as_embedding.procedure.dimensions=64",
+        f"{SEGMENT}=100",
+    ]
     return command, env, ws, cwd
 
 
 def test_a_model_failing_after_the_copy_resumes_once_the_environment_is_fixed(tmp_path):
     gone = {"error": {"message": "no such route", "type": "not_found"}}
-    with EmbeddingEndpoint(64) as embeddings, ChatEndpoint(one_experience_per_segment) as wrong, \
-            ChatEndpoint(one_experience_per_segment) as right:
+    with (
+        EmbeddingEndpoint(64) as embeddings,
+        ChatEndpoint(one_experience_per_segment) as wrong,
+        ChatEndpoint(one_experience_per_segment) as right,
+    ):
         wrong.refuse_after_probe = (404, gone)  # it answered the probe, then its chat API went away
         command, env, ws, cwd = one_shot(tmp_path, wrong.base_url, embeddings)
         first = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=180)
@@ -190,8 +256,9 @@ def test_a_model_failing_after_the_copy_resumes_once_the_environment_is_fixed(tm
         assert wrong.base_url not in answer["resume"] and "LLM_BASE_URL" in answer["resume_environment"]
 
         env["LLM_BASE_URL"] = right.base_url  # the fix: the environment, not the printed command
-        second = subprocess.run(answer["resume"], shell=True, cwd=cwd, env=env, capture_output=True, text=True,
-                                timeout=180)
+        second = subprocess.run(
+            answer["resume"], shell=True, cwd=cwd, env=env, capture_output=True, text=True, timeout=180
+        )
         assert second.returncode == 0, second.stderr[-3000:]
         done = json.loads(second.stdout)
         assert done["status"] == "complete" and done["request_id"] == "fix-1", done

@@ -93,8 +93,10 @@ def test_the_example_workspace_is_valid_complete_and_matches_its_records(tmp_pat
 
     ws = tmp_path / "ws"
     shutil.copytree(EXAMPLE, ws)
-    answer = run_reme(["start", "job=procedure_reindex", 'plugins=["procedure-memory"]', f"workspace_dir={ws}",
-                       "log_to_file=false"], tmp_path / "cwd")
+    answer = run_reme(
+        ["start", "job=procedure_reindex", 'plugins=["procedure-memory"]', f"workspace_dir={ws}", "log_to_file=false"],
+        tmp_path / "cwd",
+    )
 
     assert answer["status"] == "complete" and answer["indexed"] == 20, answer
     assert answer["invalid_files"] == [] and answer["pending_indexes"] == [] and answer["damaged_metadata"] == []

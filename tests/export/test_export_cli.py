@@ -30,6 +30,8 @@ def test_one_shot_export_from_the_command_line(tmp_path):
     assert answer["status"] == "ok" and answer["skills"] == 3 and len(answer["created"]) == 4, answer
     assert all(skill_problems(dest / name) == [] for name in ("rebuild-search", "inspect-logs", "cleanup"))
     assert again.returncode == 0 and json.loads(again.stdout)["unchanged"] == 4
-    assert refused.returncode == 1 and json.loads(refused.stderr.strip().splitlines()[-1])["error"]["code"] \
-        == "invalid_argument"
+    assert (
+        refused.returncode == 1
+        and json.loads(refused.stderr.strip().splitlines()[-1])["error"]["code"] == "invalid_argument"
+    )
     assert requests == 0

@@ -34,11 +34,14 @@ SPECIAL = {
     "front-matter-lookalike.json": experience_record(
         'Content with "---" lines, quotes and a \\ backslash',
         "When a text\nspans lines,\tholds tabs and \x07 a bell",
-        "---\nname: not-the-name\n---\n\nA horizontal rule:\n\n---\n\nand `code` with ``` fences.\n"),
-    "long-when-to-use.json": experience_record("Clean a failed build", "When " + "a build fails again " * 120,
-                                               "Delete the build directory, then build from scratch."),
-    "unicode-text.json": experience_record("清理失败的构建 🔥", "Когда сборка падает",
-                                           "Étape 1 : nettoyer."),
+        "---\nname: not-the-name\n---\n\nA horizontal rule:\n\n---\n\nand `code` with ``` fences.\n",
+    ),
+    "long-when-to-use.json": experience_record(
+        "Clean a failed build",
+        "When " + "a build fails again " * 120,
+        "Delete the build directory, then build from scratch.",
+    ),
+    "unicode-text.json": experience_record("清理失败的构建 🔥", "Когда сборка падает", "Étape 1 : nettoyer."),
 }
 INVALID = {"broken.json": "{ not json", "Bad-Name.json": json.dumps(experience_record("d", "w", "c"))}
 
@@ -108,7 +111,7 @@ async def test_every_valid_experience_becomes_a_skill_both_parsers_accept(make_a
         assert all(f"- `{source}`" in body for source in record["sources"])
         assert f'reme-experience: "procedures/{names[name]}"' in text
     cut = (dest / "long-when-to-use" / "SKILL.md").read_text()
-    assert "\u2026\"\n" in cut and SPECIAL["long-when-to-use.json"]["when-to-use"] in cut  # cut, and whole below
+    assert '\u2026"\n' in cut and SPECIAL["long-when-to-use.json"]["when-to-use"] in cut  # cut, and whole below
     index = (dest / "INDEX.md").read_text()
     assert all(f"- [{name}]({name}/SKILL.md): " in index for name in names)
     marker = json.loads((dest / MARKER_FILE).read_text())
@@ -142,8 +145,15 @@ async def test_a_rerun_writes_only_what_changed(make_app, tmp_path):
     assert rerun["removed"] == ["exp-05/SKILL.md"]
     assert [k["path"] for k in rerun["kept"]] == ["exp-07/SKILL.md"]  # invalid now: its skill stays as it was
     assert "procedures/exp-07.json" in {i["path"] for i in rerun["invalid"]}
-    assert changed(before, tree(dest)) == {"INDEX.md", "exp-03/SKILL.md", "fresh", "fresh/SKILL.md", "exp-05",
-                                           "exp-05/SKILL.md", MARKER_FILE}
+    assert changed(before, tree(dest)) == {
+        "INDEX.md",
+        "exp-03/SKILL.md",
+        "fresh",
+        "fresh/SKILL.md",
+        "exp-05",
+        "exp-05/SKILL.md",
+        MARKER_FILE,
+    }
     assert not (dest / "exp-05").exists() and (dest / "exp-07/SKILL.md").read_bytes() == before["exp-07/SKILL.md"][1]
     assert "A revised procedure." in (dest / "exp-03/SKILL.md").read_text()
     assert "[exp-05]" not in (dest / "INDEX.md").read_text() and "[fresh]" in (dest / "INDEX.md").read_text()
@@ -216,6 +226,7 @@ async def test_a_kill_at_any_write_is_finished_by_the_next_run(make_app, tmp_pat
                 if len(steps) - 1 == kill_at:
                     raise Killed(5, "killed", str(path))
                 return real(path, *args, **kwargs)
+
             return step
 
         monkeypatch.setattr(atomic, "atomic_write", counted(real_write))
@@ -241,11 +252,18 @@ async def test_the_uninterrupted_rerun_makes_exactly_the_durable_steps_counted_a
         steps = []
         for name in ("atomic_write", "remove_file"):
             real = getattr(atomic, name)
-            monkeypatch.setattr(atomic, name, lambda path, *a, real=real, **k: (steps.append(str(path)),
-                                                                                real(path, *a, **k))[1])
+            monkeypatch.setattr(
+                atomic, name, lambda path, *a, real=real, **k: (steps.append(str(path)), real(path, *a, **k))[1]
+            )
         assert (await export(app, dest))[0]
     assert [Path(s).relative_to(dest).as_posix() for s in steps] == [
-        MARKER_FILE, "INDEX.md", "alpha/SKILL.md", "delta/SKILL.md", "beta/SKILL.md", MARKER_FILE]
+        MARKER_FILE,
+        "INDEX.md",
+        "alpha/SKILL.md",
+        "delta/SKILL.md",
+        "beta/SKILL.md",
+        MARKER_FILE,
+    ]
     assert len(steps) == DURABLE_STEPS + 1
 
 
@@ -254,8 +272,11 @@ async def test_temporary_files_a_killed_export_left_are_removed_only_beside_its_
     library_v1(ws)
     async with make_app(workspace=ws) as app:
         assert (await export(app, dest))[0]
-        own = [dest / ".INDEX.md.0123abcd.tmp", dest / f".{MARKER_FILE}.89abcdef.tmp",
-               dest / "alpha/.SKILL.md.deadbeef.tmp"]
+        own = [
+            dest / ".INDEX.md.0123abcd.tmp",
+            dest / f".{MARKER_FILE}.89abcdef.tmp",
+            dest / "alpha/.SKILL.md.deadbeef.tmp",
+        ]
         foreign = [dest / ".notes.md.0123abcd.tmp", dest / "mine/.SKILL.md.deadbeef.tmp"]
         for path in own + foreign:
             path.parent.mkdir(exist_ok=True)
@@ -313,7 +334,8 @@ CONFLICTS = {  # case -> (a first export before it, a phrase of the message)
 
 @pytest.mark.parametrize("case", sorted(CONFLICTS))
 async def test_something_the_export_did_not_write_in_the_way_refuses_the_run_and_nothing_is_written(
-        make_app, tmp_path, case):
+    make_app, tmp_path, case
+):
     ws, dest = tmp_path / "ws", tmp_path / "skills"
     write_corpus(ws)
     dest.mkdir()
@@ -347,7 +369,8 @@ async def test_a_second_export_into_the_same_directory_at_once_is_refused(make_a
 
 
 async def test_a_directory_without_write_permission_answers_storage_error_and_nothing_is_written(
-        make_app, tmp_path, monkeypatch):
+    make_app, tmp_path, monkeypatch
+):
     ws, dest = tmp_path / "ws", tmp_path / "skills"
     write_corpus(ws)
     dest.mkdir()
@@ -369,8 +392,11 @@ async def test_a_one_shot_export_process_needs_no_embedding_provider(make_app, t
     write_corpus(ws)  # not indexed yet: another start would embed all of them
     model = FakeEmbeddingModel(64)
     model.fail_with = RuntimeError("the provider is down")
-    async with make_app(workspace=ws, embedding=model,
-                        service={"backend": "cli", "job": "procedure_export", "job_args": {"dest": str(dest)}}) as app:
+    async with make_app(
+        workspace=ws,
+        embedding=model,
+        service={"backend": "cli", "job": "procedure_export", "job_args": {"dest": str(dest)}},
+    ) as app:
         ok, answer = await export(app, dest)
     assert ok and answer["skills"] == 40, answer
     assert model.calls == []

@@ -53,6 +53,7 @@ class KillSwitch:
                     self.dead = True
                     raise OSError(errno.EIO, "killed here", os.fsdecode(target))
             return real(*args, **kwargs)
+
         return call
 
     def _below(self, path) -> bool:
@@ -121,13 +122,15 @@ async def sweep(app, monkeypatch, root: Path, before: Path | None) -> tuple[list
     for at, call in enumerate(counter.calls):
         dest = fresh(f"kill-{at}")
         made = await killed_export(app, monkeypatch, dest, at)
-        assert made == counter.calls[:at + 1]  # the run went the same way up to the kill
+        assert made == counter.calls[: at + 1]  # the run went the same way up to the kill
         ok, answer = await export(app, dest)
         if not ok:
             problems.append(f"kill at {at} ({call}): the rerun answered {answer}")
         elif tree(dest) != expected:
-            problems.append(f"kill at {at} ({call}): the rerun left {sorted(set(tree(dest)) ^ set(expected))} "
-                            "different from the uninterrupted export")
+            problems.append(
+                f"kill at {at} ({call}): the rerun left {sorted(set(tree(dest)) ^ set(expected))} "
+                "different from the uninterrupted export"
+            )
     return counter.calls, expected, problems
 
 
@@ -162,8 +165,7 @@ async def test_a_rerun_killed_again_at_any_call_is_finished_by_the_third(make_ap
             left = tmp_path / "left" / str(first) / "skills"
             shutil.copytree(base, left, symlinks=True)
             await killed_export(app, monkeypatch, left, first)
-            _, second_expected, second_problems = await sweep(app, monkeypatch, tmp_path / "again" / str(first),
-                                                              left)
+            _, second_expected, second_problems = await sweep(app, monkeypatch, tmp_path / "again" / str(first), left)
             problems += [f"after a kill at {first} ({calls[first]}): {p}" for p in second_problems]
             assert second_expected == expected
     assert problems == []
@@ -199,7 +201,8 @@ async def test_the_folder_an_interrupted_removal_left_is_removed_and_reported(ma
 
 @pytest.mark.parametrize("rerun_first", [False, True], ids=["back-at-once", "back-after-a-rerun"])
 async def test_an_experience_back_under_the_name_is_exported_after_an_interrupted_removal(
-        make_app, tmp_path, monkeypatch, rerun_first):
+    make_app, tmp_path, monkeypatch, rerun_first
+):
     """The audit's defect: the folder a kill left empty was refused as foreign once a rerun had forgotten it."""
     dest = tmp_path / "out" / "skills"
     async with updated(make_app, tmp_path) as (app, ws, base):
@@ -229,8 +232,7 @@ async def test_a_user_file_in_the_emptied_folder_keeps_it_and_is_never_removed(m
 
 
 @pytest.mark.parametrize("foreign", ["empty-folder", "folder-with-skill", "file"])
-async def test_after_any_kill_what_the_export_did_not_write_is_still_refused(make_app, tmp_path, monkeypatch,
-                                                                             foreign):
+async def test_after_any_kill_what_the_export_did_not_write_is_still_refused(make_app, tmp_path, monkeypatch, foreign):
     """At every kill point of the update, a foreign entry where the new skill ``epsilon`` goes refuses the rerun (an
     empty folder the marker does not list is as foreign as a full one); nothing is written.
 

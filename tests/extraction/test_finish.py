@@ -20,8 +20,9 @@ def call(cid: str, name: str) -> ToolCallBlock:
 
 
 def result(cid: str, name: str, ok: bool = True) -> ToolResultBlock:
-    return ToolResultBlock(id=cid, name=name, output="{}",
-                           state=ToolResultState.SUCCESS if ok else ToolResultState.ERROR)
+    return ToolResultBlock(
+        id=cid, name=name, output="{}", state=ToolResultState.SUCCESS if ok else ToolResultState.ERROR
+    )
 
 
 def state_of(*blocks) -> AgentState:
@@ -43,8 +44,13 @@ async def finish(state: AgentState, summary: str = "s", *, required: bool = True
 
 async def test_it_ends_the_reply_after_the_answered_writes_of_its_turn():
     # an earlier turn's error was seen (a read, then a failed create, answered); this turn's create succeeded
-    state = state_of(call("1", "procedure_create"), result("1", "procedure_create", ok=False),
-                     call("2", "procedure_create"), call("3", FINISH_TOOL), result("2", "procedure_create"))
+    state = state_of(
+        call("1", "procedure_create"),
+        result("1", "procedure_create", ok=False),
+        call("2", "procedure_create"),
+        call("3", FINISH_TOOL),
+        result("2", "procedure_create"),
+    )
     answer, checked = await finish(state, "what the segment showed")
     assert answer == {"status": "ok", "segment": "finished"} and checked == ["what the segment showed"]
     assert state.reply_context.structured_output == {"summary": "what the segment showed"}
@@ -54,7 +60,9 @@ async def test_it_ends_the_reply_after_the_answered_writes_of_its_turn():
 async def test_it_refuses_while_a_call_of_its_turn_follows_it_or_answered_an_unseen_error():
     follows = state_of(call("1", FINISH_TOOL), call("2", "procedure_update"))
     answer, _ = await finish(follows)
-    assert answer["error"]["code"] == "invalid_argument" and "procedure_update came after it" in answer["error"]["message"]
+    assert (
+        answer["error"]["code"] == "invalid_argument" and "procedure_update came after it" in answer["error"]["message"]
+    )
     failed = state_of(call("1", "procedure_update"), call("2", FINISH_TOOL), result("1", "procedure_update", ok=False))
     answer, checked = await finish(failed)
     assert "procedure_update answered an error" in answer["error"]["message"] and checked == []
@@ -72,8 +80,10 @@ async def test_the_summary_is_checked_only_where_a_later_segment_reads_it():
 
 def test_the_reply_text_is_the_tool_summary_between_tags_or_the_final_text():
     def result_with(output, text="final text"):
-        return {"last_message": {"structured_output": output, "content": [{"type": "text", "text": text}]},
-                "result": text}
+        return {
+            "last_message": {"structured_output": output, "content": [{"type": "text", "text": text}]},
+            "result": text,
+        }
 
     assert reply_summary(result_with({"summary": "S"})) == "S"
     assert reply_text(result_with({"summary": "S"})) == "<summary>S</summary>"

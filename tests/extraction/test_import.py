@@ -15,7 +15,9 @@ def creates(name="rebuild-search-after-config-change.json", key="s1-1", text="Su
         ok, found = await tools.call("procedure_search", query="stale search after config change", index="when_to_use")
         assert ok
         ok, ans = await tools.call(
-            "procedure_create", filename=name, operation_key=key,
+            "procedure_create",
+            filename=name,
+            operation_key=key,
             description="Rebuild search after a configuration change",
             when_to_use="After changing search configuration when results appear stale",
             content="Rebuild the affected indexes, then verify a known query before resuming.",
@@ -34,8 +36,7 @@ async def test_import_copies_bytes_and_extracts_an_experience(make_app, tmp_path
         assert ans["status"] == "complete" and ans["request_id"] == "run-001"
         assert ans["path"] == "session/trajectories/run.jsonl"
         assert ans["segments"] == {"done": 1, "total": 1}
-        assert ans["experiences"] == {"created": ["procedures/rebuild-search-after-config-change.json"],
-                                      "updated": []}
+        assert ans["experiences"] == {"created": ["procedures/rebuild-search-after-config-change.json"], "updated": []}
         ws = memory_of(app).workspace_path
         assert (ws / ans["path"]).read_bytes() == original.read_bytes()
         exp = json.loads((ws / "procedures/rebuild-search-after-config-change.json").read_text())
@@ -43,16 +44,25 @@ async def test_import_copies_bytes_and_extracts_an_experience(make_app, tmp_path
         # the agent got exactly the four tools, the grant hidden in injected kwargs, no built-in tools
         call = app.agent.replies[0]
         assert sorted(call["kwargs"]["job_tools"]) == sorted(
-            ["procedure_search", "procedure_read", "procedure_create", "procedure_update"])
+            ["procedure_search", "procedure_read", "procedure_create", "procedure_update"]
+        )
         assert call["kwargs"]["injected_job_kwargs"]["_procedure_sources"] == ["session/trajectories/run.jsonl"]
         assert set(call["kwargs"]["injected_job_kwargs"]) == {"_procedure_grant", "_procedure_sources"}
         assert call["kwargs"]["builtin_tools"] == []
         assert call["kwargs"]["react_config"]["interruption_raise_cancelled_error"] is True
         assert '"tool_calls"' in call["prompt"] and "rebuilt 1200 documents" in call["prompt"]  # all fields kept
         # the grant is revoked after the run: forged or replayed writes fail
-        ok, forged = await run_job(app, "procedure_create", filename="x.json", description="d", when_to_use="w",
-                                   content="c", operation_key="k", **call["kwargs"]["injected_job_kwargs"],
-                                   tool_context_id=call["kwargs"]["tool_context_id"])
+        ok, forged = await run_job(
+            app,
+            "procedure_create",
+            filename="x.json",
+            description="d",
+            when_to_use="w",
+            content="c",
+            operation_key="k",
+            **call["kwargs"]["injected_job_kwargs"],
+            tool_context_id=call["kwargs"]["tool_context_id"],
+        )
         assert not ok and forged["error"]["code"] == "no_active_extraction_run"
         ok, found = await run_job(app, "procedure_search", query="stale search config", index="when_to_use")
         assert found["results"][0]["path"] == "procedures/rebuild-search-after-config-change.json"
@@ -97,7 +107,8 @@ ELF = b"\x7fELF\x02\x01\x01\x00" + bytes(range(256))
     ],
 )
 async def test_what_is_not_text_of_a_supported_kind_is_rejected_before_anything_is_copied(
-        make_app, tmp_path, name, data, code):
+    make_app, tmp_path, name, data, code
+):
     original = write(tmp_path, name, data)
     async with make_app(scripts=[]) as app:
         memory = memory_of(app)
@@ -135,7 +146,8 @@ async def test_malformed_content_found_while_reading_is_rejected_and_keeps_the_c
         assert app.agent.replies == []
         ok, listed = await run_job(app, "procedure_imports")
         assert [(i["request_id"], i["status"], i["error_code"]) for i in listed["imports"]] == [
-            ("bad-1", ans["status"], "malformed_input")]  # the answer and the listing agree
+            ("bad-1", ans["status"], "malformed_input")
+        ]  # the answer and the listing agree
         again = await import_file(app, original, request_id="bad-1")
         assert again[1]["status"] == "rejected" and again[1]["error"]["code"] == "malformed_input"
         assert "resume" not in again[1]  # the same, and still nothing to resume
@@ -149,8 +161,16 @@ async def test_name_collisions_and_reservations(make_app, tmp_path):
         assert paths == ["session/trajectories/run.jsonl", "session/trajectories/run-2.jsonl"]  # no content dedup
         from reme_procedure_memory.storage.imports import ImportRecord
 
-        memory.workspace.imports.put(ImportRecord(request_id="held", source="/x/run.jsonl", filename="run.jsonl",
-                                        path="session/trajectories/run-3.jsonl", sha256="0", size=0))
+        memory.workspace.imports.put(
+            ImportRecord(
+                request_id="held",
+                source="/x/run.jsonl",
+                filename="run.jsonl",
+                path="session/trajectories/run-3.jsonl",
+                sha256="0",
+                size=0,
+            )
+        )
         ok, ans = await import_file(app, original)
         assert ans["path"] == "session/trajectories/run-4.jsonl"  # a pending reservation keeps its name
         dotted = write(tmp_path, "archive.tar.md", "x\n")
@@ -234,8 +254,11 @@ async def test_files_over_the_limit_are_refused_before_copying(make_app, tmp_pat
 
 async def test_required_arguments(make_app, tmp_path):
     async with make_app(scripts=[]) as app:
-        for args, needle in [({"filename": "a.jsonl"}, "file"), ({"file": str(tmp_path / "a.jsonl")}, "filename"),
-                             ({"file": str(tmp_path / "a"), "filename": "../a.jsonl"}, "filename")]:
+        for args, needle in [
+            ({"filename": "a.jsonl"}, "file"),
+            ({"file": str(tmp_path / "a.jsonl")}, "filename"),
+            ({"file": str(tmp_path / "a"), "filename": "../a.jsonl"}, "filename"),
+        ]:
             ok, ans = await run_job(app, "procedure_auto_memory", **args)
             assert not ok and ans["error"]["code"] == "invalid_argument" and needle in ans["error"]["message"]
 
@@ -249,14 +272,24 @@ async def test_multi_segment_rolling_summary_and_revisions(make_app, tmp_path):
         seen.append(prompt)
         number = len(seen)
         if number == 1:
-            ok, ans = await tools.call("procedure_create", filename="rollout.json", operation_key="s1-1",
-                                       description="Roll out", when_to_use="When rolling out", content="Step 0.")
+            ok, ans = await tools.call(
+                "procedure_create",
+                filename="rollout.json",
+                operation_key="s1-1",
+                description="Roll out",
+                when_to_use="When rolling out",
+                content="Step 0.",
+            )
             assert ok
         else:
             ok, found = await tools.call("procedure_read", path="procedures/rollout.json")
-            ok, ans = await tools.call("procedure_update", path="procedures/rollout.json",
-                                       expected_version=found["version"], operation_key=f"s{number}-1",
-                                       content=found["experience"]["content"] + f" Step {number}.")
+            ok, ans = await tools.call(
+                "procedure_update",
+                path="procedures/rollout.json",
+                expected_version=found["version"],
+                operation_key=f"s{number}-1",
+                content=found["experience"]["content"] + f" Step {number}.",
+            )
             assert ok, ans
         return summary(f"summary after segment {number}")
 
@@ -279,11 +312,18 @@ async def test_token_error_then_shorter_retry(make_app, tmp_path):
     original = write(tmp_path, "run.jsonl", JSONL)
 
     async def script(tools, prompt, kwargs):
-        ok, ans = await tools.call("procedure_create", filename="a.json", operation_key="k1", description="d",
-                                   when_to_use="w", content=" ".join(["word"] * 3000))
+        ok, ans = await tools.call(
+            "procedure_create",
+            filename="a.json",
+            operation_key="k1",
+            description="d",
+            when_to_use="w",
+            content=" ".join(["word"] * 3000),
+        )
         assert not ok and ans["error"]["code"] == "field_too_long" and ans["fields"][0]["limit"] == 2048
-        ok, ans = await tools.call("procedure_create", filename="a.json", operation_key="k2", description="d",
-                                   when_to_use="w", content="short")
+        ok, ans = await tools.call(
+            "procedure_create", filename="a.json", operation_key="k2", description="d", when_to_use="w", content="short"
+        )
         assert ok
         return summary("s")
 
@@ -298,12 +338,23 @@ async def test_pending_index_then_correction_within_the_segment(make_app, tmp_pa
     original = write(tmp_path, "run.jsonl", JSONL)
 
     async def script(tools, prompt, kwargs):
-        ok, ans = await tools.call("procedure_create", filename="a.json", operation_key="k1", description="d",
-                                   when_to_use="w", content="REJECTED by the provider")
+        ok, ans = await tools.call(
+            "procedure_create",
+            filename="a.json",
+            operation_key="k1",
+            description="d",
+            when_to_use="w",
+            content="REJECTED by the provider",
+        )
         assert not ok and ans["status"] == "index_pending"
         ok, current = await tools.call("procedure_read", path=ans["path"])
-        ok, fixed = await tools.call("procedure_update", path=ans["path"], expected_version=current["version"],
-                                     content="acceptable", operation_key="k2")
+        ok, fixed = await tools.call(
+            "procedure_update",
+            path=ans["path"],
+            expected_version=current["version"],
+            content="acceptable",
+            operation_key="k2",
+        )
         assert ok, fixed
         return summary("s")
 
@@ -317,16 +368,27 @@ async def test_segment_with_pending_writes_cannot_advance_until_resumed(make_app
     original = write(tmp_path, "run.jsonl", JSONL)
 
     async def leaves_pending(tools, prompt, kwargs):
-        ok, ans = await tools.call("procedure_create", filename="a.json", operation_key="k1", description="d",
-                                   when_to_use="w", content="REJECTED content")
+        ok, ans = await tools.call(
+            "procedure_create",
+            filename="a.json",
+            operation_key="k1",
+            description="d",
+            when_to_use="w",
+            content="REJECTED content",
+        )
         assert ans["status"] == "index_pending"
         return summary("s")
 
     async def corrects(tools, prompt, kwargs):
         assert "procedures/a.json" in prompt and "k1" in prompt  # the prior operation ledger
         ok, current = await tools.call("procedure_read", path="procedures/a.json")
-        ok, ans = await tools.call("procedure_update", path="procedures/a.json", expected_version=current["version"],
-                                   content="fine now", operation_key="k2")
+        ok, ans = await tools.call(
+            "procedure_update",
+            path="procedures/a.json",
+            expected_version=current["version"],
+            content="fine now",
+            operation_key="k2",
+        )
         assert ok
         return summary("s")
 
@@ -363,8 +425,11 @@ async def test_missing_summary_is_repaired_within_budget(make_app, tmp_path):
 
 async def test_over_limit_summary_exhausts_the_repair_budget_and_stops_resumably(make_app, tmp_path):
     original = two_segment_original(tmp_path)
-    components = {"procedure_memory": {"default": {"token_limits": {"summary": 10, "segment": 200},
-                                                   "extraction": {"summary_repair_attempts": 1}}}}
+    components = {
+        "procedure_memory": {
+            "default": {"token_limits": {"summary": 10, "segment": 200}, "extraction": {"summary_repair_attempts": 1}}
+        }
+    }
     too_long = summary(" ".join(["w"] * 12))  # ceiling floor(10 * 1.1) = 11
 
     async def long_summary(tools, prompt, kwargs):
@@ -384,8 +449,12 @@ async def test_unfinished_agent_never_advances_the_checkpoint(make_app, tmp_path
     original = write(tmp_path, "run.jsonl", JSONL)
 
     async def unfinished(tools, prompt, kwargs):
-        return {"session_id": "x", "result": "stopped", "usage": None,
-                "last_message": {"finished_reason": reason, "content": [{"type": "text", "text": "stopped"}]}}
+        return {
+            "session_id": "x",
+            "result": "stopped",
+            "usage": None,
+            "last_message": {"finished_reason": reason, "content": [{"type": "text", "text": "stopped"}]},
+        }
 
     components = {"procedure_memory": {"default": {"extraction": {"max_iters": 3}}}}
     async with make_app(scripts=[unfinished, replies()], components=components) as app:
@@ -412,7 +481,11 @@ async def test_agent_exception_is_resumable(make_app, tmp_path):
 
     async with make_app(scripts=[boom, replies()]) as app:
         ok, ans = await import_file(app, original, request_id="e1")
-        assert not ok and ans["error"]["code"] == "agent_failed" and "model endpoint unavailable" in ans["error"]["message"]
+        assert (
+            not ok
+            and ans["error"]["code"] == "agent_failed"
+            and "model endpoint unavailable" in ans["error"]["message"]
+        )
         ok, ans = await import_file(app, original, request_id="e1")
         assert ok
 
@@ -454,13 +527,23 @@ async def test_budgets_may_change_between_resumes_but_segmentation_may_not(make_
         ok, ans = await import_file(app, original, request_id="b1")
         assert ans["error"]["code"] == "context_budget_exceeded"
         before = json.dumps(memory_of(app).workspace.checkpoints.get("b1").to_record(), sort_keys=True)
-    bigger = {"procedure_memory": {"default": {"token_limits": {"segment": 80, "context": 262144, "reserve": 4096},
-                                               "extraction": {"max_iters": 5}}}}
+    bigger = {
+        "procedure_memory": {
+            "default": {
+                "token_limits": {"segment": 80, "context": 262144, "reserve": 4096},
+                "extraction": {"max_iters": 5},
+            }
+        }
+    }
     other_segmentation = {"procedure_memory": {"default": {"token_limits": {"segment": 81}}}}
     async with make_app(workspace=ws, scripts=[], components=other_segmentation) as app:
         ok, ans = await import_file(app, original, request_id="b1")
-        assert not ok and ans["error"]["code"] == "incompatible_checkpoint" and "segment_tokens" in ans["error"]["message"]
-        assert json.dumps(memory_of(app).workspace.checkpoints.get("b1").to_record(), sort_keys=True) == before  # nothing changed
+        assert (
+            not ok and ans["error"]["code"] == "incompatible_checkpoint" and "segment_tokens" in ans["error"]["message"]
+        )
+        assert (
+            json.dumps(memory_of(app).workspace.checkpoints.get("b1").to_record(), sort_keys=True) == before
+        )  # nothing changed
     async with make_app(workspace=ws, scripts=[summarises()] * 20, components=bigger) as app:
         ok, ans = await import_file(app, original, request_id="b1")
         assert ok and ans["status"] == "complete"
@@ -476,7 +559,10 @@ async def test_unavailable_tokenizer_is_refused_before_anything_is_copied(make_a
         assert not ok and ans["status"] == "error" and ans["error"]["code"] == "tokenizer_unavailable"
         assert "nope" in ans["error"]["message"] and "PROCEDURE_TOKENIZER_SOURCE" in ans["error"]["message"]
         assert "Nothing was copied" in ans["error"]["message"] and "resume" not in ans
-        assert memory_of(app).workspace.checkpoints.get("t1") is None and memory_of(app).workspace.imports.get("t1") is None
+        assert (
+            memory_of(app).workspace.checkpoints.get("t1") is None
+            and memory_of(app).workspace.imports.get("t1") is None
+        )
         assert not list((ws / "session").rglob("run*"))  # no copy
     hub = {"procedure_memory": {"default": {"tokenizer_source": "no-such-org/no-such-tokenizer"}}}
     async with make_app(workspace=ws, scripts=[], components=hub) as app:  # HF_HUB_OFFLINE=1: fails fast
@@ -486,15 +572,18 @@ async def test_unavailable_tokenizer_is_refused_before_anything_is_copied(make_a
     async with make_app(workspace=ws, scripts=[replies()]) as app:
         ok, ans = await import_file(app, original, request_id="t1")
         assert ok and ans["status"] == "complete"
-        assert hashlib.sha256((memory_of(app).workspace_path / ans["path"]).read_bytes()).hexdigest() == \
-            hashlib.sha256(original.read_bytes()).hexdigest()
+        assert (
+            hashlib.sha256((memory_of(app).workspace_path / ans["path"]).read_bytes()).hexdigest()
+            == hashlib.sha256(original.read_bytes()).hexdigest()
+        )
 
 
 async def test_memory_hint_focuses_the_prompt_and_source_id_is_kept(make_app, tmp_path):
     original = write(tmp_path, "run.jsonl", JSONL)
     async with make_app(scripts=[replies()]) as app:
-        ok, ans = await import_file(app, original, request_id="h1", memory_hint="focus on index rebuilds",
-                                    source_id="ci-run-42")
+        ok, ans = await import_file(
+            app, original, request_id="h1", memory_hint="focus on index rebuilds", source_id="ci-run-42"
+        )
         assert ok
         assert "focus on index rebuilds" in app.agent.replies[0]["prompt"]
         assert memory_of(app).workspace.imports.get("h1").source_id == "ci-run-42"
@@ -522,13 +611,14 @@ async def test_progress_goes_to_the_log_and_to_a_terminal(make_app, tmp_path, mo
         monkeypatch.setattr(memory_of(app).workspace, "logger", Log())  # the import logs through the workspace
         ok, ans = await import_file(app, original)
         assert ok and ans["segments"]["total"] > 1
-    assert [m.replace("procedure import: ", "[procedure-memory] ") for m in logged] == \
-        terminal.getvalue().splitlines()
+    assert [m.replace("procedure import: ", "[procedure-memory] ") for m in logged] == terminal.getvalue().splitlines()
     lines = terminal.getvalue().splitlines()
     total = ans["segments"]["total"]
     generated = ans["request_id"]  # no request_id given: the generated one comes first, before anything is copied
-    assert lines[0] == (f"[procedure-memory] request_id={generated} (generated; to resume, run the same command "
-                        f"with request_id={generated})")
+    assert lines[0] == (
+        f"[procedure-memory] request_id={generated} (generated; to resume, run the same command "
+        f"with request_id={generated})"
+    )
     assert f"[procedure-memory] segment 1/{total}: " in lines[1] and "input tokens" in lines[1]
     assert f"[procedure-memory] segment 1/{total} done: 1 created, 0 updated so far" in lines
     assert f"[procedure-memory] segment {total}/{total} done: 1 created, 0 updated so far" in lines
@@ -544,10 +634,14 @@ async def test_real_trajectories_in_every_format_multi_segment(make_app, tmp_pat
     async def segment_script(tools, prompt, kwargs):
         prompts.append(prompt)
         if len(prompts) == 1:  # create from the first segment, skip the others
-            ok, ans = await tools.call("procedure_create", filename="bfcl-session.json", operation_key="s1-1",
-                                       description="Work through a BFCL tool session",
-                                       when_to_use="When a user asks for file-system or API tool operations",
-                                       content="Inspect the state first, then call the tools step by step.")
+            ok, ans = await tools.call(
+                "procedure_create",
+                filename="bfcl-session.json",
+                operation_key="s1-1",
+                description="Work through a BFCL tool session",
+                when_to_use="When a user asks for file-system or API tool operations",
+                content="Inspect the state first, then call the tools step by step.",
+            )
             assert ok, ans
         return summary(f"read {len(prompts)} segments")
 
@@ -567,7 +661,9 @@ async def test_real_trajectories_in_every_format_multi_segment(make_app, tmp_pat
         assert ans["experiences"] == {"created": ["procedures/bfcl-session.json"], "updated": []}
 
 
-@pytest.mark.parametrize("name, data", [("run.json", '\ufeff{"messages": []}'), ("run.jsonl", '\ufeff{"a": 1}\n{"b": 2}\n')])
+@pytest.mark.parametrize(
+    "name, data", [("run.json", '\ufeff{"messages": []}'), ("run.jsonl", '\ufeff{"a": 1}\n{"b": 2}\n')]
+)
 async def test_a_byte_order_mark_is_accepted_and_kept(make_app, tmp_path, name, data):
     original = write(tmp_path, name, data.encode("utf-8"))
     async with make_app(scripts=[replies()]) as app:
@@ -591,7 +687,8 @@ async def test_a_new_memory_hint_applies_to_the_remaining_segments(make_app, tmp
 
 @pytest.mark.slow
 async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_checkpoints_still_resume(
-        make_app, tmp_path, qwen3_tokenizer):
+    make_app, tmp_path, qwen3_tokenizer
+):
     import re
 
     original = tmp_path / "run.jsonl"
@@ -600,8 +697,14 @@ async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_c
     ws = tmp_path / "ws"
 
     def settings(context):
-        return {"procedure_memory": {"default": {"tokenizer_source": str(qwen3_tokenizer),
-                                                 "token_limits": {"segment": 3000, "context": context, "reserve": 0}}}}
+        return {
+            "procedure_memory": {
+                "default": {
+                    "tokenizer_source": str(qwen3_tokenizer),
+                    "token_limits": {"segment": 3000, "context": context, "reserve": 0},
+                }
+            }
+        }
 
     async def needed(app) -> tuple[int, list[str]]:
         tokens, counted = memory_of(app).workspace.tokens, []
@@ -618,8 +721,9 @@ async def test_context_check_reuses_segment_and_summary_counts_exactly_and_old_c
         with_counts, encoded = await needed(app)
         checkpoint = memory_of(app).workspace.checkpoints.get("ctx-counts")
         first = text[slice(*checkpoint.segments[0])]
-        assert checkpoint.segment_counts == [memory_of(app).workspace.tokens.count(text[s:e])
-                                                for s, e in checkpoint.segments]
+        assert checkpoint.segment_counts == [
+            memory_of(app).workspace.tokens.count(text[s:e]) for s, e in checkpoint.segments
+        ]
         assert len(checkpoint.segments) >= 2
         assert not any(first in t for t in encoded)  # the segment itself was never encoded again
         checkpoint.segment_counts = None  # a checkpoint written before the counts were kept

@@ -31,17 +31,24 @@ def llm_without(*fields: str) -> dict:
 
 def nothing_copied(app, request_id: str) -> bool:
     memory = memory_of(app)
-    return memory.workspace.imports.get(request_id) is None and memory.workspace.checkpoints.get(request_id) is None and \
-        not list((memory.workspace_path / "session").rglob("run*"))
+    return (
+        memory.workspace.imports.get(request_id) is None
+        and memory.workspace.checkpoints.get(request_id) is None
+        and not list((memory.workspace_path / "session").rglob("run*"))
+    )
 
 
-@pytest.mark.parametrize("fields, named", [
-    (("api_key",), ["components.as_llm.default.credential.api_key (LLM_API_KEY"]),
-    (("model",), ["components.as_llm.default.model (LLM_MODEL_NAME)"]),
-    (("model", "api_key"), ["LLM_MODEL_NAME", "LLM_API_KEY"]),
-])
-async def test_a_model_without_its_settings_is_refused_naming_the_variables(make_app, tmp_path, monkeypatch, fields,
-                                                                          named):
+@pytest.mark.parametrize(
+    "fields, named",
+    [
+        (("api_key",), ["components.as_llm.default.credential.api_key (LLM_API_KEY"]),
+        (("model",), ["components.as_llm.default.model (LLM_MODEL_NAME)"]),
+        (("model", "api_key"), ["LLM_MODEL_NAME", "LLM_API_KEY"]),
+    ],
+)
+async def test_a_model_without_its_settings_is_refused_naming_the_variables(
+    make_app, tmp_path, monkeypatch, fields, named
+):
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)  # the openai client's own fallback
     original = write(tmp_path, "run.jsonl", JSONL)
     async with make_app(components=llm_without(*fields)) as app:
@@ -137,16 +144,28 @@ def model_at(base_url: str) -> dict:
 
 
 REFUSALS = {
-    "refused key": ((401, {"error": {"message": f"Incorrect API key provided: {KEY}", "code": "invalid_api_key"}}),
-                    ["refused the key", "components.as_llm.default.credential.api_key", "LLM_API_KEY", "HTTP 401"]),
+    "refused key": (
+        (401, {"error": {"message": f"Incorrect API key provided: {KEY}", "code": "invalid_api_key"}}),
+        ["refused the key", "components.as_llm.default.credential.api_key", "LLM_API_KEY", "HTTP 401"],
+    ),
     "forbidden": ((403, {"error": {"message": "access denied"}}), ["refused the key", "LLM_API_KEY", "HTTP 403"]),
-    "unknown model": ((404, {"error": {"message": "The model `fake-chat` does not exist or you do not have access "
-                                                  "to it.", "code": "model_not_found"}}),
-                      ["'fake-chat'", "components.as_llm.default.model", "LLM_MODEL_NAME", "HTTP 404"]),
+    "unknown model": (
+        (
+            404,
+            {
+                "error": {
+                    "message": "The model `fake-chat` does not exist or you do not have access to it.",
+                    "code": "model_not_found",
+                }
+            },
+        ),
+        ["'fake-chat'", "components.as_llm.default.model", "LLM_MODEL_NAME", "HTTP 404"],
+    ),
     "unknown model (400)": ((400, {"error": {"message": "model_not_found: fake-chat"}}), ["LLM_MODEL_NAME"]),
-    "no chat API at that path": ((404, {"detail": "Not Found"}),
-                                 ["has no chat API there", "components.as_llm.default.credential.base_url",
-                                  "LLM_BASE_URL", "/v1"]),
+    "no chat API at that path": (
+        (404, {"detail": "Not Found"}),
+        ["has no chat API there", "components.as_llm.default.credential.base_url", "LLM_BASE_URL", "/v1"],
+    ),
 }
 
 
@@ -208,8 +227,10 @@ async def test_a_resume_refused_by_the_probe_says_the_copy_is_kept(make_app, tmp
 
     original = write(tmp_path, "run.jsonl", JSONL)
     with ChatEndpoint(lambda conversation: pytest.fail("no extraction request")) as endpoint:
-        endpoint.refuse_after_probe = (404, {"error": {"message": "The model `fake-chat` does not exist.",
-                                                       "code": "model_not_found"}})
+        endpoint.refuse_after_probe = (
+            404,
+            {"error": {"message": "The model `fake-chat` does not exist.", "code": "model_not_found"}},
+        )
         async with make_app(components=model_at(endpoint.base_url)) as app:
             ok, first = await import_file(app, original, request_id="q3")  # copied, then the model call fails
             assert first["status"] == "incomplete" and first["error"]["code"] == "agent_failed", first

@@ -53,20 +53,33 @@ def test_answers_merge_rank_by_rank_and_only_the_closest_keeps_its_content():
 
 
 def test_a_compact_answer_takes_every_kept_results_content_from_the_whole_answer():
-    compact = {"results": [entry("a", 0.9, "steps a"), entry("b", 0.8), {"path": "c", "version": "v",
-                                                                        "shown_before": True}], "left_out": 2}
-    whole = {"results": [entry("a", 0.9, "steps a"), {**entry("b", 0.8, "steps b"), "content_truncated": True},
-                         entry("c", 0.7, "steps c"), entry("d", 0.1, "steps d")]}
+    compact = {
+        "results": [entry("a", 0.9, "steps a"), entry("b", 0.8), {"path": "c", "version": "v", "shown_before": True}],
+        "left_out": 2,
+    }
+    whole = {
+        "results": [
+            entry("a", 0.9, "steps a"),
+            {**entry("b", 0.8, "steps b"), "content_truncated": True},
+            entry("c", 0.7, "steps c"),
+            entry("d", 0.1, "steps d"),
+        ]
+    }
     out = with_contents(compact, whole)
     assert [(e["path"], e.get("content"), e.get("content_truncated")) for e in out["results"]] == [
-        ("a", "steps a", None), ("b", "steps b", True), ("c", None, None)]  # only named stays only named
+        ("a", "steps a", None),
+        ("b", "steps b", True),
+        ("c", None, None),
+    ]  # only named stays only named
     assert out["left_out"] == 2 and "content" not in compact["results"][1]  # weak ones stay out; input unchanged
 
 
 def test_the_closest_is_listed_with_its_when_to_use_and_content_the_others_by_description():
     lines = related_lines([entry("procedures/a.json", 0.9, "1. cd\n2. mv"), entry("procedures/b.json", 0.5)])
-    assert lines == ["- procedures/a.json (v): about procedures/a.json\n  when to use: w\n  content:\n    1. cd\n    2. mv",
-                     "- procedures/b.json (v): about procedures/b.json"]
+    assert lines == [
+        "- procedures/a.json (v): about procedures/a.json\n  when to use: w\n  content:\n    1. cd\n    2. mv",
+        "- procedures/b.json (v): about procedures/b.json",
+    ]
     cut = related_lines([{**entry("procedures/c.json", 0.9, "1. cd"), "content_truncated": True}])
     assert "content (continues: procedure_read it before rewriting the content):" in cut[0]
 

@@ -24,16 +24,25 @@ TOKENIZER = "components.procedure_memory.default.tokenizer_source"
 
 
 async def unfinished(tools, prompt, kwargs):
-    return {"session_id": "x", "result": "stopped", "usage": None,
-            "last_message": {"finished_reason": "interrupted", "content": [{"type": "text", "text": "stopped"}]}}
+    return {
+        "session_id": "x",
+        "result": "stopped",
+        "usage": None,
+        "last_message": {"finished_reason": "interrupted", "content": [{"type": "text", "text": "stopped"}]},
+    }
 
 
 @pytest.fixture
 def model_environment(monkeypatch):
     """The extraction model and the embedding provider configured the documented way: environment variables."""
-    for name, value in {"LLM_BASE_URL": LLM_URL, "LLM_MODEL_NAME": "model-from-env", "LLM_API_KEY": SECRET,
-                        "EMBEDDING_BACKEND": "openai", "EMBEDDING_BASE_URL": EMBEDDING_URL,
-                        "EMBEDDING_API_KEY": SECRET}.items():
+    for name, value in {
+        "LLM_BASE_URL": LLM_URL,
+        "LLM_MODEL_NAME": "model-from-env",
+        "LLM_API_KEY": SECRET,
+        "EMBEDDING_BACKEND": "openai",
+        "EMBEDDING_BASE_URL": EMBEDDING_URL,
+        "EMBEDDING_API_KEY": SECRET,
+    }.items():
         monkeypatch.setenv(name, value)
 
 
@@ -45,14 +54,20 @@ async def interrupted(make_app, tmp_path, components: dict) -> dict:
     return ans
 
 
-async def test_the_resume_names_the_import_and_leaves_the_model_to_the_environment(make_app, tmp_path,
-                                                                                  model_environment,
-                                                                                  word_tokenizer):
+async def test_the_resume_names_the_import_and_leaves_the_model_to_the_environment(
+    make_app, tmp_path, model_environment, word_tokenizer
+):
     ans = await interrupted(make_app, tmp_path, {"procedure_memory": {"default": {"token_limits": {"segment": 500}}}})
     words = shlex.split(ans["resume"])
     assert words[:3] == ["reme", "start", "job=procedure_auto_memory"]
-    for word in (f"workspace_dir={tmp_path / 'ws'}", f"file={tmp_path / 'originals' / 'run.jsonl'}", "filename=run.jsonl",
-                 "request_id=r1", f"{SEGMENT}=500", f"{TOKENIZER}={word_tokenizer}"):  # the same import
+    for word in (
+        f"workspace_dir={tmp_path / 'ws'}",
+        f"file={tmp_path / 'originals' / 'run.jsonl'}",
+        "filename=run.jsonl",
+        "request_id=r1",
+        f"{SEGMENT}=500",
+        f"{TOKENIZER}={word_tokenizer}",
+    ):  # the same import
         assert word in words, (word, words)
     # where the model is and who pays: read again from the environment at resume time, never printed
     assert LLM_URL not in ans["resume"] and "model-from-env" not in ans["resume"] and EMBEDDING_URL not in ans["resume"]
@@ -72,5 +87,8 @@ async def test_endpoint_settings_given_on_the_command_line_are_named_not_repeate
     assert "components.procedure_memory.default.extraction.summary_repair_attempts=0" in words  # a given setting
     assert "components.as_llm.default.context_size=262144" in words  # what the model is like, not where it is
     assert LLM_URL not in ans["resume"] and "model-given" not in ans["resume"] and SECRET not in json.dumps(ans)
-    assert {"components.as_llm.default.model", "components.as_llm.default.credential.base_url",
-            "components.as_llm.default.credential.api_key"} <= set(ans["resume_environment"]), ans
+    assert {
+        "components.as_llm.default.model",
+        "components.as_llm.default.credential.base_url",
+        "components.as_llm.default.credential.api_key",
+    } <= set(ans["resume_environment"]), ans

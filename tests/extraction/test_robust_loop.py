@@ -16,6 +16,7 @@ async def done(tools, prompt, kwargs):
     """The last segment's reply: no rolling summary is asked for there."""
     return "Nothing more."
 
+
 FIELDS = {
     "description": "Rebuild search after a configuration change",
     "when_to_use": "After changing search configuration when results appear stale",
@@ -34,21 +35,40 @@ def listing(app):
 # -- filenames ----------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("raw, canonical", [
-    ("rebuild-index.json", "rebuild-index.json"),
-    ("Rebuild_Index.json", "rebuild-index.json"),
-    ("rebuild_index_after_change", "rebuild-index-after-change.json"),
-    ("Rebuild Index  after change.JSON", "rebuild-index-after-change.json"),
-    ("  rebuild__index - v2 ", "rebuild-index-v2.json"),
-    ("_rebuild-index_.json", "rebuild-index.json"),
-    ("RUN42", "run42.json"),
-])
+@pytest.mark.parametrize(
+    "raw, canonical",
+    [
+        ("rebuild-index.json", "rebuild-index.json"),
+        ("Rebuild_Index.json", "rebuild-index.json"),
+        ("rebuild_index_after_change", "rebuild-index-after-change.json"),
+        ("Rebuild Index  after change.JSON", "rebuild-index-after-change.json"),
+        ("  rebuild__index - v2 ", "rebuild-index-v2.json"),
+        ("_rebuild-index_.json", "rebuild-index.json"),
+        ("RUN42", "run42.json"),
+    ],
+)
 def test_canonical_name_fixes_spelling_only(raw, canonical):
     assert canonical_name(raw) == canonical and check_name(canonical) is None
 
 
-@pytest.mark.parametrize("raw", ["v1.2 notes.json", "café-notes", "notes.md", "notes.jsonl", "a/b.json", "",
-                                 "  ", ".json", "___", "x" * 130, "line\nbreak", "tab\tname", " name\n"])
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "v1.2 notes.json",
+        "café-notes",
+        "notes.md",
+        "notes.jsonl",
+        "a/b.json",
+        "",
+        "  ",
+        ".json",
+        "___",
+        "x" * 130,
+        "line\nbreak",
+        "tab\tname",
+        " name\n",
+    ],
+)
 def test_names_without_an_unambiguous_spelling_have_none(raw):
     assert canonical_name(raw) is None
 
@@ -107,15 +127,36 @@ async def test_when_to_use_alias_is_accepted_by_create_and_update(make_app):
     async with make_app() as app:
         run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         fields = {k: v for k, v in FIELDS.items() if k != "when_to_use"}
-        ok, created = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k1",
-                                      **fields, **{"when-to-use": "When the file's key is what the model read"})
+        ok, created = await call_tool(
+            app,
+            run,
+            "procedure_create",
+            filename="a.json",
+            operation_key="k1",
+            **fields,
+            **{"when-to-use": "When the file's key is what the model read"},
+        )
         assert ok, created
-        ok, updated = await call_tool(app, run, "procedure_update", path=created["path"], operation_key="k2",
-                                      expected_version=created["version"], **{"when-to-use": "Revised trigger"})
+        ok, updated = await call_tool(
+            app,
+            run,
+            "procedure_update",
+            path=created["path"],
+            operation_key="k2",
+            expected_version=created["version"],
+            **{"when-to-use": "Revised trigger"},
+        )
         assert ok and updated["status"] == "updated"
-        ok, same = await call_tool(app, run, "procedure_update", path=created["path"], operation_key="k3",
-                                   expected_version=updated["version"], when_to_use="Same text",
-                                   **{"when-to-use": "Same text"})
+        ok, same = await call_tool(
+            app,
+            run,
+            "procedure_update",
+            path=created["path"],
+            operation_key="k3",
+            expected_version=updated["version"],
+            when_to_use="Same text",
+            **{"when-to-use": "Same text"},
+        )
         assert ok, same
         data = json.loads((memory_of(app).workspace_path / "procedures/a.json").read_text())
         assert sorted(data) == ["content", "description", "sources", "when-to-use"]
@@ -133,13 +174,16 @@ async def test_when_to_use_and_a_different_alias_are_ambiguous(make_app):
 # -- summaries that are not summaries -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("reply, previous, segment, fragment", [
-    ("no tags at all", "", "text", "no <summary>"),
-    ("<summary>  </summary>", "", "text", "empty"),
-    (f"<summary>{NO_SUMMARY_YET}</summary>", "", "text", "placeholder"),
-    ("<summary>None yet: this is the first segment.</summary>", "", "text", "placeholder"),
-    ("<summary>Rebuilt the index.</summary>", "Rebuilt  the index", "more text", "unchanged"),
-])
+@pytest.mark.parametrize(
+    "reply, previous, segment, fragment",
+    [
+        ("no tags at all", "", "text", "no <summary>"),
+        ("<summary>  </summary>", "", "text", "empty"),
+        (f"<summary>{NO_SUMMARY_YET}</summary>", "", "text", "placeholder"),
+        ("<summary>None yet: this is the first segment.</summary>", "", "text", "placeholder"),
+        ("<summary>Rebuilt the index.</summary>", "Rebuilt  the index", "more text", "unchanged"),
+    ],
+)
 def test_summary_problems(reply, previous, segment, fragment):
     from reme_procedure_memory.extraction.summary import parse_summary
 
@@ -169,16 +213,22 @@ async def test_a_copied_placeholder_is_repaired_with_the_segment_in_view(make_ap
     async with make_app(scripts=[copies_placeholder, repaired, done], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="p1")
         assert ok and ans["status"] == "complete", ans
-        assert memory_of(app).workspace.checkpoints.get("p1").summary == "Rebuilt a stale docs index after a config change."
+        assert (
+            memory_of(app).workspace.checkpoints.get("p1").summary
+            == "Rebuilt a stale docs index after a config change."
+        )
         first, repair, _ = app.agent.replies
         assert repair["prompt"].startswith(first["prompt"].split("</segment>")[0])  # same prefix as the run
 
 
-@pytest.mark.parametrize("reply, in_repair", [
-    # a reply without tags may be the summary: it is quoted to the repair
-    ("The user rebuilt the docs index.", "<reply>\nThe user rebuilt the docs index.\n</reply>"),
-    ("Done.<summary></summary>", "the summary between <summary> and </summary> is empty"),
-])
+@pytest.mark.parametrize(
+    "reply, in_repair",
+    [
+        # a reply without tags may be the summary: it is quoted to the repair
+        ("The user rebuilt the docs index.", "<reply>\nThe user rebuilt the docs index.\n</reply>"),
+        ("Done.<summary></summary>", "the summary between <summary> and </summary> is empty"),
+    ],
+)
 async def test_an_untagged_or_empty_summary_is_repaired(make_app, tmp_path, reply, in_repair):
     original = two_segment_original(tmp_path)
 
@@ -214,12 +264,16 @@ async def test_a_too_long_summary_is_quoted_to_the_repair_without_the_segment(ma
 
 async def test_an_unchanged_summary_is_repaired_then_stops_resumably(make_app, tmp_path):
     original = write(tmp_path, "run.jsonl", long_trajectory(20))
-    components = {"procedure_memory": {"default": {"token_limits": {"segment": 120},
-                                                   "extraction": {"summary_repair_attempts": 1}}}}
+    components = {
+        "procedure_memory": {
+            "default": {"token_limits": {"segment": 120}, "extraction": {"summary_repair_attempts": 1}}
+        }
+    }
 
     def says(text):
         async def script(tools, prompt, kwargs):
             return summary(text)
+
         return script
 
     async def unchanged_again(tools, prompt, kwargs):
@@ -261,7 +315,9 @@ async def test_an_identical_call_gets_its_earlier_answer_and_a_nudge(make_app, t
         ok, bad = await tools.call("procedure_create", filename="a.b.json", operation_key="k2", **FIELDS)
         ok2, bad_again = await tools.call("procedure_create", filename="a.b.json", operation_key="k2", **FIELDS)
         assert not ok and not ok2 and bad_again["error"] == bad["error"] and bad_again["repeated_call"]
-        assert [(r.key, r.status) for r in memory.workspace.journal.records("loop-1")] == journal  # nothing journaled again
+        assert [
+            (r.key, r.status) for r in memory.workspace.journal.records("loop-1")
+        ] == journal  # nothing journaled again
         return summary("Created a.json.")
 
     async with make_app(scripts=[loops]) as app:
@@ -296,12 +352,14 @@ async def test_a_temporary_failure_is_never_answered_from_memory(make_app, tmp_p
     original = write(tmp_path, "run.jsonl", JSONL)
 
     async def retries(tools, prompt, kwargs):
-        ok, pending = await tools.call("procedure_create", filename="a.json", operation_key="k1",
-                                       **{**FIELDS, "content": "REJECTED for now"})
+        ok, pending = await tools.call(
+            "procedure_create", filename="a.json", operation_key="k1", **{**FIELDS, "content": "REJECTED for now"}
+        )
         assert pending["status"] == "index_pending"
         model.reject = set()  # the provider recovers
-        ok, retried = await tools.call("procedure_create", filename="a.json", operation_key="k1",
-                                       **{**FIELDS, "content": "REJECTED for now"})
+        ok, retried = await tools.call(
+            "procedure_create", filename="a.json", operation_key="k1", **{**FIELDS, "content": "REJECTED for now"}
+        )
         assert ok and retried["status"] == "created" and "repeated_call" not in retried
         return summary("Created a.json after a retry.")
 
@@ -339,14 +397,23 @@ def sloppy_model(conversation):
 
     answer = conversation.last_tool_answer() if conversation.step >= 2 else {}  # JSON answers of the plugin
     steps = [
-        lambda: call("procedure_create", filename="Rebuild_Search_After_Change", operation_key="s1-1",
-                     **{k: v for k, v in FIELDS.items() if k != "when_to_use"},
-                     **{"when-to-use": "Results look stale"}),  # AgentScope: when_to_use is required here
+        lambda: call(
+            "procedure_create",
+            filename="Rebuild_Search_After_Change",
+            operation_key="s1-1",
+            **{k: v for k, v in FIELDS.items() if k != "when_to_use"},
+            **{"when-to-use": "Results look stale"},
+        ),  # AgentScope: when_to_use is required here
         lambda: call("procedure_create", filename="Rebuild_Search_After_Change", operation_key="s1-1", **FIELDS),
         lambda: call("procedure_read", path=answer["path"]),
         lambda: call("procedure_read", path="procedures/rebuild-search-after-change.json"),
-        lambda: call("procedure_update", path=answer["path"], expected_version=answer["version"],
-                     operation_key="s1-2", **{"when-to-use": "After a config change, when results look stale"}),
+        lambda: call(
+            "procedure_update",
+            path=answer["path"],
+            expected_version=answer["version"],
+            operation_key="s1-2",
+            **{"when-to-use": "After a config change, when results look stale"},
+        ),
         lambda: say("<summary>Rebuilt a stale search index after a config change.</summary>"),
     ]
     return steps[conversation.step]()
@@ -360,8 +427,7 @@ async def test_the_rules_hold_through_the_real_agentscope_agent(make_app, tmp_pa
         async with make_app(components=llm_components(endpoint.base_url)) as app:
             ok, ans = await import_file(app, original, request_id="as-1")
             assert endpoint.errors == [] and ok, ans
-            assert ans["experiences"] == {"created": ["procedures/rebuild-search-after-change.json"],
-                                          "updated": []}
+            assert ans["experiences"] == {"created": ["procedures/rebuild-search-after-change.json"], "updated": []}
             results = endpoint.conversations()[-1].tool_results
             # AgentScope validates arguments against the schema before the plugin sees them: create requires
             # when_to_use (grammar-constrained providers fill only required properties), so the alias alone is
@@ -391,6 +457,6 @@ async def test_one_system_prompt_for_every_segment_and_the_segment_first(make_ap
         text = original.read_text()
         for n, reply in enumerate(replies):
             assert reply["prompt"].startswith("<segment>\n")
-            segment = reply["prompt"][len("<segment>\n"):reply["prompt"].index("\n</segment>")]
+            segment = reply["prompt"][len("<segment>\n") : reply["prompt"].index("\n</segment>")]
             assert segment and segment in text
             assert f"segment {n + 1} of {ans['segments']['total']}" in reply["prompt"].split("</segment>")[1]

@@ -154,8 +154,17 @@ def test_only_tokenizers_built_like_qwen_separate_lines(qwen, qwen3_tokenizer, w
         d["pre_tokenizer"]["pretokenizers"][0]["pattern"]["Regex"] = r"\s+|\S+"
 
     def newline_token(d):
-        d["added_tokens"].append({"id": 151700, "content": "}\n{", "single_word": False, "lstrip": False,
-                                  "rstrip": False, "normalized": False, "special": False})
+        d["added_tokens"].append(
+            {
+                "id": 151700,
+                "content": "}\n{",
+                "single_word": False,
+                "lstrip": False,
+                "rstrip": False,
+                "normalized": False,
+                "special": False,
+            }
+        )
 
     def stripping_token(d):
         d["added_tokens"][0]["lstrip"] = True
@@ -169,11 +178,42 @@ def test_only_tokenizers_built_like_qwen_separate_lines(qwen, qwen3_tokenizer, w
 
 
 # Pieces that exercise every alternative of the pre-tokenizer regex, NFC and added tokens around a line start.
-PIECES = ["\n", "\n", "\r\n", " ", "  ", "\t", "'s", "'ll", "abc", "Zw", "é", "e\u0301", "\u0301", "部署", "🙂", "42",
-          "7", "{", "}", "\"", ":", ",", "...", "<think>", "</tool_call>", "<|im_end|>", "\\n", "#", "-", "x_y"]
+PIECES = [
+    "\n",
+    "\n",
+    "\r\n",
+    " ",
+    "  ",
+    "\t",
+    "'s",
+    "'ll",
+    "abc",
+    "Zw",
+    "é",
+    "e\u0301",
+    "\u0301",
+    "部署",
+    "🙂",
+    "42",
+    "7",
+    "{",
+    "}",
+    '"',
+    ":",
+    ",",
+    "...",
+    "<think>",
+    "</tool_call>",
+    "<|im_end|>",
+    "\\n",
+    "#",
+    "-",
+    "x_y",
+]
 left_texts = st.lists(st.sampled_from(PIECES), max_size=12).map(lambda p: "".join(p) + "\n")
-right_texts = st.tuples(st.sampled_from([chr(c) for c in range(0x21, 0x7F)]),
-                        st.lists(st.sampled_from(PIECES), max_size=12)).map(lambda t: t[0] + "".join(t[1]))
+right_texts = st.tuples(
+    st.sampled_from([chr(c) for c in range(0x21, 0x7F)]), st.lists(st.sampled_from(PIECES), max_size=12)
+).map(lambda t: t[0] + "".join(t[1]))
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

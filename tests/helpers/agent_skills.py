@@ -40,7 +40,7 @@ def front_matter(text: str) -> tuple[str, str] | None:
         return None
     for i, line in enumerate(lines[1:], start=1):
         if line == "---":
-            return "\n".join(lines[1:i]), "\n".join(lines[i + 1:])
+            return "\n".join(lines[1:i]), "\n".join(lines[i + 1 :])
     return None
 
 
@@ -76,18 +76,23 @@ def strict_problems(skill_dir: Path) -> list[str]:
             if name != Path(skill_dir).name:
                 problems.append(f"S3: name {name!r} is not the folder's name {Path(skill_dir).name!r}")
     description = meta.get("description")
-    if "description" in meta and (not isinstance(description, str) or not description.strip()
-                                  or len(description) > 1024):
+    if "description" in meta and (
+        not isinstance(description, str) or not description.strip() or len(description) > 1024
+    ):
         problems.append("S4: description is not a non-blank string of 1-1024 characters")
-    if "compatibility" in meta and not (isinstance(meta["compatibility"], str)
-                                        and 1 <= len(meta["compatibility"]) <= 500):
+    if "compatibility" in meta and not (
+        isinstance(meta["compatibility"], str) and 1 <= len(meta["compatibility"]) <= 500
+    ):
         problems.append("S5: compatibility is not a string of 1-500 characters")
-    if "metadata" in meta and not (isinstance(meta["metadata"], dict) and all(
-            isinstance(k, str) and isinstance(v, str) for k, v in meta["metadata"].items())):
+    if "metadata" in meta and not (
+        isinstance(meta["metadata"], dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in meta["metadata"].items())
+    ):
         problems.append("S6: metadata is not a map of strings to strings")
     tools = meta.get("allowed-tools")
-    if "allowed-tools" in meta and not (isinstance(tools, str) or (
-            isinstance(tools, list) and all(isinstance(t, str) for t in tools))):
+    if "allowed-tools" in meta and not (
+        isinstance(tools, str) or (isinstance(tools, list) and all(isinstance(t, str) for t in tools))
+    ):
         problems.append("S7: allowed-tools is neither a string nor a list of strings")
     if not problems:
         problems += _reference_reading_differs(text, meta)

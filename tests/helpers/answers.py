@@ -39,8 +39,11 @@ def answer_problems(job: str, answer: Any) -> list[str]:
     error = answer.get("error")
     if isinstance(error, dict) and "code" in error:
         problems = [] if error["code"] in set(ErrorCode) else [f"error code {error['code']!r} is not in ErrorCode"]
-        if list(error) != ["code", "message"] or next(iter(answer)) != "status" or list(answer)[-1] not in (
-                "error", "repeated_call", "note"):
+        if (
+            list(error) != ["code", "message"]
+            or next(iter(answer)) != "status"
+            or list(answer)[-1] not in ("error", "repeated_call", "note")
+        ):
             problems.append(f"not error_answer's envelope: {list(answer)} / {list(error)}")
         return problems
     shapes = ANSWERS.get(job)

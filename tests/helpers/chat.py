@@ -47,12 +47,13 @@ class Conversation:
     def __init__(self, body: dict) -> None:
         self.body = body
         self.messages: list[dict] = body.get("messages") or []
-        start = next((i for i, m in enumerate(self.messages)
-                      if m.get("role") == "user" and SEGMENT.search(text_of(m))), None)
+        start = next(
+            (i for i, m in enumerate(self.messages) if m.get("role") == "user" and SEGMENT.search(text_of(m))), None
+        )
         self.prompt = text_of(self.messages[start]) if start is not None else ""
         found = SEGMENT.search(self.prompt)
         self.segment, self.total = (int(found[1]), int(found[2])) if found else (0, 0)
-        after = self.messages[start + 1:] if start is not None else []
+        after = self.messages[start + 1 :] if start is not None else []
         self.step = sum(1 for m in after if m.get("role") == "assistant")  # model turns already taken
         self.tool_results = [text_of(m) for m in after if m.get("role") == "tool"]
         self.system = text_of(self.messages[0]) if self.messages and self.messages[0].get("role") == "system" else ""
@@ -75,8 +76,12 @@ def is_probe(body: dict) -> bool:
     from reme_procedure_memory.extraction.preflight import PROBE_TEXT
 
     messages = body.get("messages") or []
-    return body.get("max_tokens") == 1 and not body.get("tools") and len(messages) == 1 and \
-        text_of(messages[0]) == PROBE_TEXT
+    return (
+        body.get("max_tokens") == 1
+        and not body.get("tools")
+        and len(messages) == 1
+        and text_of(messages[0]) == PROBE_TEXT
+    )
 
 
 def call(name: str, **arguments) -> dict:
@@ -196,8 +201,7 @@ class ChatEndpoint(LocalServer):
 
     def _tool_calls(self, answer: dict) -> list[dict]:
         return [
-            {"id": self._next_id(), "type": "function",
-             "function": {"name": name, "arguments": json.dumps(arguments)}}
+            {"id": self._next_id(), "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
             for name, arguments in answer.get("tool_calls") or []
         ]
 
@@ -212,17 +216,24 @@ class ChatEndpoint(LocalServer):
         if calls:
             message["tool_calls"] = calls
         return {
-            "id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()),
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "created": int(time.time()),
             "model": body.get("model", "fake"),
             "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if calls else "stop"}],
             "usage": self._usage(body),
         }
 
     def _chunks(self, answer: dict, body: dict) -> list[dict]:
-        base = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": int(time.time()),
-                "model": body.get("model", "fake")}
-        chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""},
-                                        "finish_reason": None}]}]
+        base = {
+            "id": "chatcmpl-test",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model", "fake"),
+        }
+        chunks = [
+            {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]}
+        ]
         text = answer.get("text")
         if text:  # in two pieces, as a real stream would deliver it
             half = len(text) // 2
@@ -231,12 +242,42 @@ class ChatEndpoint(LocalServer):
         for index, tool_call in enumerate(self._tool_calls(answer)):
             arguments = tool_call["function"]["arguments"]
             half = len(arguments) // 2
-            chunks.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [{
-                "index": index, "id": tool_call["id"], "type": "function",
-                "function": {"name": tool_call["function"]["name"], "arguments": arguments[:half]}}]},
-                "finish_reason": None}]})
-            chunks.append({**base, "choices": [{"index": 0, "delta": {"tool_calls": [{
-                "index": index, "function": {"arguments": arguments[half:]}}]}, "finish_reason": None}]})
+            chunks.append(
+                {
+                    **base,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {
+                                "tool_calls": [
+                                    {
+                                        "index": index,
+                                        "id": tool_call["id"],
+                                        "type": "function",
+                                        "function": {
+                                            "name": tool_call["function"]["name"],
+                                            "arguments": arguments[:half],
+                                        },
+                                    }
+                                ]
+                            },
+                            "finish_reason": None,
+                        }
+                    ],
+                }
+            )
+            chunks.append(
+                {
+                    **base,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {"tool_calls": [{"index": index, "function": {"arguments": arguments[half:]}}]},
+                            "finish_reason": None,
+                        }
+                    ],
+                }
+            )
         finish = "tool_calls" if answer.get("tool_calls") else "stop"
         chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
         chunks.append({**base, "choices": [], "usage": self._usage(body)})
@@ -249,23 +290,27 @@ class ChatEndpoint(LocalServer):
 def llm_components(base_url: str, *, stream: bool = True) -> dict:
     """``as_llm.default`` (ReMe's openai backend) + ``agent_wrapper.default`` (agentscope), as in default.yaml."""
     return {
-        "as_llm": {"default": {
-            "backend": "openai",
-            "model": "fake-chat",
-            "stream": stream,
-            "context_size": 262144,
-            "max_retries": 1,
-            "credential": {"api_key": "test", "base_url": base_url},
-            "parameters": {"max_tokens": 4096, "thinking_enable": False},
-        }},
-        "agent_wrapper": {"default": {
-            "backend": "agentscope",
-            "as_llm": "default",
-            "permission_mode": "bypass",
-            "react_config": {"max_iters": 30},
-            "context_config": {"trigger_ratio": 0.8, "reserve_ratio": 0.1, "tool_result_limit": 50000},
-            "model_config": {"max_retries": 1},
-        }},
+        "as_llm": {
+            "default": {
+                "backend": "openai",
+                "model": "fake-chat",
+                "stream": stream,
+                "context_size": 262144,
+                "max_retries": 1,
+                "credential": {"api_key": "test", "base_url": base_url},
+                "parameters": {"max_tokens": 4096, "thinking_enable": False},
+            }
+        },
+        "agent_wrapper": {
+            "default": {
+                "backend": "agentscope",
+                "as_llm": "default",
+                "permission_mode": "bypass",
+                "react_config": {"max_iters": 30},
+                "context_config": {"trigger_ratio": 0.8, "reserve_ratio": 0.1, "tool_result_limit": 50000},
+                "model_config": {"max_retries": 1},
+            }
+        },
     }
 
 
@@ -275,8 +320,9 @@ def search_create_summarize(conversation: Conversation) -> dict:
         return call("procedure_search", query="stale search after config change", index="when_to_use")
     if conversation.step == 1:
         return call("procedure_create", operation_key="s1-1", **EXPERIENCE)
-    return say("Created one experience.\n<summary>The user rebuilt a stale search index after a config change."
-               "</summary>")
+    return say(
+        "Created one experience.\n<summary>The user rebuilt a stale search index after a config change.</summary>"
+    )
 
 
 def search_forever(conversation: Conversation) -> dict:
@@ -308,7 +354,9 @@ def one_experience_per_segment(conversation: Conversation) -> dict:
         if f"procedures/{name}" in conversation.prompt:
             return call("procedure_read", path=f"procedures/{name}")
         return call(
-            "procedure_create", filename=name, operation_key=f"s{segment}-1",
+            "procedure_create",
+            filename=name,
+            operation_key=f"s{segment}-1",
             description=f"Roll out part {segment} of the procedure",
             when_to_use=f"When the rollout reaches part {segment} of {conversation.total}",
             content=f"Run the steps of part {segment} in order and verify each before moving on.",

@@ -22,15 +22,24 @@ DIMENSIONS = 64
 PLUGINS = 'plugins=["procedure-memory"]'
 
 
-HIDDEN_JOBS = ("procedure_create", "procedure_update", "procedure_auto_memory", "procedure_reindex", "procedure_export",
-               "procedure_delete", "procedure_dump")
+HIDDEN_JOBS = (
+    "procedure_create",
+    "procedure_update",
+    "procedure_auto_memory",
+    "procedure_reindex",
+    "procedure_export",
+    "procedure_delete",
+    "procedure_dump",
+)
 
 
 SERVED_JOBS = ("procedure_search", "procedure_read", "procedure_list", "procedure_imports", "procedure_history")
 
 
-TRAJECTORY = b'{"role": "user", "content": "search results are stale after the config change"}\n' \
-             b'{"role": "assistant", "content": "rebuilding the index"}\n'
+TRAJECTORY = (
+    b'{"role": "user", "content": "search results are stale after the config change"}\n'
+    b'{"role": "assistant", "content": "rebuilding the index"}\n'
+)
 
 
 REBUILD = experience_record(
@@ -112,7 +121,12 @@ class Reme:
 
     def run(self, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
         return subprocess.run(
-            [str(REME), *args], cwd=self.cwd, env=self.env, capture_output=True, text=True, timeout=timeout,
+            [str(REME), *args],
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
         )
 
     def start_job(self, job: str, ws: Path, *job_args: str) -> subprocess.CompletedProcess:
@@ -125,8 +139,12 @@ class Reme:
 
 
 def start_args(ws: Path) -> list[str]:
-    return [PLUGINS, f"workspace_dir={ws}", "log_to_file=false",
-            f"components.as_embedding.procedure.dimensions={DIMENSIONS}"]
+    return [
+        PLUGINS,
+        f"workspace_dir={ws}",
+        "log_to_file=false",
+        f"components.as_embedding.procedure.dimensions={DIMENSIONS}",
+    ]
 
 
 def make_reme(root: Path, endpoint: EmbeddingEndpoint, tokenizer: Path) -> Reme:
@@ -136,18 +154,22 @@ def make_reme(root: Path, endpoint: EmbeddingEndpoint, tokenizer: Path) -> Reme:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("EMBEDDING_", "LLM_", "REME_"))}
     # this checkout's code, not whatever the venv's editable install points at (a git worktree tests its own)
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "src")
-    env.update({
-        "HF_HUB_OFFLINE": "1",
-        "PYTHONIOENCODING": "utf-8",
-        "EMBEDDING_BASE_URL": endpoint.base_url,
-        "EMBEDDING_API_KEY": "test",
-        "EMBEDDING_MODEL_NAME": "fake",
-        "EMBEDDING_BACKEND": "openai",
-        "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
-        # the import's preflight needs model settings; a closed port (its probe refuses it): an import test sets its own
-        "LLM_BACKEND": "openai", "LLM_API_KEY": "test", "LLM_MODEL_NAME": "fake",
-        "LLM_BASE_URL": "http://127.0.0.1:9/v1",
-    })
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "PYTHONIOENCODING": "utf-8",
+            "EMBEDDING_BASE_URL": endpoint.base_url,
+            "EMBEDDING_API_KEY": "test",
+            "EMBEDDING_MODEL_NAME": "fake",
+            "EMBEDDING_BACKEND": "openai",
+            "PROCEDURE_TOKENIZER_SOURCE": str(tokenizer),
+            # the import's preflight needs model settings; a closed port (its probe refuses it): an import test sets its own
+            "LLM_BACKEND": "openai",
+            "LLM_API_KEY": "test",
+            "LLM_MODEL_NAME": "fake",
+            "LLM_BASE_URL": "http://127.0.0.1:9/v1",
+        }
+    )
     return Reme(env=env, cwd=cwd)
 
 
@@ -172,7 +194,10 @@ def running_server(reme, ws: Path, log: Path, *extra: str):
     with open(log, "wb") as out:
         proc = subprocess.Popen(
             [str(REME), "start", *start_args(ws), "service.host=127.0.0.1", f"service.port={port}", *extra],
-            cwd=reme.cwd, env=reme.env, stdout=out, stderr=subprocess.STDOUT,
+            cwd=reme.cwd,
+            env=reme.env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
         )
     try:
         wait_for_service(proc, port, log)

@@ -12,8 +12,11 @@ from helpers import FIXTURES, experience_record, place_trajectory, summary
 def corpus():
     rows = [json.loads(line) for line in (FIXTURES / "experiences.jsonl").read_text().splitlines()]
     return [
-        (f"exp-{i:02d}.json", experience_record(r["content"].splitlines()[0][:100], r["when_to_use"], r["content"]),
-         r["task_query"])
+        (
+            f"exp-{i:02d}.json",
+            experience_record(r["content"].splitlines()[0][:100], r["when_to_use"], r["content"]),
+            r["task_query"],
+        )
         for i, r in enumerate(rows)
     ]
 
@@ -59,6 +62,7 @@ def replies(text="Nothing reusable here."):
 
 def summarises(text="Nothing reusable here."):
     """A reply whose rolling summary takes in the segment it read (an unchanged summary is invalid)."""
+
     async def script(tools, prompt, kwargs):
         number = re.search(r"segment (\d+) of", prompt)[1]
         return summary(f"{text} Read up to segment {number}.")
@@ -67,8 +71,9 @@ def summarises(text="Nothing reusable here."):
 
 
 def long_trajectory(lines: int = 40) -> str:
-    return "".join(f'{{"turn": {i}, "role": "assistant", "content": "step {i} of the rollout procedure"}}\n'
-                   for i in range(lines))
+    return "".join(
+        f'{{"turn": {i}, "role": "assistant", "content": "step {i} of the rollout procedure"}}\n' for i in range(lines)
+    )
 
 
 def creates(*names: str, key_prefix: str = "k"):
@@ -76,9 +81,14 @@ def creates(*names: str, key_prefix: str = "k"):
 
     async def script(tools, prompt, kwargs):
         for name in names:
-            await tools.call("procedure_create", filename=name, operation_key=f"{key_prefix}-{name}",
-                             description=f"About {name}", when_to_use=f"When {name} matters",
-                             content=f"Do the {name} steps.")
+            await tools.call(
+                "procedure_create",
+                filename=name,
+                operation_key=f"{key_prefix}-{name}",
+                description=f"About {name}",
+                when_to_use=f"When {name} matters",
+                content=f"Do the {name} steps.",
+            )
         return summary(f"wrote {', '.join(names)}")
 
     return script

@@ -33,8 +33,11 @@ class Faults:
             return real_fsync(fd)
 
         def fake_builtin_open(file, mode="r", *args, **kwargs):  # Python's open() does not call os.open
-            if isinstance(file, (str, bytes, os.PathLike)) and set(mode) & set("wax+") \
-                    and self._below(os.fsdecode(file), self.denied):
+            if (
+                isinstance(file, (str, bytes, os.PathLike))
+                and set(mode) & set("wax+")
+                and self._below(os.fsdecode(file), self.denied)
+            ):
                 self.hits.append(f"open {os.fsdecode(file)}")
                 raise PermissionError(errno.EACCES, "Permission denied", os.fsdecode(file))
             return real_builtin_open(file, mode, *args, **kwargs)

@@ -28,8 +28,21 @@ class MutatingCalls:
 
     def __init__(self, monkeypatch, root: Path, kill_at: int | None = None) -> None:
         self.root, self.kill_at, self.done = str(root), kill_at, []
-        real = {name: getattr(os, name) for name in
-                ("open", "rename", "replace", "unlink", "remove", "rmdir", "mkdir", "link", "symlink", "truncate")}
+        real = {
+            name: getattr(os, name)
+            for name in (
+                "open",
+                "rename",
+                "replace",
+                "unlink",
+                "remove",
+                "rmdir",
+                "mkdir",
+                "link",
+                "symlink",
+                "truncate",
+            )
+        }
         real_builtin_open = builtins.open
 
         def resolve(path, dir_fd=None) -> str:
@@ -55,6 +68,7 @@ class MutatingCalls:
             def call(src, dst, *args, src_dir_fd=None, dst_dir_fd=None, **kwargs):
                 self._check(f"{name} {resolve(src, src_dir_fd)} -> {resolve(dst, dst_dir_fd)}")
                 return real[name](src, dst, *args, src_dir_fd=src_dir_fd, dst_dir_fd=dst_dir_fd, **kwargs)
+
             return call
 
         def one_path(name):
@@ -63,6 +77,7 @@ class MutatingCalls:
                 if dir_fd is None:
                     return real[name](path, *args, **kwargs)
                 return real[name](path, *args, dir_fd=dir_fd, **kwargs)
+
             return call
 
         def fake_symlink(src, dst, *args, dir_fd=None, **kwargs):

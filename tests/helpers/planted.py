@@ -43,8 +43,10 @@ def _password(rng: random.Random, n: int, symbols: str = "!@#^_+-=") -> str:
     URL, ``symbols="!_-"``: the ones a URL's user info may hold unencoded)."""
     while True:
         value = rng.choice(string.ascii_letters) + _pick(rng, B62 + symbols, n - 1)
-        if all(any(c in group for c in value) for group in (string.ascii_lowercase, string.ascii_uppercase,
-                                                             string.digits, symbols)):
+        if all(
+            any(c in group for c in value)
+            for group in (string.ascii_lowercase, string.ascii_uppercase, string.digits, symbols)
+        ):
             return value
 
 
@@ -58,7 +60,7 @@ def _b64url(data: bytes) -> str:
 
 def _pem(rng: random.Random, label: str, n_bytes: int, headers: str = "") -> str:
     body = _b64(rng, n_bytes)
-    lines = "\n".join(body[i:i + 64] for i in range(0, len(body), 64))
+    lines = "\n".join(body[i : i + 64] for i in range(0, len(body), 64))
     return f"-----BEGIN {label}-----\n{headers}{lines}\n-----END {label}-----"
 
 
@@ -81,39 +83,69 @@ def planted(seed: int = 0) -> list[Planted]:
     add("private_key", "pkcs8", _pem(rng, "PRIVATE KEY", 1218))
     add("private_key", "ec-pem", _pem(rng, "EC PRIVATE KEY", 121))
     add("private_key", "openssh", _pem(rng, "OPENSSH PRIVATE KEY", 399))
-    add("private_key", "encrypted-pem", _pem(rng, "RSA PRIVATE KEY", 1192,
-                                             "Proc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,"
-                                             f"{_pick(rng, HEX, 32).upper()}\n\n"))
+    add(
+        "private_key",
+        "encrypted-pem",
+        _pem(
+            rng,
+            "RSA PRIVATE KEY",
+            1192,
+            f"Proc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,{_pick(rng, HEX, 32).upper()}\n\n",
+        ),
+    )
     add("private_key", "pgp", _pem(rng, "PGP PRIVATE KEY BLOCK", 900, "Version: GnuPG v2\n\n"))
     add("aws_access_key", "akia", "AKIA" + _pick(rng, B32, 16), "aws_access_key_id = {}")
     add("aws_access_key", "asia", "ASIA" + _pick(rng, B32, 16), "export AWS_ACCESS_KEY_ID={}")
     add("aws_access_key", "aws-documented-example", "AKIAIOSFODNN7EXAMPLE", "the access key {} of the test account")
-    add("google_api_key", "aiza", "AIza" + _pick(rng, B64URL, 35), "https://maps.googleapis.com/maps/api/geocode"
-                                                                      "/json?address=Paris&key={}")
+    add(
+        "google_api_key",
+        "aiza",
+        "AIza" + _pick(rng, B64URL, 35),
+        "https://maps.googleapis.com/maps/api/geocode/json?address=Paris&key={}",
+    )
     add("google_oauth", "gocspx", "GOCSPX-" + _pick(rng, B64URL, 28), '"client_secret": "{}"')
     add("google_oauth", "ya29", "ya29." + _pick(rng, B64URL, 160), "access token {}")
     add("anthropic_api_key", "sk-ant", "sk-ant-api03-" + _pick(rng, B64URL, 93) + "AA", "ANTHROPIC_API_KEY={}")
-    add("openai_api_key", "sk-proj", "sk-proj-" + _pick(rng, B64URL, 156), "client = OpenAI(api_key=\"{}\")")
-    add("openai_api_key", "sk-legacy", "sk-" + _pick(rng, B62, 20) + "T3BlbkFJ" + _pick(rng, B62, 20),
-        "OPENAI_API_KEY={}")
+    add("openai_api_key", "sk-proj", "sk-proj-" + _pick(rng, B64URL, 156), 'client = OpenAI(api_key="{}")')
+    add(
+        "openai_api_key",
+        "sk-legacy",
+        "sk-" + _pick(rng, B62, 20) + "T3BlbkFJ" + _pick(rng, B62, 20),
+        "OPENAI_API_KEY={}",
+    )
     add("openai_api_key", "sk-dashscope", "sk-" + _pick(rng, HEX, 32), "DASHSCOPE_API_KEY: {}")
-    add("github_token", "ghp", "ghp_" + _pick(rng, B62, 36), "git clone https://x-access-token@github.com/o/r "
-                                                                  "with GITHUB_TOKEN {}")
+    add(
+        "github_token",
+        "ghp",
+        "ghp_" + _pick(rng, B62, 36),
+        "git clone https://x-access-token@github.com/o/r with GITHUB_TOKEN {}",
+    )
     add("github_token", "ghs", "ghs_" + _pick(rng, B62, 36), "gh auth login --with-token <<< {}")
-    add("github_token", "fine-grained", "github_pat_" + _pick(rng, B62, 22) + "_" + _pick(rng, B62, 59),
-        "token: {}")
+    add("github_token", "fine-grained", "github_pat_" + _pick(rng, B62, 22) + "_" + _pick(rng, B62, 59), "token: {}")
     add("gitlab_token", "glpat", "glpat-" + _pick(rng, B64URL, 20), "PRIVATE-TOKEN: {}")
-    add("slack_token", "xoxb", f"xoxb-{rng.randrange(10**11, 10**12)}-{rng.randrange(10**12, 10**13)}-"
-                               f"{_pick(rng, B62, 24)}", "SLACK_BOT_TOKEN={}")
-    add("slack_token", "webhook", f"https://hooks.slack.com/services/T{_pick(rng, B32, 8)}/B{_pick(rng, B32, 10)}/"
-                                  f"{_pick(rng, B62, 24)}", "curl -X POST -d @msg.json {}")
+    add(
+        "slack_token",
+        "xoxb",
+        f"xoxb-{rng.randrange(10**11, 10**12)}-{rng.randrange(10**12, 10**13)}-{_pick(rng, B62, 24)}",
+        "SLACK_BOT_TOKEN={}",
+    )
+    add(
+        "slack_token",
+        "webhook",
+        f"https://hooks.slack.com/services/T{_pick(rng, B32, 8)}/B{_pick(rng, B32, 10)}/{_pick(rng, B62, 24)}",
+        "curl -X POST -d @msg.json {}",
+    )
     add("stripe_key", "sk-live", "sk_live_" + _pick(rng, B62, 99), "stripe.api_key = '{}'")
     add("stripe_key", "rk-live", "rk_live_" + _pick(rng, B62, 24), "restricted key {}")
     add("huggingface_token", "hf", "hf_" + _pick(rng, string.ascii_letters, 34), "huggingface-cli login --token {}")
     add("provider_api_key", "npm", "npm_" + _pick(rng, B62, 36), "//registry.npmjs.org/:_authToken={}")
     add("provider_api_key", "pypi", "pypi-AgEIcHlwaS5vcmc" + _pick(rng, B64URL, 120), "twine upload -p {}")
-    add("provider_api_key", "sendgrid", "SG." + _pick(rng, B64URL, 22) + "." + _pick(rng, B64URL, 43),
-        "SENDGRID_API_KEY={}")
+    add(
+        "provider_api_key",
+        "sendgrid",
+        "SG." + _pick(rng, B64URL, 22) + "." + _pick(rng, B64URL, 43),
+        "SENDGRID_API_KEY={}",
+    )
     add("provider_api_key", "groq", "gsk_" + _pick(rng, B62, 52), "GROQ_API_KEY={}")
     add("provider_api_key", "xai", "xai-" + _pick(rng, B62, 80), "XAI_API_KEY={}")
     add("provider_api_key", "replicate", "r8_" + _pick(rng, B62, 37), "REPLICATE_API_TOKEN={}")
@@ -125,8 +157,12 @@ def planted(seed: int = 0) -> list[Planted]:
     add("password_in_url", "mongodb", _pick(rng, B62, 20), "mongodb+srv://admin:{}@cluster0.abcde.mongodb.net/")
     add("password_in_url", "redis-no-user", _password(rng, 14, "!_-"), "redis://:{}@cache.internal:6379/0")
     add("password_in_url", "human-password", "hunter2", "https://deploy:{}@git.example.com/repo.git")
-    add("basic_auth", "basic", base64.b64encode(f"svc-user:{_password(rng, 14)}".encode()).decode(),
-        "Authorization: Basic {}")
+    add(
+        "basic_auth",
+        "basic",
+        base64.b64encode(f"svc-user:{_password(rng, 14)}".encode()).decode(),
+        "Authorization: Basic {}",
+    )
     add("bearer_token", "bearer", _pick(rng, B62, 40), "curl -H 'Authorization: Bearer {}' https://api.example.com")
     add("bearer_token", "token-header", _pick(rng, HEX, 40), "Authorization: token {}")
     add("secret_assignment", "aws-secret", _b64(rng, 30), "aws_secret_access_key = {}")
@@ -135,11 +171,14 @@ def planted(seed: int = 0) -> list[Planted]:
     add("secret_assignment", "json-password", _password(rng, 14), '"password": "{}"')
     add("secret_assignment", "cli-password", _password(rng, 16), "mysql -u root --password {}")
     add("secret_assignment", "api-key-header", _pick(rng, HEX, 32), "X-Api-Key: {}")
-    add("secret_assignment", "azure-account-key", _b64(rng, 64), "DefaultEndpointsProtocol=https;AccountName=logs;"
-                                                                 "AccountKey={};EndpointSuffix=core.windows.net")
+    add(
+        "secret_assignment",
+        "azure-account-key",
+        _b64(rng, 64),
+        "DefaultEndpointsProtocol=https;AccountName=logs;AccountKey={};EndpointSuffix=core.windows.net",
+    )
     add("secret_assignment", "session-token", _b64(rng, 120), "AWS_SESSION_TOKEN={}")
-    add("secret_assignment", "uuid-api-key", str(uuid.UUID(int=rng.getrandbits(128), version=4)),
-        "HEROKU_API_KEY={}")
+    add("secret_assignment", "uuid-api-key", str(uuid.UUID(int=rng.getrandbits(128), version=4)), "HEROKU_API_KEY={}")
     add("secret_assignment", "yaml-webhook-secret", _pick(rng, B62, 24), "webhook_secret: {}")
     add("secret_assignment", "kwarg-token", _pick(rng, HEX, 64), 'client = Client(auth_token="{}")')
     # issue 30: a token as a URL's user, passwords on command lines, short password names
@@ -163,9 +202,17 @@ def in_trajectory(item: Planted, style: str) -> str:
     JSON), ``md`` (a Markdown transcript line) or ``log`` (a timestamped log line)."""
     if style == "jsonl":
         arguments = json.dumps({"command": item.text})
-        call = {"role": "assistant", "content": None, "tool_calls": [{"id": "call_" + "Q3kT9x" * 4, "type": "function",
-                                                                      "function": {"name": "run_shell",
-                                                                                   "arguments": arguments}}]}
+        call = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": "call_" + "Q3kT9x" * 4,
+                    "type": "function",
+                    "function": {"name": "run_shell", "arguments": arguments},
+                }
+            ],
+        }
         return json.dumps(call) + "\n"
     if style == "md":
         return f"**assistant → tool** `run_shell(command={item.text!r})`\n\n"
@@ -233,10 +280,16 @@ def look_alikes(seed: int = 0) -> list[tuple[str, str]]:
         ("sshpass-placeholder", "sshpass -p '<password>' ssh deploy@host; sshpass -e ssh host"),
         ("curl-placeholders", 'curl -u "$USER:$PASS" https://x.example.com; curl -u admin:admin http://localhost:9200'),
         ("pw-placeholder", "pw=<PASSWORD> and pwd=`pwd`"),
-        ("url-users", "https://x-access-token@github.com/o/r, ssh://git@gitlab.example.com:2222/g/p.git, "
-                      f"https://{_pick(rng, string.ascii_lowercase, 8)}-bot@git.example.com/r.git"),
-        ("key-headers-doc", "Copy everything from -----BEGIN OPENSSH PRIVATE KEY----- through "
-                            "-----END OPENSSH PRIVATE KEY----- into ~/.ssh/id_ed25519."),
+        (
+            "url-users",
+            "https://x-access-token@github.com/o/r, ssh://git@gitlab.example.com:2222/g/p.git, "
+            f"https://{_pick(rng, string.ascii_lowercase, 8)}-bot@git.example.com/r.git",
+        ),
+        (
+            "key-headers-doc",
+            "Copy everything from -----BEGIN OPENSSH PRIVATE KEY----- through "
+            "-----END OPENSSH PRIVATE KEY----- into ~/.ssh/id_ed25519.",
+        ),
         ("cyrillic-prose", "Пароль и токен храните в переменных окружения, а не в коде."),
         ("chinese-prose", "密码：请使用环境变量，不要写在代码里（见 README）。"),
         ("fullwidth-words", "ｐａｓｓｗｏｒｄ： ｓｅｅ ｔｈｅ ｖａｕｌｔ"),
@@ -248,5 +301,9 @@ def fragments(secret: str, size: int = 8) -> set[str]:
     """Every run of ``size`` characters of ``secret`` that holds random material (a digit or a capital): what an
     answer must never repeat. A key block's lines count one by one; public parts of a format (``https://``,
     ``hooks.slack.com``) are not secret."""
-    return {part[i:i + size] for part in secret.split() for i in range(len(part) - size + 1)
-            if any(c.isdigit() or c.isupper() for c in part[i:i + size])}
+    return {
+        part[i : i + size]
+        for part in secret.split()
+        for i in range(len(part) - size + 1)
+        if any(c.isdigit() or c.isupper() for c in part[i : i + size])
+    }

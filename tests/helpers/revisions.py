@@ -20,19 +20,22 @@ CONTENTS = [
 
 def revising_agent():
     """Segment 1 creates the experience and revises it; segment 2 revises it again (its expected version read)."""
+
     async def segment_1(tools, prompt, kwargs):
         ok, created = await tools.call("procedure_create", filename=NAME, **FIELDS)
         assert ok, created
-        ok, updated = await tools.call("procedure_update", path=PATH, expected_version=created["version"],
-                                       content=CONTENTS[1])
+        ok, updated = await tools.call(
+            "procedure_update", path=PATH, expected_version=created["version"], content=CONTENTS[1]
+        )
         assert ok, updated
         return summary("Created and revised the rebuild experience in segment 1.")
 
     async def segment_2(tools, prompt, kwargs):
         ok, read = await tools.call("procedure_read", path=PATH)
         assert ok, read
-        ok, updated = await tools.call("procedure_update", path=PATH, expected_version=read["version"],
-                                       content=CONTENTS[2])
+        ok, updated = await tools.call(
+            "procedure_update", path=PATH, expected_version=read["version"], content=CONTENTS[2]
+        )
         assert ok, updated
         return "Revised it once more."
 

@@ -23,18 +23,32 @@ def agent() -> list:
     async def segment(tools, prompt, kwargs):
         number = int(prompt.split("segment ", 1)[1].split(" of", 1)[0])
         if number == 1:
-            ok, ans = await tools.call("procedure_create", filename=CREATED[0], operation_key="s1-1",
-                                       description="Roll out behind a canary",
-                                       when_to_use="Before a risky deployment of the rollout service",
-                                       content="Rotate the canary deployment, watch errors, then promote.")
+            ok, ans = await tools.call(
+                "procedure_create",
+                filename=CREATED[0],
+                operation_key="s1-1",
+                description="Roll out behind a canary",
+                when_to_use="Before a risky deployment of the rollout service",
+                content="Rotate the canary deployment, watch errors, then promote.",
+            )
             assert ok, ans
         elif number == 2:
-            ok, ans = await tools.call("procedure_update", path=f"procedures/{REVISED}", expected_version=original,
-                                       operation_key="s2-1", content="Drain the rollout queue first, then proceed.")
+            ok, ans = await tools.call(
+                "procedure_update",
+                path=f"procedures/{REVISED}",
+                expected_version=original,
+                operation_key="s2-1",
+                content="Drain the rollout queue first, then proceed.",
+            )
             assert ok, ans
-            ok, ans = await tools.call("procedure_create", filename=CREATED[1], operation_key="s2-2",
-                                       description="Drain a queue", when_to_use="When the rollout queue backs up",
-                                       content="Drain the rollout queue first, then restart its workers.")
+            ok, ans = await tools.call(
+                "procedure_create",
+                filename=CREATED[1],
+                operation_key="s2-2",
+                description="Drain a queue",
+                when_to_use="When the rollout queue backs up",
+                content="Drain the rollout queue first, then restart its workers.",
+            )
             assert ok, ans
         return summary(f"Read up to segment {number}: rollout steps.")
 

@@ -55,13 +55,17 @@ def view_content(app) -> dict:
     for view, store in memory.workspace.views.stores.items():
         out[view] = {"indexed": memory.workspace.views.indexed(view)}
         for _, _, query in corpus()[:6]:
-            out[view][query] = (dict(store.keyword_paths(query, 500)),
-                                {p: round(s, 12) for p, s in store.nearest_paths(hashed_vector(query, 64), 500)})
+            out[view][query] = (
+                dict(store.keyword_paths(query, 500)),
+                {p: round(s, 12) for p, s in store.nearest_paths(hashed_vector(query, 64), 500)},
+            )
     return out
 
 
-WORDS = ("queue worker deploy rollback cache token index shard node cluster replica lease quota bucket ticket flight "
-         "price account portfolio engine door brake fuel tire message file folder").split()
+WORDS = (
+    "queue worker deploy rollback cache token index shard node cluster replica lease quota bucket ticket flight "
+    "price account portfolio engine door brake fuel tire message file folder"
+).split()
 
 
 async def create_some(app, count, prefix="c"):
@@ -71,9 +75,16 @@ async def create_some(app, count, prefix="c"):
     rng = random.Random(prefix)
     for i in range(count):
         words = rng.sample(WORDS, 9)
-        ok, ans = await call_tool(app, run, "procedure_create", filename=f"{prefix}-{i}.json", operation_key=f"{prefix}{i}",
-                                  description="d", when_to_use="when the " + " ".join(words[:5]) + " fails",
-                                  content="check the " + " then the ".join(words[3:]))
+        ok, ans = await call_tool(
+            app,
+            run,
+            "procedure_create",
+            filename=f"{prefix}-{i}.json",
+            operation_key=f"{prefix}{i}",
+            description="d",
+            when_to_use="when the " + " ".join(words[:5]) + " fails",
+            content="check the " + " then the ".join(words[3:]),
+        )
         assert ok, ans
 
 
@@ -99,9 +110,13 @@ async def branch_scores(app, queries) -> dict:
         for query in queries:
             ok, ans = await run_job(app, "procedure_search", query=query, index=view, limit=50)
             assert ok and ans["index_complete"], ans
-            out[(view, query)] = {r["path"]: (None if r["scores"]["vector"] is None else round(r["scores"]["vector"], 6),
-                                              None if r["scores"]["keyword"] is None else round(r["scores"]["keyword"], 6))
-                                  for r in ans["results"]}
+            out[(view, query)] = {
+                r["path"]: (
+                    None if r["scores"]["vector"] is None else round(r["scores"]["vector"], 6),
+                    None if r["scores"]["keyword"] is None else round(r["scores"]["keyword"], 6),
+                )
+                for r in ans["results"]
+            }
     return out
 
 

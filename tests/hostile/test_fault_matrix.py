@@ -61,6 +61,7 @@ class DurableWrites:
                 real_append(state, entries)
                 with open(state.part_file("log"), "r+b") as handle:  # half of what was appended reached the disk
                     handle.truncate(before + (state.part_file("log").stat().st_size - before) // 2)
+
             self._maybe_die(state.part_file("log"), torn)
             return real_append(state, entries)
 
@@ -90,9 +91,14 @@ async def outcome(make_app, ws: Path, answer: dict | None) -> dict:
         journal = {op.key: op.status for op in memory.workspace.journal.records("imp")}
         assert memory.workspace.journal.open_records() == []
         scores = await branch_scores(app, QUERIES)
-    return {"experiences": tree(ws, "procedures"), "trajectories": tree(ws, "session"), "journal": journal,
-            "answer": answer and {k: answer[k] for k in ("status", "experiences", "segments", "path")},
-            "scores": scores, "temp_files": temp_files(ws)}
+    return {
+        "experiences": tree(ws, "procedures"),
+        "trajectories": tree(ws, "session"),
+        "journal": journal,
+        "answer": answer and {k: answer[k] for k in ("status", "experiences", "segments", "path")},
+        "scores": scores,
+        "temp_files": temp_files(ws),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -163,10 +169,16 @@ async def finish_nothing(make_app, ws: Path):
 async def do_start(make_app, ws: Path):
     edit_by_hand(ws, [corpus()[3][0]])
     (ws / "procedures" / corpus()[4][0]).unlink()
-    (ws / "procedures" / "late.json").write_text(json.dumps({
-        "description": "Rotate a canary", "when-to-use": "When the canary deployment fails",
-        "content": "Rotate the canary deployment and drain the rollout queue.",
-        "sources": ["session/trajectories/run.jsonl"]}))
+    (ws / "procedures" / "late.json").write_text(
+        json.dumps(
+            {
+                "description": "Rotate a canary",
+                "when-to-use": "When the canary deployment fails",
+                "content": "Rotate the canary deployment and drain the rollout queue.",
+                "sources": ["session/trajectories/run.jsonl"],
+            }
+        )
+    )
     app = make_app.build(workspace=ws)
     await app.start()  # reconciles the changes into the views' logs
     await app.close()
@@ -190,7 +202,8 @@ def test_the_clean_runs_equal_a_fresh_rebuild_and_leave_nothing_behind(clean):
     assert clean["import"]["journal"] == {"s1-1": "indexed", "s2-1": "indexed", "s2-2": "indexed"}
     assert clean["import"]["answer"]["experiences"] == {
         "created": ["procedures/canary-rollout.json", "procedures/drain-queue.json"],
-        "updated": [f"procedures/{REVISED}"]}
+        "updated": [f"procedures/{REVISED}"],
+    }
 
 
 def count_writes(scenario: str, tmp_path, word_tokenizer) -> int:
@@ -249,15 +262,17 @@ async def killed(make_app, monkeypatch, kill_at: int, work, must_die: bool = Tru
 
 @pytest.mark.parametrize("scenario,kill_at", [(s, k) for s in SCENARIOS for k in range(WRITES[s])])
 async def test_a_kill_at_any_durable_write_then_restart_equals_a_clean_run(
-        scenario, kill_at, clean, make_app, tmp_path, monkeypatch):
+    scenario, kill_at, clean, make_app, tmp_path, monkeypatch
+):
     ws = await indexed_corpus(make_app, tmp_path / "ws")
     await killed(make_app, monkeypatch, kill_at, lambda: SCENARIOS[scenario](make_app, ws))
     await check_finished(scenario, clean, make_app, ws)
 
 
 @pytest.mark.parametrize("kill_at", range(0, WRITES["import"], 5))
-async def test_a_second_kill_during_the_resume_still_ends_like_a_clean_run(kill_at, clean, make_app, tmp_path,
-                                                                           monkeypatch):
+async def test_a_second_kill_during_the_resume_still_ends_like_a_clean_run(
+    kill_at, clean, make_app, tmp_path, monkeypatch
+):
     ws = await indexed_corpus(make_app, tmp_path / "ws")
     await killed(make_app, monkeypatch, kill_at, lambda: do_import(make_app, ws))
 

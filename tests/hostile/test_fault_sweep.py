@@ -139,14 +139,21 @@ async def outcome(make_app, ws: Path) -> dict:
             assert damaged == {}
             scopes[scope or "by hand"] = sorted(
                 (op.path, op.tool, op.key if op.scope else "", op.status, op.target_version, op.expected_version)
-                for op in ops if journal.ref(op).name not in removing)
+                for op in ops
+                if journal.ref(op).name not in removing
+            )
         histories = {}
         for path in TOUCHED:
             ok, answer = await run_job(app, "procedure_history", path=path, diff=True)
             histories[path] = without_times(answer)
         ok, imports = await run_job(app, "procedure_imports")
-    return {"experiences": tree(ws, "procedures"), "scopes": scopes, "histories": histories,
-            "imports": without_times(imports), "temp_files": sorted(str(p) for p in ws.rglob("*.tmp"))}
+    return {
+        "experiences": tree(ws, "procedures"),
+        "scopes": scopes,
+        "histories": histories,
+        "imports": without_times(imports),
+        "temp_files": sorted(str(p) for p in ws.rglob("*.tmp")),
+    }
 
 
 @pytest.fixture(scope="module")
@@ -203,8 +210,12 @@ def sampled(calls: list[str]) -> list[int]:
     for k, call in enumerate(calls):
         if call.startswith("open ") and call.endswith(".pending"):
             keep.add(k + 1)
-        elif (call.startswith("rename ") and "/paths/" in call) or (call.startswith("replace ") and "compacted" in call) \
-                or (call.startswith("unlink ") and ".v2/" in call) or k % STRIDE == 0:
+        elif (
+            (call.startswith("rename ") and "/paths/" in call)
+            or (call.startswith("replace ") and "compacted" in call)
+            or (call.startswith("unlink ") and ".v2/" in call)
+            or k % STRIDE == 0
+        ):
             keep.add(k)
     return sorted(k for k in keep if k < len(calls))
 
@@ -255,13 +266,15 @@ async def kill_and_finish(scenario: str, kill_at: int, clean: dict, tmp_path: Pa
 
 
 @pytest.mark.parametrize("scenario,slot", [(name, slot) for name, count in SAMPLES.items() for slot in range(count)])
-async def test_a_kill_at_a_sampled_mutating_call_then_finishing_equals_a_clean_run(scenario, slot, clean, tmp_path,
-                                                                                   sweep_tokenizer):
+async def test_a_kill_at_a_sampled_mutating_call_then_finishing_equals_a_clean_run(
+    scenario, slot, clean, tmp_path, sweep_tokenizer
+):
     await kill_and_finish(scenario, sampled(clean[scenario]["calls"])[slot], clean, tmp_path, sweep_tokenizer)
 
 
 @pytest.mark.fault_sweep
 @pytest.mark.parametrize("scenario,kill_at", [(name, k) for name, count in CALLS.items() for k in range(count)])
-async def test_a_kill_at_any_mutating_call_then_finishing_equals_a_clean_run(scenario, kill_at, clean, tmp_path,
-                                                                             sweep_tokenizer):
+async def test_a_kill_at_any_mutating_call_then_finishing_equals_a_clean_run(
+    scenario, kill_at, clean, tmp_path, sweep_tokenizer
+):
     await kill_and_finish(scenario, kill_at, clean, tmp_path, sweep_tokenizer)

@@ -42,8 +42,16 @@ def tmp_files(root: Path) -> list[str]:
 async def one_experience(app) -> None:
     """Create procedures/a.json through the real write tool inside an extraction run."""
     run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
-    ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k", description="d",
-                              when_to_use="w", content="c")
+    ok, ans = await call_tool(
+        app,
+        run,
+        "procedure_create",
+        filename="a.json",
+        operation_key="k",
+        description="d",
+        when_to_use="w",
+        content="c",
+    )
     assert ok, ans
 
 
@@ -51,7 +59,8 @@ async def one_experience(app) -> None:
 
 
 async def test_unwritable_experience_directory_stops_the_import_and_the_resume_redoes_the_segment(
-        make_app, tmp_path, monkeypatch):
+    make_app, tmp_path, monkeypatch
+):
     original = write(tmp_path, "run.jsonl", JSONL)
     ws = tmp_path / "ws"
     faults = Faults(monkeypatch)
@@ -59,9 +68,14 @@ async def test_unwritable_experience_directory_stops_the_import_and_the_resume_r
 
     async def writes_two(tools, prompt, kwargs):
         for name in ("a.json", "b.json"):
-            ok, ans = await tools.call("procedure_create", filename=name, operation_key=f"k-{name}",
-                                       description=f"About {name}", when_to_use=f"When {name} matters",
-                                       content=f"Do the {name} steps.")
+            ok, ans = await tools.call(
+                "procedure_create",
+                filename=name,
+                operation_key=f"k-{name}",
+                description=f"About {name}",
+                when_to_use=f"When {name} matters",
+                content=f"Do the {name} steps.",
+            )
             answers.append(ans)
         return summary("wrote a and b")
 
@@ -89,7 +103,8 @@ async def test_unwritable_experience_directory_stops_the_import_and_the_resume_r
 
 
 async def test_unwritable_journal_from_segment_two_stops_there_and_the_ledger_shows_the_failure(
-        make_app, tmp_path, monkeypatch):
+    make_app, tmp_path, monkeypatch
+):
     original = write(tmp_path, "run.jsonl", long_trajectory(12))
     ws = tmp_path / "ws"
     faults = Faults(monkeypatch)
@@ -122,8 +137,7 @@ async def test_unwritable_journal_from_segment_two_stops_there_and_the_ledger_sh
     async with make_app(workspace=ws, scripts=[resumed] * 10, components=SEGMENTED) as app:
         ok, ans = await import_file(app, original, request_id="j-1")
         assert ok and ans["segments"] == {"done": total, "total": total}, ans
-        assert sorted(p.name for p in (ws / "procedures").iterdir()) == [f"part-{n}.json" for n in
-                                                                          range(1, total + 1)]
+        assert sorted(p.name for p in (ws / "procedures").iterdir()) == [f"part-{n}.json" for n in range(1, total + 1)]
 
 
 async def test_a_failure_corrected_within_the_segment_lets_it_advance(make_app, tmp_path, monkeypatch):
@@ -133,13 +147,25 @@ async def test_a_failure_corrected_within_the_segment_lets_it_advance(make_app, 
 
     async def corrects(tools, prompt, kwargs):
         faults.denied = {ws / "procedures"}
-        ok, ans = await tools.call("procedure_create", filename="a.json", operation_key="k1", description="d",
-                                   when_to_use="when the disk was busy", content="c")
+        ok, ans = await tools.call(
+            "procedure_create",
+            filename="a.json",
+            operation_key="k1",
+            description="d",
+            when_to_use="when the disk was busy",
+            content="c",
+        )
         assert not ok and ans["error"]["code"] == "storage_error"
         faults.denied = set()
         # the same write under another key succeeds: nothing is lost, the segment may advance
-        ok, ans = await tools.call("procedure_create", filename="a.json", operation_key="k2", description="d",
-                                   when_to_use="when the disk was busy", content="c")
+        ok, ans = await tools.call(
+            "procedure_create",
+            filename="a.json",
+            operation_key="k2",
+            description="d",
+            when_to_use="when the disk was busy",
+            content="c",
+        )
         assert ok, ans
         return summary("s")
 
@@ -171,8 +197,9 @@ def truncate(path: Path) -> bytes:
 async def check_workspace_still_serves(make_app, ws: Path, tmp_path: Path) -> dict:
     """Start, search, reindex and another import all work; returns the reindex answer."""
     other = write(tmp_path, "other.log", "user: the queue backs up\nassistant: drained the queue\n")
-    async with make_app(workspace=ws, scripts=[creates("drain-queue.json", key_prefix="o")],
-                        components=SEGMENTED) as app:
+    async with make_app(
+        workspace=ws, scripts=[creates("drain-queue.json", key_prefix="o")], components=SEGMENTED
+    ) as app:
         ok, found = await run_job(app, "procedure_search", query="first part matters", index="when_to_use")
         assert ok and found["results"][0]["path"] == "procedures/first-part.json", found
         ok, reindexed = await run_job(app, "procedure_reindex")
@@ -240,7 +267,8 @@ async def test_an_import_record_deleted_by_hand_is_rebuilt_without_a_second_copy
 
 @pytest.mark.parametrize("directory", ["session/trajectories", "metadata/procedure/default/processing"])
 async def test_full_disk_for_the_copy_or_a_checkpoint_answers_disk_full_and_leaves_nothing_half_written(
-        make_app, tmp_path, monkeypatch, directory):
+    make_app, tmp_path, monkeypatch, directory
+):
     original = write(tmp_path, "run.jsonl", JSONL)
     ws = tmp_path / "ws"
     faults = Faults(monkeypatch)
@@ -301,19 +329,20 @@ async def test_searches_answer_within_the_search_timeout_while_a_pending_retry_h
     ws = tmp_path / "ws"
     (ws / "procedures").mkdir(parents=True)
     place_trajectory(ws)
-    (ws / "procedures/drain.json").write_text(json.dumps(experience_record(
-        "Drain a node", "Before rebooting a cluster node", "Cordon, drain, reboot.")))
+    (ws / "procedures/drain.json").write_text(
+        json.dumps(experience_record("Drain a node", "Before rebooting a cluster node", "Cordon, drain, reboot."))
+    )
     with EmbeddingEndpoint(64) as endpoint:
         endpoint.failing = True  # fails fast at start: the file is pending
         # a write timeout that no search may ever wait for; searches get 0.2 s
-        components = hanging_components(endpoint, embedding_timeout_seconds=3600,
-                                        search_embedding_timeout_seconds=0.2, vector_cooldown_seconds=0)
+        components = hanging_components(
+            endpoint, embedding_timeout_seconds=3600, search_embedding_timeout_seconds=0.2, vector_cooldown_seconds=0
+        )
         async with make_app(workspace=ws, embedding=False, components=components) as app:
             assert set(memory_of(app).workspace.pending) == {"procedures/drain.json"}
             endpoint.failing, endpoint.hanging = False, True
             # pending_retry_seconds is 0: this search starts a retry round that hangs for the write timeout
-            ok, ans = await asyncio.wait_for(
-                run_job(app, "procedure_search", query="rebooting cluster node"), 30)
+            ok, ans = await asyncio.wait_for(run_job(app, "procedure_search", query="rebooting cluster node"), 30)
             assert ok and ans["index_complete"] is False
             assert ans["vector_search"]["available"] is False and "0.2 s" in ans["vector_search"]["error"]
 
@@ -324,20 +353,34 @@ async def test_one_probe_at_a_time_while_the_provider_hangs_and_writes_keep_thei
     place_unicorn_experiences(ws, 3)
     with EmbeddingEndpoint(64) as endpoint:
         endpoint.hanging = True
-        components = hanging_components(endpoint, embedding_timeout_seconds=1, search_embedding_timeout_seconds=0.2,
-                                        vector_cooldown_seconds=0, pending_retry_seconds=3600)
+        components = hanging_components(
+            endpoint,
+            embedding_timeout_seconds=1,
+            search_embedding_timeout_seconds=0.2,
+            vector_cooldown_seconds=0,
+            pending_retry_seconds=3600,
+        )
         async with make_app(workspace=ws, embedding=False, components=components) as app:
             # the start waited for one provider call (one write timeout), then marked every file pending
             assert endpoint.requests == 1 and len(memory_of(app).workspace.pending) == 3
             before = endpoint.requests
-            answers = await asyncio.gather(*(run_job(app, "procedure_search", query=f"unicorn{i % 3} degrades")
-                                             for i in range(20)))
+            answers = await asyncio.gather(
+                *(run_job(app, "procedure_search", query=f"unicorn{i % 3} degrades") for i in range(20))
+            )
             assert all(ok and ans["vector_search"]["available"] is False for ok, ans in answers)
             # one search probed the provider; the others answered from BM25 at once instead of joining a wave
             assert endpoint.requests - before == 1, endpoint.requests - before
             run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
-            ok, ans = await call_tool(app, run, "procedure_create", filename="x.json", operation_key="x",
-                                      description="d", when_to_use="w", content="c")
+            ok, ans = await call_tool(
+                app,
+                run,
+                "procedure_create",
+                filename="x.json",
+                operation_key="x",
+                description="d",
+                when_to_use="w",
+                content="c",
+            )
             assert ans["status"] == "index_pending" and "within 1 s" in ans["error"]["message"]  # write timeout
             endpoint.hanging = False
             ok, ans = await run_job(app, "procedure_search", query="unicorn1 degrades")
@@ -443,8 +486,15 @@ async def test_experiences_and_copies_follow_the_umask_and_keep_a_chosen_mode(ma
             (ws / "procedures/a.json").chmod(0o640)  # a mode the user chose survives an update
             run = memory_of(app).grants.begin_attempt("req", [ans["path"]])
             ok, found = await run_job(app, "procedure_read", path="procedures/a.json")
-            ok, updated = await call_tool(app, run, "procedure_update", path="procedures/a.json",
-                                          expected_version=found["version"], content="new", operation_key="u")
+            ok, updated = await call_tool(
+                app,
+                run,
+                "procedure_update",
+                path="procedures/a.json",
+                expected_version=found["version"],
+                content="new",
+                operation_key="u",
+            )
             assert ok, updated
             assert mode("procedures/a.json") == 0o640
     finally:

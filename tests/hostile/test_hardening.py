@@ -39,8 +39,13 @@ def workspace_with_one_experience(tmp_path):
     ws = tmp_path / "ws"
     (ws / "procedures").mkdir(parents=True)
     place_trajectory(ws)
-    (ws / "procedures/rebuild-search.json").write_text(json.dumps(experience_record(
-        "Rebuild search", "when search results look stale after a config change", "rebuild the index")))
+    (ws / "procedures/rebuild-search.json").write_text(
+        json.dumps(
+            experience_record(
+                "Rebuild search", "when search results look stale after a config change", "rebuild the index"
+            )
+        )
+    )
     return ws
 
 
@@ -103,8 +108,10 @@ async def test_attempt_counter_is_durable_before_the_agent_runs(make_app, tmp_pa
 
 async def test_summary_quoting_a_closing_tag_is_not_truncated(make_app, tmp_path):
     original = two_segment_original(tmp_path)  # segment 1's summary is kept (the last needs none)
-    text = ("<summary>The user asked the agent to end every answer with a </summary> tag; the agent then rebuilt "
-            "the docs index and verified a known query.</summary>")
+    text = (
+        "<summary>The user asked the agent to end every answer with a </summary> tag; the agent then rebuilt "
+        "the docs index and verified a known query.</summary>"
+    )
     async with make_app(scripts=[no_summary(text), replies("last")], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="sum-1")
         assert ok, ans
@@ -149,12 +156,19 @@ async def test_search_in_flight_when_a_reindex_starts_never_reports_complete_emp
     model = GatedModel(64)
     async with make_app(workspace=ws, embedding=model) as app:
         # a new hand-written file: the reindex must embed it (a cache miss) and parks there, views already cleared
-        (ws / "procedures/inspect-logs.json").write_text(json.dumps(experience_record(
-            "Inspect logs", "blockme when a rebuild fails", "read the logs first")))
+        (ws / "procedures/inspect-logs.json").write_text(
+            json.dumps(experience_record("Inspect logs", "blockme when a rebuild fails", "read the logs first"))
+        )
         model.gate("blockq")
         model.gate("blockme")
-        search = asyncio.create_task(run_job(app, "procedure_search", index="when_to_use",
-                                             query="blockq search results look stale after a config change"))
+        search = asyncio.create_task(
+            run_job(
+                app,
+                "procedure_search",
+                index="when_to_use",
+                query="blockq search results look stale after a config change",
+            )
+        )
         await asyncio.wait_for(model.parked["blockq"].wait(), 5)  # the search is embedding its query
         reindex = asyncio.create_task(app.run_job("procedure_reindex"))
         await asyncio.wait_for(model.parked["blockme"].wait(), 5)  # the reindex cleared the views, is re-embedding
@@ -185,8 +199,10 @@ async def test_search_does_not_pay_the_provider_timeout_once_per_pending_file(ma
     ws = tmp_path / "ws"
     model = HangingModel(64)
     timeout = 0.25
-    components = {"procedure_memory": {"default": {"embedding_timeout_seconds": timeout}},
-                  "embedding_store": {"procedure": {"enable_cache": False}}}
+    components = {
+        "procedure_memory": {"default": {"embedding_timeout_seconds": timeout}},
+        "embedding_store": {"procedure": {"enable_cache": False}},
+    }
     async with make_app(workspace=ws, embedding=model, components=components) as app:
         place_unicorn_experiences(ws, 8)
         model.hang = True

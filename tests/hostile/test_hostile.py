@@ -37,9 +37,20 @@ from helpers.chat import ChatEndpoint
 from helpers.faults import Faults
 
 KNOWN_CODES = {
-    "invalid_argument", "path_outside_allowed_directory", "not_found", "invalid_experience", "already_exists",
-    "stale_version", "field_too_long", "no_active_extraction_run", "operation_key_conflict", "malformed_input",
-    "unsupported_format", "protected_path", "destination_not_allowed", "export_conflict",
+    "invalid_argument",
+    "path_outside_allowed_directory",
+    "not_found",
+    "invalid_experience",
+    "already_exists",
+    "stale_version",
+    "field_too_long",
+    "no_active_extraction_run",
+    "operation_key_conflict",
+    "malformed_input",
+    "unsupported_format",
+    "protected_path",
+    "destination_not_allowed",
+    "export_conflict",
 }
 SECRET = "OUTSIDE-SECRET-7f3a"
 EXPERIENCE = "procedures/rebuild-search-after-config-change.json"
@@ -50,19 +61,45 @@ TRAJECTORY = "session/trajectories/run.jsonl"
 # -- the hostile values ---------------------------------------------------------------------------------------------
 
 VALUES: list[tuple[str, Any]] = [
-    ("empty", ""), ("blank", " \t "), ("surrogate", "\ud800"), ("low-surrogate", "x\udcff"), ("nul", "a\x00b"),
-    ("escape-seq", "a\x1b[31mb"), ("newline", "line\nbreak"), ("traversal", "../../etc/passwd"),
-    ("deep-traversal", "procedures/../../../../etc/passwd"), ("absolute", "/etc/passwd"),
-    ("absolute-inside", "{WS}/" + EXPERIENCE), ("home", "~/.ssh/id_rsa"), ("backslash", "procedures\\..\\metadata"),
+    ("empty", ""),
+    ("blank", " \t "),
+    ("surrogate", "\ud800"),
+    ("low-surrogate", "x\udcff"),
+    ("nul", "a\x00b"),
+    ("escape-seq", "a\x1b[31mb"),
+    ("newline", "line\nbreak"),
+    ("traversal", "../../etc/passwd"),
+    ("deep-traversal", "procedures/../../../../etc/passwd"),
+    ("absolute", "/etc/passwd"),
+    ("absolute-inside", "{WS}/" + EXPERIENCE),
+    ("home", "~/.ssh/id_rsa"),
+    ("backslash", "procedures\\..\\metadata"),
     ("state-via-dotdot", "procedures/../metadata/procedure/default/workspace.lock"),
-    ("state", "metadata/procedure/default/workspace.lock"), ("long", "x" * 5000),
-    ("long-name", "procedures/" + "a" * 300 + ".json"), ("link-out", "procedures/escape.json"),
-    ("trajectory-link-out", "session/trajectories/escape.jsonl"), ("bad-name", "procedures/HP-Upper.json"),
-    ("glob", "procedures/*.json"), ("dot-segment", "procedures/./rebuild-search-after-config-change.json"),
-    ("url-encoded", "procedures%2F..%2F..%2Fetc%2Fpasswd"), ("directory", "procedures"), ("slash", "procedures/"),
-    ("unicode", "процедуры/🔥.json"), ("bidi", "\u202eprocedures"), ("json-text", '{"$ne": null}'),
-    ("number-text", "1e999"), ("sql", "' OR 1=1 --"), ("int", 7), ("zero", 0), ("negative", -1), ("float", 2.5),
-    ("huge-int", 10**30), ("true", True), ("list", [EXPERIENCE]), ("empty-list", []), ("object", {"path": "x"}),
+    ("state", "metadata/procedure/default/workspace.lock"),
+    ("long", "x" * 5000),
+    ("long-name", "procedures/" + "a" * 300 + ".json"),
+    ("link-out", "procedures/escape.json"),
+    ("trajectory-link-out", "session/trajectories/escape.jsonl"),
+    ("bad-name", "procedures/HP-Upper.json"),
+    ("glob", "procedures/*.json"),
+    ("dot-segment", "procedures/./rebuild-search-after-config-change.json"),
+    ("url-encoded", "procedures%2F..%2F..%2Fetc%2Fpasswd"),
+    ("directory", "procedures"),
+    ("slash", "procedures/"),
+    ("unicode", "процедуры/🔥.json"),
+    ("bidi", "\u202eprocedures"),
+    ("json-text", '{"$ne": null}'),
+    ("number-text", "1e999"),
+    ("sql", "' OR 1=1 --"),
+    ("int", 7),
+    ("zero", 0),
+    ("negative", -1),
+    ("float", 2.5),
+    ("huge-int", 10**30),
+    ("true", True),
+    ("list", [EXPERIENCE]),
+    ("empty-list", []),
+    ("object", {"path": "x"}),
     ("null", None),
 ]
 
@@ -129,8 +166,7 @@ def valid_tools(value: Any) -> bool:
     names = value.split(",") if isinstance(value, str) else value
     if not isinstance(names, list) or not 0 < len(names) <= 256:
         return False
-    return all(valid_text(n, numbers=False, max_chars=200) and not any(c.isspace() for c in n.strip())
-               for n in names)
+    return all(valid_text(n, numbers=False, max_chars=200) and not any(c.isspace() for c in n.strip()) for n in names)
 
 
 @dataclass(frozen=True)
@@ -157,12 +193,25 @@ SERVED_SLOTS = [
     Slot("procedure_read", "length", {"kind": "trajectory", "path": TRAJECTORY}, lambda v: valid_int(v, 1, None)),
     *[Slot(job, "limit", {}, lambda v: valid_int(v, 1, 500)) for job in ("procedure_list", "procedure_imports")],
     # a cursor is any text (it only says where a page starts): absent or "" is the first page
-    *[Slot(job, "cursor", {}, lambda v: v in (None, "") or valid_text(v, numbers=True, max_chars=4096))
-      for job in ("procedure_list", "procedure_imports")],
+    *[
+        Slot(job, "cursor", {}, lambda v: v in (None, "") or valid_text(v, numbers=True, max_chars=4096))
+        for job in ("procedure_list", "procedure_imports")
+    ],
     # procedure_history: paths as procedure_read refuses them; an entry of the directory (a link, a bad name) has a
     # history (its current content, unrecorded; a link is never followed)
-    Slot("procedure_history", "path", {}, lambda v: v in (
-        "procedures/./rebuild-search-after-config-change.json", "procedures/escape.json", "procedures/HP-Upper.json")),
+    Slot(
+        "procedure_history",
+        "path",
+        {},
+        lambda v: (
+            v
+            in (
+                "procedures/./rebuild-search-after-config-change.json",
+                "procedures/escape.json",
+                "procedures/HP-Upper.json",
+            )
+        ),
+    ),
     Slot("procedure_history", "diff", {"path": EXPERIENCE}, lambda v: valid_flag(v)),
     Slot("procedure_history", "offset", {"path": EXPERIENCE}, lambda v: valid_int(v, 0, None)),
     Slot("procedure_history", "limit", {"path": EXPERIENCE}, lambda v: valid_int(v, 1, 50)),
@@ -185,8 +234,14 @@ def served_cases() -> list[Case]:
     for slot in SERVED_SLOTS:
         for label, value in VALUES:
             kind = slot.base.get("kind", "")
-            cases.append(Case(f"{slot.job}{'-' + kind if kind else ''}-{slot.argument}-{label}", slot.job,
-                              {**slot.base, slot.argument: value}, slot.accepts(value)))
+            cases.append(
+                Case(
+                    f"{slot.job}{'-' + kind if kind else ''}-{slot.argument}-{label}",
+                    slot.job,
+                    {**slot.base, slot.argument: value},
+                    slot.accepts(value),
+                )
+            )
     return cases
 
 
@@ -240,8 +295,15 @@ GENERIC_REFUSED = [
     ("reindex", {"file_store": "procedure_when_to_use_content", "scope": "embedding"}),
 ]
 HIDDEN_JOBS = {
-    "procedure_create": {"filename": "x.json", "description": "a", "when_to_use": "b", "content": "c",
-                         "operation_key": "k", "_procedure_grant": "forged", "tool_context_id": "forged"},
+    "procedure_create": {
+        "filename": "x.json",
+        "description": "a",
+        "when_to_use": "b",
+        "content": "c",
+        "operation_key": "k",
+        "_procedure_grant": "forged",
+        "tool_context_id": "forged",
+    },
     "procedure_update": {"path": EXPERIENCE, "expected_version": "v", "content": "HACKED", "operation_key": "k"},
     "procedure_auto_memory": {"file": "/etc/passwd", "filename": "passwd.log"},
     "procedure_reindex": {},
@@ -287,8 +349,11 @@ def build_workspace(root: Path) -> Path:
     (outside / "secret.log").write_text(SECRET)
     (ws / "procedures").mkdir(parents=True)
     place_trajectory(ws, "run.jsonl", b'{"role": "user", "content": "search results are stale after a change"}\n')
-    for name, record in ((EXPERIENCE, REBUILD), ("procedures/inspect-logs-before-rebuilding.json", INSPECT),
-                         ("procedures/HP-Upper.json", REBUILD)):
+    for name, record in (
+        (EXPERIENCE, REBUILD),
+        ("procedures/inspect-logs-before-rebuilding.json", INSPECT),
+        ("procedures/HP-Upper.json", REBUILD),
+    ):
         (ws / name).write_text(json.dumps(record, indent=4))
     (ws / "procedures/escape.json").symlink_to(outside / "secret.json")
     (ws / "session/trajectories/escape.jsonl").symlink_to(outside / "secret.log")
@@ -313,8 +378,10 @@ class Served:
 
     def state(self) -> tuple[dict, dict]:
         """(the plugin's directories, everything around the workspace)."""
-        return (entries(*plugin_dirs(self.ws)),
-                entries(self.root, skip=(self.ws, self.root / "server.log", self.root / "cwd" / "logs")))
+        return (
+            entries(*plugin_dirs(self.ws)),
+            entries(self.root, skip=(self.ws, self.root / "server.log", self.root / "cwd" / "logs")),
+        )
 
 
 def ascii_json(obj: Any) -> bytes:
@@ -328,8 +395,9 @@ def served(tmp_path_factory):
     with EmbeddingEndpoint(64) as endpoint:
         reme = make_reme(root, endpoint, write_word_tokenizer(root / "tok" / "tokenizer.json"))
         ws = build_workspace(root)
-        with running_server(reme, ws, root / "server.log",
-                            "components.procedure_memory.default.pending_retry_seconds=0") as (proc, port):
+        with running_server(
+            reme, ws, root / "server.log", "components.procedure_memory.default.pending_retry_seconds=0"
+        ) as (proc, port):
             yield Served(root=root, ws=ws, port=port, reme=reme)
 
 
@@ -358,8 +426,12 @@ def check_answer(text: str, success: bool | None, must_succeed: bool) -> dict:
 @pytest.mark.parametrize("case", SERVED_CASES, ids=lambda c: c.name)
 def test_http_served_jobs_answer_every_hostile_input_cleanly(served, case):
     before = served.state()
-    response = httpx.post(f"{served.url}/{case.job}", content=ascii_json(case.body(served.ws)),
-                          headers={"Content-Type": "application/json"}, timeout=60)
+    response = httpx.post(
+        f"{served.url}/{case.job}",
+        content=ascii_json(case.body(served.ws)),
+        headers={"Content-Type": "application/json"},
+        timeout=60,
+    )
     assert response.status_code == 200, response.text[:500]
     result = response.json()
     check_answer(result["answer"], result["success"], case.must_succeed)
@@ -418,6 +490,7 @@ def test_http_generic_file_jobs_still_work_elsewhere_and_may_read_experiences(se
 def _encode_ascii_json(obj):
     body = ascii_json(obj)
     from httpx._content import ByteStream
+
     return {"Content-Length": str(len(body)), "Content-Type": "application/json"}, ByteStream(body)
 
 
@@ -427,8 +500,10 @@ def mcp_results(served):
     from fastmcp import Client
 
     cases = [(f"served-{c.name}", c.job, c.body(served.ws)) for c in SERVED_CASES]
-    cases += [(f"generic-{i}-{job}", job, {k: concrete(v, served.ws) for k, v in args.items()})
-              for i, (job, args) in enumerate(GENERIC_REFUSED)]
+    cases += [
+        (f"generic-{i}-{job}", job, {k: concrete(v, served.ws) for k, v in args.items()})
+        for i, (job, args) in enumerate(GENERIC_REFUSED)
+    ]
     cases += [(f"hidden-{job}", job, args) for job, args in HIDDEN_JOBS.items()]
 
     async def session() -> dict:
@@ -485,10 +560,12 @@ def test_mcp_generic_file_tools_still_work_elsewhere(served, mcp_results):
     async def session():
         async with Client(f"{served.url}/mcp", timeout=60) as client:
             results = []
-            for job, args in [("write", {"path": "notes/mcp.md", "name": "m", "description": "d", "content": "x"}),
-                              ("edit", {"path": "notes/mcp.md", "old": "x", "new": "y"}),
-                              ("delete", {"path": "notes/mcp.md"}),
-                              ("load", {"path": EXPERIENCE})]:
+            for job, args in [
+                ("write", {"path": "notes/mcp.md", "name": "m", "description": "d", "content": "x"}),
+                ("edit", {"path": "notes/mcp.md", "old": "x", "new": "y"}),
+                ("delete", {"path": "notes/mcp.md"}),
+                ("load", {"path": EXPERIENCE}),
+            ]:
                 result = await client.call_tool(job, args, raise_on_error=False)
                 results.append((job, result.is_error, result.content[0].text))
             return results
@@ -516,10 +593,17 @@ CLIENT_CASES = [
 @pytest.mark.slow
 def test_cli_client_answers_hostile_input_cleanly(served):
     before = served.state()
-    procs = [subprocess.Popen([str(REME), job, *args, "host=127.0.0.1", f"port={served.port}"],
-                              cwd=served.reme.cwd, env=served.reme.env, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
-             for job, args, _ in CLIENT_CASES]
+    procs = [
+        subprocess.Popen(
+            [str(REME), job, *args, "host=127.0.0.1", f"port={served.port}"],
+            cwd=served.reme.cwd,
+            env=served.reme.env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for job, args, _ in CLIENT_CASES
+    ]
     for proc, (job, args, code) in zip(procs, CLIENT_CASES):
         stdout, stderr = proc.communicate(timeout=300)
         answer, ok = parse_client_output(stdout)
@@ -528,13 +612,26 @@ def test_cli_client_answers_hostile_input_cleanly(served):
     assert served.state() == before
 
 
-BAD_NAMES = ["HP-Upper.json", "hp space.json", "hp.dots.json", "-leading.json", "trailing-.json",
-             "double--hyphen.json", "\u00e9-accent.json", "a" * 130 + ".json", ".hidden.json", "tab\tname.json",
-             "new\nline.json"]
+BAD_NAMES = [
+    "HP-Upper.json",
+    "hp space.json",
+    "hp.dots.json",
+    "-leading.json",
+    "trailing-.json",
+    "double--hyphen.json",
+    "\u00e9-accent.json",
+    "a" * 130 + ".json",
+    ".hidden.json",
+    "tab\tname.json",
+    "new\nline.json",
+]
 HAND_PLACED: dict[str, bytes | str] = {  # name -> bytes, or "link:<target>"
     **{name: json.dumps(REBUILD).encode() for name in BAD_NAMES},  # valid content under a name a write refuses
-    "not-json.json": b'{"description": ', "not-utf8.json": b'{"description": "\xff\xfe"}',
-    "bom.json": b"\xef\xbb\xbf" + json.dumps(REBUILD).encode(), "array.json": b"[]", "empty.json": b"",
+    "not-json.json": b'{"description": ',
+    "not-utf8.json": b'{"description": "\xff\xfe"}',
+    "bom.json": b"\xef\xbb\xbf" + json.dumps(REBUILD).encode(),
+    "array.json": b"[]",
+    "empty.json": b"",
     "extra-field.json": json.dumps({**REBUILD, "id": 1}).encode(),
     "missing-field.json": json.dumps({k: v for k, v in REBUILD.items() if k != "content"}).encode(),
     "empty-field.json": json.dumps({**REBUILD, "description": ""}).encode(),
@@ -550,7 +647,8 @@ HAND_PLACED: dict[str, bytes | str] = {  # name -> bytes, or "link:<target>"
     "sources-missing.json": json.dumps({**REBUILD, "sources": ["session/trajectories/gone.jsonl"]}).encode(),
     "sources-absolute.json": json.dumps({**REBUILD, "sources": ["/etc/passwd"]}).encode(),
     "sources-link-out.json": json.dumps({**REBUILD, "sources": ["session/trajectories/escape.jsonl"]}).encode(),
-    "link-out.json": "link:{OUTSIDE}/secret.json", "link-inside.json": "link:rebuild-search-after-config-change.json",
+    "link-out.json": "link:{OUTSIDE}/secret.json",
+    "link-inside.json": "link:rebuild-search-after-config-change.json",
     "dangling-link.json": "link:nowhere.json",
 }
 
@@ -574,27 +672,60 @@ class OneShot:
 
 
 ONE_SHOT = [
-    OneShot("deep-json", ["job=procedure_auto_memory", "file={ORIG}/deep.json", "filename=deep.json",
-                          "request_id=deep"], "malformed_input",
-            lambda ws, o: (o / "deep.json").write_text("[" * 100_000 + "]" * 100_000)),
-    OneShot("nan-jsonl", ["job=procedure_auto_memory", "file={ORIG}/nan.jsonl", "filename=nan.jsonl"],
-            "malformed_input", lambda ws, o: (o / "nan.jsonl").write_text('{"a": 1}\n{"loss": NaN}\n')),
+    OneShot(
+        "deep-json",
+        ["job=procedure_auto_memory", "file={ORIG}/deep.json", "filename=deep.json", "request_id=deep"],
+        "malformed_input",
+        lambda ws, o: (o / "deep.json").write_text("[" * 100_000 + "]" * 100_000),
+    ),
+    OneShot(
+        "nan-jsonl",
+        ["job=procedure_auto_memory", "file={ORIG}/nan.jsonl", "filename=nan.jsonl"],
+        "malformed_input",
+        lambda ws, o: (o / "nan.jsonl").write_text('{"a": 1}\n{"loss": NaN}\n'),
+    ),
     # issue 32 item 5: refused before the copy, so nothing of the workspace changes (``changed == set()`` below)
-    OneShot("pdf", ["job=procedure_auto_memory", "file={ORIG}/t.pdf", "filename=t.pdf"], "unsupported_format",
-            lambda ws, o: (o / "t.pdf").write_bytes(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n")),
-    OneShot("elf-as-log", ["job=procedure_auto_memory", "file={ORIG}/tool.log", "filename=tool.log"],
-            "unsupported_format", lambda ws, o: (o / "tool.log").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(64))),
-    OneShot("long-filename", ["job=procedure_auto_memory", "file={ORIG}/run.log", "filename=" + "a" * 296 + ".log"],
-            "invalid_argument", lambda ws, o: (o / "run.log").write_text("a log line\n")),
-    OneShot("undecodable-filename", ["job=procedure_auto_memory", "file={ORIG}/run.log", b"filename=run\xff.log"],
-            "invalid_argument", lambda ws, o: (o / "run.log").write_text("a log line\n")),
-    OneShot("generic-write", ["job=write", "path=procedures/one-shot.json", "name=n", "description=d", "content=c"],
-            "protected_path"),
-    OneShot("export-through-a-link-into-the-workspace", ["job=procedure_export", "dest={ORIG}/skills"],
-            "destination_not_allowed",
-            lambda ws, o: (o / "skills").symlink_to(ws / "procedures", target_is_directory=True)),
-    OneShot("reindex-hand-placed", ["job=procedure_reindex"], "",
-            lambda ws, o: place_hostile_files(ws, o.parent / "outside")),
+    OneShot(
+        "pdf",
+        ["job=procedure_auto_memory", "file={ORIG}/t.pdf", "filename=t.pdf"],
+        "unsupported_format",
+        lambda ws, o: (o / "t.pdf").write_bytes(b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n"),
+    ),
+    OneShot(
+        "elf-as-log",
+        ["job=procedure_auto_memory", "file={ORIG}/tool.log", "filename=tool.log"],
+        "unsupported_format",
+        lambda ws, o: (o / "tool.log").write_bytes(b"\x7fELF\x02\x01\x01" + bytes(64)),
+    ),
+    OneShot(
+        "long-filename",
+        ["job=procedure_auto_memory", "file={ORIG}/run.log", "filename=" + "a" * 296 + ".log"],
+        "invalid_argument",
+        lambda ws, o: (o / "run.log").write_text("a log line\n"),
+    ),
+    OneShot(
+        "undecodable-filename",
+        ["job=procedure_auto_memory", "file={ORIG}/run.log", b"filename=run\xff.log"],
+        "invalid_argument",
+        lambda ws, o: (o / "run.log").write_text("a log line\n"),
+    ),
+    OneShot(
+        "generic-write",
+        ["job=write", "path=procedures/one-shot.json", "name=n", "description=d", "content=c"],
+        "protected_path",
+    ),
+    OneShot(
+        "export-through-a-link-into-the-workspace",
+        ["job=procedure_export", "dest={ORIG}/skills"],
+        "destination_not_allowed",
+        lambda ws, o: (o / "skills").symlink_to(ws / "procedures", target_is_directory=True),
+    ),
+    OneShot(
+        "reindex-hand-placed",
+        ["job=procedure_reindex"],
+        "",
+        lambda ws, o: place_hostile_files(ws, o.parent / "outside"),
+    ),
 ]
 
 
@@ -614,8 +745,13 @@ def one_shot_results(tmp_path_factory):
             case.prepare(ws, originals)
             args = [a.replace("{ORIG}", str(originals)) if isinstance(a, str) else a for a in case.args]
             before = (entries(*plugin_dirs(ws)), entries(base, skip=(ws,)))
-            proc = subprocess.Popen([str(REME), "start", *args, *start_args(ws)], cwd=reme.cwd, env=reme.env,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            proc = subprocess.Popen(
+                [str(REME), "start", *args, *start_args(ws)],
+                cwd=reme.cwd,
+                env=reme.env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
             runs.append((case, ws, base, before, proc))
         results = {}
         for case, ws, base, before, proc in runs:
@@ -623,15 +759,24 @@ def one_shot_results(tmp_path_factory):
             after = (entries(*plugin_dirs(ws)), entries(base, skip=(ws,)))
             # the answer goes to stdout on success, to stderr (exit 1) on failure
             answer = (stdout if proc.returncode == 0 else stderr).decode("utf-8", "replace").strip().splitlines()
-            results[case.name] = (answer[-1] if answer else "", stderr.decode("utf-8", "replace")[-3000:],
-                                  proc.returncode, ws, before, after)
+            results[case.name] = (
+                answer[-1] if answer else "",
+                stderr.decode("utf-8", "replace")[-3000:],
+                proc.returncode,
+                ws,
+                before,
+                after,
+            )
         return results
 
 
 def changed_files(before: dict, after: dict) -> set[str]:
     """Paths of files and links that appeared, changed or vanished (new empty directories do not count)."""
-    return {p for p in set(before) | set(after)
-            if before.get(p) != after.get(p) and (before.get(p) or after.get(p))[0] != "dir"}
+    return {
+        p
+        for p in set(before) | set(after)
+        if before.get(p) != after.get(p) and (before.get(p) or after.get(p))[0] != "dir"
+    }
 
 
 @pytest.mark.slow
@@ -673,16 +818,22 @@ AGENT_KEY_OK = lambda v: valid_text(v, numbers=True) and len(str(v)) <= 200  # n
 def agent_cases() -> list[Case]:
     cases = []
     for label, value in VALUES:
-        for argument, accepts in (("filename", lambda v, label=label: label in CANONICAL_FILENAMES),
-                                  ("description", AGENT_TEXT_OK),
-                                  ("when_to_use", AGENT_TEXT_OK), ("content", AGENT_TEXT_OK),
-                                  ("operation_key", lambda v: v is None or AGENT_KEY_OK(v))):
+        for argument, accepts in (
+            ("filename", lambda v, label=label: label in CANONICAL_FILENAMES),
+            ("description", AGENT_TEXT_OK),
+            ("when_to_use", AGENT_TEXT_OK),
+            ("content", AGENT_TEXT_OK),
+            ("operation_key", lambda v: v is None or AGENT_KEY_OK(v)),
+        ):
             cases.append(Case(f"create-{argument}-{label}", "procedure_create", {argument: value}, accepts(value)))
         # an update may rewrite no field (it adds the run's source); a key the create cases used already is
         # taken by a different write (operation_key_conflict); no key (null) is optional: one is derived
-        for argument, accepts in (("path", lambda v: False), ("expected_version", lambda v: False),
-                                  ("content", lambda v: v is None or AGENT_TEXT_OK(v)),
-                                  ("operation_key", lambda v: v is None)):
+        for argument, accepts in (
+            ("path", lambda v: False),
+            ("expected_version", lambda v: False),
+            ("content", lambda v: v is None or AGENT_TEXT_OK(v)),
+            ("operation_key", lambda v: v is None),
+        ):
             cases.append(Case(f"update-{argument}-{label}", "procedure_update", {argument: value}, accepts(value)))
     return cases
 
@@ -706,33 +857,56 @@ def agent_results(tmp_path_factory):
         return entries(*plugin_dirs(ws)), entries(root, skip=(ws,))
 
     async def script(tools, prompt, kwargs):
-        ok, target = await tools.call("procedure_create", filename="update-target.json", operation_key="target",
-                                      description="d", when_to_use="when updating", content="c")
+        ok, target = await tools.call(
+            "procedure_create",
+            filename="update-target.json",
+            operation_key="target",
+            description="d",
+            when_to_use="when updating",
+            content="c",
+        )
         assert ok, target
         for i, case in enumerate(AGENT_CASES):
             if case.job == "procedure_create":
-                args = {"filename": f"hostile-{i}.json", "description": "d", "when_to_use": "w", "content": "c",
-                        "operation_key": f"k-{i}", **{k: concrete(v, ws) for k, v in case.args.items()}}
+                args = {
+                    "filename": f"hostile-{i}.json",
+                    "description": "d",
+                    "when_to_use": "w",
+                    "content": "c",
+                    "operation_key": f"k-{i}",
+                    **{k: concrete(v, ws) for k, v in case.args.items()},
+                }
                 name = CANONICAL_FILENAMES.get(case.name.removeprefix("create-filename-"), f"hostile-{i}.json")
                 destination = str(ws / "procedures" / name)
             else:
                 ok, current = await tools.call("procedure_read", path=target["path"])
-                args = {"path": target["path"], "expected_version": current["version"], "content": f"c{i}",
-                        "operation_key": f"k-{i}", **{k: concrete(v, ws) for k, v in case.args.items()}}
+                args = {
+                    "path": target["path"],
+                    "expected_version": current["version"],
+                    "content": f"c{i}",
+                    "operation_key": f"k-{i}",
+                    **{k: concrete(v, ws) for k, v in case.args.items()},
+                }
                 destination = str(ws / target["path"])
             before = state()
             ok, answer = await tools.call(case.job, **{k: v for k, v in args.items() if v is not None})
             after = state()
             changed = {p for p in set(before[0]) | set(after[0]) if before[0].get(p) != after[0].get(p)}
             journal = str(ws / "metadata/procedure/default/operations")
-            out[case.name] = (ok, json.dumps(answer), {p for p in changed if not p.startswith(journal)},
-                              destination, after[1] == before[1])
+            out[case.name] = (
+                ok,
+                json.dumps(answer),
+                {p for p in changed if not p.startswith(journal)},
+                destination,
+                after[1] == before[1],
+            )
         for name in HAND_PLACED:  # the agent's view of every hand-placed file: read and update refuse it
             path = f"procedures/{name}"
             before = state()
             out[f"read:{name}"] = await tools.call("procedure_read", path=path)
-            out[f"update:{name}"] = await tools.call("procedure_update", path=path, expected_version="any",
-                                                     content="fixed", operation_key=f"fix-{name}")
+            out[f"update:{name}"] = await tools.call(
+                "procedure_update", path=path, expected_version="any", content="fixed", operation_key=f"fix-{name}"
+            )
             out[f"unchanged:{name}"] = state() == before
         return summary("Tried every hostile call.")
 
@@ -743,8 +917,9 @@ def agent_results(tmp_path_factory):
                 response = await app.run_job("procedure_search", query="search results stale", index=view, limit=50)
                 out[f"search:{view}"] = json.loads(response.answer)
             out["hand-placed-unchanged-by-search"] = entries(ws / "procedures") == before
-            response = await app.run_job("procedure_auto_memory", file=str(original), filename="run.jsonl",
-                                         request_id="hostile")
+            response = await app.run_job(
+                "procedure_auto_memory", file=str(original), filename="run.jsonl", request_id="hostile"
+            )
             out["import"] = (response.success, json.loads(response.answer))
             out["pending"] = {p: memory_of(app).workspace.pending.error(p) for p in memory_of(app).workspace.pending}
 
@@ -791,7 +966,6 @@ def test_hand_placed_files_are_excluded_reported_and_never_rewritten(agent_resul
     assert agent_results["pending"].get(path)
 
 
-
 # -- procedure_export's dest (issue 22 item 2; in process, one Application for every case) ------------------------
 
 EXPORTED = {"inspect-logs-before-rebuilding", "rebuild-search-after-config-change"}  # the valid experiences
@@ -800,8 +974,9 @@ EXPORTED = {"inspect-logs-before-rebuilding", "rebuild-search-after-config-chang
 def export_code(value: Any) -> str:
     """A hostile value as ``dest``: an absolute path names a file or a place in the workspace here, anything else is
     not an absolute path (or not text)."""
-    return "destination_not_allowed" if isinstance(value, str) and value.startswith(("/", "{WS}")) \
-        else "invalid_argument"
+    return (
+        "destination_not_allowed" if isinstance(value, str) and value.startswith(("/", "{WS}")) else "invalid_argument"
+    )
 
 
 # (name, dest with {WS} / {ROOT}, expected code or "" for success, what the case prepares)
@@ -812,17 +987,34 @@ EXPORT_CASES: list[tuple[str, Any, str, Callable[[Path, Path], None]]] = [
     ("plugin-state", "{WS}/metadata/procedure/default", "destination_not_allowed", lambda ws, root: None),
     ("new-inside", "{WS}/exports/skills", "destination_not_allowed", lambda ws, root: None),
     ("dotdot-into-workspace", "{ROOT}/outside/../ws/skills", "destination_not_allowed", lambda ws, root: None),
-    ("link-into-workspace", "{ROOT}/links/skills", "destination_not_allowed",
-     lambda ws, root: (root / "links/skills").symlink_to(ws / "procedures", target_is_directory=True)),
-    ("below-a-link-to-the-workspace", "{ROOT}/links/ws/skills", "destination_not_allowed",
-     lambda ws, root: (root / "links/ws").symlink_to(ws, target_is_directory=True)),
+    (
+        "link-into-workspace",
+        "{ROOT}/links/skills",
+        "destination_not_allowed",
+        lambda ws, root: (root / "links/skills").symlink_to(ws / "procedures", target_is_directory=True),
+    ),
+    (
+        "below-a-link-to-the-workspace",
+        "{ROOT}/links/ws/skills",
+        "destination_not_allowed",
+        lambda ws, root: (root / "links/ws").symlink_to(ws, target_is_directory=True),
+    ),
     ("a-file", "{ROOT}/outside/secret.log", "destination_not_allowed", lambda ws, root: None),
     ("below-a-file", "{ROOT}/outside/secret.log/skills", "destination_not_allowed", lambda ws, root: None),
-    ("skill-folder-is-a-link-into-the-workspace", "{ROOT}/exports/linked", "export_conflict",
-     lambda ws, root: (root / "exports/linked/rebuild-search-after-config-change").symlink_to(
-         ws / "procedures", target_is_directory=True)),
-    ("index-is-a-link-outside", "{ROOT}/exports/index-link", "export_conflict",
-     lambda ws, root: (root / "exports/index-link/INDEX.md").symlink_to(root / "outside/secret.log")),
+    (
+        "skill-folder-is-a-link-into-the-workspace",
+        "{ROOT}/exports/linked",
+        "export_conflict",
+        lambda ws, root: (root / "exports/linked/rebuild-search-after-config-change").symlink_to(
+            ws / "procedures", target_is_directory=True
+        ),
+    ),
+    (
+        "index-is-a-link-outside",
+        "{ROOT}/exports/index-link",
+        "export_conflict",
+        lambda ws, root: (root / "exports/index-link/INDEX.md").symlink_to(root / "outside/secret.log"),
+    ),
     ("no-permission", "{ROOT}/exports/read-only", "storage_error", lambda ws, root: None),
     ("outside", "{ROOT}/exports/fine", "", lambda ws, root: None),
 ]
@@ -847,12 +1039,21 @@ def export_results(tmp_path_factory):
                 with pytest.MonkeyPatch.context() as patch:
                     if name == "no-permission":  # the tests run as root, where permissions deny nothing
                         Faults(patch).denied = {root / "exports/read-only"}
-                    args = {} if dest is None else {"dest": concrete(dest, ws).replace("{ROOT}", str(root))
-                                                    if isinstance(dest, str) else dest}
+                    args = (
+                        {}
+                        if dest is None
+                        else {
+                            "dest": concrete(dest, ws).replace("{ROOT}", str(root)) if isinstance(dest, str) else dest
+                        }
+                    )
                     response = await app.run_job("procedure_export", **args)
                 after = (entries(*plugin_dirs(ws)), entries(root, skip=(ws,)))
-                out[name] = (response.answer, response.success, changed_files(before[0], after[0]) - {str(ws / LOCK)},
-                             changed_files(before[1], after[1]))
+                out[name] = (
+                    response.answer,
+                    response.success,
+                    changed_files(before[0], after[0]) - {str(ws / LOCK)},
+                    changed_files(before[1], after[1]),
+                )
 
     asyncio.run(run())
     return out, root
@@ -869,8 +1070,10 @@ def test_export_refuses_every_hostile_destination_and_writes_nothing(export_resu
     if not code:
         assert success and answer["status"] == "ok", answer
         assert sorted(i["path"] for i in answer["invalid"]) == ["procedures/HP-Upper.json", "procedures/escape.json"]
-        written = {str(root / "exports/fine" / p) for p in
-                   ["INDEX.md", ".reme-procedure-export.json", *(f"{n}/SKILL.md" for n in EXPORTED)]}
+        written = {
+            str(root / "exports/fine" / p)
+            for p in ["INDEX.md", ".reme-procedure-export.json", *(f"{n}/SKILL.md" for n in EXPORTED)]
+        }
         assert around == written
         assert all(SECRET not in Path(p).read_text() for p in written)  # the link to a secret is never followed
     else:
@@ -881,10 +1084,20 @@ def test_export_refuses_every_hostile_destination_and_writes_nothing(export_resu
 # -- the guard itself: ReMe's transfer jobs, and only this application's registry ------------------------------------
 
 TRANSFER_JOBS = {name: {"backend": "base", "steps": [{"backend": f"{name}_step"}]} for name in ("upload", "download")}
-PLAIN_FILE_STORE = {"tokenizer": {"default": {"backend": "regex"}}, "keyword_index": {"default": {"backend": "bm25"}},
-                    "file_graph": {"default": {"backend": "local"}},
-                    "file_store": {"default": {"backend": "local", "embedding_store": "", "keyword_index": "default",
-                                               "file_graph": "default", "tag_index": ""}}}
+PLAIN_FILE_STORE = {
+    "tokenizer": {"default": {"backend": "regex"}},
+    "keyword_index": {"default": {"backend": "bm25"}},
+    "file_graph": {"default": {"backend": "local"}},
+    "file_store": {
+        "default": {
+            "backend": "local",
+            "embedding_store": "",
+            "keyword_index": "default",
+            "file_graph": "default",
+            "tag_index": "",
+        }
+    },
+}
 
 
 async def test_transfer_jobs_cannot_reach_the_plugin_directories_and_still_work_elsewhere(make_app, tmp_path):

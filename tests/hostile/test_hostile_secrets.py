@@ -35,13 +35,18 @@ pytestmark = pytest.mark.slow
 
 ONE_OF_EACH = list({item.kind: item for item in planted(5)}.values())
 CREATE_ARGUMENTS = ("filename", "description", "when_to_use", "when-to-use", "content", "operation_key")
-UPDATE_ARGUMENTS = ("path", "expected_version", "description", "when_to_use", "when-to-use", "content",
-                    "operation_key")
-CASES = [(tool, argument, item) for tool, arguments in (("procedure_create", CREATE_ARGUMENTS),
-                                                         ("procedure_update", UPDATE_ARGUMENTS))
-         for argument in arguments for item in ONE_OF_EACH]
-FIELDS = {"description": "Push a release", "when_to_use": "When a release must be pushed",
-          "content": "Tag the release, push the tag, then check the pipeline."}
+UPDATE_ARGUMENTS = ("path", "expected_version", "description", "when_to_use", "when-to-use", "content", "operation_key")
+CASES = [
+    (tool, argument, item)
+    for tool, arguments in (("procedure_create", CREATE_ARGUMENTS), ("procedure_update", UPDATE_ARGUMENTS))
+    for argument in arguments
+    for item in ONE_OF_EACH
+]
+FIELDS = {
+    "description": "Push a release",
+    "when_to_use": "When a release must be pushed",
+    "content": "Tag the release, push the tag, then check the pipeline.",
+}
 
 
 def case_id(case) -> str:
@@ -86,8 +91,9 @@ def agent_results(tmp_path_factory):
 
     async def run():
         async with factory(scripts=[script]) as app:
-            response = await app.run_job("procedure_auto_memory", file=str(original), filename="run.jsonl",
-                                         request_id="secrets")
+            response = await app.run_job(
+                "procedure_auto_memory", file=str(original), filename="run.jsonl", request_id="secrets"
+            )
             out["import"] = (response.success, json.loads(response.answer))
 
     asyncio.run(run())
@@ -113,8 +119,9 @@ def test_a_secret_in_any_argument_is_refused_unrepeated_and_nothing_changes(agen
 
 # -- served channels ----------------------------------------------------------------------------------------------
 
-TRAJECTORY = "".join(json.dumps({"role": "tool", "content": f"step {i}: {item.text}"}) + "\n"
-                     for i, item in enumerate(ONE_OF_EACH)).encode()
+TRAJECTORY = "".join(
+    json.dumps({"role": "tool", "content": f"step {i}: {item.text}"}) + "\n" for i, item in enumerate(ONE_OF_EACH)
+).encode()
 COPY = "session/trajectories/run.jsonl"
 READ = {"kind": "trajectory", "path": COPY, "length": 65536}
 
@@ -182,10 +189,26 @@ def test_the_setting_off_serves_the_excerpt_as_it_is(tmp_path):
     place_trajectory(ws, "run.jsonl", TRAJECTORY)
     with EmbeddingEndpoint(64) as endpoint:
         reme = make_reme(tmp_path, endpoint, write_word_tokenizer(tmp_path / "tok" / "tokenizer.json"))
-        procs = {mask: subprocess.run(
-            [str(REME), "start", "job=procedure_read", "kind=trajectory", f"path={COPY}", "length=65536",
-             *start_args(ws), *([] if mask else ["components.procedure_memory.default.mask_trajectory_secrets=false"])],
-            cwd=reme.cwd, env=reme.env, capture_output=True, text=True, timeout=300) for mask in (True, False)}
+        procs = {
+            mask: subprocess.run(
+                [
+                    str(REME),
+                    "start",
+                    "job=procedure_read",
+                    "kind=trajectory",
+                    f"path={COPY}",
+                    "length=65536",
+                    *start_args(ws),
+                    *([] if mask else ["components.procedure_memory.default.mask_trajectory_secrets=false"]),
+                ],
+                cwd=reme.cwd,
+                env=reme.env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+            for mask in (True, False)
+        }
     for mask, proc in procs.items():
         assert proc.returncode == 0, proc.stderr[-3000:]
         text = proc.stdout.strip().splitlines()[-1]
@@ -207,8 +230,10 @@ GENERIC = [  # (job, arguments, must succeed, a phrase the refusal must hold)
     ("load", {"path": f"session/trajectories/../trajectories/{COPY.rpartition('/')[2]}"}, False, TO_PROCEDURE_READ),
     ("stat", {"path": COPY}, True, ""),
     ("list", {"path": "session/trajectories"}, True, ""),
-    *[(job, {"path": SESSION}, False, "session files") for job in ("read", "load", "read_image", "frontmatter_read",
-                                                                   "stat")],
+    *[
+        (job, {"path": SESSION}, False, "session files")
+        for job in ("read", "load", "read_image", "frontmatter_read", "stat")
+    ],
     ("list", {"path": "mem_session"}, False, "session files"),
     ("list", {"path": "mem_session/agentscope", "recursive": True}, False, "session files"),
     ("move", {"src_path": SESSION, "dst_path": "notes/session.md"}, False, "session files"),
@@ -239,8 +264,9 @@ def test_reme_generic_jobs_serve_no_byte_of_a_copy_or_an_agent_session_over_http
 def test_a_listing_of_the_workspace_leaves_private_files_out(served):
     root, ws, port, reme = served
     for path in ("", str(ws)):
-        response = httpx.post(f"http://127.0.0.1:{port}/list", json={"path": path, "recursive": True, "limit": 1000},
-                              timeout=60)
+        response = httpx.post(
+            f"http://127.0.0.1:{port}/list", json={"path": path, "recursive": True, "limit": 1000}, timeout=60
+        )
         result = response.json()
         assert result["success"], result
         assert COPY in result["metadata"]["items"]  # names of copies stay listed

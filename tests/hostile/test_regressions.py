@@ -44,8 +44,14 @@ async def test_segment_with_published_but_pending_write_cannot_advance_after_res
     original = write(tmp_path, "run.jsonl", JSONL)
 
     async def leaves_pending_then_fails(tools, prompt, kwargs):
-        ok, ans = await tools.call("procedure_create", filename="a.json", operation_key="k1", description="d",
-                                   when_to_use="w", content="REJECTED content")
+        ok, ans = await tools.call(
+            "procedure_create",
+            filename="a.json",
+            operation_key="k1",
+            description="d",
+            when_to_use="w",
+            content="REJECTED content",
+        )
         assert ans["status"] == "index_pending"
         raise RuntimeError("process killed")
 
@@ -124,6 +130,15 @@ def test_new_journal_directories_are_made_durable(tmp_path, monkeypatch):
     monkeypatch.setattr(atomic, "fsync_dir", lambda d: (synced.append(Path(d)), real(d)))  # every durable mkdir
     journal = OperationJournal(tmp_path / "operations")
     (tmp_path / "operations").mkdir()
-    journal.put(Operation(scope="req", key="k", tool="create", request="r", path="procedures/a.json",
-                                target="{}", expected_version=None))
+    journal.put(
+        Operation(
+            scope="req",
+            key="k",
+            tool="create",
+            request="r",
+            path="procedures/a.json",
+            target="{}",
+            expected_version=None,
+        )
+    )
     assert tmp_path / "operations" in synced, synced

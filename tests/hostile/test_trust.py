@@ -48,8 +48,9 @@ async def test_an_embedding_change_re_embeds_the_records_held_in_the_views_logs(
         restarted = await branch_scores(app, queries)
         embedded = {t for call in other.calls for t in call}
         assert {json.loads((ws / "procedures" / n).read_text())["when-to-use"] for n in edited} <= embedded
-    async with make_app(workspace=fresh_copy(ws, tmp_path / "fresh"), embedding=FakeEmbeddingModel(64, salt="b")) \
-            as app:
+    async with make_app(
+        workspace=fresh_copy(ws, tmp_path / "fresh"), embedding=FakeEmbeddingModel(64, salt="b")
+    ) as app:
         rebuilt = await branch_scores(app, queries)
     assert restarted == rebuilt
     async with make_app(workspace=ws, embedding=FakeEmbeddingModel(64, salt="b")) as app:
@@ -77,9 +78,16 @@ async def test_every_upsert_log_entry_names_its_vector_space(make_app, tmp_path)
 
 def one_create(name: str, key: str, answers: list):
     async def script(tools, prompt, kwargs):
-        answers.append(await tools.call("procedure_create", filename=name, operation_key=key,
-                                        description=f"About {name}", when_to_use=f"When {name} matters",
-                                        content=f"Do the {name} steps."))
+        answers.append(
+            await tools.call(
+                "procedure_create",
+                filename=name,
+                operation_key=key,
+                description=f"About {name}",
+                when_to_use=f"When {name} matters",
+                content=f"Do the {name} steps.",
+            )
+        )
         return summary(f"wrote {name}")
 
     return script
@@ -155,7 +163,8 @@ async def test_within_a_run_an_identical_retry_after_the_cause_is_fixed_publishe
 
 
 async def test_an_identical_retry_whose_precondition_no_longer_holds_is_refused_and_the_failure_stays(
-        make_app, tmp_path, monkeypatch):
+    make_app, tmp_path, monkeypatch
+):
     ws = tmp_path / "ws"
     faults = Faults(monkeypatch)
     fields = {"description": "d", "when_to_use": "w", "content": "c"}
@@ -167,8 +176,16 @@ async def test_an_identical_retry_whose_precondition_no_longer_holds_is_refused_
         assert not ok
         faults.denied = set()
         other = memory_of(app).grants.begin_attempt("other", [source])  # meanwhile another write took the name
-        ok, _ = await call_tool(app, other, "procedure_create", filename="a.json", operation_key="x",
-                                description="x", when_to_use="x", content="x")
+        ok, _ = await call_tool(
+            app,
+            other,
+            "procedure_create",
+            filename="a.json",
+            operation_key="x",
+            description="x",
+            when_to_use="x",
+            content="x",
+        )
         assert ok
         ok, ans = await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k", **fields)
         assert not ok and ans["error"]["code"] == "already_exists", ans
@@ -178,7 +195,7 @@ async def test_an_identical_retry_whose_precondition_no_longer_holds_is_refused_
 
 # -- a view with no live document -----------------------------------------------------------------------------------
 
-STARTER = '''
+STARTER = """
 import asyncio, json, sys
 sys.path[:0] = [{tests!r}, {repo!r}]
 from helpers import FakeEmbeddingModel
@@ -203,15 +220,18 @@ async def main():
 
 
 asyncio.run(main())
-'''
+"""
 
 
 def start_and_search(tmp_path: Path, ws: Path, tokenizer: Path, salt: str = "", down: bool = False) -> dict:
     """A new process starts on ``ws`` and searches; it must answer within a minute (a hang fails the test)."""
     script = tmp_path / "start.py"
     tests = TESTS
-    script.write_text(STARTER.format(tests=str(tests), repo=str(tests.parent), ws=str(ws), tokenizer=str(tokenizer),
-                                     salt=salt, down=down))
+    script.write_text(
+        STARTER.format(
+            tests=str(tests), repo=str(tests.parent), ws=str(ws), tokenizer=str(tokenizer), salt=salt, down=down
+        )
+    )
     try:
         done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
     except subprocess.TimeoutExpired:
@@ -221,7 +241,9 @@ def start_and_search(tmp_path: Path, ws: Path, tokenizer: Path, salt: str = "", 
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("emptied_by", ["deleting every file", "invalidating every file", "provider down after a model change"])
+@pytest.mark.parametrize(
+    "emptied_by", ["deleting every file", "invalidating every file", "provider down after a model change"]
+)
 def test_a_start_that_leaves_a_view_with_no_live_document_answers(tmp_path, word_tokenizer, emptied_by):
     ws = tmp_path / "ws"
     place_unicorn_experiences(ws, 6)
@@ -279,6 +301,7 @@ async def test_every_reme_base_path_into_our_bm25_lock_finishes(make_app):
                 await index.add_docs({"a": "restart the node", "b": "drain the node"})
                 await index.delete_docs(["a", "b"])
                 await index.optimize_index()
+
             asyncio.run(run())
 
         finishes_in_a_thread(all_deleted_then_optimize)

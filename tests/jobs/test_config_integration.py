@@ -16,8 +16,12 @@ def start_config(tmp_path, word_tokenizer, *cli_args: str) -> dict:
     with an (empty) experience directory: a reindex needs an existing workspace ([missing-workspace])."""
     (tmp_path / "ws" / "procedures").mkdir(parents=True, exist_ok=True)
     args = parse_kwargs(
-        "job=procedure_reindex", 'plugins=["procedure-memory"]', f"workspace_dir={tmp_path / 'ws'}",
-        "log_to_file=false", f"components.procedure_memory.default.tokenizer_source={word_tokenizer}", *cli_args,
+        "job=procedure_reindex",
+        'plugins=["procedure-memory"]',
+        f"workspace_dir={tmp_path / 'ws'}",
+        "log_to_file=false",
+        f"components.procedure_memory.default.tokenizer_source={word_tokenizer}",
+        *cli_args,
     )
     config = prepare_start_config(args)
     # keep the test fast and quiet: only ReMe's request/response jobs, none of default.yaml's watchers or crons
@@ -73,23 +77,47 @@ async def test_factual_memory_is_unchanged_beside_the_plugin(tmp_path, word_toke
     try:
         # ReMe's own write + index + search keep working
         ws = memory_of(app).workspace_path
-        response = await app.run_job("write", path="daily/2026-12-03/note.md",
-                                     content="# Note\nThe quartz deployment uses blue-green switching.\n")
+        response = await app.run_job(
+            "write",
+            path="daily/2026-12-03/note.md",
+            content="# Note\nThe quartz deployment uses blue-green switching.\n",
+        )
         assert response.success, response.answer
         default_store = app.context.components["file_store"]["default"]
         from reme.schema import FileChunk, FileNode
 
-        await default_store.upsert([(FileNode(path="daily/2026-12-03/note.md", st_mtime=1.0),
-                                     [FileChunk(id="n1", path="daily/2026-12-03/note.md", start_line=1, end_line=2,
-                                                text="The quartz deployment uses blue-green switching.")])])
+        await default_store.upsert(
+            [
+                (
+                    FileNode(path="daily/2026-12-03/note.md", st_mtime=1.0),
+                    [
+                        FileChunk(
+                            id="n1",
+                            path="daily/2026-12-03/note.md",
+                            start_line=1,
+                            end_line=2,
+                            text="The quartz deployment uses blue-green switching.",
+                        )
+                    ],
+                )
+            ]
+        )
         found = await app.run_job("search", query="quartz deployment")
         assert found.success and "quartz" in str(found.answer)
         rebuilt = await app.run_job("reindex")  # ReMe's own reindex still targets its default store only
         assert rebuilt.success and "bm25=1" in str(rebuilt.answer)
         # procedures never enter ReMe's default store, and notes never enter the procedure views
         run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
-        ok, ans = await call_tool(app, run, "procedure_create", filename="quartz.json", operation_key="k",
-                                  description="d", when_to_use="quartz deployment fails", content="roll back")
+        ok, ans = await call_tool(
+            app,
+            run,
+            "procedure_create",
+            filename="quartz.json",
+            operation_key="k",
+            description="d",
+            when_to_use="quartz deployment fails",
+            content="roll back",
+        )
         assert ok, ans
         assert all(not c.path.startswith("procedures/") for c in default_store.file_chunks.values())
         views = memory_of(app).workspace.views.stores.values()

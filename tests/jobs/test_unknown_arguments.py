@@ -16,17 +16,22 @@ from reme_procedure_memory.jobs.arguments import MODELS, advertised_names, argum
 from conftest import add_trajectory, call_tool, memory_of, run_job
 from helpers import experience_record
 
-FIELDS = {"description": "Rebuild search after a configuration change",
-          "when_to_use": "After changing search configuration when results appear stale",
-          "content": "Rebuild the affected indexes, then verify a known query before resuming."}
+FIELDS = {
+    "description": "Rebuild search after a configuration change",
+    "when_to_use": "After changing search configuration when results appear stale",
+    "content": "Rebuild the affected indexes, then verify a known query before resuming.",
+}
 
 # job -> (valid arguments, a misspelled name, the name it should have been)
 MISSPELLED = {
     "procedure_search": ({"query": "stale search"}, "limt", "limit"),
     "procedure_read": ({"path": "procedures/a.json"}, "ofset", "offset"),
     "procedure_create": ({"filename": "a.json", **FIELDS}, "descripton", "description"),
-    "procedure_update": ({"path": "procedures/a.json", "expected_version": "v"}, "expected_verison",
-                         "expected_version"),
+    "procedure_update": (
+        {"path": "procedures/a.json", "expected_version": "v"},
+        "expected_verison",
+        "expected_version",
+    ),
     "procedure_auto_memory": ({"file": "/tmp/run.jsonl", "filename": "run.jsonl"}, "memory_hnt", "memory_hint"),
     "procedure_reindex": ({}, "force", None),
     "procedure_list": ({"limit": 5}, "cursr", "cursor"),
@@ -77,13 +82,18 @@ def test_unknown_names_come_first_in_the_callers_order_then_the_values_in_field_
     assert refusal("procedure_search", {"aaa": 2, "zzz": 1}).startswith("`aaa` is not")
     # without unknown names, the values are checked in field order as before
     assert refusal("procedure_search", {"query": 5, "index": "x", "limit": 0}) == (
-        "`index` must be one of when_to_use, when_to_use_content.")
+        "`index` must be one of when_to_use, when_to_use_content."
+    )
 
 
 def test_the_field_names_of_aliased_arguments_are_not_names_callers_may_use():
     assert "when-to-use" in argument_names(MODELS["procedure_create"])
-    assert validate(MODELS["procedure_create"], {"filename": "a.json", **{**FIELDS, "when_to_use": None},
-                                                 "when-to-use": "w"}).when_to_use == "w"
+    assert (
+        validate(
+            MODELS["procedure_create"], {"filename": "a.json", **{**FIELDS, "when_to_use": None}, "when-to-use": "w"}
+        ).when_to_use
+        == "w"
+    )
     assert refusal("procedure_create", {"when_to_use_alias": "w"}).startswith("`when_to_use_alias` is not")
 
 
@@ -97,8 +107,13 @@ def test_names_are_shown_safely_in_the_sentence():
 
 def test_names_ReMe_injects_are_never_refused():
     search = MODELS["procedure_search"]
-    injected = {"_procedure_grant": "g", "_procedure_sources": ["s"], "_allowed_paths": ["x"],
-                "tool_context_id": "ctx", "metadata": {"trace": 1}}
+    injected = {
+        "_procedure_grant": "g",
+        "_procedure_sources": ["s"],
+        "_allowed_paths": ["x"],
+        "tool_context_id": "ctx",
+        "metadata": {"trace": 1},
+    }
     assert validate(search, {"query": "q", **injected}).query == "q"
     assert validate(MODELS["procedure_reindex"], injected) is not None
     # what the step finds injected besides (the service's injected_job_kwargs, the job's configuration keys)
@@ -113,8 +128,18 @@ def durable(ws) -> dict:
     return {str(p): (p.read_bytes(), p.stat().st_mtime_ns) for p in sorted(ws.rglob("*")) if p.is_file()}
 
 
-@pytest.mark.parametrize("job", ["procedure_search", "procedure_read", "procedure_auto_memory", "procedure_reindex",
-                                 "procedure_list", "procedure_imports", "procedure_history"])
+@pytest.mark.parametrize(
+    "job",
+    [
+        "procedure_search",
+        "procedure_read",
+        "procedure_auto_memory",
+        "procedure_reindex",
+        "procedure_list",
+        "procedure_imports",
+        "procedure_history",
+    ],
+)
 async def test_each_job_refuses_a_misspelled_argument_and_changes_nothing(make_app, tmp_path, job):
     original = tmp_path / "run.jsonl"
     original.write_text('{"role": "user", "content": "hi"}\n')
@@ -126,7 +151,9 @@ async def test_each_job_refuses_a_misspelled_argument_and_changes_nothing(make_a
         ok, answer = await run_job(app, job, **valid, **{wrong: "x"})
         assert not ok and answer["status"] == "error", answer
         assert answer["error"]["code"] == "invalid_argument"
-        assert f"`{wrong}`" in answer["error"]["message"] and (meant is None or f"`{meant}`" in answer["error"]["message"])
+        assert f"`{wrong}`" in answer["error"]["message"] and (
+            meant is None or f"`{meant}`" in answer["error"]["message"]
+        )
         assert durable(ws) == before  # no copy, no import record, no rebuild
         assert app.agent.replies == []
 

@@ -118,16 +118,19 @@ async def test_an_invalid_file_placed_by_hand_can_be_removed(make_app, tmp_path)
         assert [v["change"] for v in (await history(app))["versions"]] == ["hand_edit", "hand_delete"]
 
 
-@pytest.mark.parametrize("args, code", [
-    ({"path": "procedures/missing-experience.json"}, "not_found"),
-    ({"path": "procedures/../outside.json"}, "path_outside_allowed_directory"),
-    ({"path": "session/trajectories/run.jsonl"}, "not_found"),  # a copy no rejected import holds
-    ({"path": "session/trajectories/../procedures/" + NAME}, "path_outside_allowed_directory"),
-    ({"path": "metadata/procedure/default/imports/x.json"}, "path_outside_allowed_directory"),
-    ({"path": "procedures/Not A Name.json"}, "invalid_argument"),
-    ({}, "invalid_argument"),
-    ({"path": PATH, "force": True}, "invalid_argument"),
-])
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        ({"path": "procedures/missing-experience.json"}, "not_found"),
+        ({"path": "procedures/../outside.json"}, "path_outside_allowed_directory"),
+        ({"path": "session/trajectories/run.jsonl"}, "not_found"),  # a copy no rejected import holds
+        ({"path": "session/trajectories/../procedures/" + NAME}, "path_outside_allowed_directory"),
+        ({"path": "metadata/procedure/default/imports/x.json"}, "path_outside_allowed_directory"),
+        ({"path": "procedures/Not A Name.json"}, "invalid_argument"),
+        ({}, "invalid_argument"),
+        ({"path": PATH, "force": True}, "invalid_argument"),
+    ],
+)
 async def test_refusals_change_nothing(make_app, tmp_path, args, code):
     ws = tmp_path / "ws"
     async with make_app() as app:
@@ -144,8 +147,9 @@ def test_the_job_is_one_shot_only():
     assert job["enable_serve"] is False  # never served (HTTP, MCP), so never an agent's or a client's tool
 
 
-async def test_a_removal_the_journal_cannot_record_says_so_and_the_next_start_records_it(make_app, tmp_path,
-                                                                                        monkeypatch):
+async def test_a_removal_the_journal_cannot_record_says_so_and_the_next_start_records_it(
+    make_app, tmp_path, monkeypatch
+):
     ws = tmp_path / "ws"
     async with make_app() as app:
         await create(app)
@@ -176,8 +180,13 @@ async def test_a_rejected_import_is_removed_with_its_copy_and_record(make_app, t
 
         ok, answer = await run_job(app, "procedure_delete", path=rejected["path"])
 
-        assert ok and answer == {"status": "deleted", "kind": "rejected_import", "path": rejected["path"],
-                                 "request_id": "bad-1", "error_code": "malformed_input"}, answer
+        assert ok and answer == {
+            "status": "deleted",
+            "kind": "rejected_import",
+            "path": rejected["path"],
+            "request_id": "bad-1",
+            "error_code": "malformed_input",
+        }, answer
         assert list((memory.workspace_path / memory.workspace.trajectory_rel_dir).iterdir()) == []
         assert list((memory.workspace.state_dir / "imports").iterdir()) == []
         ok, listed = await run_job(app, "procedure_imports")

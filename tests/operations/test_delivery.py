@@ -7,32 +7,35 @@ import pytest
 from reme_procedure_memory.operations.delivery import experience_text, names_any, tool_pattern, within_budget
 
 
-@pytest.mark.parametrize("content, names, expected", [
-    ("1. post_tweet(content='x')", ["post_tweet"], True),
-    ("then post_tweet to publish", ["post_tweet"], True),
-    ("call TwitterAPI.post_tweet with the text", ["post_tweet"], True),
-    ("`post_tweet`", ["post_tweet"], True),
-    ("post_tweet", ["post_tweet"], True),  # the whole text
-    ("post_tweets(...)", ["post_tweet"], False),  # a longer identifier
-    ("repost_tweet(...)", ["post_tweet"], False),
-    ("post_tweet_v2(...)", ["post_tweet"], False),
-    ("Post_Tweet(...)", ["post_tweet"], False),  # case-sensitive: functions are identifiers
-    ("cd(folder='docs')", ["cd"], True),
-    ("cd into the folder", ["cd"], True),
-    ("mount the cdrom", ["cd"], False),
-    ("abcd efg", ["cd"], False),
-    ("get_x_y(1)", ["get_x"], False),
-    ("get_x(1)", ["get_x"], True),
-    ("cd(folder='docs')", ["GorillaFileSystem.cd"], True),  # a qualified name also matches its last part
-    ("GorillaFileSystem.cd(folder='docs')", ["GorillaFileSystem.cd"], True),
-    ("ls -a", ["GorillaFileSystem.cd"], False),
-    ("1. ls(a=True)\n2. mv(source='a')", ["touch", "mv"], True),  # any of the names
-    ("1. ls(a=True)", ["touch", "mv"], False),
-    ("a.b(c)", ["a.b"], True),
-    ("x+y(1)", ["x+y"], True),  # names are matched literally, never as patterns
-    ("xxy(1)", ["x+y"], False),
-    ("", ["cd"], False),
-])
+@pytest.mark.parametrize(
+    "content, names, expected",
+    [
+        ("1. post_tweet(content='x')", ["post_tweet"], True),
+        ("then post_tweet to publish", ["post_tweet"], True),
+        ("call TwitterAPI.post_tweet with the text", ["post_tweet"], True),
+        ("`post_tweet`", ["post_tweet"], True),
+        ("post_tweet", ["post_tweet"], True),  # the whole text
+        ("post_tweets(...)", ["post_tweet"], False),  # a longer identifier
+        ("repost_tweet(...)", ["post_tweet"], False),
+        ("post_tweet_v2(...)", ["post_tweet"], False),
+        ("Post_Tweet(...)", ["post_tweet"], False),  # case-sensitive: functions are identifiers
+        ("cd(folder='docs')", ["cd"], True),
+        ("cd into the folder", ["cd"], True),
+        ("mount the cdrom", ["cd"], False),
+        ("abcd efg", ["cd"], False),
+        ("get_x_y(1)", ["get_x"], False),
+        ("get_x(1)", ["get_x"], True),
+        ("cd(folder='docs')", ["GorillaFileSystem.cd"], True),  # a qualified name also matches its last part
+        ("GorillaFileSystem.cd(folder='docs')", ["GorillaFileSystem.cd"], True),
+        ("ls -a", ["GorillaFileSystem.cd"], False),
+        ("1. ls(a=True)\n2. mv(source='a')", ["touch", "mv"], True),  # any of the names
+        ("1. ls(a=True)", ["touch", "mv"], False),
+        ("a.b(c)", ["a.b"], True),
+        ("x+y(1)", ["x+y"], True),  # names are matched literally, never as patterns
+        ("xxy(1)", ["x+y"], False),
+        ("", ["cd"], False),
+    ],
+)
 def test_a_function_is_named_as_a_whole_identifier(content, names, expected):
     assert names_any(content, tool_pattern(names)) is expected
 
@@ -48,19 +51,22 @@ def test_the_experience_text_joins_the_three_fields_an_agent_is_handed():
     assert experience_text(fields) == "D\nW\nC"
 
 
-@pytest.mark.parametrize("tokens, budget, expected", [
-    ([], 10, 0),
-    ([5, 5, 5], 15, 3),
-    ([5, 5, 5], 14, 2),
-    ([5, 5, 5], 10, 2),
-    ([5, 5, 5], 9, 1),
-    ([5, 5, 5], 5, 1),
-    ([5, 5, 5], 4, 0),  # a first result larger than the budget is left out, never cut
-    ([20, 1, 1], 10, 0),  # the first that does not fit ends the answer: a smaller later one is not taken instead
-    ([3, 20, 1], 10, 1),
-    ([0, 0], 1, 2),
-])
+@pytest.mark.parametrize(
+    "tokens, budget, expected",
+    [
+        ([], 10, 0),
+        ([5, 5, 5], 15, 3),
+        ([5, 5, 5], 14, 2),
+        ([5, 5, 5], 10, 2),
+        ([5, 5, 5], 9, 1),
+        ([5, 5, 5], 5, 1),
+        ([5, 5, 5], 4, 0),  # a first result larger than the budget is left out, never cut
+        ([20, 1, 1], 10, 0),  # the first that does not fit ends the answer: a smaller later one is not taken instead
+        ([3, 20, 1], 10, 1),
+        ([0, 0], 1, 2),
+    ],
+)
 def test_the_budget_takes_the_longest_prefix_that_fits(tokens, budget, expected):
     assert within_budget(tokens, budget) == expected
     assert sum(tokens[:expected]) <= budget
-    assert expected == len(tokens) or sum(tokens[:expected + 1]) > budget
+    assert expected == len(tokens) or sum(tokens[: expected + 1]) > budget

@@ -18,6 +18,7 @@ from helpers.cli import durable_state
 from helpers.corpus import TWO_SEGMENTS, two_segment_original
 from helpers.revisions import CONTENTS, FIELDS, NAME, PATH, revising_agent
 
+
 def components(**history) -> dict:
     merged = json.loads(json.dumps(TWO_SEGMENTS))
     if history:
@@ -43,7 +44,8 @@ def operations_dir(ws):
 
 
 async def test_an_import_that_creates_and_revises_twice_shows_three_versions_with_import_segment_and_diff(
-        make_app, tmp_path):
+    make_app, tmp_path
+):
     original = two_segment_original(tmp_path)
     async with make_app(scripts=revising_agent(), components=TWO_SEGMENTS) as app:
         ok, imported = await import_file(app, original, request_id="run-001")
@@ -68,8 +70,9 @@ async def test_an_import_that_creates_and_revises_twice_shows_three_versions_wit
         assert "+Then verify a known query.\n" in versions[1]["diff"].splitlines(keepends=True)
         assert f"--- {PATH}@{versions[0]['version']}" in versions[1]["diff"]
         assert "+Resume traffic only after it matches.\n" in versions[2]["diff"].splitlines(keepends=True)
-        assert not any(line.startswith("-") and not line.startswith("---")
-                       for line in versions[2]["diff"].splitlines())  # the third version only added a line
+        assert not any(
+            line.startswith("-") and not line.startswith("---") for line in versions[2]["diff"].splitlines()
+        )  # the third version only added a line
         assert "diff" not in (await history(app))["versions"][0]  # only with diff=true
         assert "compacted" not in answer and "damaged_records" not in answer
 
@@ -94,8 +97,9 @@ async def test_writes_of_a_run_are_versions_and_an_abandoned_or_unpublished_writ
         run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, created = await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS)
         assert ok
-        ok, stale = await call_tool(app, run, "procedure_update", path=PATH, expected_version="0" * 16,
-                                    content="never written")
+        ok, stale = await call_tool(
+            app, run, "procedure_update", path=PATH, expected_version="0" * 16, content="never written"
+        )
         assert not ok and stale["error"]["code"] == "stale_version"
         answer = await history(app)
         assert [v["version"] for v in answer["versions"]] == [created["version"]]
@@ -130,8 +134,9 @@ async def test_a_hand_edit_while_stopped_is_a_version_without_an_import_after_re
         assert await history(app, diff=True) == answer
 
 
-async def test_a_start_that_rebuilds_its_views_checks_known_files_by_their_markers_alone(make_app, tmp_path,
-                                                                                         monkeypatch):
+async def test_a_start_that_rebuilds_its_views_checks_known_files_by_their_markers_alone(
+    make_app, tmp_path, monkeypatch
+):
     """Every file is out of step with views that were lost; one that holds its newest record's content is told so
     from the markers' names (no record read), an edited one is recorded."""
     import shutil
@@ -156,7 +161,9 @@ async def test_a_start_that_rebuilds_its_views_checks_known_files_by_their_marke
         monkeypatch.undo()
         assert await history(app) == before
         assert [v["change"] for v in (await history(app, path="procedures/other.json"))["versions"]] == [
-            "create", "hand_edit"]
+            "create",
+            "hand_edit",
+        ]
 
 
 async def test_a_hand_edit_while_running_is_the_unrecorded_current_version_until_the_next_start(make_app):
@@ -167,12 +174,16 @@ async def test_a_hand_edit_while_running_is_the_unrecorded_current_version_until
         (ws / PATH).write_text((ws / PATH).read_text().replace("indexes", "indexes by hand"))
         answer = await history(app)
         assert [(v["change"], v["recorded"], v["current"]) for v in answer["versions"]] == [
-            ("create", True, False), ("unrecorded", False, True)]
+            ("create", True, False),
+            ("unrecorded", False, True),
+        ]
         assert answer["versions"][-1]["text"] == (ws / PATH).read_text()
         assert answer["versions"][-1]["previous_version"] == created["version"]
     async with make_app() as app:
         assert [(v["change"], v["recorded"]) for v in (await history(app))["versions"]] == [
-            ("create", True), ("hand_edit", True)]
+            ("create", True),
+            ("hand_edit", True),
+        ]
 
 
 async def test_a_deletion_by_hand_while_stopped_is_recorded_and_the_history_stays(make_app, tmp_path):
@@ -197,18 +208,22 @@ async def test_a_file_placed_by_hand_is_recorded_before_the_agent_first_updates_
     ws = tmp_path / "ws"
     async with make_app() as app:
         src = add_trajectory(app)
-    placed = {"description": "Placed by hand", "when-to-use": "When testing", "content": "Line one.",
-              "sources": [src]}
+    placed = {"description": "Placed by hand", "when-to-use": "When testing", "content": "Line one.", "sources": [src]}
     (ws / PATH).write_text(json.dumps(placed, indent=2) + "\n")
     async with make_app() as app:
         answer = await history(app)  # the start does not copy files placed by hand into the journal
-        assert [(v["change"], v["recorded"], v["current"]) for v in answer["versions"]] == [
-            ("unrecorded", False, True)]
+        assert [(v["change"], v["recorded"], v["current"]) for v in answer["versions"]] == [("unrecorded", False, True)]
         assert answer["versions"][0]["text"] == (ws / PATH).read_text()
         assert not any(operations_dir(ws).glob("*.v2/*.json"))
         run = memory_of(app).grants.begin_attempt("req-1", [src])
-        ok, updated = await call_tool(app, run, "procedure_update", path=PATH,
-                                      expected_version=answer["current_version"], content="Line one.\nLine two.")
+        ok, updated = await call_tool(
+            app,
+            run,
+            "procedure_update",
+            path=PATH,
+            expected_version=answer["current_version"],
+            content="Line one.\nLine two.",
+        )
         assert ok, updated
         answer = await history(app, diff=True)
         assert [(v["change"], v["recorded"]) for v in answer["versions"]] == [("hand_edit", True), ("update", True)]
@@ -242,8 +257,11 @@ async def test_a_completed_import_keeps_the_records_of_the_newest_versions_only(
         assert answer["versions"][0]["diff"] is None  # its predecessor's text is gone with its record
         assert answer["versions"][-1]["current"] and answer["versions"][-1]["text"] == file_text(app)
         assert len(record_files(ws)) == 2  # the create's record is gone from the journal
-        markers = [p for p in (operations_dir(ws) / "paths").rglob("*") if p.is_file() and "." in p.name
-                   and p.name != "compacted.json"]
+        markers = [
+            p
+            for p in (operations_dir(ws) / "paths").rglob("*")
+            if p.is_file() and "." in p.name and p.name != "compacted.json"
+        ]
         assert len(markers) == 2
         summary_file = json.loads(next((operations_dir(ws) / "paths").rglob("compacted.json")).read_text())
         assert summary_file["versions"] == 1 and summary_file["removing"] == []
@@ -257,8 +275,12 @@ async def test_an_unfinished_import_keeps_every_record_until_it_completes(make_a
     first, second = revising_agent()
 
     async def interrupted(tools, prompt, kwargs):
-        return {"session_id": None, "result": "", "usage": None,
-                "last_message": {"finished_reason": "interrupted", "content": []}}
+        return {
+            "session_id": None,
+            "result": "",
+            "usage": None,
+            "last_message": {"finished_reason": "interrupted", "content": []},
+        }
 
     async with make_app(scripts=[first, interrupted, second], components=components(keep_versions=1)) as app:
         ok, stopped = await import_file(app, original, request_id="run-001")
@@ -275,8 +297,9 @@ async def test_an_unfinished_import_keeps_every_record_until_it_completes(make_a
         assert len(record_files(ws)) == 1
 
 
-async def test_a_kill_during_a_compaction_neither_counts_twice_nor_shows_a_removed_record(make_app, tmp_path,
-                                                                                       monkeypatch):
+async def test_a_kill_during_a_compaction_neither_counts_twice_nor_shows_a_removed_record(
+    make_app, tmp_path, monkeypatch
+):
     original = two_segment_original(tmp_path)
     from reme_procedure_memory.storage import journal as journal_module
 
@@ -354,18 +377,21 @@ async def test_paging_by_offset_and_limit(make_app, tmp_path):
         assert (await history(app, offset=5))["versions"] == []
 
 
-@pytest.mark.parametrize("args, code", [
-    ({"path": "procedures/x.txt"}, "invalid_argument"),
-    ({"path": "procedures/a/b.json"}, "invalid_argument"),
-    ({"path": 7}, "invalid_argument"),
-    ({"path": "../outside.json"}, "path_outside_allowed_directory"),
-    ({"path": "procedures/nothing-here.json"}, "not_found"),
-    ({"path": PATH, "limit": 0}, "invalid_argument"),
-    ({"path": PATH, "limit": 51}, "invalid_argument"),
-    ({"path": PATH, "offset": -1}, "invalid_argument"),
-    ({"path": PATH, "diff": "maybe"}, "invalid_argument"),
-    ({}, "invalid_argument"),
-])
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        ({"path": "procedures/x.txt"}, "invalid_argument"),
+        ({"path": "procedures/a/b.json"}, "invalid_argument"),
+        ({"path": 7}, "invalid_argument"),
+        ({"path": "../outside.json"}, "path_outside_allowed_directory"),
+        ({"path": "procedures/nothing-here.json"}, "not_found"),
+        ({"path": PATH, "limit": 0}, "invalid_argument"),
+        ({"path": PATH, "limit": 51}, "invalid_argument"),
+        ({"path": PATH, "offset": -1}, "invalid_argument"),
+        ({"path": PATH, "diff": "maybe"}, "invalid_argument"),
+        ({}, "invalid_argument"),
+    ],
+)
 async def test_refusals(make_app, args, code):
     async with make_app() as app:
         run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
@@ -396,8 +422,9 @@ async def test_a_journal_without_the_path_index_or_the_new_fields_still_reads(ma
         memory = memory_of(app)
         run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         ok, created = await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS)
-        ok, updated = await call_tool(app, run, "procedure_update", path=PATH, expected_version=created["version"],
-                                      content=CONTENTS[1])
+        ok, updated = await call_tool(
+            app, run, "procedure_update", path=PATH, expected_version=created["version"], content=CONTENTS[1]
+        )
         assert ok
         expected = await history(app, diff=True)
     import shutil

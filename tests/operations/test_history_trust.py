@@ -60,8 +60,13 @@ def abandon(app) -> None:
 
 
 def placed(src: str, content: str = "Placed by hand.") -> str:
-    return json.dumps({"description": "Placed by hand", "when-to-use": "When testing", "content": content,
-                       "sources": [src]}, indent=2) + "\n"
+    return (
+        json.dumps(
+            {"description": "Placed by hand", "when-to-use": "When testing", "content": content, "sources": [src]},
+            indent=2,
+        )
+        + "\n"
+    )
 
 
 # -- item 1: the proof that a content is recorded is its record ---------------------------------------------------
@@ -78,15 +83,31 @@ async def test_a_kill_before_the_hand_record_of_an_update_loses_no_version_on_re
     version = (await history(app))["current_version"]
     run = memory_of(app).grants.begin_attempt("req-1", [src])
     hits = kill_at_hand_record(monkeypatch)
-    await dies(call_tool(app, run, "procedure_update", path=PATH, expected_version=version, operation_key="u1",
-                         content="Placed by hand.\nThen updated."))
+    await dies(
+        call_tool(
+            app,
+            run,
+            "procedure_update",
+            path=PATH,
+            expected_version=version,
+            operation_key="u1",
+            content="Placed by hand.\nThen updated.",
+        )
+    )
     assert hits  # the kill came where the hand-placed text was being recorded
     monkeypatch.undo()
     abandon(app)
     async with make_app() as app:  # the resume sends the same update again
         run = memory_of(app).grants.begin_attempt("req-1", [src])
-        ok, updated = await call_tool(app, run, "procedure_update", path=PATH, expected_version=version,
-                                      operation_key="u1", content="Placed by hand.\nThen updated.")
+        ok, updated = await call_tool(
+            app,
+            run,
+            "procedure_update",
+            path=PATH,
+            expected_version=version,
+            operation_key="u1",
+            content="Placed by hand.\nThen updated.",
+        )
         assert ok, updated
         answer = await history(app)
     assert [(v["change"], v["recorded"]) for v in answer["versions"]] == [("hand_edit", True), ("update", True)]
@@ -121,8 +142,9 @@ async def test_a_kill_before_the_hand_record_of_a_start_records_it_at_the_next_s
     assert answer["versions"][1]["text"] == edited
 
 
-async def test_a_kill_before_the_hand_record_of_a_deletion_records_it_at_the_next_start(make_app, tmp_path,
-                                                                                       monkeypatch):
+async def test_a_kill_before_the_hand_record_of_a_deletion_records_it_at_the_next_start(
+    make_app, tmp_path, monkeypatch
+):
     ws = tmp_path / "ws"
     await created(make_app)
     (ws / PATH).unlink()
@@ -132,8 +154,9 @@ async def test_a_kill_before_the_hand_record_of_a_deletion_records_it_at_the_nex
     assert [v["change"] for v in answer["versions"]] == ["create", "hand_delete"]
 
 
-async def test_a_kill_before_the_hand_record_of_a_reindex_records_it_at_the_next_reindex(make_app, tmp_path,
-                                                                                        monkeypatch):
+async def test_a_kill_before_the_hand_record_of_a_reindex_records_it_at_the_next_reindex(
+    make_app, tmp_path, monkeypatch
+):
     ws = tmp_path / "ws"
     await created(make_app)
     edited = (ws / PATH).read_text().replace("indexes", "indexes by hand")
@@ -203,8 +226,11 @@ async def test_a_lost_path_index_is_rebuilt_with_its_compaction_summaries_and_th
 async def test_one_lost_compaction_summary_renumbers_nothing(make_app, tmp_path, lost):
     ws = tmp_path / "ws"
     expected = await compacted_import(make_app, tmp_path)
-    copies = sorted((operations_dir(ws) / "paths").rglob("compacted.json")) if lost == "in the marker directory" \
+    copies = (
+        sorted((operations_dir(ws) / "paths").rglob("compacted.json"))
+        if lost == "in the marker directory"
         else sorted((operations_dir(ws) / "compacted").glob("*.json"))
+    )
     assert len(copies) == 1
     copies[0].unlink()
     async with make_app(components=components(keep_versions=2)) as app:
@@ -214,7 +240,10 @@ async def test_one_lost_compaction_summary_renumbers_nothing(make_app, tmp_path,
 async def test_losing_every_compaction_summary_is_named_in_the_history(make_app, tmp_path):
     ws = tmp_path / "ws"
     await compacted_import(make_app, tmp_path)
-    for copy in [*(operations_dir(ws) / "paths").rglob("compacted.json"), *(operations_dir(ws) / "compacted").glob("*")]:
+    for copy in [
+        *(operations_dir(ws) / "paths").rglob("compacted.json"),
+        *(operations_dir(ws) / "compacted").glob("*"),
+    ]:
         copy.unlink()
     async with make_app(components=components(keep_versions=2)) as app:
         answer = await history(app)
@@ -287,8 +316,11 @@ async def test_a_record_reopened_to_intent_is_named_in_the_history_and_the_impor
 async def test_a_deleted_scope_directory_is_named_in_the_import_listing(make_app, tmp_path):
     ws = tmp_path / "ws"
     await imported(make_app, tmp_path)
-    (scope,) = [p for p in operations_dir(ws).glob("*.v2") if any(
-        json.loads(r.read_text())["scope"] == "run-001" for r in p.glob("*.json"))]
+    (scope,) = [
+        p
+        for p in operations_dir(ws).glob("*.v2")
+        if any(json.loads(r.read_text())["scope"] == "run-001" for r in p.glob("*.json"))
+    ]
     shutil.rmtree(scope)
     async with make_app(components=TWO_SEGMENTS) as app:
         ok, listed = await run_job(app, "procedure_imports")

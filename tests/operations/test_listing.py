@@ -62,8 +62,13 @@ async def test_experiences_are_listed_by_path_a_page_at_a_time(make_app):
         assert {a["total"] for a in answers} == {23}
         first = entries[0]
         raw = (ws / first["path"]).read_bytes()
-        assert first == {"path": "procedures/p0.json", "version": memory_of(app).workspace.files.read(first["path"]).version,
-                         "state": "indexed", "description": "d0", "source_count": 1}
+        assert first == {
+            "path": "procedures/p0.json",
+            "version": memory_of(app).workspace.files.read(first["path"]).version,
+            "state": "indexed",
+            "description": "d0",
+            "source_count": 1,
+        }
         assert json.loads(raw)["description"] == "d0"
         ok, whole = await run_job(app, "procedure_list")  # default limit 50: one page
         assert ok and whole["next"] is None and [e["path"] for e in whole["experiences"]] == paths
@@ -96,8 +101,13 @@ async def test_pending_invalid_and_unindexed_files_are_listed_as_such(make_app):
         ok, indexed = await call_tool(app, run, "procedure_create", filename="indexed.json", **fields)
         assert ok, indexed
         app.context.components["as_embedding"]["procedure"].model.reject = {"POISON"}
-        ok, pending = await call_tool(app, run, "procedure_create", filename="pending.json",
-                                      **{**fields, "content": "POISON the provider rejects"})
+        ok, pending = await call_tool(
+            app,
+            run,
+            "procedure_create",
+            filename="pending.json",
+            **{**fields, "content": "POISON the provider rejects"},
+        )
         assert not ok and pending["status"] == "index_pending"
         (ws / "procedures/invalid.json").write_text('{"description": ')
         (ws / "procedures/Bad Name.json").write_text(json.dumps(experience_record("d", "w", "c", [source])))
@@ -116,8 +126,11 @@ async def test_pending_invalid_and_unindexed_files_are_listed_as_such(make_app):
         assert states["procedures/pending.json"]["error"] == memory.workspace.pending.error("procedures/pending.json")
         assert states["procedures/by-hand.json"]["state"] == "unindexed"
         assert "procedure_reindex" in states["procedures/by-hand.json"]["note"]
-        for path, cause in (("procedures/invalid.json", "invalid JSON"), ("procedures/Bad Name.json", "rename"),
-                            ("procedures/link.json", "symbolic link")):
+        for path, cause in (
+            ("procedures/invalid.json", "invalid JSON"),
+            ("procedures/Bad Name.json", "rename"),
+            ("procedures/link.json", "symbolic link"),
+        ):
             assert states[path]["state"] == "invalid" and cause in states[path]["error"], states[path]
             assert "description" not in states[path]
         # the same pending list as search, on every page
@@ -144,8 +157,9 @@ async def test_only_the_pages_files_are_read(make_app, monkeypatch):
         place_unicorn_experiences(memory_of(app).workspace_path, 30)
         read = []
         original = experience_files.read_entry
-        monkeypatch.setattr(experience_files, "read_entry", lambda path, dir_fd=None: read.append(path) or original(
-            path, dir_fd))
+        monkeypatch.setattr(
+            experience_files, "read_entry", lambda path, dir_fd=None: read.append(path) or original(path, dir_fd)
+        )
         ok, answer = await run_job(app, "procedure_list", limit=4, cursor="procedures/p2.json")
         assert ok and read == ["p20.json", "p21.json", "p22.json", "p23.json"]
         assert answer["total"] == 30
@@ -164,8 +178,11 @@ async def test_imports_list_their_file_status_segments_and_experiences(make_app,
     async def stops(tools, prompt, kwargs):
         raise RuntimeError("model endpoint unavailable")
 
-    scripts = [creates("one.json", "two.json"), stops,  # b-run: segment 1 writes two, segment 2 fails
-               creates("three.json")]  # a-run: one segment
+    scripts = [
+        creates("one.json", "two.json"),
+        stops,  # b-run: segment 1 writes two, segment 2 fails
+        creates("three.json"),
+    ]  # a-run: one segment
     async with make_app(scripts=scripts, components=TWO_SEGMENTS) as app:
         ok, _ = await import_file(app, original, request_id="b-run")
         assert not ok
@@ -180,8 +197,13 @@ async def test_imports_list_their_file_status_segments_and_experiences(make_app,
         assert answer["total"] == 2 and answer["next"] is None and answer["damaged_records"] == []
         a_run, b_run = answer["imports"]
         assert {k: v for k, v in a_run.items() if k != "created_at"} == {
-            "request_id": "a-run", "file": "session/trajectories/short.jsonl", "filename": "short.jsonl",
-            "status": "complete", "segments": {"done": 1, "total": 1}, "experiences": {"created": 1, "updated": 0}}
+            "request_id": "a-run",
+            "file": "session/trajectories/short.jsonl",
+            "filename": "short.jsonl",
+            "status": "complete",
+            "segments": {"done": 1, "total": 1},
+            "experiences": {"created": 1, "updated": 0},
+        }
         assert a_run["created_at"].endswith("Z") and a_run["created_at"][:2] == "20"
         assert b_run["request_id"] == "b-run" and b_run["file"] == "session/trajectories/run.jsonl"
         assert b_run["status"] == "incomplete" and b_run["segments"] == {"done": 1, "total": 2}
@@ -204,8 +226,9 @@ async def test_an_import_of_content_that_cannot_be_imported_is_rejected_not_resu
 
         # the answer's status is the listing's; the pdf was refused before anything was copied: nothing to list
         assert answer["status"] == "rejected"
-        assert ok and [(i["request_id"], i["status"], i.get("error_code"), i["segments"]) for i in listed["imports"]] == [
-            ("bad-json", "rejected", "malformed_input", None)]
+        assert ok and [
+            (i["request_id"], i["status"], i.get("error_code"), i["segments"]) for i in listed["imports"]
+        ] == [("bad-json", "rejected", "malformed_input", None)]
 
 
 async def test_an_import_running_now_is_processing(make_app, tmp_path):
@@ -220,7 +243,8 @@ async def test_an_import_running_now_is_processing(make_app, tmp_path):
         assert ok
         ok, during = seen["answer"]
         assert ok and [(i["request_id"], i["status"], i["segments"]) for i in during["imports"]] == [
-            ("live", "processing", {"done": 0, "total": 1})]
+            ("live", "processing", {"done": 0, "total": 1})
+        ]
         ok, after = await run_job(app, "procedure_imports")
         assert after["imports"][0]["status"] == "complete"
 
@@ -269,8 +293,10 @@ async def test_damaged_records_are_listed_as_damaged_and_left_in_place(make_app,
         assert by_id["record"]["status"] == "complete" and "import record is missing" in by_id["record"]["note"]
         assert by_id["typed"]["note"]  # the same for a record of the wrong types
         damaged = {d["path"]: d["error"] for d in answer["damaged_records"]}
-        assert damaged == {memory.workspace.relative(memory.workspace.imports.path("record")): "the JSON value is not an object",
-                           memory.workspace.relative(memory.workspace.imports.path("typed")): "`request_id` is not a string"}
+        assert damaged == {
+            memory.workspace.relative(memory.workspace.imports.path("record")): "the JSON value is not an object",
+            memory.workspace.relative(memory.workspace.imports.path("typed")): "`request_id` is not a string",
+        }
 
 
 async def test_an_import_without_its_record_is_listed_from_its_checkpoint(make_app, tmp_path):
@@ -282,7 +308,8 @@ async def test_an_import_without_its_record_is_listed_from_its_checkpoint(make_a
         (state_dir(app) / "processing" / "unrelated.json").write_text("{")  # no record names it, unreadable
         ok, answer = await run_job(app, "procedure_imports")
         assert ok and [(i["request_id"], i["file"], i["filename"], i["status"]) for i in answer["imports"]] == [
-            ("orphan", "session/trajectories/run.jsonl", None, "complete")]  # the given name was in the record
+            ("orphan", "session/trajectories/run.jsonl", None, "complete")
+        ]  # the given name was in the record
         assert answer["imports"][0]["created_at"] is None
         assert [d["path"].rsplit("/", 1)[-1] for d in answer["damaged_records"]] == ["unrelated.json"]
 
@@ -295,19 +322,23 @@ async def test_an_empty_workspace_lists_nothing(make_app, job):
         assert ok and answer[key] == [] and answer["total"] == 0 and answer["next"] is None
 
 
-@pytest.mark.parametrize("arguments, message", [
-    ({"limit": 0}, "`limit` must be between 1 and 500 (got 0)."),
-    ({"limit": 501}, "`limit` must be between 1 and 500 (got 501)."),
-    ({"cursor": "  "}, "`cursor` must be the `next` of an earlier answer"),
-    ({"cursor": ["procedures/a.json"]}, "`cursor` must be the `next` of an earlier answer"),
-    ({"cursor": "x" * 4097}, "`cursor` must be the `next` of an earlier answer"),
-    ({"cursr": "procedures/a.json"}, "`cursr` is not an argument of procedure_list; did you mean `cursor`?"),
-])
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"limit": 0}, "`limit` must be between 1 and 500 (got 0)."),
+        ({"limit": 501}, "`limit` must be between 1 and 500 (got 501)."),
+        ({"cursor": "  "}, "`cursor` must be the `next` of an earlier answer"),
+        ({"cursor": ["procedures/a.json"]}, "`cursor` must be the `next` of an earlier answer"),
+        ({"cursor": "x" * 4097}, "`cursor` must be the `next` of an earlier answer"),
+        ({"cursr": "procedures/a.json"}, "`cursr` is not an argument of procedure_list; did you mean `cursor`?"),
+    ],
+)
 async def test_listing_arguments_are_validated(make_app, arguments, message):
     async with make_app() as app:
         ok, answer = await run_job(app, "procedure_list", **arguments)
-        assert not ok and answer["error"]["code"] == "invalid_argument" and answer["error"]["message"].startswith(
-            message)
+        assert (
+            not ok and answer["error"]["code"] == "invalid_argument" and answer["error"]["message"].startswith(message)
+        )
         job_message = message.replace("procedure_list", "procedure_imports")
         ok, answer = await run_job(app, "procedure_imports", **arguments)
         assert not ok and answer["error"]["message"].startswith(job_message)

@@ -10,8 +10,11 @@ from conftest import add_trajectory, call_tool, memory_of, run_job
 from helpers import EmbeddingEndpoint, experience_record, place_trajectory
 from helpers.endpoints import endpoint_components
 
-FIELDS = {"description": "Drain a node", "when_to_use": "Before rebooting a cluster node",
-          "content": "Cordon the node, drain workloads, then reboot."}
+FIELDS = {
+    "description": "Drain a node",
+    "when_to_use": "Before rebooting a cluster node",
+    "content": "Cordon the node, drain workloads, then reboot.",
+}
 
 
 @pytest.mark.slow
@@ -20,13 +23,21 @@ async def test_provider_outage_excludes_files_from_both_views_then_recovers(make
         async with make_app(embedding=False, components=endpoint_components(endpoint)) as app:
             memory = memory_of(app)
             run = memory.grants.begin_attempt("req", [add_trajectory(app)])
-            ok, good = await call_tool(app, run, "procedure_create", filename="good.json", operation_key="g",
-                                       description="Rotate keys", when_to_use="When credentials leak",
-                                       content="Rotate the keys and audit access.")
+            ok, good = await call_tool(
+                app,
+                run,
+                "procedure_create",
+                filename="good.json",
+                operation_key="g",
+                description="Rotate keys",
+                when_to_use="When credentials leak",
+                content="Rotate the keys and audit access.",
+            )
             assert ok
             endpoint.failing = True
-            ok, failed = await call_tool(app, run, "procedure_create", filename="drain-node.json", operation_key="d",
-                                         **FIELDS)
+            ok, failed = await call_tool(
+                app, run, "procedure_create", filename="drain-node.json", operation_key="d", **FIELDS
+            )
             assert not ok and failed["status"] == "index_pending"
             assert failed["path"] == "procedures/drain-node.json" and failed["version"]
             assert (memory.workspace_path / failed["path"]).exists()  # the file stays intact
@@ -45,8 +56,9 @@ async def test_provider_outage_excludes_files_from_both_views_then_recovers(make
             assert [r["path"] for r in ans["results"]] == ["procedures/good.json"]
             # the provider recovers: retrying the identical operation indexes the saved file
             endpoint.failing = False
-            ok, retried = await call_tool(app, run, "procedure_create", filename="drain-node.json", operation_key="d",
-                                          **FIELDS)
+            ok, retried = await call_tool(
+                app, run, "procedure_create", filename="drain-node.json", operation_key="d", **FIELDS
+            )
             assert ok and retried["version"] == failed["version"]
             for view in ("when_to_use", "when_to_use_content"):
                 ok, ans = await run_job(app, "procedure_search", query="rebooting cluster node drain", index=view)
@@ -60,8 +72,9 @@ async def test_pending_file_re_enters_the_views_after_synchronisation(make_app):
         async with make_app(embedding=False, components=endpoint_components(endpoint)) as app:
             run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
             endpoint.failing = True
-            ok, failed = await call_tool(app, run, "procedure_create", filename="drain-node.json", operation_key="d",
-                                         **FIELDS)
+            ok, failed = await call_tool(
+                app, run, "procedure_create", filename="drain-node.json", operation_key="d", **FIELDS
+            )
             assert not ok
             endpoint.failing = False
             # pending_retry_seconds is 0 in tests: the next search synchronises pending files first
@@ -74,8 +87,9 @@ async def test_pending_after_restart_is_reported_then_indexed(make_app, tmp_path
     ws = tmp_path / "ws"
     (ws / "procedures").mkdir(parents=True)
     place_trajectory(ws)
-    (ws / "procedures" / "drain-node.json").write_text(json.dumps(
-        experience_record("Drain a node", "Before rebooting a cluster node", "Cordon, drain, reboot.")))
+    (ws / "procedures" / "drain-node.json").write_text(
+        json.dumps(experience_record("Drain a node", "Before rebooting a cluster node", "Cordon, drain, reboot."))
+    )
     with EmbeddingEndpoint(64) as endpoint:
         endpoint.failing = True
         async with make_app(workspace=ws, embedding=False, components=endpoint_components(endpoint)) as app:
@@ -89,8 +103,9 @@ async def test_restart_rebuilds_views_from_json_when_metadata_is_missing(make_ap
     ws = tmp_path / "ws"
     async with make_app(workspace=ws) as app:
         run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
-        ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json", operation_key="d",
-                                      **FIELDS)
+        ok, created = await call_tool(
+            app, run, "procedure_create", filename="drain-node.json", operation_key="d", **FIELDS
+        )
     before = (ws / created["path"]).read_bytes()
     for sub in ("file_store", "file_graph", "keyword_index"):
         shutil.rmtree(ws / "metadata" / sub)
@@ -107,8 +122,16 @@ async def test_restart_reconciles_removed_edited_and_invalid_files(make_app, tmp
     async with make_app(workspace=ws) as app:
         run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
         for name, wtu in [("a.json", "alpha situation"), ("b.json", "bravo situation"), ("c.json", "charlie case")]:
-            await call_tool(app, run, "procedure_create", filename=name, operation_key=name, description="d",
-                            when_to_use=wtu, content="do it")
+            await call_tool(
+                app,
+                run,
+                "procedure_create",
+                filename=name,
+                operation_key=name,
+                description="d",
+                when_to_use=wtu,
+                content="do it",
+            )
     (ws / "procedures/a.json").unlink()
     (ws / "procedures/b.json").write_text(json.dumps(experience_record("d", "bravo edited situation", "do it")))
     (ws / "procedures/c.json").write_text("{ broken")

@@ -29,8 +29,12 @@ def write_library(ws, n: int = N) -> list[str]:
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for i in range(n):
-        record = experience_record(f"Procedure {i}", f"When situation number{i} happens on host{i}",
-                                   f"Step one for case{i}, then verify case{i}.", sources=[source])
+        record = experience_record(
+            f"Procedure {i}",
+            f"When situation number{i} happens on host{i}",
+            f"Step one for case{i}, then verify case{i}.",
+            sources=[source],
+        )
         (directory / f"procedure-{i:03d}.json").write_text(json.dumps(record, indent=2) + "\n")
         paths.append(f"procedures/procedure-{i:03d}.json")
     (directory / "broken.json").write_text("{ broken")
@@ -56,8 +60,12 @@ async def test_one_shot_reindex_indexes_and_embeds_each_file_once(make_app, tmp_
     paths = write_library(ws)
     # A create whose process was killed after its intent was journaled, before the publish (recovery rolls it
     # forward), and a damaged journal record (skipped and reported).
-    target = experience_record("Recovered", "When the intent survived a kill", "Publish it on start.",
-                               sources=["session/trajectories/run.jsonl"])
+    target = experience_record(
+        "Recovered",
+        "When the intent survived a kill",
+        "Publish it on start.",
+        sources=["session/trajectories/run.jsonl"],
+    )
     text = json.dumps(target, ensure_ascii=False, indent=2) + "\n"
     journal = OperationJournal(ws / "metadata" / "procedure" / "default" / "operations")
     journal.put(Operation("req-1", "op-1", "create", "r", "procedures/recovered.json", text, None))
@@ -97,8 +105,9 @@ async def test_deferred_start_reconciles_before_anything_else_uses_the_views(mak
         assert len(indexed_batches) == 1
 
 
-async def test_start_with_missing_views_indexes_in_bulk_and_a_service_start_never_defers(make_app, tmp_path,
-                                                                                         indexed_batches):
+async def test_start_with_missing_views_indexes_in_bulk_and_a_service_start_never_defers(
+    make_app, tmp_path, indexed_batches
+):
     ws = tmp_path / "ws"
     paths = write_library(ws)
     async with make_app(workspace=ws) as app:  # a service process: the start reconciles (no reindex job)

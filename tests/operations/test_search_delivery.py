@@ -51,8 +51,9 @@ async def test_the_floor_keeps_exactly_the_results_at_or_above_it_in_rank_order(
 async def test_the_setting_is_the_default_floor_and_an_argument_overrides_it(make_app, tmp_path):
     ws = tmp_path / "ws"
     write_corpus(ws)
-    async with make_app(workspace=ws, components={"procedure_memory": {"default": {"search": {"min_relevance": 0.99}}}}
-                        ) as app:
+    async with make_app(
+        workspace=ws, components={"procedure_memory": {"default": {"search": {"min_relevance": 0.99}}}}
+    ) as app:
         assert memory_of(app).settings.search.min_relevance == 0.99
         ok, default = await run_job(app, "procedure_search", query=QUERY, limit=ALL)
         assert ok and default["min_relevance"] == 0.99
@@ -95,14 +96,16 @@ async def test_tools_keeps_exactly_the_experiences_whose_content_names_one(make_
 
 
 @pytest.mark.parametrize("view", VIEWS)
-async def test_max_tokens_keeps_the_best_results_whose_texts_fit_and_never_cuts_one(make_app, tmp_path, view,
-                                                                                    word_tokenizer):
+async def test_max_tokens_keeps_the_best_results_whose_texts_fit_and_never_cuts_one(
+    make_app, tmp_path, view, word_tokenizer
+):
     counter = Tokenizer.from_file(str(word_tokenizer))  # the configured tokenizer, counted independently
 
     def tokens(result) -> int:
         e = result["experience"]
-        return len(counter.encode("\n".join((e["description"], e["when-to-use"], e["content"])),
-                                  add_special_tokens=False).ids)
+        return len(
+            counter.encode("\n".join((e["description"], e["when-to-use"], e["content"])), add_special_tokens=False).ids
+        )
 
     ws = tmp_path / "ws"
     write_corpus(ws)
@@ -110,12 +113,17 @@ async def test_max_tokens_keeps_the_best_results_whose_texts_fit_and_never_cuts_
         ok, five = await run_job(app, "procedure_search", query=QUERY, index=view, limit=5)
         counts = [tokens(r) for r in five["results"]]
         assert ok and "token_budget" not in five and len(set(counts)) > 1
-        for budget, kept in ((sum(counts[:2]), 2), (sum(counts[:2]) + counts[2] - 1, 2), (sum(counts), 5),
-                             (10**6, 5), (counts[0], 1), (counts[0] - 1, 0)):
+        for budget, kept in (
+            (sum(counts[:2]), 2),
+            (sum(counts[:2]) + counts[2] - 1, 2),
+            (sum(counts), 5),
+            (10**6, 5),
+            (counts[0], 1),
+            (counts[0] - 1, 0),
+        ):
             ok, answer = await run_job(app, "procedure_search", query=QUERY, index=view, limit=5, max_tokens=budget)
             assert ok and answer["results"] == five["results"][:kept], budget
-            assert answer["token_budget"] == {"max_tokens": budget, "tokens": sum(counts[:kept]),
-                                              "left_out": 5 - kept}
+            assert answer["token_budget"] == {"max_tokens": budget, "tokens": sum(counts[:kept]), "left_out": 5 - kept}
 
 
 async def test_delivery_arguments_combine_floor_then_tools_then_budget(make_app, tmp_path):
@@ -125,10 +133,14 @@ async def test_delivery_arguments_combine_floor_then_tools_then_budget(make_app,
         ok, everything = await run_job(app, "procedure_search", query=QUERY, limit=ALL)
         floor = floor_of([r["relevance"] for r in everything["results"]])
         tool = sorted(set.union(*(functions_named(r["experience"]["content"]) for r in everything["results"][:3])))[0]
-        expected = [r for r in everything["results"]
-                    if r["relevance"] >= floor and tool in functions_named(r["experience"]["content"])][:3]
-        ok, answer = await run_job(app, "procedure_search", query=QUERY, limit=3, min_relevance=floor, tools=[tool],
-                                   max_tokens=10**6)
+        expected = [
+            r
+            for r in everything["results"]
+            if r["relevance"] >= floor and tool in functions_named(r["experience"]["content"])
+        ][:3]
+        ok, answer = await run_job(
+            app, "procedure_search", query=QUERY, limit=3, min_relevance=floor, tools=[tool], max_tokens=10**6
+        )
         assert ok and answer["results"] == expected and expected
         assert answer["token_budget"]["left_out"] == 0
 

@@ -53,12 +53,14 @@ async def test_create_refuses_every_kind_in_content_and_writes_nothing(make_app,
         assert placeholder in data["content"]
 
 
-@pytest.mark.parametrize("argument", ["filename", "description", "when_to_use", "when-to-use", "content",
-                                      "operation_key"])
+@pytest.mark.parametrize(
+    "argument", ["filename", "description", "when_to_use", "when-to-use", "content", "operation_key"]
+)
 async def test_create_refuses_a_secret_in_every_argument_it_takes(make_app, argument):
     item = SECRETS["ghp"]
     value = {"filename": f"deploy-with-{item.secret}.json", "operation_key": f"key-{item.secret}"}.get(
-        argument, f"Use {item.text} to push.")
+        argument, f"Use {item.text} to push."
+    )
     async with make_app() as app:
         run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
         before = durable_state(memory_of(app).workspace_path)
@@ -76,8 +78,9 @@ def search_finds_nothing_of(result, item) -> bool:
     return ok and not {f for f in fragments(item.secret) if f in json.dumps(answer)}
 
 
-@pytest.mark.parametrize("argument", ["description", "when_to_use", "when-to-use", "content", "path",
-                                      "expected_version", "operation_key"])
+@pytest.mark.parametrize(
+    "argument", ["description", "when_to_use", "when-to-use", "content", "path", "expected_version", "operation_key"]
+)
 async def test_update_refuses_a_secret_in_every_argument_and_leaves_the_file(make_app, argument):
     item = SECRETS["postgres"]
     async with make_app() as app:
@@ -106,14 +109,26 @@ async def test_update_refuses_to_republish_a_secret_a_hand_edit_put_in_a_kept_fi
         path.write_text(json.dumps(data, indent=2))  # edited by hand
         ok, read = await run_job(app, "procedure_read", path=created["path"])
         before = path.read_bytes()
-        ok, answer = await call_tool(app, run, "procedure_update", path=created["path"],
-                                     expected_version=read["version"], content="Rebuild, then verify a query.")
+        ok, answer = await call_tool(
+            app,
+            run,
+            "procedure_update",
+            path=created["path"],
+            expected_version=read["version"],
+            content="Rebuild, then verify a query.",
+        )
         assert_refused(ok, answer, item, "description")
         assert f"kept from {created['path']}" in answer["error"]["message"]
         assert path.read_bytes() == before
-        ok, answer = await call_tool(app, run, "procedure_update", path=created["path"],
-                                     expected_version=read["version"], content="Rebuild, then verify a query.",
-                                     description="Rebuild search with <API_KEY>")
+        ok, answer = await call_tool(
+            app,
+            run,
+            "procedure_update",
+            path=created["path"],
+            expected_version=read["version"],
+            content="Rebuild, then verify a query.",
+            description="Rebuild search with <API_KEY>",
+        )
         assert ok and answer["status"] == "updated", answer
         assert item.secret not in path.read_text()
 
@@ -136,6 +151,7 @@ async def test_the_identical_refused_call_again_gets_its_answer_with_a_nudge(mak
 
 
 # -- masked trajectory excerpts -------------------------------------------------------------------------------------
+
 
 def trajectory_with_secrets() -> tuple[bytes, list]:
     items = [SECRETS[label] for label in ("akia", "rsa-pem", "json-password", "jwt", "postgres")]
@@ -178,7 +194,7 @@ async def test_pages_that_cut_a_secret_mask_both_parts_and_cover_the_copy(make_a
             pages.append(page)
             offset = page["next_offset"]
         assert pages[0]["text"].endswith(label) and pages[1]["text"] == label and pages[2]["text"].startswith(label)
-        assert "".join(text[p["offset"]:p["offset"] + p["length"]] for p in pages) == text
+        assert "".join(text[p["offset"] : p["offset"] + p["length"]] for p in pages) == text
 
 
 async def test_the_token_cap_applies_to_the_masked_text_and_never_cuts_a_label(make_app):
@@ -191,13 +207,13 @@ async def test_the_token_cap_applies_to_the_masked_text_and_never_cuts_a_label(m
             ok, page = await run_job(app, "procedure_read", kind="trajectory", path=rel, offset=offset, length=4000)
             assert ok and page["tokens"] <= 12 and page["length"] > 0, page
             # every label is whole: the text is the copy's covered characters with each secret's part masked
-            covered = text[offset:offset + page["length"]]
+            covered = text[offset : offset + page["length"]]
             assert page["text"] == mask_secrets(covered, secrets_within(text, offset, offset + len(covered)))
             assert page["text"].count("[masked:") == page["secrets_masked"]
             pages.append(page)
             offset = page["next_offset"]
         assert len(pages) > len(items)  # the cap cut the file into many pages, around and between the labels
-        assert "".join(text[p["offset"]:p["offset"] + p["length"]] for p in pages) == text
+        assert "".join(text[p["offset"] : p["offset"] + p["length"]] for p in pages) == text
         assert not {f for item in items for f in fragments(item.secret) if f in "".join(p["text"] for p in pages)}
 
 
@@ -269,14 +285,26 @@ async def test_an_append_that_completes_a_key_block_is_refused(make_app, field):
         ok, created = await create(app, run, **{field: f"Rotate the deploy key; the file starts with\n{KEY_BEGIN}"})
         assert ok, created
         before = durable_state(memory.workspace_path)
-        result = await call_tool(app, run, "procedure_update", path=created["path"],
-                                 expected_version=created["version"], **{f"{field}_append": KEY_REST})
+        result = await call_tool(
+            app,
+            run,
+            "procedure_update",
+            path=created["path"],
+            expected_version=created["version"],
+            **{f"{field}_append": KEY_REST},
+        )
         body = KEY_REST.rsplit("\n", 1)[0]
         await assert_refused_and_unchanged(app, result, KEY, f"{field}_append", before, stored=body)
         assert "with this addition" in result[1]["error"]["message"]
         # an addition that completes nothing is written
-        ok, answer = await call_tool(app, run, "procedure_update", path=created["path"],
-                                     expected_version=created["version"], **{f"{field}_append": "Then reload."})
+        ok, answer = await call_tool(
+            app,
+            run,
+            "procedure_update",
+            path=created["path"],
+            expected_version=created["version"],
+            **{f"{field}_append": "Then reload."},
+        )
         assert ok and answer["status"] == "updated", answer
 
 
@@ -285,27 +313,34 @@ async def test_a_key_split_across_two_fields_is_refused(make_app):
         memory = memory_of(app)
         run = memory.grants.begin_attempt("req-1", [add_trajectory(app)])
         before = durable_state(memory.workspace_path)
-        result = await create(app, run, when_to_use=f"When the deploy key must be rotated:\n{KEY_BEGIN}",
-                              content=KEY_REST)
+        result = await create(
+            app, run, when_to_use=f"When the deploy key must be rotated:\n{KEY_BEGIN}", content=KEY_REST
+        )
         await assert_refused_and_unchanged(app, result, KEY, "when_to_use + content", before)
 
 
-@pytest.mark.parametrize("filename", [
-    "SK-" + "9F3A6C1E5B2D8F4A6C0E7B9D1F3A5C7E" + ".json",
-    "GLPAT_" + "Zx9K2mPq7Lr4Tw8YvB3nQ5" + ".json",
-    "notes-DOP_V1_" + "0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e" + ".json",
-])
+@pytest.mark.parametrize(
+    "filename",
+    [
+        "SK-" + "9F3A6C1E5B2D8F4A6C0E7B9D1F3A5C7E" + ".json",
+        "GLPAT_" + "Zx9K2mPq7Lr4Tw8YvB3nQ5" + ".json",
+        "notes-DOP_V1_" + "0f9e8d7c6b5a4f3e2d1c0b9a8f7e6d5c4b3a2f1e0d9c8b7a6f5e4d3c2b1a0f9e" + ".json",
+    ],
+)
 async def test_a_filename_whose_canonical_spelling_is_a_key_is_refused(make_app, filename):
     """``SK-<HEX>`` passes as sent but is stored as ``sk-<hex>``: the canonical name is judged."""
     answer = await refused_create(make_app, name=filename)
     assert {s["field"] for s in answer["secrets"]} == {"filename"}
 
 
-@pytest.mark.parametrize("text", [
-    "Log in with p\u0430ssword=Zx9K2mPq7Lr4Tw8Y first.",  # a Cyrillic а
-    "Log in with pass\u200bword=Zx9K2mPq7Lr4Tw8Y first.",  # a zero-width space
-    "Log in with \uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44\uff1dZx9K2mPq7Lr4Tw8Y first.",  # fullwidth
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Log in with p\u0430ssword=Zx9K2mPq7Lr4Tw8Y first.",  # a Cyrillic а
+        "Log in with pass\u200bword=Zx9K2mPq7Lr4Tw8Y first.",  # a zero-width space
+        "Log in with \uff50\uff41\uff53\uff53\uff57\uff4f\uff52\uff44\uff1dZx9K2mPq7Lr4Tw8Y first.",  # fullwidth
+    ],
+)
 async def test_a_credential_spelled_with_look_alike_characters_is_refused(make_app, text):
     answer = await refused_create(make_app, content=text)
     assert answer["secrets"][0]["offset"] == text.index("Zx9K")  # in the characters as sent
@@ -341,10 +376,14 @@ async def test_a_long_key_block_is_masked_in_an_excerpt_far_from_its_begin_line(
     """An excerpt that starts more than the scan margin after a key's BEGIN line is still the key's: masked."""
     import random
     import string
+
     rng = random.Random(9)
     body = "".join(rng.choice(string.ascii_letters + string.digits + "+/") for _ in range(60_000))
-    key = ("-----BEGIN RSA PRIVATE KEY-----\n" + "\n".join(body[i:i + 64] for i in range(0, len(body), 64))
-           + "\n-----END RSA PRIVATE KEY-----")
+    key = (
+        "-----BEGIN RSA PRIVATE KEY-----\n"
+        + "\n".join(body[i : i + 64] for i in range(0, len(body), 64))
+        + "\n-----END RSA PRIVATE KEY-----"
+    )
     data = json.dumps({"role": "tool", "content": key}).encode() + b"\n" + b'{"role": "user", "content": "ok"}\n'
     async with make_app() as app:
         rel = add_trajectory(app, "long-key.jsonl", data)

@@ -41,17 +41,46 @@ def text(content: str) -> str:
     return json.dumps({"description": "d", "when-to-use": "w", "content": content, "sources": ["s"]}, indent=2) + "\n"
 
 
-def op(key: str, status: str, content: str, at: float, *, tool: str = "update", expected=None, scope="imp",
-       published=True, segment=0) -> Operation:
-    return Operation(scope=scope, key=key, tool=tool, request="r", path=PATH, target=text(content),
-                     expected_version=expected, status=status, created_at=at, segment=segment,
-                     published_at=at + 0.5 if published and status not in (INTENT, ABANDONED) else None)
+def op(
+    key: str,
+    status: str,
+    content: str,
+    at: float,
+    *,
+    tool: str = "update",
+    expected=None,
+    scope="imp",
+    published=True,
+    segment=0,
+) -> Operation:
+    return Operation(
+        scope=scope,
+        key=key,
+        tool=tool,
+        request="r",
+        path=PATH,
+        target=text(content),
+        expected_version=expected,
+        status=status,
+        created_at=at,
+        segment=segment,
+        published_at=at + 0.5 if published and status not in (INTENT, ABANDONED) else None,
+    )
 
 
-@pytest.mark.parametrize("status, published, expected", [
-    (INTENT, False, False), (ABANDONED, False, False), (PUBLISHED, True, True), (INDEX_PENDING, True, True),
-    (INDEXED, True, True), (RECORDED, True, True), (SUPERSEDED, True, True), (SUPERSEDED, False, False),
-])
+@pytest.mark.parametrize(
+    "status, published, expected",
+    [
+        (INTENT, False, False),
+        (ABANDONED, False, False),
+        (PUBLISHED, True, True),
+        (INDEX_PENDING, True, True),
+        (INDEXED, True, True),
+        (RECORDED, True, True),
+        (SUPERSEDED, True, True),
+        (SUPERSEDED, False, False),
+    ],
+)
 def test_which_statuses_are_versions(status, published, expected):
     record = op("k", status, "c", 1.0, published=published)
     assert is_version(record, [record]) is expected
@@ -80,10 +109,14 @@ def test_versions_mark_the_current_file_or_add_it_unrecorded():
     b = op("k2", INDEXED, "two", 2.0, expected=a.target_version, segment=1)
     listed = versions([b, a], (b.target_version, b.target, 3.0))
     assert [(v.change, v.current, v.recorded, v.segment, v.request_id) for v in listed] == [
-        (CREATE, False, True, 1, "imp"), (UPDATE, True, True, 2, "imp")]
+        (CREATE, False, True, 1, "imp"),
+        (UPDATE, True, True, 2, "imp"),
+    ]
     listed = versions([a, b], (version_of(b"edited"), "edited", 4.0))
     assert [(v.change, v.current, v.recorded, v.at) for v in listed[1:]] == [
-        (UPDATE, False, True, 2.5), (UNRECORDED, True, False, 4.0)]
+        (UPDATE, False, True, 2.5),
+        (UNRECORDED, True, False, 4.0),
+    ]
     assert listed[-1].previous_version == b.target_version
     assert versions([a, b], None)[-1].current is False  # gone: nothing added
     assert [v.change for v in versions([], (version_of(b"x"), "x", 1.0))] == [UNRECORDED]
@@ -93,23 +126,46 @@ def test_a_first_version_made_on_an_unknown_one_is_preceded_by_it_unless_compact
     b = op("k2", INDEXED, "two", 2.0, expected="f" * 16)
     listed = versions([b], None)
     assert [(v.version, v.change, v.text, v.recorded) for v in listed] == [
-        ("f" * 16, UNRECORDED, None, False), (b.target_version, UPDATE, b.target, True)]
+        ("f" * 16, UNRECORDED, None, False),
+        (b.target_version, UPDATE, b.target, True),
+    ]
     assert [v.change for v in versions([b], None, compacted=3)] == [UPDATE]
 
 
 def test_hand_changes_have_no_import_and_a_deletion_no_text():
     edit = op("e", RECORDED, "by hand", 1.0, tool=HAND_EDIT, scope=HAND_SCOPE)
-    gone = Operation(scope=HAND_SCOPE, key="d", tool=HAND_DELETE, request="", path=PATH, target="",
-                     expected_version=edit.target_version, status=RECORDED, created_at=2.0, published_at=2.0)
+    gone = Operation(
+        scope=HAND_SCOPE,
+        key="d",
+        tool=HAND_DELETE,
+        request="",
+        path=PATH,
+        target="",
+        expected_version=edit.target_version,
+        status=RECORDED,
+        created_at=2.0,
+        published_at=2.0,
+    )
     listed = versions([edit, gone], None)
     assert [(v.change, v.request_id, v.operation_key, v.segment) for v in listed] == [
-        (HAND_EDIT, None, None, 1), (HAND_DELETE, None, None, None)]
+        (HAND_EDIT, None, None, 1),
+        (HAND_DELETE, None, None, None),
+    ]
     assert listed[1].version is None and listed[1].text is None
 
 
 def test_readable_splits_an_experience_into_field_sections_and_leaves_other_text():
-    assert readable(text("a\nb")) == ["[description]\n", "d\n", "[when-to-use]\n", "w\n", "[content]\n", "a\n",
-                                      "b\n", "[sources]\n", "- s\n"]
+    assert readable(text("a\nb")) == [
+        "[description]\n",
+        "d\n",
+        "[when-to-use]\n",
+        "w\n",
+        "[content]\n",
+        "a\n",
+        "b\n",
+        "[sources]\n",
+        "- s\n",
+    ]
     assert readable("not json\nat all") == ["not json\n", "at all"]
     assert readable("[1, 2]") == ["[1, 2]"]
 
@@ -119,8 +175,9 @@ def test_diff_between_versions_deletions_and_unknown_texts():
     changed = diff(PATH, one, two)
     assert changed.startswith(f"--- {PATH}@v1\n+++ {PATH}@v2\n") and "+b\n" in changed.splitlines(keepends=True)
     deleted = diff(PATH, two, Version(version=None, change=HAND_DELETE, text=None, at=None))
-    assert "+++ /dev/null" in deleted and all(not line.startswith("+") or line == "+++ /dev/null"
-                                              for line in deleted.splitlines())
+    assert "+++ /dev/null" in deleted and all(
+        not line.startswith("+") or line == "+++ /dev/null" for line in deleted.splitlines()
+    )
     assert diff(PATH, Version(version="v0", change=UNRECORDED, text=None, at=None), one) is None
     assert diff(PATH, one, one) == ""
 

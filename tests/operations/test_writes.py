@@ -66,8 +66,9 @@ async def test_create_over_an_existing_name_is_rejected(make_app):
 async def test_missing_or_blank_fields_are_rejected(make_app):
     async with make_app() as app:
         run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
-        ok, ans = await call_tool(app, run, "procedure_create", filename="x.json", operation_key="k",
-                                  description="d", when_to_use="w")
+        ok, ans = await call_tool(
+            app, run, "procedure_create", filename="x.json", operation_key="k", description="d", when_to_use="w"
+        )
         assert not ok and "`content` is required" in ans["error"]["message"]
         ok, ans = await create(app, run, key="k2", description="  ")
         assert not ok and ans["error"]["code"] == "invalid_argument"
@@ -110,19 +111,42 @@ async def test_update_requires_the_current_version_and_keeps_sources(make_app):
         ok, created = await create(app, run1)
         memory.grants.end_attempt(run1)
         run2 = memory.grants.begin_attempt("req-2", [second])
-        ok, ans = await call_tool(app, run2, "procedure_update", path=created["path"], expected_version="0" * 16,
-                                  content="New content.", operation_key="u-1")
+        ok, ans = await call_tool(
+            app,
+            run2,
+            "procedure_update",
+            path=created["path"],
+            expected_version="0" * 16,
+            content="New content.",
+            operation_key="u-1",
+        )
         assert not ok and ans["error"]["code"] == "stale_version"
         assert ans["current_version"] == created["version"]
-        ok, ans = await call_tool(app, run2, "procedure_update", path=created["path"],
-                                  expected_version=created["version"], content="New content.", operation_key="u-2")
+        ok, ans = await call_tool(
+            app,
+            run2,
+            "procedure_update",
+            path=created["path"],
+            expected_version=created["version"],
+            content="New content.",
+            operation_key="u-2",
+        )
         assert ok and ans["status"] == "updated" and ans["version"] != created["version"]
         data = file_json(app, created["path"])
         assert data["content"] == "New content." and data["description"] == FIELDS["description"]
         assert data["sources"] == [first, second]
         # all three text fields may be rewritten by a later segment
-        ok, ans2 = await call_tool(app, run2, "procedure_update", path=created["path"], expected_version=ans["version"],
-                                   description="D2", when_to_use="W2", content="C2", operation_key="u-3")
+        ok, ans2 = await call_tool(
+            app,
+            run2,
+            "procedure_update",
+            path=created["path"],
+            expected_version=ans["version"],
+            description="D2",
+            when_to_use="W2",
+            content="C2",
+            operation_key="u-3",
+        )
         assert ok
         data = file_json(app, created["path"])
         assert (data["description"], data["when-to-use"], data["content"]) == ("D2", "W2", "C2")
@@ -132,11 +156,19 @@ async def test_update_requires_the_current_version_and_keeps_sources(make_app):
 async def test_update_of_a_missing_experience_or_without_version_fails(make_app):
     async with make_app() as app:
         run = memory_of(app).grants.begin_attempt("req-1", [add_trajectory(app)])
-        ok, ans = await call_tool(app, run, "procedure_update", path="procedures/nope.json",
-                                  expected_version="abc", content="x", operation_key="k")
+        ok, ans = await call_tool(
+            app,
+            run,
+            "procedure_update",
+            path="procedures/nope.json",
+            expected_version="abc",
+            content="x",
+            operation_key="k",
+        )
         assert not ok and ans["error"]["code"] == "not_found"
-        ok, ans = await call_tool(app, run, "procedure_update", path="procedures/nope.json", content="x",
-                                  operation_key="k2")
+        ok, ans = await call_tool(
+            app, run, "procedure_update", path="procedures/nope.json", content="x", operation_key="k2"
+        )
         assert not ok and "expected_version" in ans["error"]["message"]
 
 
@@ -147,7 +179,9 @@ async def test_identical_retry_is_idempotent_and_key_reuse_conflicts(make_app):
         ok, first = await create(app, run)
         ok, again = await create(app, run)  # the same run: its earlier answer (test_robust_loop covers the nudge)
         assert ok and again["repeated_call"] and again["version"] == first["version"]
-        resumed = memory.grants.begin_attempt("req-1", run.sources)  # a later run of the same import retries it: a replay
+        resumed = memory.grants.begin_attempt(
+            "req-1", run.sources
+        )  # a later run of the same import retries it: a replay
         ok, again = await create(app, resumed)
         assert ok and again["replayed"] and again["version"] == first["version"]
         ok, ans = await create(app, resumed, name="different.json")
@@ -223,13 +257,24 @@ async def test_write_tools_fail_closed_without_a_live_grant(make_app):
             {**run.injected(), "_procedure_grant": "forged", "tool_context_id": run.context_id},
             {**run.injected(), "tool_context_id": "forged"},
             {"_procedure_grant": run.grant},
-            {**run.injected(), "_procedure_sources": ["session/trajectories/other.jsonl"],
-             "tool_context_id": run.context_id},  # forged sources
+            {
+                **run.injected(),
+                "_procedure_sources": ["session/trajectories/other.jsonl"],
+                "tool_context_id": run.context_id,
+            },  # forged sources
         ]
         for extra in attempts:
             for job in ("procedure_create", "procedure_update"):
-                ok, ans = await run_job(app, job, filename="x.json", path="procedures/x.json", expected_version="v",
-                                        operation_key="k", **FIELDS, **extra)
+                ok, ans = await run_job(
+                    app,
+                    job,
+                    filename="x.json",
+                    path="procedures/x.json",
+                    expected_version="v",
+                    operation_key="k",
+                    **FIELDS,
+                    **extra,
+                )
                 assert not ok and ans["error"]["code"] == "no_active_extraction_run", (job, extra)
         memory.grants.end_attempt(run)
         ok, ans = await create(app, run)  # the grant is revoked with the run
@@ -245,9 +290,15 @@ async def test_superseded_failed_intent_after_correction(make_app):
         ok, failed = await create(app, run, content="POISON content the provider rejects")
         assert not ok and failed["status"] == "index_pending"
         app.context.components["as_embedding"]["procedure"].model.reject = set()
-        ok, fixed = await call_tool(app, run, "procedure_update", path=failed["path"],
-                                    expected_version=failed["version"], content="Acceptable content.",
-                                    operation_key="fix-1")
+        ok, fixed = await call_tool(
+            app,
+            run,
+            "procedure_update",
+            path=failed["path"],
+            expected_version=failed["version"],
+            content="Acceptable content.",
+            operation_key="fix-1",
+        )
         assert ok and fixed["status"] == "updated"
         assert memory.workspace.journal.get("req-1", "op-1").status == SUPERSEDED
         assert len(memory.workspace.pending) == 0

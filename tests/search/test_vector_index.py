@@ -59,8 +59,10 @@ def check_churn(data) -> None:
         action = data.draw(st.sampled_from(["add", "add", "replace", "remove", "unlike"]))
         if action in ("add", "replace", "unlike"):
             count = data.draw(st.integers(1, 40))
-            names = [f"id{rng.integers(150)}" if action != "replace" or not truth else str(rng.choice(list(truth)))
-                     for _ in range(count)]  # repeats within one batch too: the last value counts
+            names = [
+                f"id{rng.integers(150)}" if action != "replace" or not truth else str(rng.choice(list(truth)))
+                for _ in range(count)
+            ]  # repeats within one batch too: the last value counts
             if action == "unlike":
                 batch = [unlike(rng, data.draw(st.sampled_from(["isotropic", "spike", "zero"]))) for _ in names]
             else:
@@ -104,7 +106,7 @@ def test_outliers_are_rescored_from_their_cached_vectors_and_follow_changes():
 def test_query_levels_keep_the_integer_sum_exact():
     assert query_levels(1024) == LEVELS and query_levels(384) == LEVELS
     for dims in (1536, 3072):
-        assert query_levels(dims) * LEVELS * dims < 2 ** 24
+        assert query_levels(dims) * LEVELS * dims < 2**24
 
 
 def _read_only(arrays: dict) -> dict:
@@ -146,8 +148,13 @@ def test_float32_scores_stay_within_their_proven_bound():
     """``Float16Rows.products`` (faiss's float32 kernel) against float64, on rows with large cancellation."""
     rng = np.random.default_rng(5)
     for dims in (64, 1024):
-        rows = np.concatenate([rng.normal(size=(200, dims)), 1e3 * rng.normal(size=(50, dims)),
-                               np.tile(rng.normal(size=dims), (50, 1)) * rng.choice([-1.0, 1.0], size=(50, dims))])
+        rows = np.concatenate(
+            [
+                rng.normal(size=(200, dims)),
+                1e3 * rng.normal(size=(50, dims)),
+                np.tile(rng.normal(size=dims), (50, 1)) * rng.choice([-1.0, 1.0], size=(50, dims)),
+            ]
+        )
         rows16 = rows.astype(np.float16)
         gathered = vectors.Float16Rows(len(rows16), dims)
         gathered.rows[:] = rows16
@@ -176,8 +183,14 @@ def test_rows_closer_than_float32_can_tell_are_ordered_exactly():
     matrix.set_many(truth.items())
     query = base.astype(np.float64) + 0.01 * rng.normal(size=DIMS)
     unit = query / np.linalg.norm(query)
-    exact = {i: float(np.asarray(v, dtype=np.float16).astype(np.float64) @ unit
-                      / np.linalg.norm(np.asarray(v, dtype=np.float16).astype(np.float64))) for i, v in truth.items()}
+    exact = {
+        i: float(
+            np.asarray(v, dtype=np.float16).astype(np.float64)
+            @ unit
+            / np.linalg.norm(np.asarray(v, dtype=np.float16).astype(np.float64))
+        )
+        for i, v in truth.items()
+    }
     ranked = sorted(exact.values(), reverse=True)
     error = vectors.float32_error(DIMS)
     assert min(a - b for a, b in zip(ranked[:60], ranked[1:61])) < error  # neighbours float32 cannot separate

@@ -16,11 +16,13 @@ from helpers import TESTS
 from helpers.corpus import corpus, write_corpus
 from helpers.views import create_some, search_all, view_content, view_dirs
 
-STOCK_AND_OURS = {"keyword_index": {
-    "stock": {"backend": "bm25", "tokenizer": "procedure"},
-    "ours": {"backend": "procedure_bm25", "tokenizer": "procedure"},
-    "restored": {"backend": "procedure_bm25", "tokenizer": "procedure"},
-}}
+STOCK_AND_OURS = {
+    "keyword_index": {
+        "stock": {"backend": "bm25", "tokenizer": "procedure"},
+        "ours": {"backend": "procedure_bm25", "tokenizer": "procedure"},
+        "restored": {"backend": "procedure_bm25", "tokenizer": "procedure"},
+    }
+}
 
 
 def same_up_to_ties(got: dict, expected: dict, scores_of_all: dict) -> None:
@@ -42,7 +44,8 @@ async def same_rankings(stock, ours, queries, limit=12):
 
 
 async def test_bm25_backend_ranks_like_reme_bm25_up_to_equal_scores_through_adds_deletes_updates_compaction_and_restore(
-        make_app, tmp_path, monkeypatch):
+    make_app, tmp_path, monkeypatch
+):
     monkeypatch.setattr(ProcedureBM25Index, "CACHE_MIN_POSTING", 1)  # every posting list goes through the cache
     texts = {f"d{i}": f"{r['when-to-use']}\n\n{r['content']}" for i, (_, r, _) in enumerate(corpus())}
     queries = [q for _, _, q in corpus()][:20] + ["restart the failed deployment", "部署 失败", "zzz-unknown"]
@@ -52,7 +55,7 @@ async def test_bm25_backend_ranks_like_reme_bm25_up_to_equal_scores_through_adds
         stock, ours, restored = indexes["stock"], indexes["ours"], indexes["restored"]
         ids = list(texts)
         for start in range(0, len(ids), 7):  # many small batches: the growable arrays grow many times
-            batch = {i: texts[i] for i in ids[start:start + 7]}
+            batch = {i: texts[i] for i in ids[start : start + 7]}
             await stock.add_docs(batch)
             await ours.add_docs(batch)
         await same_rankings(stock, ours, queries)
@@ -96,17 +99,26 @@ async def test_close_appends_to_the_log_instead_of_rewriting_the_views(make_app,
     write_corpus(ws)
     async with make_app(workspace=ws):
         pass  # the start-up reconcile indexed the corpus; closing wrote the first snapshot
-    snapshot = {p: (p.stat().st_mtime_ns, p.stat().st_ino) for d in view_dirs(ws) for p in d.iterdir()
-                if not p.name.endswith(".log")}
+    snapshot = {
+        p: (p.stat().st_mtime_ns, p.stat().st_ino)
+        for d in view_dirs(ws)
+        for p in d.iterdir()
+        if not p.name.endswith(".log")
+    }
     parts = [json.loads((d / "MANIFEST.json").read_text())["parts"] for d in view_dirs(ws)]
     assert len(view_dirs(ws)) == 2 and len(snapshot) == 2 + sum(map(len, parts))  # manifest + its parts per view
-    assert all({"records.json.zst", "vectors.vectors.npy", "vectors.codes.npy", "bm25.meta.npy"} <= set(p)
-               for p in parts)
+    assert all(
+        {"records.json.zst", "vectors.vectors.npy", "vectors.codes.npy", "bm25.meta.npy"} <= set(p) for p in parts
+    )
     async with make_app(workspace=ws) as app:
         await create_some(app, 5)
         expected = await search_all(app)
-    after = {p: (p.stat().st_mtime_ns, p.stat().st_ino) for d in view_dirs(ws) for p in d.iterdir()
-             if not p.name.endswith(".log")}
+    after = {
+        p: (p.stat().st_mtime_ns, p.stat().st_ino)
+        for d in view_dirs(ws)
+        for p in d.iterdir()
+        if not p.name.endswith(".log")
+    }
     assert after == snapshot  # no snapshot file was rewritten
     logs = [p for d in view_dirs(ws) for p in d.glob("*.log")]
     assert len(logs) == 2 and all(p.stat().st_size > 0 for p in logs)
@@ -130,7 +142,9 @@ async def test_a_snapshot_is_written_when_the_log_outgrows_its_share(make_app, t
     for d in view_dirs(ws):
         assert json.loads((d / "MANIFEST.json").read_text())["generation"] == generations[d] + 1
         assert not list(d.glob("*.log"))  # the new snapshot holds everything
-        assert not [p for p in d.iterdir() if not p.name.startswith(str(generations[d] + 1)) and p.name != "MANIFEST.json"]
+        assert not [
+            p for p in d.iterdir() if not p.name.startswith(str(generations[d] + 1)) and p.name != "MANIFEST.json"
+        ]
     async with make_app(workspace=ws) as app:
         assert await search_all(app) == expected
 
@@ -145,8 +159,12 @@ async def test_a_damaged_view_state_is_detected_and_rebuilt_from_the_files(make_
         await create_some(app, 3, prefix="late")  # these live in the log only
         expected = view_content(app)
     for d in view_dirs(ws):
-        target = {"records": "*.records.json.zst", "vectors": "*.vectors.vectors.npy", "bm25": "*.bm25.posting_idxs.npy",
-                  "manifest": "MANIFEST.json"}.get(damage)
+        target = {
+            "records": "*.records.json.zst",
+            "vectors": "*.vectors.vectors.npy",
+            "bm25": "*.bm25.posting_idxs.npy",
+            "manifest": "MANIFEST.json",
+        }.get(damage)
         if target:
             path = next(d.glob(target))
             path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
@@ -240,9 +258,18 @@ async def test_view_files_of_remes_own_persistence_are_not_read_and_a_start_name
 
     ws = tmp_path / "ws"
     write_corpus(ws)
-    chunks = [FileChunk(id=f"when_to_use:procedures/{name}", path=f"procedures/{name}", start_line=1, end_line=1,
-                        text="stale text", embedding=hashed_vector(record["when-to-use"], 64),
-                        metadata={"view": "when_to_use", "version": "old"}) for name, record, _ in corpus()]
+    chunks = [
+        FileChunk(
+            id=f"when_to_use:procedures/{name}",
+            path=f"procedures/{name}",
+            start_line=1,
+            end_line=1,
+            text="stale text",
+            embedding=hashed_vector(record["when-to-use"], 64),
+            metadata={"view": "when_to_use", "version": "old"},
+        )
+        for name, record, _ in corpus()
+    ]
     stale = ws / "metadata" / "file_store" / "file_chunks_procedure_when_to_use_v1.jsonl.zst"
     write_jsonl_zst(stale, (LocalFileStore._serialize_chunk(c) for c in chunks))
     messages: list[str] = []
@@ -262,7 +289,7 @@ async def test_view_files_of_remes_own_persistence_are_not_read_and_a_start_name
         assert await search_all(app) == expected  # the view's own state, loaded
 
 
-WRITER = '''
+WRITER = """
 import asyncio, sys
 sys.path[:0] = [{tests!r}, {repo!r}]
 from conftest import add_trajectory, call_tool, memory_of
@@ -296,12 +323,13 @@ async def main():
 
 
 asyncio.run(main())
-'''
+"""
 
 
 @pytest.mark.slow
 def test_a_process_killed_while_it_writes_and_persists_leaves_views_start_up_loads_or_rebuilds(
-        tmp_path, word_tokenizer):
+    tmp_path, word_tokenizer
+):
     """Real SIGKILLs at random moments of a process that creates, updates and persists views continuously."""
     import asyncio
     import signal
@@ -318,9 +346,14 @@ def test_a_process_killed_while_it_writes_and_persists_leaves_views_start_up_loa
     rng = random.Random(11)
     for round_ in range(3):
         script = tmp_path / f"writer{round_}.py"
-        script.write_text(WRITER.format(tests=tests, repo=str(Path(tests).parent), ws=str(ws), tokenizer=str(word_tokenizer), round=round_))
-        proc = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+        script.write_text(
+            WRITER.format(
+                tests=tests, repo=str(Path(tests).parent), ws=str(ws), tokenizer=str(word_tokenizer), round=round_
+            )
+        )
+        proc = subprocess.Popen(
+            [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
             deadline = time.monotonic() + 120
             written = 0
@@ -339,10 +372,17 @@ def test_a_process_killed_while_it_writes_and_persists_leaves_views_start_up_loa
 
             def app():
                 application = Application(
-                    plugins=["procedure-memory"], workspace_dir=str(ws), service={"backend": "cli"}, enable_logo=False,
-                    log_to_console=False, log_to_file=False,
-                    components={"procedure_memory": {"default": {"tokenizer_source": str(word_tokenizer)}},
-                                "as_embedding": {"procedure": {"dimensions": 64}}})
+                    plugins=["procedure-memory"],
+                    workspace_dir=str(ws),
+                    service={"backend": "cli"},
+                    enable_logo=False,
+                    log_to_console=False,
+                    log_to_file=False,
+                    components={
+                        "procedure_memory": {"default": {"tokenizer_source": str(word_tokenizer)}},
+                        "as_embedding": {"procedure": {"dimensions": 64}},
+                    },
+                )
                 application.context.components["as_embedding"]["procedure"].model = FakeEmbeddingModel(64)
                 return application
 
@@ -367,9 +407,13 @@ async def test_the_compact_graph_answers_like_reme_local_graph(make_app):
         stock, ours = app.context.components["file_graph"]["stock"], app.context.components["file_graph"]["ours"]
 
         def node(path, *targets):
-            return FileNode(path=path, st_mtime=1.5, chunk_ids=[f"c:{path}"],
-                            front_matter={"name": path, "description": f"about {path}", "tag": "x"},
-                            links=[FileLink(source_path=path, target_path=t) for t in targets])
+            return FileNode(
+                path=path,
+                st_mtime=1.5,
+                chunk_ids=[f"c:{path}"],
+                front_matter={"name": path, "description": f"about {path}", "tag": "x"},
+                links=[FileLink(source_path=path, target_path=t) for t in targets],
+            )
 
         async def same():
             assert [n.model_dump() for n in await ours.get_nodes()] == [n.model_dump() for n in await stock.get_nodes()]
@@ -433,8 +477,10 @@ async def test_cached_contributions_give_reme_s_scores_bit_for_bit_and_a_mutatio
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.sampled_from([0.0, 0.0, 0.5, 1.25, 1.25, 2.0, 3.5, 3.5, 3.5]), min_size=0, max_size=80),
-       st.integers(0, 90))
+@given(
+    st.lists(st.sampled_from([0.0, 0.0, 0.5, 1.25, 1.25, 2.0, 3.5, 3.5, 3.5]), min_size=0, max_size=80),
+    st.integers(0, 90),
+)
 def test_top_k_is_reme_top_k_with_equal_scores_by_slot(values, limit):
     scores = np.array(values, dtype=np.float32)
     ours = ProcedureBM25Index._top_k(None, scores, limit)

@@ -33,7 +33,9 @@ async def test_each_experience_is_one_record_per_view_with_the_spec_texts(make_a
             assert all(len(n.chunk_ids) == 1 for n in nodes)
         name, record, _ = corpus()[3]
         wtu = memory.workspace.views.stores["when_to_use"].file_chunks[f"when_to_use:procedures/{name}"]
-        both = memory.workspace.views.stores["when_to_use_content"].file_chunks[f"when_to_use_content:procedures/{name}"]
+        both = memory.workspace.views.stores["when_to_use_content"].file_chunks[
+            f"when_to_use_content:procedures/{name}"
+        ]
         # a record keeps the digest of the text it indexed (the file holds the text itself)
         assert wtu.metadata["text_sha256"] == text_digest(record["when-to-use"])
         assert both.metadata["text_sha256"] == text_digest(record["when-to-use"] + "\n\n" + record["content"])
@@ -56,8 +58,9 @@ async def test_keyword_ranking_matches_an_independent_bm25(make_app, tmp_path, v
         tokenizer = app.context.components["tokenizer"]["procedure"]
         assert type(tokenizer).__name__ == "SnowballTokenizer"  # the shipped one: stemmed tokens on both sides
         docs = corpus()
-        texts = [r["when-to-use"] if view == "when_to_use" else r["when-to-use"] + "\n\n" + r["content"]
-                 for _, r, _ in docs]
+        texts = [
+            r["when-to-use"] if view == "when_to_use" else r["when-to-use"] + "\n\n" + r["content"] for _, r, _ in docs
+        ]
         oracle = LuceneBM25(tokenizer.tokenize(texts), k1=1.5, b=0.75)
         checked = 0
         for _, _, query in docs[:15]:
@@ -87,7 +90,8 @@ async def test_search_fuses_with_weighted_rrf_and_returns_full_current_experienc
         for r in ans["results"]:
             s = r["scores"]
             expected = (0.7 / (60 + s["vector_rank"]) if s["vector_rank"] else 0) + (
-                0.3 / (60 + s["keyword_rank"]) if s["keyword_rank"] else 0)
+                0.3 / (60 + s["keyword_rank"]) if s["keyword_rank"] else 0
+            )
             assert r["score"] == pytest.approx(expected)
             on_disk = (ws / r["path"]).read_bytes()
             assert r["experience"] == json.loads(on_disk)
@@ -121,8 +125,11 @@ async def test_search_scans_and_reads_result_files_off_the_event_loop(make_app, 
 
     async with make_app(workspace=ws) as app:
         loop_thread = threading.current_thread().name
-        for cls, name in ((ProcedureFileStore, "nearest_paths"), (ProcedureFileStore, "keyword_scored"),
-                          (ExperienceFiles, "read")):
+        for cls, name in (
+            (ProcedureFileStore, "nearest_paths"),
+            (ProcedureFileStore, "keyword_scored"),
+            (ExperienceFiles, "read"),
+        ):
             observed(cls, name)
         _, _, query = corpus()[5]
         ok, ans = await run_job(app, "procedure_search", query=query, index="when_to_use_content", limit=5)
@@ -134,8 +141,16 @@ async def test_search_scans_and_reads_result_files_off_the_event_loop(make_app, 
 async def test_views_index_different_texts(make_app):
     async with make_app() as app:
         run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
-        await call_tool(app, run, "procedure_create", filename="zebra.json", operation_key="k1",
-                        description="d", when_to_use="when deploying services", content="check the zebra crossing")
+        await call_tool(
+            app,
+            run,
+            "procedure_create",
+            filename="zebra.json",
+            operation_key="k1",
+            description="d",
+            when_to_use="when deploying services",
+            content="check the zebra crossing",
+        )
         ok, wtu = await run_job(app, "procedure_search", query="zebra crossing", index="when_to_use")
         ok, both = await run_job(app, "procedure_search", query="zebra crossing", index="when_to_use_content")
         assert all(r["scores"]["keyword_rank"] is None for r in wtu["results"])  # content is not in this view
@@ -195,32 +210,59 @@ async def test_every_path_argument_rejects_traversal_and_symlink_escapes(make_ap
         (ws / "procedures" / "link.json").symlink_to(outside / "secret.json")
         (ws / "session/trajectories/link.log").symlink_to(outside / "secret.log")
         (ws / "session/trajectories/dirlink").symlink_to(outside, target_is_directory=True)
-        bad_experience_paths = ["../outside/secret.json", "/etc/passwd", "procedures/../metadata/x.json",
-                                "procedures/link.json", "session/trajectories/run.jsonl", "procedures\\x.json",
-                                "~/x.json", "procedures/sub/x.json"]
+        bad_experience_paths = [
+            "../outside/secret.json",
+            "/etc/passwd",
+            "procedures/../metadata/x.json",
+            "procedures/link.json",
+            "session/trajectories/run.jsonl",
+            "procedures\\x.json",
+            "~/x.json",
+            "procedures/sub/x.json",
+        ]
         for path in bad_experience_paths:
             ok, ans = await run_job(app, "procedure_read", path=path)
             # a link in the experience directory is reported, never followed (invalid_experience)
-            assert not ok and ans["error"]["code"] in ("path_outside_allowed_directory", "invalid_argument",
-                                                       "invalid_experience"), path
+            assert not ok and ans["error"]["code"] in (
+                "path_outside_allowed_directory",
+                "invalid_argument",
+                "invalid_experience",
+            ), path
             assert "experience" not in ans
             assert "secret" not in json.dumps(ans["error"]) or "secret" in path
-        bad_trajectory_paths = ["session/trajectories/link.log", "session/trajectories/dirlink/secret.log",
-                                "session/../../outside/secret.log", "procedures/x.json", str(outside / "secret.log"),
-                                "session/trajectories"]
+        bad_trajectory_paths = [
+            "session/trajectories/link.log",
+            "session/trajectories/dirlink/secret.log",
+            "session/../../outside/secret.log",
+            "procedures/x.json",
+            str(outside / "secret.log"),
+            "session/trajectories",
+        ]
         for path in bad_trajectory_paths:
             ok, ans = await run_job(app, "procedure_read", kind="trajectory", path=path)
             assert not ok and ans["error"]["code"] == "path_outside_allowed_directory", path
             assert "text" not in ans
         run = memory.grants.begin_attempt("req", [src])
         for path in bad_experience_paths:
-            ok, ans = await call_tool(app, run, "procedure_update", path=path, expected_version="v", content="x",
-                                      operation_key=f"k{path}")
-            assert not ok and ans["error"]["code"] in ("path_outside_allowed_directory", "invalid_argument",
-                                                       "invalid_experience"), path
+            ok, ans = await call_tool(
+                app, run, "procedure_update", path=path, expected_version="v", content="x", operation_key=f"k{path}"
+            )
+            assert not ok and ans["error"]["code"] in (
+                "path_outside_allowed_directory",
+                "invalid_argument",
+                "invalid_experience",
+            ), path
         for name in ["../../outside/evil.json", "/tmp/evil.json", "link.json"]:
-            ok, ans = await call_tool(app, run, "procedure_create", filename=name, description="d", when_to_use="w",
-                                      content="c", operation_key=f"c{name}")
+            ok, ans = await call_tool(
+                app,
+                run,
+                "procedure_create",
+                filename=name,
+                description="d",
+                when_to_use="w",
+                content="c",
+                operation_key=f"c{name}",
+            )
             assert not ok, name
         assert sorted(os.listdir(outside)) == ["secret.json", "secret.log"]
         assert json.loads((outside / "secret.json").read_text())["content"] == "s"
@@ -246,8 +288,16 @@ async def test_trajectories_are_never_indexed(make_app):
     async with make_app() as app:
         add_trajectory(app, "run.jsonl", b'{"role": "user", "content": "flamingo migration procedure"}\n')
         run = memory_of(app).grants.begin_attempt("req", [f"{memory_of(app).workspace.trajectory_rel_dir}/run.jsonl"])
-        await call_tool(app, run, "procedure_create", filename="a.json", operation_key="k", description="d",
-                        when_to_use="unrelated", content="unrelated")
+        await call_tool(
+            app,
+            run,
+            "procedure_create",
+            filename="a.json",
+            operation_key="k",
+            description="d",
+            when_to_use="unrelated",
+            content="unrelated",
+        )
         for view in ("when_to_use", "when_to_use_content"):
             store = memory_of(app).workspace.views.stores[view]
             assert all(c.path.startswith("procedures/") for c in store.file_chunks.values())

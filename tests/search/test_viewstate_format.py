@@ -19,8 +19,10 @@ from helpers.views import create_some, view_content, view_dirs
 
 def records_of(app) -> dict:
     """Every record of every view as the log persists it (node, chunks, each vector as base64 float16)."""
-    return {view: {path: store._record(path) for path in store.file_graph.paths()}
-            for view, store in memory_of(app).workspace.views.stores.items()}
+    return {
+        view: {path: store._record(path) for path in store.file_graph.paths()}
+        for view, store in memory_of(app).workspace.views.stores.items()
+    }
 
 
 async def test_a_dump_and_load_gives_back_the_same_records_vectors_and_bm25_answers(make_app, tmp_path):
@@ -126,10 +128,14 @@ async def test_filtered_vector_search_reads_the_matrix_and_answers_like_reme_sto
             assert all(chunk.embedding is None for chunk in store.file_chunks.values())  # the matrix holds them
             # ReMe's own stock scan, run on copies of the chunks that carry their vectors
             shim = SimpleNamespace(
-                file_chunks={cid: c.model_copy(update={"embedding": np.array(store.vector_of(cid))})
-                             for cid, c in store.file_chunks.items()},
-                _get_query_embedding=store._get_query_embedding, _prepare_search_filter=store._prepare_search_filter,
-                _embedding_dim_matches=store._embedding_dim_matches)
+                file_chunks={
+                    cid: c.model_copy(update={"embedding": np.array(store.vector_of(cid))})
+                    for cid, c in store.file_chunks.items()
+                },
+                _get_query_embedding=store._get_query_embedding,
+                _prepare_search_filter=store._prepare_search_filter,
+                _embedding_dim_matches=store._embedding_dim_matches,
+            )
             paths = sorted(c.path for c in store.file_chunks.values())
             for _, _, query in corpus()[:4]:
                 for search_filter in ({"path_prefix": "procedures/"}, {"paths": paths[::2]}):

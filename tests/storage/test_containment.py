@@ -48,8 +48,16 @@ def view_state(ws: Path) -> list[str]:
 
 # -- configured directories stay inside the workspace ---------------------------------------------------------------
 
-LINKED_DIRECTORIES = ["procedures", "session", "session/trajectories", "metadata", "metadata/procedure",
-                      "metadata/procedure/default", "metadata/keyword_index", "metadata/file_store"]
+LINKED_DIRECTORIES = [
+    "procedures",
+    "session",
+    "session/trajectories",
+    "metadata",
+    "metadata/procedure",
+    "metadata/procedure/default",
+    "metadata/keyword_index",
+    "metadata/file_store",
+]
 
 
 @pytest.mark.parametrize("linked", LINKED_DIRECTORIES)
@@ -78,9 +86,15 @@ async def test_a_link_that_appears_before_start_is_refused_before_anything_is_in
     ws, outside = tmp_path / "ws", tmp_path / "elsewhere"
     outside.mkdir()
     (outside / "planted.json").write_text(json.dumps(VALID))
-    app = Application(plugins=["procedure-memory"], workspace_dir=str(ws), service={"backend": "cli"},
-                      enable_logo=False, log_to_console=False, log_to_file=False,
-                      components={"as_embedding": {"procedure": {"dimensions": 64}}})
+    app = Application(
+        plugins=["procedure-memory"],
+        workspace_dir=str(ws),
+        service={"backend": "cli"},
+        enable_logo=False,
+        log_to_console=False,
+        log_to_file=False,
+        components={"as_embedding": {"procedure": {"dimensions": 64}}},
+    )
     model = app.context.components["as_embedding"]["procedure"].model = FakeEmbeddingModel(64)
     (ws / "procedures").symlink_to(outside, target_is_directory=True)
     with pytest.raises(ValueError, match="procedures -> "):
@@ -101,11 +115,14 @@ async def test_a_symlinked_directory_inside_the_workspace_is_refused_too(make_ap
             pass
 
 
-@pytest.mark.parametrize("components, expected", [
-    ({"procedure_dir": "session/trajectories"}, "overlap"),
-    ({"procedure_dir": "metadata/procedure"}, "overlap"),
-    ({"trajectory_subdir": "x"}, "is not a directory"),  # session/x below is a regular file
-])
+@pytest.mark.parametrize(
+    "components, expected",
+    [
+        ({"procedure_dir": "session/trajectories"}, "overlap"),
+        ({"procedure_dir": "metadata/procedure"}, "overlap"),
+        ({"trajectory_subdir": "x"}, "is not a directory"),  # session/x below is a regular file
+    ],
+)
 async def test_overlapping_or_unusable_directories_fail_at_start(make_app, tmp_path, components, expected):
     ws = tmp_path / "ws"
     (ws / "session").mkdir(parents=True)
@@ -128,8 +145,16 @@ async def test_a_link_swapped_in_while_running_is_never_followed(make_app, tmp_p
         (ws / "procedures").symlink_to(outside, target_is_directory=True)
         ok, ans = await run_job(app, "procedure_read", path="procedures/rebuild-search.json")
         assert not ok and ans["error"]["code"] == "path_outside_allowed_directory", ans
-        ok, ans = await call_tool(app, run, "procedure_create", filename="new-one.json", description="d",
-                                  when_to_use="w", content="c", operation_key="k1")
+        ok, ans = await call_tool(
+            app,
+            run,
+            "procedure_create",
+            filename="new-one.json",
+            description="d",
+            when_to_use="w",
+            content="c",
+            operation_key="k1",
+        )
         assert not ok and ans["error"]["code"] == "path_outside_allowed_directory", ans
         ok, ans = await run_job(app, "procedure_search", query="search results look stale")
         assert ok and ans["results"] == [], ans
@@ -156,8 +181,10 @@ INVALID_FILES = {
     "source-subdirectory.json": (["session/trajectories/sub/run.jsonl"], "sources"),
     "source-alias.json": (["session/trajectories/./run.jsonl"], "sources"),
     "source-link-out.json": (["session/trajectories/link.jsonl"], "sources"),
-    "source-one-of-two-missing.json": (["session/trajectories/run.jsonl", "session/trajectories/gone.jsonl"],
-                                       "does not exist"),
+    "source-one-of-two-missing.json": (
+        ["session/trajectories/run.jsonl", "session/trajectories/gone.jsonl"],
+        "does not exist",
+    ),
 }
 
 
@@ -171,8 +198,9 @@ def hand_placed_workspace(tmp_path: Path) -> Path:
     (ws / "session/trajectories/link.jsonl").symlink_to(tmp_path / "outside.jsonl")
     (ws / "procedures/good.json").write_text(json.dumps(VALID, indent=4))
     for name, (sources, _) in INVALID_FILES.items():
-        record = experience_record(f"Invalid {name}", "when search results look stale after a config change",
-                                   "rebuild it", sources=sources)
+        record = experience_record(
+            f"Invalid {name}", "when search results look stale after a config change", "rebuild it", sources=sources
+        )
         (ws / "procedures" / name).write_text(json.dumps(record))
     return ws
 
@@ -204,8 +232,15 @@ async def test_hand_placed_files_follow_the_rules_of_written_ones_everywhere(mak
         run = memory_of(app).grants.begin_attempt("req", ["session/trajectories/run.jsonl"])
         for path in pending:
             version = next(p["version"] for p in ans_pending(app) if p["path"] == path)
-            ok, ans = await call_tool(app, run, "procedure_update", path=path, expected_version=version,
-                                      content="fixed by the agent", operation_key=f"fix {path}")
+            ok, ans = await call_tool(
+                app,
+                run,
+                "procedure_update",
+                path=path,
+                expected_version=version,
+                content="fixed by the agent",
+                operation_key=f"fix {path}",
+            )
             assert not ok and ans["error"]["code"] == "invalid_experience", (path, ans)
 
         ok, ans = await run_job(app, "procedure_reindex")
@@ -250,8 +285,13 @@ async def test_a_lone_surrogate_in_create_is_invalid_argument_and_writes_nothing
     async with make_app() as app:
         memory = memory_of(app)
         run = memory.grants.begin_attempt("req", [place_trajectory(memory.workspace_path)])
-        args = {"filename": "rebuild-search.json", "description": "d", "when_to_use": "w", "content": "c",
-                "operation_key": "k"}
+        args = {
+            "filename": "rebuild-search.json",
+            "description": "d",
+            "when_to_use": "w",
+            "content": "c",
+            "operation_key": "k",
+        }
         args[field] = f"text {SURROGATE} more"
         before = tree(memory.workspace_path / "procedures", memory.workspace.state_dir)
         ok, ans = await call_tool(app, run, "procedure_create", **args)
@@ -260,17 +300,30 @@ async def test_a_lone_surrogate_in_create_is_invalid_argument_and_writes_nothing
         assert tree(memory.workspace_path / "procedures", memory.workspace.state_dir) == before
 
 
-@pytest.mark.parametrize("field", ["description", "when_to_use", "content", "path", "expected_version",
-                                   "operation_key"])
+@pytest.mark.parametrize(
+    "field", ["description", "when_to_use", "content", "path", "expected_version", "operation_key"]
+)
 async def test_a_lone_surrogate_in_update_is_invalid_argument_and_writes_nothing(make_app, field):
     async with make_app() as app:
         memory = memory_of(app)
         run = memory.grants.begin_attempt("req", [place_trajectory(memory.workspace_path)])
-        ok, created = await call_tool(app, run, "procedure_create", filename="rebuild-search.json", description="d",
-                                      when_to_use="w", content="c", operation_key="k0")
+        ok, created = await call_tool(
+            app,
+            run,
+            "procedure_create",
+            filename="rebuild-search.json",
+            description="d",
+            when_to_use="w",
+            content="c",
+            operation_key="k0",
+        )
         assert ok, created
-        args = {"path": created["path"], "expected_version": created["version"], "content": "new content",
-                "operation_key": "k1"}
+        args = {
+            "path": created["path"],
+            "expected_version": created["version"],
+            "content": "new content",
+            "operation_key": "k1",
+        }
         args[field] = f"{args.get(field, 'x')}{SURROGATE}"
         before = tree(memory.workspace_path / "procedures", memory.workspace.state_dir)
         ok, ans = await call_tool(app, run, "procedure_update", **args)
@@ -278,11 +331,14 @@ async def test_a_lone_surrogate_in_update_is_invalid_argument_and_writes_nothing
         assert tree(memory.workspace_path / "procedures", memory.workspace.state_dir) == before
 
 
-@pytest.mark.parametrize("job, args", [
-    ("procedure_search", {"query": f"stale {SURROGATE}"}),
-    ("procedure_read", {"path": f"procedures/a{SURROGATE}.json"}),
-    ("procedure_read", {"kind": "trajectory", "path": f"session/trajectories/{SURROGATE}.jsonl"}),
-])
+@pytest.mark.parametrize(
+    "job, args",
+    [
+        ("procedure_search", {"query": f"stale {SURROGATE}"}),
+        ("procedure_read", {"path": f"procedures/a{SURROGATE}.json"}),
+        ("procedure_read", {"kind": "trajectory", "path": f"session/trajectories/{SURROGATE}.jsonl"}),
+    ],
+)
 async def test_a_lone_surrogate_in_a_served_argument_is_invalid_argument(make_app, job, args):
     async with make_app() as app:
         ok, ans = await run_job(app, job, **args)
@@ -304,15 +360,20 @@ async def test_a_lone_surrogate_in_an_import_argument_reserves_nothing(make_app,
 
 # -- deep nesting and non-finite numbers ----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, data, detail", [
-    ("deep.json", "[" * 100_000 + "]" * 100_000, "deeper"),
-    ("deep.jsonl", '{"ok": 1}\n' + "[" * 100_000 + "]" * 100_000 + "\n", "line 2"),
-    ("nan.json", '{"loss": NaN}', "NaN"),
-    ("inf.jsonl", '{"a": 1}\n{"score": Infinity}\n{"b": -Infinity}\n', "line 2"),
-    ("neg-inf.json", '[1, -Infinity]', "-Infinity"),
-])
+
+@pytest.mark.parametrize(
+    "name, data, detail",
+    [
+        ("deep.json", "[" * 100_000 + "]" * 100_000, "deeper"),
+        ("deep.jsonl", '{"ok": 1}\n' + "[" * 100_000 + "]" * 100_000 + "\n", "line 2"),
+        ("nan.json", '{"loss": NaN}', "NaN"),
+        ("inf.jsonl", '{"a": 1}\n{"score": Infinity}\n{"b": -Infinity}\n', "line 2"),
+        ("neg-inf.json", "[1, -Infinity]", "-Infinity"),
+    ],
+)
 async def test_deep_nesting_and_non_finite_numbers_are_malformed_input_and_keep_the_copy(
-        make_app, tmp_path, name, data, detail):
+    make_app, tmp_path, name, data, detail
+):
     original = write(tmp_path, name, data)
     async with make_app(scripts=[]) as app:  # the agent must never run
         ok, ans = await import_file(app, original, request_id="r1")
@@ -322,6 +383,7 @@ async def test_deep_nesting_and_non_finite_numbers_are_malformed_input_and_keep_
 
 
 # -- long import filenames ------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("filename", ["a" * 296 + ".log", "é" * 101 + ".md"])
 async def test_a_too_long_import_filename_is_refused_before_anything_is_reserved(make_app, tmp_path, filename):

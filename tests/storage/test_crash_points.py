@@ -45,8 +45,9 @@ async def write_both(app, run, created_version: str) -> tuple[dict, dict]:
     """The create and the update, with fixed operation keys (a resumed segment sends the same calls)."""
     ok, created = await call_tool(app, run, "procedure_create", filename=NAME, operation_key="op-1", **FIELDS)
     assert ok, created
-    ok, updated = await call_tool(app, run, "procedure_update", path=PATH, expected_version=created_version,
-                                  operation_key="op-2", **UPDATED)
+    ok, updated = await call_tool(
+        app, run, "procedure_update", path=PATH, expected_version=created_version, operation_key="op-2", **UPDATED
+    )
     assert ok, updated
     return created, updated
 
@@ -61,8 +62,9 @@ async def check_nothing_lost_or_duplicated(app, source: str) -> None:
     assert memory.workspace.journal.get("req-1", "op-2").status == INDEXED
     assert memory.workspace.journal.get("req-1", "op-1").status in (INDEXED, SUPERSEDED)
     assert memory.workspace.journal.open_records() == []
-    ok, found = await run_job(app, "procedure_search", query="verify a known query tell the team",
-                              index="when_to_use_content")
+    ok, found = await run_job(
+        app, "procedure_search", query="verify a known query tell the team", index="when_to_use_content"
+    )
     assert ok and [r["path"] for r in found["results"]] == [PATH] and found["index_complete"]
 
 

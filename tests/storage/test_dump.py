@@ -33,11 +33,28 @@ async def populate(make_app) -> None:
         run = memory.grants.begin_attempt("req-1", [source])
         ok, created = await call_tool(app, run, "procedure_create", filename=NAME, **FIELDS)
         assert ok, created
-        ws.imports.put(ImportRecord(request_id="req-1", source=f"/home/u/{SECRET}/run.jsonl", filename="run.jsonl",
-                                    path=source, sha256="0" * 64, size=len(TRAJECTORY), status=COPIED))
-        ws.checkpoints.put(Checkpoint(request_id="req-1", path=source, fingerprint={}, plugin_version="0",
-                                      segments=[[0, len(TRAJECTORY)]], summary=f"{SUMMARY} {SECRET}",
-                                      memory_hint=SECRET))
+        ws.imports.put(
+            ImportRecord(
+                request_id="req-1",
+                source=f"/home/u/{SECRET}/run.jsonl",
+                filename="run.jsonl",
+                path=source,
+                sha256="0" * 64,
+                size=len(TRAJECTORY),
+                status=COPIED,
+            )
+        )
+        ws.checkpoints.put(
+            Checkpoint(
+                request_id="req-1",
+                path=source,
+                fingerprint={},
+                plugin_version="0",
+                segments=[[0, len(TRAJECTORY)]],
+                summary=f"{SUMMARY} {SECRET}",
+                memory_hint=SECRET,
+            )
+        )
 
 
 def place_damage(app) -> dict:
@@ -90,8 +107,7 @@ async def test_the_dump_lists_every_metadata_file_with_kind_format_status_and_si
         manifests = by_kind["view_manifest"]
         assert len(manifests) == 2 and {m["format"] for m in manifests} == {VIEW_STATE_FORMAT}
         assert answer["damaged"] == 2  # the cut-off checkpoint and the set-aside record
-        assert answer["experiences"] == {"directory": "procedures", "files": 1,
-                                         "bytes": os.path.getsize(ws_dir / PATH)}
+        assert answer["experiences"] == {"directory": "procedures", "files": 1, "bytes": os.path.getsize(ws_dir / PATH)}
         assert answer["trajectories"]["files"] == 1 and answer["trajectories"]["bytes"] == len(TRAJECTORY)
         assert answer["formats"]["view_state"] == VIEW_STATE_FORMAT
 
@@ -103,8 +119,15 @@ async def test_the_dump_holds_no_experience_or_trajectory_text_and_no_secret(mak
         ok, answer = await run_job(app, "procedure_dump")
     assert ok, answer
     text = json.dumps(answer)
-    for shown_nowhere in (SECRET, SUMMARY, FIELDS["content"], FIELDS["when_to_use"], FIELDS["description"],
-                          "the trajectory text itself", "run.jsonl"):
+    for shown_nowhere in (
+        SECRET,
+        SUMMARY,
+        FIELDS["content"],
+        FIELDS["when_to_use"],
+        FIELDS["description"],
+        "the trajectory text itself",
+        "run.jsonl",
+    ):
         assert shown_nowhere not in text, shown_nowhere
 
 

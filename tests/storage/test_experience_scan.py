@@ -23,8 +23,9 @@ def directory(ws: Path) -> ExperienceReader:
 
 
 def valid(i: int, source: str = f"{TRAJECTORIES}/run.jsonl") -> bytes:
-    return json.dumps(experience_record(f"d{i}", f"when service {i} degrades", f"restart service {i}",
-                                        sources=(source,))).encode()
+    return json.dumps(
+        experience_record(f"d{i}", f"when service {i} degrades", f"restart service {i}", sources=(source,))
+    ).encode()
 
 
 def one_by_one(ws: Path) -> list[StoredExperience | BadFile]:
@@ -54,8 +55,13 @@ def ws(tmp_path: Path, reading: str) -> Path:
 def test_scan_answers_what_read_answers_for_every_kind_of_entry(ws: Path, tmp_path_factory) -> None:
     procedures = ws / "procedures"
     (procedures / "restart-service.json").write_bytes(valid(1))
-    (procedures / "large-experience.json").write_text(json.dumps(experience_record(
-        "large", "when a long runbook applies", "step. " * 40_000, sources=(f"{TRAJECTORIES}/run.jsonl",))))
+    (procedures / "large-experience.json").write_text(
+        json.dumps(
+            experience_record(
+                "large", "when a long runbook applies", "step. " * 40_000, sources=(f"{TRAJECTORIES}/run.jsonl",)
+            )
+        )
+    )
     (procedures / "broken-json.json").write_bytes(b'{"description": "d", ')
     (procedures / "not-utf8.json").write_bytes(b"\xff\xfe{}")
     (procedures / "Bad_Name.json").write_bytes(valid(2))
@@ -75,10 +81,19 @@ def test_scan_answers_what_read_answers_for_every_kind_of_entry(ws: Path, tmp_pa
     by_path = {item.path: item for item in scanned}
     assert [item.path for item in scanned] == sorted(by_path)
     assert {p for p, item in by_path.items() if isinstance(item, StoredExperience)} == {
-        "procedures/restart-service.json", "procedures/large-experience.json"}
+        "procedures/restart-service.json",
+        "procedures/large-experience.json",
+    }
     bad = {p.removeprefix("procedures/"): item.error for p, item in by_path.items() if isinstance(item, BadFile)}
-    assert sorted(bad) == ["Bad_Name.json", "broken-json.json", "dangling-link.json", "link-inside.json",
-                           "link-outside.json", "missing-source.json", "not-utf8.json"]
+    assert sorted(bad) == [
+        "Bad_Name.json",
+        "broken-json.json",
+        "dangling-link.json",
+        "link-inside.json",
+        "link-outside.json",
+        "missing-source.json",
+        "not-utf8.json",
+    ]
     assert "rename the file" in bad["Bad_Name.json"]
     assert "invalid JSON" in bad["broken-json.json"]
     assert "not UTF-8" in bad["not-utf8.json"]

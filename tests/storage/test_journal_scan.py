@@ -26,8 +26,17 @@ from reme_procedure_memory.storage.records import load_record
 
 
 def op(scope: str, key: str, status: str, created: float) -> Operation:
-    return Operation(scope=scope, key=key, tool="create", request="r", path=f"procedures/{key}.json", target="{}",
-                     expected_version=None, status=status, created_at=created)
+    return Operation(
+        scope=scope,
+        key=key,
+        tool="create",
+        request="r",
+        path=f"procedures/{key}.json",
+        target="{}",
+        expected_version=None,
+        status=status,
+        created_at=created,
+    )
 
 
 def stem(name: str) -> str:
@@ -61,7 +70,9 @@ def reads(monkeypatch):
     """Names of the record files the journal reads through a directory descriptor."""
     names: list[str] = []
     real = journal_module.read_entry
-    monkeypatch.setattr(journal_module, "read_entry", lambda name, dir_fd=None: (names.append(name), real(name, dir_fd))[1])
+    monkeypatch.setattr(
+        journal_module, "read_entry", lambda name, dir_fd=None: (names.append(name), real(name, dir_fd))[1]
+    )
     return names
 
 
@@ -96,8 +107,11 @@ def test_open_records_equal_a_read_by_path_and_read_only_open_files(tmp_path, re
     assert opened == expected_open
     assert ("linked", "key-link") in opened and len(opened) == 36 + 1
     assert reads and all(name.endswith(OPEN_SUFFIX) for name in reads)  # no final record was read
-    assert {os.path.basename(p) for p in journal.damaged} == {f"broken{OPEN_SUFFIX}", f"list{OPEN_SUFFIX}",
-                                                              f"extra{OPEN_SUFFIX}"}
+    assert {os.path.basename(p) for p in journal.damaged} == {
+        f"broken{OPEN_SUFFIX}",
+        f"list{OPEN_SUFFIX}",
+        f"extra{OPEN_SUFFIX}",
+    }
     assert set(journal.check_records()[0]) == expected_damaged  # the reindex's full check: final ones too
     assert {os.path.basename(p) for p in expected_damaged} >= {"final-broken.json"}
 
@@ -168,8 +182,12 @@ def test_a_scope_directory_of_an_unreleased_layout_stops_the_first_scan_naming_i
     current = journal.record_file("s", "k")
     earlier = current.parent.with_name(current.parent.name[: -len(SCOPE_SUFFIX)])
     write_json(earlier / current.name, record.__dict__)
-    for read in (journal.open_records, lambda: journal.get("s", "k"), lambda: journal.put(op("s", "x", INTENT, 2.0)),
-                 journal.check_records):
+    for read in (
+        journal.open_records,
+        lambda: journal.get("s", "k"),
+        lambda: journal.put(op("s", "x", INTENT, 2.0)),
+        journal.check_records,
+    ):
         with pytest.raises(UnsupportedWorkspace) as caught:
             read()
         message = str(caught.value)

@@ -63,16 +63,28 @@ def test_a_page_validates_as_read_does_and_reports_what_it_cannot_read(tmp_path,
 
 
 def record(request_id: str, changed: dict | None = None) -> dict:
-    return {**ImportRecord(request_id=request_id, source="/abs/run.jsonl", filename="run.jsonl",
-                           path="session/trajectories/run.jsonl", sha256="0" * 64, size=1).__dict__, **(changed or {})}
+    return {
+        **ImportRecord(
+            request_id=request_id,
+            source="/abs/run.jsonl",
+            filename="run.jsonl",
+            path="session/trajectories/run.jsonl",
+            sha256="0" * 64,
+            size=1,
+        ).__dict__,
+        **(changed or {}),
+    }
 
 
-@pytest.mark.parametrize("fields, cause", [
-    ({"request_id": 5}, "`request_id` is not a string"),
-    ({"size": "1"}, "`size` is not a number"),
-    ({"created_at": True}, "`created_at` is not a number"),
-    ({"extra": 1}, "unexpected fields"),
-])
+@pytest.mark.parametrize(
+    "fields, cause",
+    [
+        ({"request_id": 5}, "`request_id` is not a string"),
+        ({"size": "1"}, "`size` is not a number"),
+        ({"created_at": True}, "`created_at` is not a number"),
+        ({"extra": 1}, "unexpected fields"),
+    ],
+)
 def test_import_records_of_other_types_are_reported_not_set_aside(tmp_path, fields, cause):
     registry = ImportRegistry(tmp_path / "imports")
     write_json(registry.path("good"), record("good"))
@@ -86,8 +98,16 @@ def test_import_records_of_other_types_are_reported_not_set_aside(tmp_path, fiel
 
 def test_a_checkpoint_is_peeked_without_being_set_aside(tmp_path):
     store = CheckpointStore(tmp_path / "processing")
-    store.put(Checkpoint(request_id="r", path="session/trajectories/r.jsonl", fingerprint={}, plugin_version="0",
-                         segments=[[0, 1], [1, 2]], next_segment=1))
+    store.put(
+        Checkpoint(
+            request_id="r",
+            path="session/trajectories/r.jsonl",
+            fingerprint={},
+            plugin_version="0",
+            segments=[[0, 1], [1, 2]],
+            next_segment=1,
+        )
+    )
     assert store.peek(store.path("r").name).next_segment == 1 and store.peek("absent.json") is None
     store.path("r").write_text("{")
     with pytest.raises(DamagedRecord):
@@ -96,17 +116,28 @@ def test_a_checkpoint_is_peeked_without_being_set_aside(tmp_path):
 
 
 def op(scope: str, key: str, tool: str, path: str, status: str, created: float) -> Operation:
-    return Operation(scope=scope, key=key, tool=tool, request="r", path=path, target="{}", expected_version=None,
-                     status=status, created_at=created)
+    return Operation(
+        scope=scope,
+        key=key,
+        tool=tool,
+        request="r",
+        path=path,
+        target="{}",
+        expected_version=None,
+        status=status,
+        created_at=created,
+    )
 
 
 def test_a_scope_is_read_without_being_converted_or_set_aside(tmp_path):
     journal = OperationJournal(tmp_path / "operations")
-    ops = [op("s", "1", "create", "procedures/a.json", INDEXED, 1), op("s", "2", "update", "procedures/a.json",
-                                                                            INDEXED, 2),
-           op("s", "3", "update", "procedures/b.json", INDEXED, 3), op("s", "4", "create", "procedures/c.json",
-                                                                            ABANDONED, 4),
-           op("s", "5", "create", "procedures/d.json", INTENT, 5)]
+    ops = [
+        op("s", "1", "create", "procedures/a.json", INDEXED, 1),
+        op("s", "2", "update", "procedures/a.json", INDEXED, 2),
+        op("s", "3", "update", "procedures/b.json", INDEXED, 3),
+        op("s", "4", "create", "procedures/c.json", ABANDONED, 4),
+        op("s", "5", "create", "procedures/d.json", INTENT, 5),
+    ]
     for one in ops:  # as put writes them: an open record in its open file
         write_json((journal.open_file if one.status == INTENT else journal.record_file)("s", one.key), one.__dict__)
     # a record with both files: the final one is the record
@@ -120,8 +151,10 @@ def test_a_scope_is_read_without_being_converted_or_set_aside(tmp_path):
 
     assert [o.key for o in found] == ["1", "2", "3", "4", "5"] and found[1].path == "procedures/a.json"
     assert written_paths(found) == {"created": ["procedures/a.json"], "updated": ["procedures/b.json"]}
-    assert sorted(damaged.values()) == ["JSONDecodeError: Expecting property name enclosed in double quotes: line 1 "
-                                        "column 2 (char 1)", "fields of the wrong type",
-                                        "the unknown tool 'edit'"]
+    assert sorted(damaged.values()) == [
+        "JSONDecodeError: Expecting property name enclosed in double quotes: line 1 column 2 (char 1)",
+        "fields of the wrong type",
+        "the unknown tool 'edit'",
+    ]
     assert sorted(p.name for p in journal.record_file("s", "1").parent.iterdir()) == before
     assert journal.damaged == {} and journal.read_scope("other") == ([], {})

@@ -28,14 +28,21 @@ def resolve_destination(raw: str, workspace: Path) -> Path:
     try:
         real = Path(raw).resolve()
     except (OSError, RuntimeError, ValueError) as exc:  # a loop of links, a name the file system refuses
-        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`dest` {raw!r} is not a usable path ({exc}); give an "
-                             f"absolute directory path, e.g. {EXAMPLE}. Nothing was written.") from None
+        raise ProcedureError(
+            ErrorCode.INVALID_ARGUMENT,
+            f"`dest` {raw!r} is not a usable path ({exc}); give an "
+            f"absolute directory path, e.g. {EXAMPLE}. Nothing was written.",
+        ) from None
     root = workspace.resolve()
     if real == root or real.is_relative_to(root):
         via = "" if real == Path(os.path.abspath(raw)) else f" (through symbolic links it is {real})"
-        raise ProcedureError(ErrorCode.DESTINATION_NOT_ALLOWED, (
-            f"`dest` {raw}{via} is inside the workspace {root}: the export never writes into the workspace. Give a "
-            f"directory outside it, e.g. {EXAMPLE}. Nothing was written."))
+        raise ProcedureError(
+            ErrorCode.DESTINATION_NOT_ALLOWED,
+            (
+                f"`dest` {raw}{via} is inside the workspace {root}: the export never writes into the workspace. Give a "
+                f"directory outside it, e.g. {EXAMPLE}. Nothing was written."
+            ),
+        )
     existing = real  # the first part of it that exists ("/" does)
     while True:
         try:
@@ -44,13 +51,18 @@ def resolve_destination(raw: str, workspace: Path) -> Path:
         except (FileNotFoundError, NotADirectoryError):  # missing, or below a file (refused just below)
             existing = existing.parent
         except OSError as exc:  # e.g. a name too long
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`dest` {raw!r} is not usable: {exc.strerror}. "
-                                 "Nothing was written.") from None
+            raise ProcedureError(
+                ErrorCode.INVALID_ARGUMENT, f"`dest` {raw!r} is not usable: {exc.strerror}. Nothing was written."
+            ) from None
     if not stat.S_ISDIR(mode):
         what = "`dest`" if existing == real else f"{existing}, above `dest`,"
-        raise ProcedureError(ErrorCode.DESTINATION_NOT_ALLOWED, (
-            f"{what} {existing} is a file, not a directory: the export writes a folder per skill into a directory. "
-            f"Give a directory (it is created when missing), e.g. {EXAMPLE}. Nothing was written."))
+        raise ProcedureError(
+            ErrorCode.DESTINATION_NOT_ALLOWED,
+            (
+                f"{what} {existing} is a file, not a directory: the export writes a folder per skill into a directory. "
+                f"Give a directory (it is created when missing), e.g. {EXAMPLE}. Nothing was written."
+            ),
+        )
     return real
 
 
@@ -67,9 +79,13 @@ class DestinationLock:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
-            raise ProcedureError(ErrorCode.EXPORT_CONFLICT, (
-                f"Another export is writing {self.directory} right now. Run this one again once it has finished; "
-                "nothing was written.")) from None
+            raise ProcedureError(
+                ErrorCode.EXPORT_CONFLICT,
+                (
+                    f"Another export is writing {self.directory} right now. Run this one again once it has finished; "
+                    "nothing was written."
+                ),
+            ) from None
         self._fd = fd
         return self
 

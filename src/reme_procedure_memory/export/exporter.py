@@ -70,8 +70,9 @@ def _read_library(workspace: Workspace) -> tuple[list[StoredExperience], list[di
     return valid, invalid, {item.path for item in valid} | {item["path"] for item in invalid}
 
 
-def _export(dest: Path, workspace: str, experiences: list[StoredExperience], invalid: list[dict],
-            present: set[str]) -> dict[str, Any]:
+def _export(
+    dest: Path, workspace: str, experiences: list[StoredExperience], invalid: list[dict], present: set[str]
+) -> dict[str, Any]:
     """The synchronous body of ``Exporter.export`` (a worker thread): lock, plan, write."""
     skills, index, refused = render(experiences)
     try:
@@ -111,19 +112,27 @@ def _read_marker(dest: Path, workspace: str) -> Marker:
     found = probe(dest, [MARKER_FILE]).get(MARKER_FILE)
     if found is None:
         return Marker(workspace)
-    fix = (f"Export to another directory, or empty {dest} of what the export wrote (the folders with a SKILL.md, "
-           f"{INDEX_FILE}) and remove {path}; nothing was written.")
+    fix = (
+        f"Export to another directory, or empty {dest} of what the export wrote (the folders with a SKILL.md, "
+        f"{INDEX_FILE}) and remove {path}; nothing was written."
+    )
     if found.kind != "file":
-        raise ProcedureError(ErrorCode.EXPORT_CONFLICT, f"{path}, where the export keeps its marker, is not a "
-                             f"regular file. {fix}")
+        raise ProcedureError(
+            ErrorCode.EXPORT_CONFLICT, f"{path}, where the export keeps its marker, is not a regular file. {fix}"
+        )
     try:
         marker = parse_marker(path.read_bytes())
     except ValueError as exc:
-        raise ProcedureError(ErrorCode.EXPORT_CONFLICT, f"The export's marker {path} is unreadable: {exc}. Without "
-                             f"it the export cannot tell its own files from others'. {fix}") from None
+        raise ProcedureError(
+            ErrorCode.EXPORT_CONFLICT,
+            f"The export's marker {path} is unreadable: {exc}. Without "
+            f"it the export cannot tell its own files from others'. {fix}",
+        ) from None
     if marker.workspace != workspace:
-        raise ProcedureError(ErrorCode.EXPORT_CONFLICT, f"{dest} holds the export of another workspace "
-                             f"({marker.workspace}); this one is {workspace}. {fix}")
+        raise ProcedureError(
+            ErrorCode.EXPORT_CONFLICT,
+            f"{dest} holds the export of another workspace ({marker.workspace}); this one is {workspace}. {fix}",
+        )
     return marker
 
 
@@ -138,10 +147,15 @@ def _conflict(dest: Path, conflicts: list[str]) -> ProcedureError:
     shown = "; ".join(conflicts[:SHOWN_CONFLICTS])
     hidden = len(conflicts) - SHOWN_CONFLICTS
     more = f" (and {hidden} more, listed in `conflicts`)" if hidden > 0 else ""
-    return ProcedureError(ErrorCode.EXPORT_CONFLICT, (
-        f"{len(conflicts)} path(s) in {dest} are in the way of the export: {shown}{more}. The export never replaces "
-        "or removes what it did not write. Move them away, or export to another directory, then run it again; "
-        "nothing was written."), conflicts=conflicts)
+    return ProcedureError(
+        ErrorCode.EXPORT_CONFLICT,
+        (
+            f"{len(conflicts)} path(s) in {dest} are in the way of the export: {shown}{more}. The export never replaces "
+            "or removes what it did not write. Move them away, or export to another directory, then run it again; "
+            "nothing was written."
+        ),
+        conflicts=conflicts,
+    )
 
 
 def _apply(dest: Path, plan: Plan, marker: Marker) -> tuple[list[str], list[dict]]:
@@ -158,11 +172,15 @@ def _apply(dest: Path, plan: Plan, marker: Marker) -> tuple[list[str], list[dict
         removed.append(path)
     for folder in [*folders(plan.removes), *plan.emptied]:
         if not atomic.remove_empty_dir(dest / folder):
-            kept.append({"path": f"{folder}/", "reason": "its SKILL.md was removed (the experience no longer "
-                                                          "exists); the folder holds other files and is left"})
+            kept.append(
+                {
+                    "path": f"{folder}/",
+                    "reason": "its SKILL.md was removed (the experience no longer "
+                    "exists); the folder holds other files and is left",
+                }
+            )
         elif folder in plan.emptied:  # the removal an interrupted run began
             removed.append(f"{folder}/")
     if plan.changes or after != marker:
         atomic.write_json(dest / MARKER_FILE, after.to_json())
     return removed, kept
-

@@ -75,8 +75,11 @@ def parse_marker(data: bytes) -> Marker:
             raise ValueError(f"it names {path!r}, which is not a file the export writes")
         hashes = raw.get("sha256") if isinstance(raw, dict) else None
         experience = raw.get("experience") if isinstance(raw, dict) else None
-        if not isinstance(hashes, list) or not hashes or not all(isinstance(h, str) and SHA256.match(h)
-                                                                  for h in hashes):
+        if (
+            not isinstance(hashes, list)
+            or not hashes
+            or not all(isinstance(h, str) and SHA256.match(h) for h in hashes)
+        ):
             raise ValueError(f"the hashes of {path} are not SHA-256 digests")
         if experience is not None and not isinstance(experience, str):
             raise ValueError(f"the experience of {path} is not a path")

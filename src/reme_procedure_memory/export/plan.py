@@ -56,16 +56,26 @@ def assign_names(experiences: list[StoredExperience]) -> tuple[list[tuple[str, S
     named, refused = [], []
     for name in sorted(groups):
         group = sorted(groups[name], key=lambda e: e.path)
-        owner = group[0] if len(group) == 1 else next(
-            (e for e in group if e.path.rpartition("/")[2] == f"{name}.json"), None)
+        owner = (
+            group[0]
+            if len(group) == 1
+            else next((e for e in group if e.path.rpartition("/")[2] == f"{name}.json"), None)
+        )
         if owner is not None:
             named.append((name, owner))
         for item in group:
             if item is not owner:
                 others = ", ".join(e.path for e in group if e is not item)
-                refused.append({"path": item.path, "skill": name, "reason": (
-                    f"its skill name {name} (the file name shortened to 64 characters) is also the name of {others}; "
-                    "rename one of the experience files to export both")})
+                refused.append(
+                    {
+                        "path": item.path,
+                        "skill": name,
+                        "reason": (
+                            f"its skill name {name} (the file name shortened to 64 characters) is also the name of {others}; "
+                            "rename one of the experience files to export both"
+                        ),
+                    }
+                )
     return named, sorted(refused, key=lambda r: r["path"])
 
 
@@ -97,8 +107,9 @@ class Plan:
         return bool(self.writes or self.removes)
 
 
-def plan_export(skills: list[Skill], index: bytes, recorded: dict[str, Entry], found: dict[str, Found | None],
-                present: set[str]) -> Plan:
+def plan_export(
+    skills: list[Skill], index: bytes, recorded: dict[str, Entry], found: dict[str, Found | None], present: set[str]
+) -> Plan:
     """The plan of one export run (see the module docstring).
 
     ``recorded``: the marker's entries; ``found``: what is at each path of the targets, their folders and the
@@ -115,8 +126,14 @@ def plan_export(skills: list[Skill], index: bytes, recorded: dict[str, Entry], f
     return plan
 
 
-def _plan_target(plan: Plan, path: str, data: bytes, experience: str | None, recorded: dict[str, Entry],
-                 found: dict[str, Found | None]) -> None:
+def _plan_target(
+    plan: Plan,
+    path: str,
+    data: bytes,
+    experience: str | None,
+    recorded: dict[str, Entry],
+    found: dict[str, Found | None],
+) -> None:
     """Create, rewrite or keep one file the export writes; a conflict when something else is in the way."""
     entry, digest = recorded.get(path), sha256(data)
     folder = path.rpartition("/")[0]
@@ -152,8 +169,9 @@ def _plan_target(plan: Plan, path: str, data: bytes, experience: str | None, rec
 def _plan_leftover(plan: Plan, path: str, entry: Entry, found: dict[str, Found | None], present: set[str]) -> None:
     """A file the marker lists that this run does not write: remove, forget or keep it."""
     if entry.experience is not None and entry.experience in present:
-        plan.kept.append({"path": path, "reason": f"{entry.experience} was not exported this time; its skill "
-                                                  "is kept as it was"})
+        plan.kept.append(
+            {"path": path, "reason": f"{entry.experience} was not exported this time; its skill is kept as it was"}
+        )
         plan.during[path] = plan.after[path] = entry
         return
     there, folder = found.get(path), path.rpartition("/")[0]
@@ -165,18 +183,32 @@ def _plan_leftover(plan: Plan, path: str, entry: Entry, found: dict[str, Found |
             plan.emptied.append(folder)
             plan.during[path] = entry  # until the folder is gone
         else:
-            plan.kept.append({"path": f"{folder}/", "reason": f"{entry.experience or 'its experience'} no longer "
-                                                              f"exists, but {folder} is {_kind(where)} now: left in "
-                                                              "place and no longer the export's"})
+            plan.kept.append(
+                {
+                    "path": f"{folder}/",
+                    "reason": f"{entry.experience or 'its experience'} no longer "
+                    f"exists, but {folder} is {_kind(where)} now: left in "
+                    "place and no longer the export's",
+                }
+            )
     elif there is not None:
-        plan.kept.append({"path": path, "reason": f"{entry.experience or 'its experience'} no longer exists, but "
-                                                  "this file was changed since the export wrote it: left in place "
-                                                  "and no longer the export's"})
+        plan.kept.append(
+            {
+                "path": path,
+                "reason": f"{entry.experience or 'its experience'} no longer exists, but "
+                "this file was changed since the export wrote it: left in place "
+                "and no longer the export's",
+            }
+        )
 
 
 def _kind(found: Found) -> str:
-    return {"dir": "a directory", "link": "a symbolic link", "file": "a file",
-            "unreadable": "a file this process cannot read"}.get(found.kind, "not a regular file")
+    return {
+        "dir": "a directory",
+        "link": "a symbolic link",
+        "file": "a file",
+        "unreadable": "a file this process cannot read",
+    }.get(found.kind, "not a regular file")
 
 
 def folders(paths: list[str]) -> list[str]:

@@ -49,7 +49,7 @@ def skill_name(filename: str) -> str:
     if len(stem) <= MAX_NAME_CHARS:
         return stem
     digest = hashlib.sha256(stem.encode("utf-8")).hexdigest()[:NAME_HASH_CHARS]
-    return f"{stem[:MAX_NAME_CHARS - NAME_HASH_CHARS - 1].rstrip('-')}-{digest}"
+    return f"{stem[: MAX_NAME_CHARS - NAME_HASH_CHARS - 1].rstrip('-')}-{digest}"
 
 
 def one_line(text: str) -> str:
@@ -71,7 +71,7 @@ def skill_description(description: str, when_to_use: str) -> tuple[str, bool]:
     text = f"{what}{end} {WHEN_LABEL}{one_line(when_to_use)}"
     if len(text) <= MAX_DESCRIPTION_CHARS:
         return text, False
-    head = text[:MAX_DESCRIPTION_CHARS - len(CUT_MARK)]
+    head = text[: MAX_DESCRIPTION_CHARS - len(CUT_MARK)]
     space = head.rfind(" ")
     if space >= len(head) - CUT_AT_SPACE_WITHIN:
         head = head[:space]
@@ -81,8 +81,13 @@ def skill_description(description: str, when_to_use: str) -> tuple[str, bool]:
 def _raw_ok(char: str) -> bool:
     """Whether ``char`` may stand unescaped in a double-quoted scalar: YAML's printable characters (YAML 1.1 and 1.2,
     section 5.1) less the ones some parsers read as line breaks (U+0085, U+2028, U+2029) or a byte order mark."""
-    return (char == "\t" or " " <= char <= "~" or ("\xa0" <= char <= "\ud7ff" and char not in "\u2028\u2029")
-            or ("\ue000" <= char <= "\ufffd" and char != "\ufeff") or char >= "\U00010000")
+    return (
+        char == "\t"
+        or " " <= char <= "~"
+        or ("\xa0" <= char <= "\ud7ff" and char not in "\u2028\u2029")
+        or ("\ue000" <= char <= "\ufffd" and char != "\ufeff")
+        or char >= "\U00010000"
+    )
 
 
 def yaml_string(text: str) -> str:
@@ -162,8 +167,16 @@ def render_skill(name: str, path: str, version: str, experience: Experience) -> 
         "",
     ]
     if cut:
-        lines += ["## Description", "", experience.description.strip("\n"), "",
-                  "## When to use", "", experience.when_to_use.strip("\n"), ""]
+        lines += [
+            "## Description",
+            "",
+            experience.description.strip("\n"),
+            "",
+            "## When to use",
+            "",
+            experience.when_to_use.strip("\n"),
+            "",
+        ]
     lines += ["## Sources", "", "Trajectories this procedure was learned from (paths in its ReMe workspace):", ""]
     lines += [f"- {code_span(source)}" for source in experience.sources]
     return Skill(name, path, version, description, cut, ("\n".join(lines) + "\n").encode("utf-8"))

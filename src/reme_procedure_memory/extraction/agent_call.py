@@ -59,8 +59,11 @@ def merged_reply_kwargs(wrapper, run, max_iters: int, finish=None) -> dict[str, 
     cancellation raised, a fresh session id (never reused: some SDKs refuse a used id). With a run: exactly the four
     job tools and the run's injected grant, and with ``finish`` (a ``FinishSegment``, AgentScope only) a toolkit of
     those four built as the wrapper builds them plus ``finish``; without a run (summary repairs): no tools at all."""
-    react = {**(wrapper.kwargs.get("react_config") or {}), "max_iters": max_iters,
-             "interruption_raise_cancelled_error": True}
+    react = {
+        **(wrapper.kwargs.get("react_config") or {}),
+        "max_iters": max_iters,
+        "interruption_raise_cancelled_error": True,
+    }
     kwargs: dict[str, Any] = {"builtin_tools": [], "react_config": react, "session_id": str(uuid.uuid4())}
     if run is None:
         kwargs["job_tools"] = []
@@ -69,8 +72,9 @@ def merged_reply_kwargs(wrapper, run, max_iters: int, finish=None) -> dict[str, 
         kwargs.update(job_tools=list(AGENT_TOOLS), injected_job_kwargs=injected, tool_context_id=run.context_id)
         if finish is not None:
             jobs = resolve_jobs(wrapper, list(AGENT_TOOLS))
-            kwargs["toolkit"] = Toolkit(tools=[
-                *(job_tool(wrapper, job, run.context_id, injected) for job in jobs), finish])
+            kwargs["toolkit"] = Toolkit(
+                tools=[*(job_tool(wrapper, job, run.context_id, injected) for job in jobs), finish]
+            )
     if getattr(wrapper, "backend", "") == "claude_code":
         kwargs.update(tools=[], max_turns=max_iters)  # no built-in Claude Code tools; its own budget knob
     return kwargs

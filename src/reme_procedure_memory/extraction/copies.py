@@ -66,8 +66,11 @@ def screen_original(workspace: Workspace, source: str, filename: str, request_id
         screen_text(original.read_bytes(), filename)
     except (UnsupportedTrajectory, MalformedTrajectory) as exc:
         raise ProcedureError(
-            rejected_code(exc), f"{exc}. Nothing was copied: this file cannot be imported as it is; convert it to "
-            "text, Markdown, JSON or JSONL (UTF-8) and import that.", status=REJECTED, request_id=request_id,
+            rejected_code(exc),
+            f"{exc}. Nothing was copied: this file cannot be imported as it is; convert it to "
+            "text, Markdown, JSON or JSONL (UTF-8) and import that.",
+            status=REJECTED,
+            request_id=request_id,
             filename=filename,
         ) from None
 
@@ -97,7 +100,8 @@ def copy_original(workspace: Workspace, source: str, filename: str, request_id: 
                 ErrorCode.ORIGINAL_CHANGED,
                 f"file={source} changed since request_id {request_id!r} copied it (checksum differs); "
                 "changed bytes are rejected. Use a new request_id to import the new content.",
-                request_id=request_id, path=record.path,
+                request_id=request_id,
+                path=record.path,
             )
     if record is None:
         record = rebuild_lost_record(workspace, request_id, source, filename, source_id, data)
@@ -107,8 +111,13 @@ def copy_original(workspace: Workspace, source: str, filename: str, request_id: 
         directory = workspace.root / workspace.trajectory_rel_dir
         name = allocate_copy_name(directory, filename, registry.reserved_paths(), workspace.trajectory_rel_dir)
         record = ImportRecord(
-            request_id=request_id, source=source, filename=filename, path=f"{workspace.trajectory_rel_dir}/{name}",
-            sha256=hashlib.sha256(data).hexdigest(), size=len(data), source_id=source_id,
+            request_id=request_id,
+            source=source,
+            filename=filename,
+            path=f"{workspace.trajectory_rel_dir}/{name}",
+            sha256=hashlib.sha256(data).hexdigest(),
+            size=len(data),
+            source_id=source_id,
         )
         registry.put(record)  # the reservation keeps the name before the copy exists
     workspace.damaged_metadata.update(registry.damaged)
@@ -124,7 +133,8 @@ def copy_original(workspace: Workspace, source: str, filename: str, request_id: 
             ErrorCode.COPY_PATH_TAKEN,
             f"{record.path} already exists with other bytes and was not written by request_id {request_id!r}; "
             "move that file away or import with a new request_id.",
-            request_id=request_id, path=record.path,
+            request_id=request_id,
+            path=record.path,
         )
     if data is None:
         if existing is not None:
@@ -132,7 +142,8 @@ def copy_original(workspace: Workspace, source: str, filename: str, request_id: 
                 ErrorCode.COPY_CORRUPTED,
                 f"The saved copy {record.path} no longer matches its recorded checksum and the original "
                 f"file={source} is gone; it cannot be recovered.",
-                request_id=request_id, path=record.path,
+                request_id=request_id,
+                path=record.path,
             )
         raise ProcedureError(
             ErrorCode.NOT_FOUND,
@@ -144,16 +155,19 @@ def copy_original(workspace: Workspace, source: str, filename: str, request_id: 
     publish_copy(copy, data)  # first copy, or the repair of our own copy from the unchanged original
     if hashlib.sha256(copy.read_bytes()).hexdigest() != record.sha256:
         raise ProcedureError(
-            ErrorCode.COPY_CORRUPTED, f"The copy {record.path} does not match the original's checksum.",
-            request_id=request_id, path=record.path,
+            ErrorCode.COPY_CORRUPTED,
+            f"The copy {record.path} does not match the original's checksum.",
+            request_id=request_id,
+            path=record.path,
         )
     record.status = COPIED
     registry.put(record)
     return record
 
 
-def rebuild_lost_record(workspace: Workspace, request_id: str, source: str, filename: str, source_id: str,
-                        data: bytes | None) -> ImportRecord | None:
+def rebuild_lost_record(
+    workspace: Workspace, request_id: str, source: str, filename: str, source_id: str, data: bytes | None
+) -> ImportRecord | None:
     """The import record of a request id that existed before (its checkpoint or a set-aside damaged record proves
     it) but whose record is gone: rebuilt around the copy it made — the checkpoint's path, else the first
     unreserved ``filename``, ``-2``, ... holding the same bytes — so a resume never copies the original again.
@@ -181,8 +195,16 @@ def rebuild_lost_record(workspace: Workspace, request_id: str, source: str, file
         copy = workspace.root / rel
         if rel in reserved or not copy.is_file() or hashlib.sha256(copy.read_bytes()).hexdigest() != sha:
             continue
-        record = ImportRecord(request_id=request_id, source=source, filename=filename, path=rel, sha256=sha,
-                              size=copy.stat().st_size, status=COPIED, source_id=source_id)
+        record = ImportRecord(
+            request_id=request_id,
+            source=source,
+            filename=filename,
+            path=rel,
+            sha256=sha,
+            size=copy.stat().st_size,
+            status=COPIED,
+            source_id=source_id,
+        )
         registry.put(record)
         workspace.logger.warning(f"procedure import {request_id}: rebuilt its lost import record around {rel}")
         return record

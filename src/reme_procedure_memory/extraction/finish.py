@@ -31,8 +31,10 @@ from agentscope.tool import ToolBase, ToolChunk
 from ..errors import ErrorCode, error_answer
 
 FINISH_TOOL = "finish_segment"
-DESCRIPTION = ("End this segment: call it last, in the same turn as your writes (alone when there is nothing to "
-               "write). It ends your reply.")
+DESCRIPTION = (
+    "End this segment: call it last, in the same turn as your writes (alone when there is nothing to "
+    "write). It ends your reply."
+)
 SUMMARY_DESCRIPTION = "The updated rolling summary the segment's message asks for (leave it out on the last segment)."
 INPUT_SCHEMA = {"type": "object", "properties": {"summary": {"type": "string", "description": SUMMARY_DESCRIPTION}}}
 OUTPUT_SCHEMA = {"type": "object", "properties": {"summary": {"type": "string"}}}
@@ -56,8 +58,10 @@ def _turn(state) -> tuple[list[str], list[str]]:
         return [], []
     blocks = list(last.content)
     answered = {b.id for b in blocks if b.type == "tool_result"}
-    running = next((i for i, b in enumerate(blocks)
-                    if b.type == "tool_call" and b.name == FINISH_TOOL and b.id not in answered), None)
+    running = next(
+        (i for i, b in enumerate(blocks) if b.type == "tool_call" and b.name == FINISH_TOOL and b.id not in answered),
+        None,
+    )
     if running is None:
         return [], []
     start = max((i + 1 for i, b in enumerate(blocks[:running]) if b.type == "tool_result"), default=0)
@@ -89,18 +93,28 @@ class FinishSegment(ToolBase):
     async def call(self, _agent_state, summary: str = "", **_: Any) -> ToolChunk:  # type: ignore[override]
         later, failed = _turn(_agent_state)
         if later:
-            return _refusal(ErrorCode.INVALID_ARGUMENT, (
-                f"{FINISH_TOOL} must be the last call of a turn, but {', '.join(later)} came after it. "
-                f"Call {FINISH_TOOL} again once their answers are in."))
+            return _refusal(
+                ErrorCode.INVALID_ARGUMENT,
+                (
+                    f"{FINISH_TOOL} must be the last call of a turn, but {', '.join(later)} came after it. "
+                    f"Call {FINISH_TOOL} again once their answers are in."
+                ),
+            )
         if failed:
-            return _refusal(ErrorCode.INVALID_ARGUMENT, (
-                f"The segment cannot end in this turn: {', '.join(failed)} answered an error. Do what each error "
-                f"says, then call {FINISH_TOOL} again (alone if nothing more can be done)."))
+            return _refusal(
+                ErrorCode.INVALID_ARGUMENT,
+                (
+                    f"The segment cannot end in this turn: {', '.join(failed)} answered an error. Do what each error "
+                    f"says, then call {FINISH_TOOL} again (alone if nothing more can be done)."
+                ),
+            )
         if self.summary_required:
             problem = await self.check(summary)
             if problem:
-                return _refusal(ErrorCode.SUMMARY_INVALID, (
-                    f"The rolling summary is not valid: {problem} Call {FINISH_TOOL} again with a valid one."))
+                return _refusal(
+                    ErrorCode.SUMMARY_INVALID,
+                    (f"The rolling summary is not valid: {problem} Call {FINISH_TOOL} again with a valid one."),
+                )
         reply = _agent_state.reply_context
         reply.structured_schema = OUTPUT_SCHEMA  # AgentScope ends the reply when its schema is satisfied
         reply.structured_output = {"summary": summary if self.summary_required else ""}

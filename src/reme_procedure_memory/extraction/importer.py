@@ -79,8 +79,15 @@ class Importer:
     after a start that deferred its reconciliation has reconciled; a complete import's records are then bounded
     (``HistoryRetention.compact_import``)."""
 
-    def __init__(self, workspace: Workspace, app_context, grants: AttemptGrants, reads: Reads, recovery: Recovery,
-                 retention: HistoryRetention) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        app_context,
+        grants: AttemptGrants,
+        reads: Reads,
+        recovery: Recovery,
+        retention: HistoryRetention,
+    ) -> None:
         self.workspace = workspace
         self.app_context = app_context
         self.grants = grants
@@ -104,8 +111,15 @@ class Importer:
             return answer
 
 
-async def run_import(workspace: Workspace, app_context, grants: AttemptGrants, reads: Reads, wrapper,
-                     args, interrupts: list[int] | None = None) -> ImportAnswer:
+async def run_import(
+    workspace: Workspace,
+    app_context,
+    grants: AttemptGrants,
+    reads: Reads,
+    wrapper,
+    args,
+    interrupts: list[int] | None = None,
+) -> ImportAnswer:
     """Copy one local trajectory and run the extraction over its remaining segments (resumable by request_id);
     ``args``: the job's validated arguments (``file``, ``filename``, ``request_id``, ``memory_hint``, ``source_id``);
     ``interrupts``: filled with the signal number by whoever cancels this task on SIGINT/SIGTERM.
@@ -145,19 +159,37 @@ async def run_import(workspace: Workspace, app_context, grants: AttemptGrants, r
                 record.rejected = code
                 await asyncio.to_thread(workspace.imports.put, record)
             raise ProcedureError(
-                code, f"{exc}. The saved copy {record.path} is kept (malformed input keeps its copy); this content "
+                code,
+                f"{exc}. The saved copy {record.path} is kept (malformed input keeps its copy); this content "
                 "cannot be imported as it is: fix the file and import it with a new request_id. To remove the copy "
                 f"and this import: reme start job=procedure_delete path={record.path} (one-shot).",
-                status=REJECTED, **answer) from None
+                status=REJECTED,
+                **answer,
+            ) from None
         answer["format"] = trajectory_format(filename)
         checkpoint = await load_checkpoint(workspace, record, text, hint)
-        extraction = Extraction(workspace, grants, reads.search, app_context.jobs, wrapper, record, text,
-                                answer["format"], checkpoint, make_progress(workspace.logger))
+        extraction = Extraction(
+            workspace,
+            grants,
+            reads.search,
+            app_context.jobs,
+            wrapper,
+            record,
+            text,
+            answer["format"],
+            checkpoint,
+            make_progress(workspace.logger),
+        )
         if checkpoint.status == COMPLETE:  # nothing to do, whatever the settings of this run
-            return {"status": "complete", **answer, **progress_of(workspace, extraction), "already_complete": True,
-                    "note": f"request_id {request_id!r} was complete already: nothing was done again (no model "
-                            "call); the segments and experiences are those of its run. Import the file with a new "
-                            "request_id to extract from it again."}
+            return {
+                "status": "complete",
+                **answer,
+                **progress_of(workspace, extraction),
+                "already_complete": True,
+                "note": f"request_id {request_id!r} was complete already: nothing was done again (no model "
+                "call); the segments and experiences are those of its run. Import the file with a new "
+                "request_id to extract from it again.",
+            }
         if hint and hint != checkpoint.memory_hint:  # a new focus applies to the remaining segments
             checkpoint.memory_hint = hint
             workspace.checkpoints.put(checkpoint)
@@ -169,8 +201,11 @@ async def run_import(workspace: Workspace, app_context, grants: AttemptGrants, r
         if not interrupts:  # not a signal of ours: cancellation as usual
             raise
         asyncio.current_task().uncancel()  # absorbed: the task goes on to answer and close the application
-        error = incomplete(ErrorCode.INTERRUPTED, f"Interrupted by {signal_name(interrupts[0])}. Every record is as its last atomic write "
-                                                  "left it; run the `resume` command to continue.")
+        error = incomplete(
+            ErrorCode.INTERRUPTED,
+            f"Interrupted by {signal_name(interrupts[0])}. Every record is as its last atomic write "
+            "left it; run the `resume` command to continue.",
+        )
         raise ImportInterrupted(error.answer(), interrupts[0]) from None
     except ProcedureError as exc:
         if exc.status in ("error", REJECTED):  # refused before anything could be resumed (conflicts, bad files)
@@ -218,8 +253,12 @@ async def load_checkpoint(workspace: Workspace, record: ImportRecord, text: str,
     except SegmentationError as exc:
         raise ExtractionStopped(ErrorCode.SEGMENTATION_FAILED, str(exc)) from None
     checkpoint = Checkpoint(
-        request_id=record.request_id, path=record.path, fingerprint=expected, plugin_version=__version__,
-        segments=[[start, end] for start, end, _ in counted], memory_hint=hint,
+        request_id=record.request_id,
+        path=record.path,
+        fingerprint=expected,
+        plugin_version=__version__,
+        segments=[[start, end] for start, end, _ in counted],
+        memory_hint=hint,
         segment_counts=[tokens for _, _, tokens in counted],  # exact; the context check reuses them
     )
     workspace.checkpoints.put(checkpoint)
@@ -230,14 +269,19 @@ def same_bytes(workspace: Workspace, record: ImportRecord) -> dict[str, Any]:
     """``same_bytes_as`` (``[{request_id, path}]``) and a ``note`` when other imports copied the same bytes (new
     imports are not deduplicated: the answer only says so); {} otherwise. Damaged records are skipped."""
     records, _ = workspace.imports.scan()
-    earlier = [{"request_id": r.request_id, "path": r.path} for r in sorted(records, key=lambda r: r.created_at)
-               if r.sha256 == record.sha256 and r.request_id != record.request_id]
+    earlier = [
+        {"request_id": r.request_id, "path": r.path}
+        for r in sorted(records, key=lambda r: r.created_at)
+        if r.sha256 == record.sha256 and r.request_id != record.request_id
+    ]
     if not earlier:
         return {}
     named = ", ".join(f"{e['request_id']} ({e['path']})" for e in earlier[:3]) + (" ..." if len(earlier) > 3 else "")
-    return {"same_bytes_as": earlier,
-            "note": f"These bytes were imported before as {named}; this import is a new one all the same (imports "
-                    "are not deduplicated). To resume an import, give its request_id."}
+    return {
+        "same_bytes_as": earlier,
+        "note": f"These bytes were imported before as {named}; this import is a new one all the same (imports "
+        "are not deduplicated). To resume an import, give its request_id.",
+    }
 
 
 def progress_of(workspace: Workspace, extraction: Extraction) -> dict[str, Any]:
@@ -260,11 +304,17 @@ def damaged_record_fix(exc: DamagedRecord) -> str:
     """What to do after one of an import's metadata records was found damaged (and set aside)."""
     kind = exc.path.parent.name if exc.path.parent.name in (IMPORTS_DIR, PROCESSING_DIR) else OPERATIONS_DIR
     if kind == IMPORTS_DIR:
-        return ("Run the same command again: the import record is rebuilt from the copy this request_id saved "
-                "(no second copy is made).")
+        return (
+            "Run the same command again: the import record is rebuilt from the copy this request_id saved "
+            "(no second copy is made)."
+        )
     if kind == PROCESSING_DIR:
-        return ("Run the same command again to process the trajectory again from segment 1 (experiences written so "
-                "far are kept, and the agent sees them); to continue where it stopped instead, repair the file and "
-                "move it back to its original name first.")
-    return ("Run the same command again to continue; this import's operation ledger lacks that one record (the "
-            "experience files are unaffected).")
+        return (
+            "Run the same command again to process the trajectory again from segment 1 (experiences written so "
+            "far are kept, and the agent sees them); to continue where it stopped instead, repair the file and "
+            "move it back to its original name first."
+        )
+    return (
+        "Run the same command again to continue; this import's operation ledger lacks that one record (the "
+        "experience files are unaffected)."
+    )

@@ -57,8 +57,19 @@ RELATED_CONTENTS = RELATED_LIMIT
 class Extraction:
     """Processes the remaining segments of one import; see the module docstring."""
 
-    def __init__(self, workspace: Workspace, grants: AttemptGrants, search: Search, jobs, wrapper, record, text: str,
-                 fmt: str, checkpoint: Checkpoint, progress: Callable[[str], None]) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        grants: AttemptGrants,
+        search: Search,
+        jobs,
+        wrapper,
+        record,
+        text: str,
+        fmt: str,
+        checkpoint: Checkpoint,
+        progress: Callable[[str], None],
+    ) -> None:
         """``search``: the search answers of the workspace (``Reads.search``); ``jobs``: the application's jobs (the
         four tools' schemas are counted in the context budget)."""
         self.workspace = workspace
@@ -92,11 +103,19 @@ class Extraction:
     def _user_message(self, index: int) -> str:
         start, end = self.checkpoint.span(index)
         return prompt.user_message(
-            path=self.record.path, fmt=self.format, number=index + 1, total=self.checkpoint.total,
-            start=start, end=end, segment=self.text[start:end], hint=self.checkpoint.memory_hint,
-            summary=self.checkpoint.summary, summary_limit=self.limits.summary,
+            path=self.record.path,
+            fmt=self.format,
+            number=index + 1,
+            total=self.checkpoint.total,
+            start=start,
+            end=end,
+            segment=self.text[start:end],
+            hint=self.checkpoint.memory_hint,
+            summary=self.checkpoint.summary,
+            summary_limit=self.limits.summary,
             lines=prompt.ledger_lines(self._ledger(index), self._failed_writes(index)),
-            related=self._related.get(index), finish_tool=ends_with_tool(self.wrapper),
+            related=self._related.get(index),
+            finish_tool=ends_with_tool(self.wrapper),
         )
 
     async def _find_related(self, index: int) -> None:
@@ -111,7 +130,8 @@ class Extraction:
                 answers.append(with_contents(compact_answer(answer), compact_answer(answer, every_content=True)))
             except ProcedureError as exc:
                 self.workspace.logger.warning(
-                    f"procedure import: no related experiences for segment {index + 1}: {exc}")
+                    f"procedure import: no related experiences for segment {index + 1}: {exc}"
+                )
                 return
         self._related[index] = prompt.related_lines(merged_related(answers, RELATED_LIMIT, RELATED_CONTENTS))
 
@@ -123,9 +143,14 @@ class Extraction:
         validated (if the checkpoint has them)."""
         start, end = self.checkpoint.span(index)
         counts = self.checkpoint.segment_counts
-        return prompt.user_tokens(self.workspace.tokens, user, (
-            (self.text[start:end], counts[index] if counts else None),
-            (self.checkpoint.summary, self.checkpoint.summary_tokens)))
+        return prompt.user_tokens(
+            self.workspace.tokens,
+            user,
+            (
+                (self.text[start:end], counts[index] if counts else None),
+                (self.checkpoint.summary, self.checkpoint.summary_tokens),
+            ),
+        )
 
     async def _check_context(self, system: str, user: str, *, tools: bool = True) -> int:
         """Exact tokens of the initial input; raise ExtractionStopped before any model call when it does not fit."""
@@ -133,7 +158,8 @@ class Extraction:
         schemas = self._tool_schemas() if tools else ""
         try:
             sizes = await asyncio.to_thread(
-                lambda: [tokens.count(system), self._user_tokens(user, index), tokens.count(schemas)])
+                lambda: [tokens.count(system), self._user_tokens(user, index), tokens.count(schemas)]
+            )
         except TokenizerUnavailable as exc:
             raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
         total, problem = prompt.budget_problem(sizes, self.limits)
@@ -179,8 +205,9 @@ class Extraction:
         self._save()  # durable before the agent runs: a kill mid-run still counts the attempt
         run = self.grants.begin_attempt(self.record.request_id, [self.record.path], segment=index)
         run.carry_failures(self._failed_writes(index))  # an earlier attempt's failures stay until a write corrects them
-        kwargs = merged_reply_kwargs(self.wrapper, run, self.workspace.settings.extraction.max_iters,
-                                     self._finish_tool(index))
+        kwargs = merged_reply_kwargs(
+            self.wrapper, run, self.workspace.settings.extraction.max_iters, self._finish_tool(index)
+        )
         try:
             result = await self.wrapper.reply(user, system_prompt=system, **kwargs)
         except asyncio.CancelledError:
@@ -189,7 +216,8 @@ class Extraction:
             subtype = getattr(exc, "subtype", "")
             code = ErrorCode.AGENT_BUDGET_EXHAUSTED if subtype == "error_max_turns" else ErrorCode.AGENT_FAILED
             raise ExtractionStopped(
-                code, f"The extraction agent failed on segment {number}/{total}: {type(exc).__name__}: {exc}",
+                code,
+                f"The extraction agent failed on segment {number}/{total}: {type(exc).__name__}: {exc}",
             ) from exc
         finally:
             remove_session_file(self.wrapper, kwargs, self.workspace.logger)  # the segment's text, unmasked
@@ -264,8 +292,12 @@ class Extraction:
         written from the segment, the segment's own message. Its input is checked against the context budget."""
         number, total = index + 1, self.checkpoint.total
         message = prompt.repair_message(
-            segment_message=self._user_message(index) if show_segment else "", number=number, total=total,
-            problem=problem, reply=reply, summary_limit=self.limits.summary,
+            segment_message=self._user_message(index) if show_segment else "",
+            number=number,
+            total=total,
+            problem=problem,
+            reply=reply,
+            summary_limit=self.limits.summary,
         )
         system = self._system_prompt()
         await self._check_context(system, message, tools=False)
@@ -276,8 +308,9 @@ class Extraction:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            raise ExtractionStopped(ErrorCode.AGENT_FAILED,
-                                    f"Summary repair failed: {type(exc).__name__}: {exc}") from exc
+            raise ExtractionStopped(
+                ErrorCode.AGENT_FAILED, f"Summary repair failed: {type(exc).__name__}: {exc}"
+            ) from exc
         finally:
             remove_session_file(self.wrapper, kwargs, self.workspace.logger)
         reason = stop_reason(result)

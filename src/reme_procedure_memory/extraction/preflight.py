@@ -40,8 +40,11 @@ PROBE_TEXT = "Reply with the single word: ok"  # the probe's one user message (a
 PROBE_CONNECT_SECONDS = 5.0
 PROBE_READ_SECONDS = 10.0
 # an error body that says the model is unknown (OpenAI, vLLM, Ollama, DashScope, Anthropic phrasings)
-UNKNOWN_MODEL = re.compile(r"model_not_found|model\b[^.]{0,80}\b(not found|does not exist|not exist)|unknown model|"
-                           r"no such model|not_found_error", re.IGNORECASE)
+UNKNOWN_MODEL = re.compile(
+    r"model_not_found|model\b[^.]{0,80}\b(not found|does not exist|not exist)|unknown model|"
+    r"no such model|not_found_error",
+    re.IGNORECASE,
+)
 
 
 async def preflight(workspace: Workspace, wrapper, request_id: str | None = None) -> None:
@@ -61,8 +64,10 @@ def nothing_done(workspace: Workspace, request_id: str | None) -> str:
     except DamagedRecord:
         record = None
     copy = f"the copy {record.path}" if record is not None else "its copy"
-    return (f"Nothing was changed: {copy} and the progress of request_id {request_id} are kept; run the same command "
-            "again once fixed.")
+    return (
+        f"Nothing was changed: {copy} and the progress of request_id {request_id} are kept; run the same command "
+        "again once fixed."
+    )
 
 
 def shown_url(url: str) -> str:
@@ -73,8 +78,11 @@ def shown_url(url: str) -> str:
 async def check_model(wrapper, done: str = NOTHING_DONE, logger=None) -> None:
     """The extraction model's settings, then one request (``probe``)."""
     if wrapper is None:
-        raise ProcedureError(ErrorCode.AGENT_UNAVAILABLE, "No agent_wrapper component is configured (ReMe's "
-                             f"default.yaml configures agent_wrapper.default with the LLM_* settings). {done}")
+        raise ProcedureError(
+            ErrorCode.AGENT_UNAVAILABLE,
+            "No agent_wrapper component is configured (ReMe's "
+            f"default.yaml configures agent_wrapper.default with the LLM_* settings). {done}",
+        )
     llm = getattr(wrapper, "as_llm", None)
     kwargs = getattr(llm, "kwargs", None)
     if not isinstance(kwargs, dict):  # not an AgentScope wrapper: it checks its own settings
@@ -88,15 +96,21 @@ async def check_model(wrapper, done: str = NOTHING_DONE, logger=None) -> None:
     if not credential.get("api_key") and backend != "ollama" and not os.environ.get(f"{backend.upper()}_API_KEY"):
         missing.append(f"{key}.credential.api_key (LLM_API_KEY; any non-empty value for a local server without keys)")
     if missing:
-        raise ProcedureError(ErrorCode.AGENT_UNAVAILABLE, f"The extraction model is not configured: set "
-                             f"{' and '.join(missing)} in the environment, .env or on the command line. "
-                             f"{done}")
+        raise ProcedureError(
+            ErrorCode.AGENT_UNAVAILABLE,
+            f"The extraction model is not configured: set "
+            f"{' and '.join(missing)} in the environment, .env or on the command line. "
+            f"{done}",
+        )
     try:
         llm.initialize_model()  # constructs the client only
     except Exception as exc:
-        raise ProcedureError(ErrorCode.AGENT_UNAVAILABLE, f"The extraction model {key} (backend {backend}) cannot be "
-                             f"set up: {type(exc).__name__}: {' '.join(str(exc).split())}. Check the LLM_* "
-                             f"settings. {done}") from None
+        raise ProcedureError(
+            ErrorCode.AGENT_UNAVAILABLE,
+            f"The extraction model {key} (backend {backend}) cannot be "
+            f"set up: {type(exc).__name__}: {' '.join(str(exc).split())}. Check the LLM_* "
+            f"settings. {done}",
+        ) from None
     problem = await probe(llm.model, str(kwargs["model"]), key, logger)
     if problem:
         raise ProcedureError(ErrorCode.AGENT_UNAVAILABLE, f"{problem} {done}")
@@ -119,44 +133,58 @@ async def probe(model, name: str, key: str, logger=None) -> str | None:
     try:
         if hasattr(quiet, "chat"):  # OpenAI-compatible chat completions (openai, dashscope, deepseek, ...)
             extra = getattr(model, "extra_body", None)
-            await quiet.chat.completions.create(model=name, messages=message, max_tokens=1, stream=False,
-                                                **({"extra_body": extra} if extra else {}))
+            await quiet.chat.completions.create(
+                model=name, messages=message, max_tokens=1, stream=False, **({"extra_body": extra} if extra else {})
+            )
         else:  # Anthropic messages
             await quiet.messages.create(model=name, messages=message, max_tokens=1)
     except sdk.APITimeoutError as exc:
         if isinstance(exc.__cause__, httpx.ConnectTimeout):
-            return (f"The extraction model's endpoint {url} ({key}.credential.base_url, LLM_BASE_URL) did not accept "
-                    f"a connection within {PROBE_CONNECT_SECONDS:g} s. Set LLM_BASE_URL to the provider's "
-                    "OpenAI-compatible base URL (for example https://api.openai.com/v1 or "
-                    "http://localhost:11434/v1) in the environment or .env.")
+            return (
+                f"The extraction model's endpoint {url} ({key}.credential.base_url, LLM_BASE_URL) did not accept "
+                f"a connection within {PROBE_CONNECT_SECONDS:g} s. Set LLM_BASE_URL to the provider's "
+                "OpenAI-compatible base URL (for example https://api.openai.com/v1 or "
+                "http://localhost:11434/v1) in the environment or .env."
+            )
         if logger is not None:  # reachable but slow (a local model loading): the extraction waits longer
-            logger.warning(f"procedure import: the model at {url} did not answer a one-token probe within "
-                           f"{PROBE_READ_SECONDS:g} s; going on")
+            logger.warning(
+                f"procedure import: the model at {url} did not answer a one-token probe within "
+                f"{PROBE_READ_SECONDS:g} s; going on"
+            )
         return None
     except sdk.APIConnectionError as exc:
         cause = exc.__cause__ or exc
-        return (f"The extraction model's endpoint {url} ({key}.credential.base_url, LLM_BASE_URL) cannot be reached "
-                f"({type(cause).__name__}: {' '.join(str(cause).split())}). Set LLM_BASE_URL to the provider's "
-                "OpenAI-compatible base URL (for example https://api.openai.com/v1 or http://localhost:11434/v1) "
-                "in the environment or .env.")
+        return (
+            f"The extraction model's endpoint {url} ({key}.credential.base_url, LLM_BASE_URL) cannot be reached "
+            f"({type(cause).__name__}: {' '.join(str(cause).split())}). Set LLM_BASE_URL to the provider's "
+            "OpenAI-compatible base URL (for example https://api.openai.com/v1 or http://localhost:11434/v1) "
+            "in the environment or .env."
+        )
     except sdk.APIStatusError as exc:
         status, said = exc.status_code, " ".join(str(getattr(exc, "message", "") or exc).split())
         secret = str(getattr(client, "api_key", "") or "")
         said = (said.replace(secret, "***") if len(secret) >= 4 else said)[:300]  # a provider may echo the key
         if status in (401, 403):
-            return (f"The extraction model's endpoint {url} refused the key ({key}.credential.api_key, LLM_API_KEY; "
-                    f"HTTP {status}: {said}). Set LLM_API_KEY to a key this endpoint accepts, in the environment or "
-                    ".env.")
+            return (
+                f"The extraction model's endpoint {url} refused the key ({key}.credential.api_key, LLM_API_KEY; "
+                f"HTTP {status}: {said}). Set LLM_API_KEY to a key this endpoint accepts, in the environment or "
+                ".env."
+            )
         if status == 404 or (status == 400 and UNKNOWN_MODEL.search(said)):
             if UNKNOWN_MODEL.search(said) or name in said:
-                return (f"The model {name!r} ({key}.model, LLM_MODEL_NAME) is not served at {url} (HTTP {status}: "
-                        f"{said}). Set LLM_MODEL_NAME to a model this endpoint serves, in the environment or .env.")
-            return (f"The extraction model's endpoint {url} ({key}.credential.base_url, LLM_BASE_URL) has no chat "
-                    f"API there (HTTP 404: {said}). Set LLM_BASE_URL to the provider's OpenAI-compatible base URL "
-                    "(usually ending in /v1), in the environment or .env.")
+                return (
+                    f"The model {name!r} ({key}.model, LLM_MODEL_NAME) is not served at {url} (HTTP {status}: "
+                    f"{said}). Set LLM_MODEL_NAME to a model this endpoint serves, in the environment or .env."
+                )
+            return (
+                f"The extraction model's endpoint {url} ({key}.credential.base_url, LLM_BASE_URL) has no chat "
+                f"API there (HTTP 404: {said}). Set LLM_BASE_URL to the provider's OpenAI-compatible base URL "
+                "(usually ending in /v1), in the environment or .env."
+            )
         if logger is not None:
-            logger.warning(f"procedure import: the model at {url} answered a one-token probe with HTTP {status} "
-                           f"({said}); going on")
+            logger.warning(
+                f"procedure import: the model at {url} answered a one-token probe with HTTP {status} ({said}); going on"
+            )
     return None
 
 
@@ -169,8 +197,10 @@ async def check_embedding(workspace: Workspace, done: str = NOTHING_DONE) -> Non
     if problem:
         store = client.embedding_store
         key = f"components.as_embedding.{getattr(store.as_embedding, 'name', '?')}"
-        raise ProcedureError(ErrorCode.EMBEDDING_UNAVAILABLE, f"The embedding provider ({key}) failed a probe: "
-                             f"{problem}. Check {EMBEDDING_VARIABLES}. {done}")
+        raise ProcedureError(
+            ErrorCode.EMBEDDING_UNAVAILABLE,
+            f"The embedding provider ({key}) failed a probe: {problem}. Check {EMBEDDING_VARIABLES}. {done}",
+        )
 
 
 async def check_tokenizer(workspace: Workspace, done: str = NOTHING_DONE) -> None:
@@ -178,6 +208,9 @@ async def check_tokenizer(workspace: Workspace, done: str = NOTHING_DONE) -> Non
     try:
         await workspace.tokens.acount("preflight")
     except TokenizerUnavailable as exc:
-        raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, f"{' '.join(str(exc).split())} Set "
-                             f"{workspace.setting('tokenizer_source')} (PROCEDURE_TOKENIZER_SOURCE) to a local "
-                             f"tokenizer.json or a reachable Hugging Face name. {done}") from None
+        raise ProcedureError(
+            ErrorCode.TOKENIZER_UNAVAILABLE,
+            f"{' '.join(str(exc).split())} Set "
+            f"{workspace.setting('tokenizer_source')} (PROCEDURE_TOKENIZER_SOURCE) to a local "
+            f"tokenizer.json or a reachable Hugging Face name. {done}",
+        ) from None

@@ -40,8 +40,12 @@ def system_prompt(limits, advice: bool = False, grow_limit: int = 0) -> str:
     0: none): the tokens a revision may take an experience's three text fields to."""
     growth = PROMPTS["growth"].format(space=" ", limit=grow_limit) if grow_limit else ""
     return PROMPTS["system_prompt"].format(
-        description=limits.description, when_to_use=limits.when_to_use, content=limits.content,
-        summary=limits.summary, advice=PROMPTS["advice_on" if advice else "advice_off"], growth=growth,
+        description=limits.description,
+        when_to_use=limits.when_to_use,
+        content=limits.content,
+        summary=limits.summary,
+        advice=PROMPTS["advice_on" if advice else "advice_off"],
+        growth=growth,
     )
 
 
@@ -49,14 +53,16 @@ def ledger_lines(ledger, failed: Iterable[dict[str, str]]) -> list[str]:
     """One line per journaled write of the segment (oldest first), then its failed writes the journal could not
     record (e.g. its directory was not writable)."""
     lines = [
-        f"- {op.tool} {op.path} (operation_key {op.key}) FAILED, not saved: {op.error}" if op.status == ABANDONED
+        f"- {op.tool} {op.path} (operation_key {op.key}) FAILED, not saved: {op.error}"
+        if op.status == ABANDONED
         else f"- {op.tool} {op.path} (operation_key {op.key}, {op.status}, version {op.target_version})"
         for op in ledger
     ]
     journaled = {op.key for op in ledger}
     lines += [
         f"- {f['tool']} {f['path']} (operation_key {f['operation_key']}) FAILED, not saved: {f['error']}"
-        for f in failed if f["operation_key"] not in journaled
+        for f in failed
+        if f["operation_key"] not in journaled
     ]
     return lines
 
@@ -70,16 +76,31 @@ def related_lines(results: list[dict]) -> list[str]:
         head = f"- {r['path']} ({r['version']}): {r['description']}"
         if "content" in r:
             more = " (continues: procedure_read it before rewriting the content)" if r.get("content_truncated") else ""
-            lines.append(f"{head}\n  when to use: {r['when-to-use']}\n  content{more}:\n"
-                         + "\n".join(f"    {line}" for line in r["content"].splitlines()))
+            lines.append(
+                f"{head}\n  when to use: {r['when-to-use']}\n  content{more}:\n"
+                + "\n".join(f"    {line}" for line in r["content"].splitlines())
+            )
         else:
             lines.append(head)
     return lines
 
 
-def user_message(*, path: str, fmt: str, number: int, total: int, start: int, end: int, segment: str, hint: str,
-                 summary: str, lines: list[str], summary_limit: int, related: list[str] | None = None,
-                 finish_tool: bool = False) -> str:
+def user_message(
+    *,
+    path: str,
+    fmt: str,
+    number: int,
+    total: int,
+    start: int,
+    end: int,
+    segment: str,
+    hint: str,
+    summary: str,
+    lines: list[str],
+    summary_limit: int,
+    related: list[str] | None = None,
+    finish_tool: bool = False,
+) -> str:
     """The user message of segment ``number`` of ``total`` (characters ``start``..``end`` of the copy at ``path``):
     the related experiences (``related``: ``related_lines``; [] for an empty library, None when not searched) and,
     except on the last segment, the request for the rolling summary: in the final reply, or with ``finish_tool``
@@ -89,24 +110,39 @@ def user_message(*, path: str, fmt: str, number: int, total: int, start: int, en
     else:
         listed = PROMPTS["related"].format(entries="\n".join(related)) if related else PROMPTS["no_related"]
     suffix = "_tool" if finish_tool else ""
-    finish = PROMPTS["finish_last" + suffix] if number == total else PROMPTS["finish_segment" + suffix].format(
-        number=number, summary_limit=summary_limit)
+    finish = (
+        PROMPTS["finish_last" + suffix]
+        if number == total
+        else PROMPTS["finish_segment" + suffix].format(number=number, summary_limit=summary_limit)
+    )
     return PROMPTS["segment_user"].format(
-        path=path, format=fmt, number=number, total=total,
-        start=start, end=end, hint=PROMPTS["memory_hint"].format(memory_hint=hint) if hint else "",
+        path=path,
+        format=fmt,
+        number=number,
+        total=total,
+        start=start,
+        end=end,
+        hint=PROMPTS["memory_hint"].format(memory_hint=hint) if hint else "",
         previous=PROMPTS["previous_summary"].format(summary=summary) if summary else PROMPTS["first_segment"],
-        related=listed, ledger=PROMPTS["ledger"].format(entries="\n".join(lines)) if lines else "",
-        segment=segment, finish=finish,
+        related=listed,
+        ledger=PROMPTS["ledger"].format(entries="\n".join(lines)) if lines else "",
+        segment=segment,
+        finish=finish,
     )
 
 
-def repair_message(*, segment_message: str, number: int, total: int, problem: str, reply: str,
-                   summary_limit: int) -> str:
+def repair_message(
+    *, segment_message: str, number: int, total: int, problem: str, reply: str, summary_limit: int
+) -> str:
     """A summary repair turn: the problem, the quoted reply (when not empty) and the segment's own message (when
     not empty)."""
     quoted = PROMPTS["repair_reply"].format(number=number, total=total, reply=reply) if reply else ""
     return PROMPTS["summary_repair"].format(
-        segment_message=segment_message, number=number, total=total, problem=problem, reply=quoted,
+        segment_message=segment_message,
+        number=number,
+        total=total,
+        problem=problem,
+        reply=quoted,
         summary_limit=summary_limit,
     )
 
@@ -118,8 +154,10 @@ def tool_schemas(jobs, finish_tool: bool = False) -> str:
     if finish_tool:
         schemas.append((FINISH_TOOL, FINISH_DESCRIPTION, FINISH_SCHEMA))
     return json.dumps(
-        [{"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
-         for name, description, parameters in schemas],
+        [
+            {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+            for name, description, parameters in schemas
+        ],
         ensure_ascii=False,
     )
 

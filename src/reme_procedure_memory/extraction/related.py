@@ -29,7 +29,7 @@ def related_queries(segment: str, hint: str = "") -> list[str]:
     n = len(segment)
     count = max(1, min(PIECES, -(-n // PIECE_CHARS)))
     step = n / count
-    pieces = [segment[int(i * step):int(i * step) + min(PIECE_CHARS, int(step) or n)] for i in range(count)]
+    pieces = [segment[int(i * step) : int(i * step) + min(PIECE_CHARS, int(step) or n)] for i in range(count)]
     queries = [" ".join(part for part in (hint.strip(), piece.strip()) if part) for piece in pieces]
     queries = [q for q in queries if q] or ["procedure"]
     return list(dict.fromkeys(queries))
@@ -60,6 +60,7 @@ def merged_related(answers: list[dict[str, Any]], limit: int, contents: int = 1)
                 merged.setdefault(results[rank]["path"], dict(results[rank]))
     entries = list(merged.values())
     with_content = [e for e in entries if "content" in e]
+
     def vector(entry: dict[str, Any]) -> float:
         score = (entry.get("scores") or {}).get("vector")
         return float("-inf") if score is None else score

@@ -38,8 +38,18 @@ _SECRET_SUFFIXES = ("_access_key", "_api_key", "_password", "_private_key", "_se
 _PATH_KEYS = ("metadata_dir", "session_dir")  # application settings that move the plugin's files
 MODEL_COMPONENTS = ("as_llm", "agent_wrapper", "as_embedding")
 # keys of the model components that say where a model is and who pays: never pinned by a resume
-ENDPOINT_KEYS = {"backend", "model", "model_name", "credential", "base_url", "api_key", "auth_mode", "as_llm",
-                 "codex_home", "codex_bin"}
+ENDPOINT_KEYS = {
+    "backend",
+    "model",
+    "model_name",
+    "credential",
+    "base_url",
+    "api_key",
+    "auth_mode",
+    "as_llm",
+    "codex_home",
+    "codex_bin",
+}
 FINGERPRINT_KEYS = (("tokenizer_source",), ("token_limits", "segment"))  # of components.procedure_memory.<name>
 
 
@@ -169,17 +179,26 @@ def resume_environment(app_context, changes: dict[str, Any] | None = None) -> li
     return _plan(app_context, changes)[1]
 
 
-def resume_command(app_context, source: str, filename: str, request_id: str,
-                   changes: dict[str, Any] | None = None) -> str:
+def resume_command(
+    app_context, source: str, filename: str, request_id: str, changes: dict[str, Any] | None = None
+) -> str:
     """The exact, shell-quoted command that resumes this import in this workspace (``changes``: dotted setting keys
     whose value the resume should change, see ``cli_overrides``)."""
     return resume_fields(app_context, source, filename, request_id, changes)["resume"]
 
 
-def resume_fields(app_context, source: str, filename: str, request_id: str,
-                  changes: dict[str, Any] | None = None) -> dict[str, Any]:
+def resume_fields(
+    app_context, source: str, filename: str, request_id: str, changes: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``{"resume": command, "resume_environment": [names]}`` for an answer (module docstring)."""
     args, needed = _plan(app_context, changes)
-    words = ["reme", "start", "job=procedure_auto_memory", *args, f"file={source}", f"filename={filename}",
-             f"request_id={request_id}"]
+    words = [
+        "reme",
+        "start",
+        "job=procedure_auto_memory",
+        *args,
+        f"file={source}",
+        f"filename={filename}",
+        f"request_id={request_id}",
+    ]
     return {"resume": " ".join(shlex.quote(word) for word in words), "resume_environment": needed}

@@ -30,7 +30,7 @@ def parse_summary(reply: str) -> str | None:
     reply = reply or ""
     start, end = reply.rfind("<summary>"), reply.rfind("</summary>")
     if start >= 0 and end > start:
-        span = reply[start + len("<summary>"):end].strip()
+        span = reply[start + len("<summary>") : end].strip()
         if span:
             return span
     blocks = [block.strip() for block in SUMMARY.findall(reply) if block.strip()]
@@ -59,9 +59,12 @@ def summary_problem(reply: str, summary: str | None, previous: str, segment: str
             return "the summary between <summary> and </summary> is empty."
         return "it has no <summary>...</summary> section."
     if _comparable(summary) in {_comparable(p) for p in PLACEHOLDERS}:
-        return (f"the summary is the prompt's placeholder {summary.strip()!r}, not a summary; write what the "
-                "trajectory read so far shows.")
+        return (
+            f"the summary is the prompt's placeholder {summary.strip()!r}, not a summary; write what the "
+            "trajectory read so far shows."
+        )
     if previous.strip() and segment.strip() and _comparable(summary) == _comparable(previous):
-        return ("the summary is the previous summary unchanged, but this segment has content; add what this segment "
-                "shows.")
+        return (
+            "the summary is the previous summary unchanged, but this segment has content; add what this segment shows."
+        )
     return None

@@ -75,8 +75,9 @@ class JobArguments(BaseModel):
             key = info.alias or name
             if info.is_required():
                 data.setdefault(key, None)  # absent: the field's own check answers, in field order
-            elif key in data and ((name in cls.EMPTY_IS_DEFAULT and data[key] == "")
-                                  or (name in cls.FALSY_IS_DEFAULT and not data[key])):
+            elif key in data and (
+                (name in cls.EMPTY_IS_DEFAULT and data[key] == "") or (name in cls.FALSY_IS_DEFAULT and not data[key])
+            ):
                 del data[key]
         return data
 
@@ -98,10 +99,13 @@ class SearchArguments(JobArguments):
     )
     limit: Integer = Field(5, ge=1, le=MAX_LIMIT, description="Maximum results (default 5).")
     detail: Literal["full", "compact"] = Field(
-        None, description="compact (default in extraction runs): the best result's content, weak results left out; "
-        "full: every result whole.")
+        None,
+        description="compact (default in extraction runs): the best result's content, weak results left out; "
+        "full: every result whole.",
+    )
     min_relevance: Fraction = Field(
-        None, description="Leave out results less relevant than this, 0-1 (default: the configured floor).")
+        None, description="Leave out results less relevant than this, 0-1 (default: the configured floor)."
+    )
     tools: ToolNames = Field(None, description="Only experiences whose content names one of these functions.")
     max_tokens: Integer = Field(None, ge=1, description="Most tokens of experience text in the answer, best first.")
 
@@ -148,8 +152,7 @@ class CreateArguments(_WriteArguments):
 
     operation_key: OperationKey = None  # None: derived from the call (writes.py ``derived_key``)
     when_to_use_alias: SkipJsonSchema[AliasConflict] = Field(None, alias=FIELD_ALIAS)
-    filename: Filename = Field(
-        description=f"Meaningful lowercase-hyphenated name, e.g. {NAME_EXAMPLE}")
+    filename: Filename = Field(description=f"Meaningful lowercase-hyphenated name, e.g. {NAME_EXAMPLE}")
     # the three fields are defined (with their token targets) by the extraction agent's system prompt: no description
     # here, which every request would re-send
     description: FieldText
@@ -169,8 +172,8 @@ class UpdateArguments(_WriteArguments):
     content: FieldText = None
     when_to_use_append: FieldText = Field(None, description="Added after when_to_use; no read needed.")
     content_append: FieldText = Field(
-        None, description=f"Added after content, before its \"{ADVICE_MARKER}\" part (which stays last); no read "
-                          "needed.")
+        None, description=f'Added after content, before its "{ADVICE_MARKER}" part (which stays last); no read needed.'
+    )
 
 
 class AutoMemoryArguments(JobArguments):
@@ -236,8 +239,10 @@ class ExportArguments(JobArguments):
 
     model_config = ConfigDict(json_schema_extra=None)  # advertised without additionalProperties: CLI only
 
-    dest: ExportDest = Field(description="Absolute path of the directory that receives one Agent Skills folder per "
-                             "experience (created when missing; never inside the workspace).")
+    dest: ExportDest = Field(
+        description="Absolute path of the directory that receives one Agent Skills folder per "
+        "experience (created when missing; never inside the workspace)."
+    )
 
 
 # -- procedure_history (reviewable revisions) ---------------------------------------------------------------------
@@ -251,8 +256,9 @@ class HistoryArguments(JobArguments):
     EMPTY_IS_DEFAULT = frozenset({"diff", "offset", "limit"})
 
     path: RawPath = Field(description="procedures/<name>.json")
-    diff: Flag = Field(False, description="Add to each version the unified diff from the version before it "
-                                          "(default False).")
+    diff: Flag = Field(
+        False, description="Add to each version the unified diff from the version before it (default False)."
+    )
     offset: Integer = Field(0, ge=0, description="Versions to skip, oldest first (default 0).")
     limit: Integer = Field(20, ge=1, le=MAX_LIMIT, description="Most versions to list (default 20).")
 
@@ -264,14 +270,30 @@ class DeleteArguments(JobArguments):
 
     model_config = ConfigDict(json_schema_extra=None)  # advertised without additionalProperties: CLI only
 
-    path: RawPath = Field(description="procedures/<name>.json: the experience to remove; or the copy of a rejected "
-                          "import (session/trajectories/<file>, as procedure_imports lists it).")
+    path: RawPath = Field(
+        description="procedures/<name>.json: the experience to remove; or the copy of a rejected "
+        "import (session/trajectories/<file>, as procedure_imports lists it)."
+    )
 
 
 # Every job's model, by its job (each model names its job: ``job``).
-MODELS: dict[str, type[JobArguments]] = {model.job: model for model in (
-    SearchArguments, ReadArguments, CreateArguments, UpdateArguments, AutoMemoryArguments, ReindexArguments,
-    ListArguments, ImportsArguments, ExportArguments, HistoryArguments, DeleteArguments, DumpArguments)}
+MODELS: dict[str, type[JobArguments]] = {
+    model.job: model
+    for model in (
+        SearchArguments,
+        ReadArguments,
+        CreateArguments,
+        UpdateArguments,
+        AutoMemoryArguments,
+        ReindexArguments,
+        ListArguments,
+        ImportsArguments,
+        ExportArguments,
+        HistoryArguments,
+        DeleteArguments,
+        DumpArguments,
+    )
+}
 
 
 # Names ReMe puts into a job's context besides the caller's arguments (see the module docstring).
@@ -304,8 +326,9 @@ def job_of(model: type[JobArguments]) -> str:
     return getattr(model, "job", "this job")
 
 
-def validate(model: type[JobArguments], arguments: dict[str, Any], runtime: Collection[str] = (),
-             **context: Any) -> Any:
+def validate(
+    model: type[JobArguments], arguments: dict[str, Any], runtime: Collection[str] = (), **context: Any
+) -> Any:
     """The validated arguments, or ProcedureError(invalid_argument) naming the first invalid one: a name the job
     does not take (``runtime``: names injected into this call besides ``is_runtime``'s), then the values."""
     names = argument_names(model)
@@ -331,8 +354,10 @@ def unknown_sentence(model: type[JobArguments], name: Any) -> str:
 
 def _likeness(given: str, known: str) -> float:
     """How alike two names are, case and ``-``/``_`` aside (difflib's ratio)."""
+
     def plain(text: str) -> str:
         return text.lower().replace("-", "_")
+
     return difflib.SequenceMatcher(None, plain(given), plain(known)).ratio()
 
 

@@ -65,14 +65,20 @@ def _tool_names(value: Any, info: ValidationInfo) -> tuple[str, ...]:
     """Function names: a list of strings, or one string of comma-separated names (the CLI's ``tools=a,b``); each
     stripped and non-empty, without whitespace inside; repeats dropped, order kept."""
     names = value.split(",") if isinstance(value, str) else value
-    sentence = (f"`{info.field_name}` must be a list of function names (the CLI also takes `tools=name1,name2`), "
-                f"each 1-{MAX_TOOL_NAME_CHARS} characters without spaces, at most {MAX_TOOL_NAMES}.")
+    sentence = (
+        f"`{info.field_name}` must be a list of function names (the CLI also takes `tools=name1,name2`), "
+        f"each 1-{MAX_TOOL_NAME_CHARS} characters without spaces, at most {MAX_TOOL_NAMES}."
+    )
     if not isinstance(names, (list, tuple)) or not names or len(names) > MAX_TOOL_NAMES:
         raise _refuse(sentence)
     out = []
     for name in names:
-        if not isinstance(name, str) or not name.strip() or len(name.strip()) > MAX_TOOL_NAME_CHARS \
-                or any(c.isspace() for c in name.strip()):
+        if (
+            not isinstance(name, str)
+            or not name.strip()
+            or len(name.strip()) > MAX_TOOL_NAME_CHARS
+            or any(c.isspace() for c in name.strip())
+        ):
             raise _refuse(sentence)
         out.append(name.strip())
     return tuple(dict.fromkeys(out))
@@ -163,8 +169,10 @@ def _cursor(value: Any) -> str:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         value = str(value)
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_CURSOR_CHARS:
-        raise _refuse(f"`cursor` must be the `next` of an earlier answer (a string of 1-{MAX_CURSOR_CHARS} "
-                      "characters); leave it out for the first page.")
+        raise _refuse(
+            f"`cursor` must be the `next` of an earlier answer (a string of 1-{MAX_CURSOR_CHARS} "
+            "characters); leave it out for the first page."
+        )
     return value
 
 
@@ -216,8 +224,9 @@ def _alias(value: Any) -> None:
 
 Integer = Annotated[int, BeforeValidator(_integer)]
 Fraction = Annotated[float, BeforeValidator(_fraction), WithJsonSchema({"type": "number", "minimum": 0, "maximum": 1})]
-ToolNames = Annotated[tuple[str, ...], BeforeValidator(_tool_names),
-                      WithJsonSchema({"type": "array", "items": {"type": "string"}})]
+ToolNames = Annotated[
+    tuple[str, ...], BeforeValidator(_tool_names), WithJsonSchema({"type": "array", "items": {"type": "string"}})
+]
 Flag = Annotated[bool, BeforeValidator(_flag)]
 Query = Annotated[str, BeforeValidator(_query)]
 FieldText = Annotated[str, BeforeValidator(_field_text)]

@@ -194,7 +194,9 @@ class ProcedureStep(BaseStep):
         except ProcedureError:
             return None, ""
         run = memory.grants.live_attempt(
-            self.arg("tool_context_id"), self.arg("_procedure_grant"), self.arg("_procedure_sources"),
+            self.arg("tool_context_id"),
+            self.arg("_procedure_grant"),
+            self.arg("_procedure_sources"),
         )
         return (run, run.call_key(self.job, self.context.data)) if run is not None else (None, "")
 
@@ -207,8 +209,11 @@ class ProcedureStep(BaseStep):
             return exc.answer(), False
         except (StorageError, DamagedRecord) as exc:  # a full disk, an unwritable directory, a damaged record
             self.logger.exception(f"{self.name} failed: {exc}")
-            code, message = (storage_failure(exc) if isinstance(exc, StorageError)
-                             else (ErrorCode.METADATA_DAMAGED, f"{exc}. Run the same command again to continue."))
+            code, message = (
+                storage_failure(exc)
+                if isinstance(exc, StorageError)
+                else (ErrorCode.METADATA_DAMAGED, f"{exc}. Run the same command again to continue.")
+            )
             return error_answer(code, message), False
         except OSError as exc:  # any other file-system failure (a read, a listing): still a storage code
             self.logger.exception(f"{self.name} failed: {exc}")
@@ -235,8 +240,9 @@ class ProcedureSearchStep(ProcedureStep):
         floor = args.min_relevance
         if floor is None:  # the agent looks for any related experience; a service caller gets the configured floor
             floor = 0.0 if run is not None else memory.settings.search.min_relevance
-        answer = await memory.reads.search(args.query, args.index, args.limit, min_relevance=floor,
-                                           tools=args.tools or (), max_tokens=args.max_tokens)
+        answer = await memory.reads.search(
+            args.query, args.index, args.limit, min_relevance=floor, tools=args.tools or (), max_tokens=args.max_tokens
+        )
         if not answer["results"] and run is not None:  # the extraction agent's next step
             answer["note"] = EMPTY_SEARCH_NOTE
         detail = args.detail or ("compact" if run is not None else "full")
@@ -289,7 +295,9 @@ class _WriteStep(ProcedureStep):
 
     def run_of_call(self):
         return self.memory.grants.attempt_for(
-            self.arg("tool_context_id"), self.arg("_procedure_grant"), self.arg("_procedure_sources"),
+            self.arg("tool_context_id"),
+            self.arg("_procedure_grant"),
+            self.arg("_procedure_sources"),
         )
 
     def write_args(self) -> dict[str, Any]:
@@ -304,8 +312,9 @@ class _WriteStep(ProcedureStep):
         arguments, runtime = self.write_args(), self.runtime_names()
         # the secret guard first: no other refusal (an unknown name, a bad filename) may repeat a secret
         refuse_secrets({name: value for name, value in arguments.items() if not is_runtime(name, runtime)})
-        return self.validated_arguments(arguments, filename=lambda name: canonical_filename(name, directory),
-                                        path=memory.reads.experience_path)
+        return self.validated_arguments(
+            arguments, filename=lambda name: canonical_filename(name, directory), path=memory.reads.experience_path
+        )
 
 
 class ProcedureCreateStep(_WriteStep):
@@ -395,8 +404,10 @@ class ProcedureAutoMemoryStep(ProcedureStep):
         if not self._from_command_line():
             return await self.memory.importer.run(self.agent_wrapper, args)
         if not self.context.data.get("request_id"):  # the user's only handle on this import if it stops
-            message = (f"request_id={args.request_id} (generated; to resume, run the same command with "
-                       f"request_id={args.request_id})")
+            message = (
+                f"request_id={args.request_id} (generated; to resume, run the same command with "
+                f"request_id={args.request_id})"
+            )
             self.memory.workspace.logger.info(f"procedure import: {message}")
             print(f"[procedure-memory] {message}", file=sys.stderr, flush=True)
         with signals_cancel_task() as received:
@@ -406,9 +417,13 @@ class ProcedureAutoMemoryStep(ProcedureStep):
                 if not received:
                     raise
                 asyncio.current_task().uncancel()
-                error = ProcedureError(ErrorCode.INTERRUPTED, f"Interrupted by {signal_name(received[0])} before "
-                                       "the import began. Run the same command again.", status="incomplete",
-                                       request_id=args.request_id, filename=args.filename)
+                error = ProcedureError(
+                    ErrorCode.INTERRUPTED,
+                    f"Interrupted by {signal_name(received[0])} before the import began. Run the same command again.",
+                    status="incomplete",
+                    request_id=args.request_id,
+                    filename=args.filename,
+                )
                 interrupted = ImportInterrupted(error.answer(), received[0])
             except ImportInterrupted as exc:
                 interrupted = exc

@@ -25,11 +25,19 @@ if TYPE_CHECKING:
 INJECTED_KEYS = ("_procedure_grant", "_procedure_sources", "tool_context_id")
 # Answers the identical call would get again while nothing changes: the ones a run remembers. Transient failures
 # (index_pending, tokenizer_unavailable, disk_full, storage_error, internal errors) are not remembered: retrying them is right.
-REPEATABLE_ERRORS = frozenset({
-    ErrorCode.INVALID_ARGUMENT, ErrorCode.PATH_OUTSIDE, ErrorCode.NOT_FOUND, ErrorCode.INVALID_EXPERIENCE,
-    ErrorCode.ALREADY_EXISTS, ErrorCode.STALE_VERSION, ErrorCode.FIELD_TOO_LONG, ErrorCode.OPERATION_KEY_CONFLICT,
-    ErrorCode.SECRET_DETECTED,
-})
+REPEATABLE_ERRORS = frozenset(
+    {
+        ErrorCode.INVALID_ARGUMENT,
+        ErrorCode.PATH_OUTSIDE,
+        ErrorCode.NOT_FOUND,
+        ErrorCode.INVALID_EXPERIENCE,
+        ErrorCode.ALREADY_EXISTS,
+        ErrorCode.STALE_VERSION,
+        ErrorCode.FIELD_TOO_LONG,
+        ErrorCode.OPERATION_KEY_CONFLICT,
+        ErrorCode.SECRET_DETECTED,
+    }
+)
 REPEAT_NOTE = (
     "You already made this identical call in this segment and nothing has changed since, so this is its earlier "
     "answer: do not repeat it, but create or update an experience, or finish with your final reply and its <summary>."
@@ -61,8 +69,14 @@ class AgentAttempt:
     shown: set[tuple[str, str]] = field(default_factory=set)
 
     def write_failed(self, op: "Operation", code: ErrorCode, error: str) -> None:
-        self.failed_writes[op.path] = {"tool": op.tool, "path": op.path, "operation_key": op.key, "code": code,
-                                       "error": error, "target": op.target_version}
+        self.failed_writes[op.path] = {
+            "tool": op.tool,
+            "path": op.path,
+            "operation_key": op.key,
+            "code": code,
+            "error": error,
+            "target": op.target_version,
+        }
 
     def carry_failures(self, failed: list[dict[str, str]]) -> None:
         """Failed writes of earlier attempts at this segment (from its checkpoint): uncorrected until a write of this
@@ -112,7 +126,10 @@ class AttemptGrants:
         checked = []
         for source in dict.fromkeys(sources):
             rel, target = resolve_inside(
-                self.workspace.root, self.workspace.trajectory_rel_dir, source, what="trajectory",
+                self.workspace.root,
+                self.workspace.trajectory_rel_dir,
+                source,
+                what="trajectory",
             )
             if not target.is_file():
                 raise ProcedureError(ErrorCode.NOT_FOUND, f"Source trajectory {rel} does not exist.")

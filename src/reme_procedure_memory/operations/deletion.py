@@ -65,8 +65,14 @@ def who() -> str:
 class Deletion:
     """``procedure_delete`` of one ProcedureMemory (see the module docstring)."""
 
-    def __init__(self, workspace: Workspace, recovery: Recovery, reads: Reads, hand_changes: HandChanges,
-                 retention: HistoryRetention) -> None:
+    def __init__(
+        self,
+        workspace: Workspace,
+        recovery: Recovery,
+        reads: Reads,
+        hand_changes: HandChanges,
+        retention: HistoryRetention,
+    ) -> None:
         self.workspace = workspace
         self.recovery = recovery
         self.reads = reads
@@ -88,17 +94,26 @@ class Deletion:
                 await asyncio.to_thread(self._record, rel, version)
             except OSError as exc:  # the views keep the path: the next start finds the file gone and records it
                 code, message = storage_failure(exc)
-                raise ProcedureError(code, f"{rel} was removed, but the journal could not record the removal: "
-                                     f"{message} The next start records it as a deletion by hand and removes it "
-                                     "from the search views.", path=rel, version=version) from None
+                raise ProcedureError(
+                    code,
+                    f"{rel} was removed, but the journal could not record the removal: "
+                    f"{message} The next start records it as a deletion by hand and removes it "
+                    "from the search views.",
+                    path=rel,
+                    version=version,
+                ) from None
             ws.pending.clear(rel)
             await ws.views.remove([rel])
             ws.count_write()  # the close compacts BM25's lazily deleted documents
             await asyncio.to_thread(self.retention.compact_paths, [rel])
         return {
-            "status": "deleted", "path": rel, "version": version, "deleted_at": iso(time.time()), "note": who(),
+            "status": "deleted",
+            "path": rel,
+            "version": version,
+            "deleted_at": iso(time.time()),
+            "note": who(),
             "history": f"procedure_history path={rel} lists its versions, this removal last; a new experience "
-                       "may take the name.",
+            "may take the name.",
         }
 
     def _remove(self, rel: str) -> str:
@@ -106,8 +121,11 @@ class Deletion:
         ws = self.workspace
         data = read_entry(str(ws.root / rel))  # never follows a link
         if data is None:
-            raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}; nothing was removed. Check the path "
-                                 "(procedure_list lists the experiences).", path=rel)
+            raise ProcedureError(
+                ErrorCode.NOT_FOUND,
+                f"No experience at {rel}; nothing was removed. Check the path (procedure_list lists the experiences).",
+                path=rel,
+            )
         version = version_of(data.target if isinstance(data, Link) else data)
         self.hand_changes.record_edit(rel, version)  # the history keeps what is removed
         ws.files.remove(rel)
@@ -137,14 +155,27 @@ class Deletion:
                     ErrorCode.INVALID_ARGUMENT,
                     f"{rel} is the copy of import {holders[0].request_id!r}, which was not rejected: an import's copy "
                     "stays (its experiences cite it, a resume reads it). Only a rejected import's copy is removed.",
-                    path=rel)
-            raise ProcedureError(ErrorCode.NOT_FOUND, f"No rejected import holds {rel}; nothing was removed. "
-                                 "procedure_imports lists the imports with their copies.", path=rel)
+                    path=rel,
+                )
+            raise ProcedureError(
+                ErrorCode.NOT_FOUND,
+                f"No rejected import holds {rel}; nothing was removed. "
+                "procedure_imports lists the imports with their copies.",
+                path=rel,
+            )
         if target.is_file() and hashlib.sha256(target.read_bytes()).hexdigest() != record.sha256:
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"{rel} no longer holds the bytes import "
-                                 f"{record.request_id!r} copied; nothing was removed: move it away by hand.",
-                                 path=rel)
+            raise ProcedureError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{rel} no longer holds the bytes import "
+                f"{record.request_id!r} copied; nothing was removed: move it away by hand.",
+                path=rel,
+            )
         remove_copy(target)  # first: a record without its copy can still be removed by a second run
         ws.imports.remove(record.request_id)
-        return {"status": "deleted", "kind": "rejected_import", "path": rel, "request_id": record.request_id,
-                "error_code": record.rejected}
+        return {
+            "status": "deleted",
+            "kind": "rejected_import",
+            "path": rel,
+            "request_id": record.request_id,
+            "error_code": record.rejected,
+        }

@@ -114,6 +114,10 @@ class HandChanges:
         except FileNotFoundError:
             return False
         self.workspace.journal.record_change(
-            path, HAND_EDIT, data, None if latest is None or latest.tool == HAND_DELETE else latest.target_version, modified,
+            path,
+            HAND_EDIT,
+            data,
+            None if latest is None or latest.tool == HAND_DELETE else latest.target_version,
+            modified,
         )
         return True

@@ -38,16 +38,24 @@ if TYPE_CHECKING:
     from ..workspace import Workspace
     from .reads import Reads
 
-DAMAGED_FIX = ("Resume the import it belongs to (the same reme start job=procedure_auto_memory command): it sets the "
-               "file aside as <file>.damaged, kept for inspection. A record of a change made by hand, or "
-               f"{COMPACTED}, belongs to no import: repair it or move it aside by hand. Until then the version it "
-               "held, if any, is missing from this history.")
-MISSING_FIX = ("Restore the record from a backup to bring its version back. Its marker under operations/paths/ is "
-               "what shows the loss; remove it once inspected (procedure_reindex reports it until then).")
-LOST_MARKERS_FIX = ("Run procedure_reindex (the one-shot CLI, other workspace processes stopped): it reads every "
-                    "journal record and recreates the missing markers (journal_markers_recreated).")
-SET_ASIDE_FIX = ("Kept for inspection; the version it held, if any, is missing from this history. Repair the file "
-                 "and move it back to its original name (without .damaged) to restore it.")
+DAMAGED_FIX = (
+    "Resume the import it belongs to (the same reme start job=procedure_auto_memory command): it sets the "
+    "file aside as <file>.damaged, kept for inspection. A record of a change made by hand, or "
+    f"{COMPACTED}, belongs to no import: repair it or move it aside by hand. Until then the version it "
+    "held, if any, is missing from this history."
+)
+MISSING_FIX = (
+    "Restore the record from a backup to bring its version back. Its marker under operations/paths/ is "
+    "what shows the loss; remove it once inspected (procedure_reindex reports it until then)."
+)
+LOST_MARKERS_FIX = (
+    "Run procedure_reindex (the one-shot CLI, other workspace processes stopped): it reads every "
+    "journal record and recreates the missing markers (journal_markers_recreated)."
+)
+SET_ASIDE_FIX = (
+    "Kept for inspection; the version it held, if any, is missing from this history. Repair the file "
+    "and move it back to its original name (without .damaged) to restore it."
+)
 
 
 def iso(at: float | None) -> str | None:
@@ -58,9 +66,18 @@ def iso(at: float | None) -> str | None:
 def version_entry(number: int, v: Version, path: str, previous: Version | None, with_diff: bool) -> HistoryVersion:
     """One version as the answer lists it (``diff``: from the version listed before it, None for the first)."""
     entry: HistoryVersion = {
-        "number": number, "version": v.version, "change": v.change, "request_id": v.request_id,
-        "segment": v.segment, "operation_key": v.operation_key, "at": iso(v.at), "status": v.status,
-        "previous_version": v.previous_version, "recorded": v.recorded, "current": v.current, "text": v.text,
+        "number": number,
+        "version": v.version,
+        "change": v.change,
+        "request_id": v.request_id,
+        "segment": v.segment,
+        "operation_key": v.operation_key,
+        "at": iso(v.at),
+        "status": v.status,
+        "previous_version": v.previous_version,
+        "recorded": v.recorded,
+        "current": v.current,
+        "text": v.text,
     }
     if v.note:
         entry["note"] = v.note
@@ -107,8 +124,10 @@ class History:
             summary = journal.paths.compacted(rel)
         except DamagedRecord:
             summary = Compacted(rel)
-        reported = [{"record": ws.relative(exc.path), "error": exc.cause, "set_aside": False, "fix": DAMAGED_FIX}
-                    for exc in journal.paths.damaged_copies(rel)]
+        reported = [
+            {"record": ws.relative(exc.path), "error": exc.cause, "set_aside": False, "fix": DAMAGED_FIX}
+            for exc in journal.paths.damaged_copies(rel)
+        ]
         removing = set(summary.removing)
         ops = [op for ref, op in records if ref.name not in removing]
         current = current_file(str(ws.root / rel))
@@ -118,29 +137,46 @@ class History:
             reported += lost
         damaged = [d for d in damaged if d.ref is None or d.ref.name not in removing]
         if not ops and current is None and not damaged and not reported and not summary.versions:
-            raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}, and the journal has no history of "
-                                 "it. Check the path (procedure_search finds experiences).", path=rel)
+            raise ProcedureError(
+                ErrorCode.NOT_FOUND,
+                f"No experience at {rel}, and the journal has no history of "
+                "it. Check the path (procedure_search finds experiences).",
+                path=rel,
+            )
         listed = versions(ops, current, compacted=summary.versions)
-        page = listed[offset:offset + limit]
+        page = listed[offset : offset + limit]
         entries = [
-            version_entry(summary.versions + offset + n + 1, v, rel,
-                          listed[offset + n - 1] if offset + n > 0 else None, with_diff)
+            version_entry(
+                summary.versions + offset + n + 1, v, rel, listed[offset + n - 1] if offset + n > 0 else None, with_diff
+            )
             for n, v in enumerate(page)
         ]
-        reported = [{"record": ws.relative(d.file), "error": d.error, "set_aside": d.set_aside,
-                     "fix": SET_ASIDE_FIX if d.set_aside else MISSING_FIX if d.missing else DAMAGED_FIX}
-                    for d in damaged] + reported
+        reported = [
+            {
+                "record": ws.relative(d.file),
+                "error": d.error,
+                "set_aside": d.set_aside,
+                "fix": SET_ASIDE_FIX if d.set_aside else MISSING_FIX if d.missing else DAMAGED_FIX,
+            }
+            for d in damaged
+        ] + reported
         answer: HistoryAnswer = {  # versions last, after what is said about them
-            "status": "ok", "kind": "history", "path": rel, "exists": current is not None,
-            "current_version": current[0] if current else None, "total": len(listed), "offset": offset,
+            "status": "ok",
+            "kind": "history",
+            "path": rel,
+            "exists": current is not None,
+            "current_version": current[0] if current else None,
+            "total": len(listed),
+            "offset": offset,
             "next_offset": offset + limit if offset + limit < len(listed) else None,
         }
         if summary.versions:
             answer["compacted"] = {
-                "versions": summary.versions, "newest_at": iso(summary.newest_at),
+                "versions": summary.versions,
+                "newest_at": iso(summary.newest_at),
                 "note": f"the journal keeps the records of each experience's newest "
-                        f"{ws.settings.history.keep_versions} versions (history.keep_versions); older ones of "
-                        f"finished imports were removed ({COMPACTED})",
+                f"{ws.settings.history.keep_versions} versions (history.keep_versions); older ones of "
+                f"finished imports were removed ({COMPACTED})",
             }
         if reported:
             answer["damaged_records"] = reported
@@ -159,8 +195,9 @@ class History:
         if current is not None and current[1] is not None:
             try:
                 data = json.loads(current[1])
-                sources = {s for s in data.get("sources", []) if isinstance(s, str)} if isinstance(data, dict) \
-                    else set()
+                sources = (
+                    {s for s in data.get("sources", []) if isinstance(s, str)} if isinstance(data, dict) else set()
+                )
             except (ValueError, RecursionError):
                 pass
         found = []
@@ -173,9 +210,13 @@ class History:
             return [], []
         found += [op for op in journal.read_scope(HAND_SCOPE)[0] if op.path == rel]
         directory = journal.paths.directory / journal.paths.digest(rel)
-        return found, [{
-            "record": ws.relative(directory), "set_aside": False, "fix": LOST_MARKERS_FIX,
-            "error": f"the marker directory of this experience is missing (removed outside the plugin): "
-                     f"{len(found)} of its records were found by reading the journals of the imports named in its "
-                     "sources and its changes made by hand; records of other imports may be missing here",
-        }]
+        return found, [
+            {
+                "record": ws.relative(directory),
+                "set_aside": False,
+                "fix": LOST_MARKERS_FIX,
+                "error": f"the marker directory of this experience is missing (removed outside the plugin): "
+                f"{len(found)} of its records were found by reading the journals of the imports named in its "
+                "sources and its changes made by hand; records of other imports may be missing here",
+            }
+        ]

@@ -44,17 +44,27 @@ if TYPE_CHECKING:
     from ..workspace import Workspace
     from .recovery import Recovery
 
-UNINDEXED_NOTE = ("not in the search views at this version: placed or changed by hand since the start "
-                  "(procedure_reindex, or the next start, indexes it), or being written now")
-NO_CHECKPOINT_NOTE = ("no checkpoint: the import stopped before its trajectory was segmented (resume it), or its "
-                      "checkpoint was removed before it wrote anything")
-LOST_CHECKPOINT_FIX = ("Restore the checkpoint from a backup to continue where the import stopped, or resume the "
-                       "import: it restarts processing from segment 1 (the experiences written so far stay and the "
-                       "agent sees them).")
-LOST_JOURNAL_FIX = ("Restore the directory from a backup. The experience files are intact; without it this import's "
-                    "ledger is empty and the histories of its experiences name their missing records.")
-ORPHAN_NOTE = ("its import record is missing (deleted by hand, or set aside as damaged): resuming the import "
-               "rebuilds it from the saved copy")
+UNINDEXED_NOTE = (
+    "not in the search views at this version: placed or changed by hand since the start "
+    "(procedure_reindex, or the next start, indexes it), or being written now"
+)
+NO_CHECKPOINT_NOTE = (
+    "no checkpoint: the import stopped before its trajectory was segmented (resume it), or its "
+    "checkpoint was removed before it wrote anything"
+)
+LOST_CHECKPOINT_FIX = (
+    "Restore the checkpoint from a backup to continue where the import stopped, or resume the "
+    "import: it restarts processing from segment 1 (the experiences written so far stay and the "
+    "agent sees them)."
+)
+LOST_JOURNAL_FIX = (
+    "Restore the directory from a backup. The experience files are intact; without it this import's "
+    "ledger is empty and the histories of its experiences name their missing records."
+)
+ORPHAN_NOTE = (
+    "its import record is missing (deleted by hand, or set aside as damaged): resuming the import "
+    "rebuilds it from the saved copy"
+)
 
 
 class Listing:
@@ -88,9 +98,13 @@ class Listing:
         ws = self.workspace
         if isinstance(item, BadFile):
             return {"path": item.path, "version": item.version, "state": "invalid", "error": item.error}
-        entry: ListedExperience = {"path": item.path, "version": item.version, "state": "indexed",
-                                 "description": item.experience.description,
-                                 "source_count": len(item.experience.sources)}
+        entry: ListedExperience = {
+            "path": item.path,
+            "version": item.version,
+            "state": "indexed",
+            "description": item.experience.description,
+            "source_count": len(item.experience.sources),
+        }
         if item.path in ws.pending:
             entry.update(state="pending", error=ws.pending.error(item.path))
         elif not ws.is_open or ws.views.held_version(item.path) != item.version:
@@ -108,8 +122,9 @@ class Listing:
             answer["damaged_records"] = damaged
         return answer
 
-    def _import_page(self, cursor: str | None, limit: int,
-                     importing: set[str]) -> tuple[list[ListedImport], int, str | None, list[DamagedEntry]]:
+    def _import_page(
+        self, cursor: str | None, limit: int, importing: set[str]
+    ) -> tuple[list[ListedImport], int, str | None, list[DamagedEntry]]:
         """(the page's entries, the number of imports, the next cursor, the unreadable records): blocking reads."""
         ws = self.workspace
         records, damaged = ws.imports.scan()
@@ -132,7 +147,7 @@ class Listing:
                 damaged[str(checkpoints.directory / name)] = "fields of the wrong type"
         ids = sorted(found)
         start = bisect.bisect_right(ids, cursor) if cursor is not None else 0
-        chosen = ids[start:start + limit]
+        chosen = ids[start : start + limit]
         marked: list[dict[str, int]] = []  # the markers' scopes, listed once and only when a scope directory is gone
 
         def marked_scopes() -> dict[str, int]:
@@ -140,15 +155,26 @@ class Listing:
                 marked.append(ws.journal.marked_scopes())
             return marked[0]
 
-        entries = [self._import(request_id, *found[request_id], request_id in importing, marked_scopes)
-                   for request_id in chosen]
+        entries = [
+            self._import(request_id, *found[request_id], request_id in importing, marked_scopes)
+            for request_id in chosen
+        ]
         following = chosen[-1] if chosen and start + limit < len(ids) else None
-        unreadable = [{"path": ws.relative(path), "error": cause, "fix": DAMAGED_RECORD_FIX}
-                      for path, cause in sorted(damaged.items())]
+        unreadable = [
+            {"path": ws.relative(path), "error": cause, "fix": DAMAGED_RECORD_FIX}
+            for path, cause in sorted(damaged.items())
+        ]
         return entries, len(ids), following, unreadable
 
-    def _import(self, request_id: str, name: str, record: ImportRecord | None, checkpoint: Checkpoint | None,
-                running: bool, marked_scopes) -> ListedImport:
+    def _import(
+        self,
+        request_id: str,
+        name: str,
+        record: ImportRecord | None,
+        checkpoint: Checkpoint | None,
+        running: bool,
+        marked_scopes,
+    ) -> ListedImport:
         """One import's entry: its record (or its checkpoint alone), checkpoint and journal. A missing scope
         directory or checkpoint is named when there is evidence it existed (``_missing``)."""
         ws = self.workspace
@@ -165,8 +191,9 @@ class Listing:
             except DamagedRecord as exc:
                 error = {"path": ws.relative(exc.path), "error": exc.cause, "fix": DAMAGED_RECORD_FIX}
         scope_dir = ws.journal.scope_directory(request_id)
-        missing = [] if running else self._missing(request_id, name, record, checkpoint, error, scope_dir,
-                                                    marked_scopes)
+        missing = (
+            [] if running else self._missing(request_id, name, record, checkpoint, error, scope_dir, marked_scopes)
+        )
         if running:
             status = "processing"
         elif error is not None or missing:
@@ -177,22 +204,38 @@ class Listing:
         else:
             status = "complete" if checkpoint is not None and checkpoint.status == COMPLETE else "incomplete"
         entry["status"] = status
-        entry["segments"] = ({"done": min(checkpoint.next_segment, checkpoint.total), "total": checkpoint.total}
-                             if checkpoint is not None else None)
+        entry["segments"] = (
+            {"done": min(checkpoint.next_segment, checkpoint.total), "total": checkpoint.total}
+            if checkpoint is not None
+            else None
+        )
         ops, broken = ws.journal.read_scope(request_id)
         written = written_paths(ops)
         entry["experiences"] = {"created": len(written["created"]), "updated": len(written["updated"])}
-        damaged = ([error] if error is not None else []) + missing + [
-            {"path": ws.relative(path), "error": cause, "fix": DAMAGED_RECORD_FIX}
-            for path, cause in sorted(broken.items())]
+        damaged = (
+            ([error] if error is not None else [])
+            + missing
+            + [
+                {"path": ws.relative(path), "error": cause, "fix": DAMAGED_RECORD_FIX}
+                for path, cause in sorted(broken.items())
+            ]
+        )
         if damaged:
             entry["damaged_records"] = damaged
         if checkpoint is None and record is not None and not record.rejected and not missing and not running:
             entry["note"] = NO_CHECKPOINT_NOTE
         return entry
 
-    def _missing(self, request_id: str, name: str, record: ImportRecord | None, checkpoint: Checkpoint | None,
-                 error: dict | None, scope_dir, marked_scopes) -> list[dict[str, str]]:
+    def _missing(
+        self,
+        request_id: str,
+        name: str,
+        record: ImportRecord | None,
+        checkpoint: Checkpoint | None,
+        error: dict | None,
+        scope_dir,
+        marked_scopes,
+    ) -> list[dict[str, str]]:
         """The import's metadata that is gone although it existed: its journal directory while markers of the path
         index still name records in it, and (with a record, not rejected) its checkpoint while its journal has
         records (a checkpoint is written before the first segment, so before any write), or its set-aside copy."""
@@ -201,18 +244,37 @@ class Listing:
         has_scope = scope_dir.is_dir()
         named = 0 if has_scope else marked_scopes().get(scope_dir.name, 0)
         if named:
-            missing.append({"path": ws.relative(scope_dir), "fix": LOST_JOURNAL_FIX, "error": (
-                f"missing: this import's journal directory is gone (removed outside the plugin) while the path index "
-                f"still names {named} of its records; the experiences it created and updated cannot be counted")})
+            missing.append(
+                {
+                    "path": ws.relative(scope_dir),
+                    "fix": LOST_JOURNAL_FIX,
+                    "error": (
+                        f"missing: this import's journal directory is gone (removed outside the plugin) while the path index "
+                        f"still names {named} of its records; the experiences it created and updated cannot be counted"
+                    ),
+                }
+            )
         if checkpoint is None and error is None and record is not None and not record.rejected:
             path = ws.checkpoints.path(request_id)
             if has_set_aside(path):
-                missing.append({"path": ws.relative(path), "fix": LOST_CHECKPOINT_FIX,
-                                "error": "set aside as damaged by its import, which has not been resumed since"})
+                missing.append(
+                    {
+                        "path": ws.relative(path),
+                        "fix": LOST_CHECKPOINT_FIX,
+                        "error": "set aside as damaged by its import, which has not been resumed since",
+                    }
+                )
             elif has_scope or named:
-                missing.append({"path": ws.relative(path), "fix": LOST_CHECKPOINT_FIX, "error": (
-                    "missing: this import's journal holds records, so its checkpoint existed (removed outside the "
-                    "plugin); whether it was complete is unknown")})
+                missing.append(
+                    {
+                        "path": ws.relative(path),
+                        "fix": LOST_CHECKPOINT_FIX,
+                        "error": (
+                            "missing: this import's journal holds records, so its checkpoint existed (removed outside the "
+                            "plugin); whether it was complete is unknown"
+                        ),
+                    }
+                )
         return missing
 
 

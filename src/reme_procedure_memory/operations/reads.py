@@ -62,8 +62,9 @@ COMPACT_KEEP_SHARE = 0.5
 COMPACT_CONTENT_CHARS = 4000  # the best result's content beyond this is left to procedure_read
 
 
-def compact_answer(answer: SearchAnswer, shown: set[tuple[str, str]] | None = None, *,
-                   every_content: bool = False) -> SearchAnswer:
+def compact_answer(
+    answer: SearchAnswer, shown: set[tuple[str, str]] | None = None, *, every_content: bool = False
+) -> SearchAnswer:
     """A search answer with less to read, under the names of the full answer: each result's path, version,
     ``scores.vector`` (the vector branch's cosine, rounded, when it ran), description and ``when-to-use``; the best
     result's content too, up to ``COMPACT_CONTENT_CHARS`` characters; results whose vector and BM25 scores are both
@@ -89,8 +90,12 @@ def compact_answer(answer: SearchAnswer, shown: set[tuple[str, str]] | None = No
             continue
         shown.add(identity)
         experience = result["experience"]
-        entry = {"path": result["path"], "version": result["version"],
-                 "description": experience["description"], "when-to-use": experience["when-to-use"]}
+        entry = {
+            "path": result["path"],
+            "version": result["version"],
+            "description": experience["description"],
+            "when-to-use": experience["when-to-use"],
+        }
         if result["scores"]["vector"] is not None:  # fused RRF scores hardly differ; the cosine tells how close
             entry["scores"] = {"vector": round(result["scores"]["vector"], 2)}
         if every_content or not content_given:
@@ -122,8 +127,16 @@ class Reads:
         """Drop the cached trajectory text (at close)."""
         self._decoded = None
 
-    async def search(self, query: str, view: str, limit: int, *, min_relevance: float = 0.0,
-                     tools: tuple[str, ...] = (), max_tokens: int | None = None) -> SearchAnswer:
+    async def search(
+        self,
+        query: str,
+        view: str,
+        limit: int,
+        *,
+        min_relevance: float = 0.0,
+        tools: tuple[str, ...] = (),
+        max_tokens: int | None = None,
+    ) -> SearchAnswer:
         """Hybrid search of one view; full current experiences with path, version, relevance and scores.
 
         Hits of pending files are skipped; a hit whose file was edited by hand into an invalid one since indexing is
@@ -146,6 +159,7 @@ class Reads:
         def first_page(fused: list[Fused], relevance) -> tuple[list[Fused], Any, list[tuple[Fused, Any]], int]:
             def relevant(hit: Fused) -> bool:
                 return relevance(hit) >= min_relevance
+
             return (fused, relevance, *self._read_page(files, fused, 0, limit, relevant, wanted))
 
         (fused, relevance, read, position), vector_error = await recovery.without_rebuild(
@@ -164,8 +178,15 @@ class Reads:
                 results.append(search_result(hit, item, relevance(hit)))
             if len(results) >= limit or position >= len(fused):
                 break
-            read, position = await asyncio.to_thread(self._read_page, files, fused, position, limit - len(results),
-                                                     lambda hit: relevance(hit) >= min_relevance, wanted)
+            read, position = await asyncio.to_thread(
+                self._read_page,
+                files,
+                fused,
+                position,
+                limit - len(results),
+                lambda hit: relevance(hit) >= min_relevance,
+                wanted,
+            )
         answer: SearchAnswer = {
             "status": "ok",
             "index": view,
@@ -193,10 +214,15 @@ class Reads:
         answer["results"] = results[:kept]
         return {"max_tokens": max_tokens, "tokens": sum(counts[:kept]), "left_out": len(results) - kept}
 
-    def _read_page(self, files: ExperienceFiles, fused: list[Fused], start: int, wanted: int,
-                   relevant: Callable[[Fused], bool] = lambda hit: True,
-                   admitted: Callable[[StoredExperience], bool] = lambda item: True,
-                   ) -> tuple[list[tuple[Fused, Any]], int]:
+    def _read_page(
+        self,
+        files: ExperienceFiles,
+        fused: list[Fused],
+        start: int,
+        wanted: int,
+        relevant: Callable[[Fused], bool] = lambda hit: True,
+        admitted: Callable[[StoredExperience], bool] = lambda item: True,
+    ) -> tuple[list[tuple[Fused, Any]], int]:
         """Read the files of the candidates from ``fused[start]`` on, skipping pending files and the candidates
         that are not ``relevant`` (unread), until ``wanted`` of them are valid experiences that are ``admitted``
         (blocking: a worker thread). Returns each candidate read with what ``ExperienceFiles.read`` gave (an
@@ -246,11 +272,18 @@ class Reads:
             raise ProcedureError(ErrorCode.NOT_FOUND, f"No experience at {rel}.", path=rel)
         if isinstance(item, BadFile):
             raise ProcedureError(
-                ErrorCode.INVALID_EXPERIENCE, f"{rel} is not a valid experience: {item.error}",
-                path=rel, version=item.version,
+                ErrorCode.INVALID_EXPERIENCE,
+                f"{rel} is not a valid experience: {item.error}",
+                path=rel,
+                version=item.version,
             )
-        return {"status": "ok", "kind": "experience", "path": rel, "version": item.version,
-                "experience": item.experience.fields()}
+        return {
+            "status": "ok",
+            "kind": "experience",
+            "path": rel,
+            "version": item.version,
+            "experience": item.experience.fields(),
+        }
 
     async def trajectory(self, raw_path, offset: int, length: int, *, mask: bool = False) -> TrajectoryAnswer:
         """An excerpt of a copied trajectory by decoded characters, capped by characters and exact tokens.
@@ -266,7 +299,7 @@ class Reads:
         text = await self._decoded_text(rel, target)
         length = min(length, ws.settings.read_max_chars)
         start = min(len(text), offset)
-        excerpt = text[start:start + length]
+        excerpt = text[start : start + length]
         findings = await asyncio.to_thread(secrets_within, text, start, start + len(excerpt)) if mask else []
         served = mask_secrets(excerpt, findings) if findings else excerpt
         try:
@@ -280,17 +313,26 @@ class Reads:
             raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
         end = start + covered
         answer: TrajectoryAnswer = {
-            "status": "ok", "kind": "trajectory", "path": rel, "offset": offset, "length": covered,
-            "total_chars": len(text), "tokens": tokens, "truncated_by_token_cap": covered < len(excerpt),
-            "next_offset": end if end < len(text) else None, "text": capped,
+            "status": "ok",
+            "kind": "trajectory",
+            "path": rel,
+            "offset": offset,
+            "length": covered,
+            "total_chars": len(text),
+            "tokens": tokens,
+            "truncated_by_token_cap": covered < len(excerpt),
+            "next_offset": end if end < len(text) else None,
+            "text": capped,
         }
         if mask:
             shown = [f for f in findings if f.end <= covered]
             answer["secrets_masked"] = len(shown)
             if shown:
                 answer["masked_kinds"] = dict(Counter(f.kind for f in shown))
-                answer["note"] = (f"{len(shown)} secret(s) in this excerpt are masked as [masked:<kind>] (the copy "
-                                  "itself is unchanged); offset, length and next_offset count the copy's characters.")
+                answer["note"] = (
+                    f"{len(shown)} secret(s) in this excerpt are masked as [masked:<kind>] (the copy "
+                    "itself is unchanged); offset, length and next_offset count the copy's characters."
+                )
         return answer
 
     async def _decoded_text(self, rel: str, target: Path) -> str:

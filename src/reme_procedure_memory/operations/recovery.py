@@ -51,10 +51,14 @@ DAMAGED_RECORD_FIX = (
     "metadata_damaged, sets the file aside as <file>.damaged and continues on the next resume."
 )
 
-MISSING_RECORD_FIX = ("This marker names a journal record that was removed outside the plugin: restore the record from "
-                      "a backup to bring its version back, or remove the marker once inspected.")
-SUMMARY_FIX = ("A compaction summary belongs to no import: repair it or move it aside; its other copy, if readable, "
-               "keeps the history's numbers until the next compaction rewrites both.")
+MISSING_RECORD_FIX = (
+    "This marker names a journal record that was removed outside the plugin: restore the record from "
+    "a backup to bring its version back, or remove the marker once inspected."
+)
+SUMMARY_FIX = (
+    "A compaction summary belongs to no import: repair it or move it aside; its other copy, if readable, "
+    "keeps the history's numbers until the next compaction rewrites both."
+)
 
 
 def damaged_fix(path: Path) -> str:
@@ -136,7 +140,8 @@ class Recovery:
             ws.logger.warning(
                 f"procedure memory: the journal had no path index (operations/paths/): built it from "
                 f"{journal.index_built} records (a journal written before the index, or the index was lost; the "
-                "compaction summaries are also kept in operations/compacted/)")
+                "compaction summaries are also kept in operations/compacted/)"
+            )
             journal.index_built = None
 
     async def reconcile(self) -> dict[str, Any]:
@@ -173,11 +178,17 @@ class Recovery:
         if stale or gone or retokenize:
             await views.dump()
         self.deferred = False
-        return {"files": len(on_disk), "reindexed": len(stale), "removed": len(gone), "pending": len(ws.pending),
-                "tokenizer_changed": retokenize}
+        return {
+            "files": len(on_disk),
+            "reindexed": len(stale),
+            "removed": len(gone),
+            "pending": len(ws.pending),
+            "tokenizer_changed": retokenize,
+        }
 
-    def record_hand_changes(self, indexed: dict[str, dict[str, tuple[str, bool]]], changed: dict[str, str],
-                            on_disk: set[str]) -> None:
+    def record_hand_changes(
+        self, indexed: dict[str, dict[str, tuple[str, bool]]], changed: dict[str, str], on_disk: set[str]
+    ) -> None:
         """Record the changes made by hand among ``changed`` files (path -> version) and the files ``indexed`` lists
         that are no longer ``on_disk``, then apply the retention bound to them. A failure is logged: the change stays visible
         as the current, unrecorded version, and is recorded before the agent next writes over it."""
@@ -215,7 +226,7 @@ class Recovery:
         views = ws.views
         done: list[str] = []
         for start in range(0, len(items), BATCH):
-            batch = items[start:start + BATCH]
+            batch = items[start : start + BATCH]
             try:
                 await views.index([(s, ws.mtime(s.path)) for s in batch])
                 done.extend(s.path for s in batch)
@@ -268,7 +279,8 @@ class Recovery:
             else:
                 valid.append(item)
         changed = {i["path"]: i["version"] for i in invalid} | {
-            s.path: s.version for s in valid if any(before[v].get(s.path, ("",))[0] != s.version for v in VIEW_NAMES)}
+            s.path: s.version for s in valid if any(before[v].get(s.path, ("",))[0] != s.version for v in VIEW_NAMES)
+        }
         self.record_hand_changes(before, changed, {i["path"] for i in invalid} | {s.path for s in valid})
         indexed = await self.index_many(valid)
         await views.dump()
@@ -278,8 +290,10 @@ class Recovery:
         damaged, recreated = ws.journal.check_records()  # the start read only open records
         ws.damaged_metadata.update(damaged)
         if recreated:
-            ws.logger.warning(f"procedure memory recreated {recreated} missing markers of the journal's path index "
-                              "(operations/paths/): the versions of those records were missing from histories")
+            ws.logger.warning(
+                f"procedure memory recreated {recreated} missing markers of the journal's path index "
+                "(operations/paths/): the versions of those records were missing from histories"
+            )
         ws.damaged_metadata.update(ws.checkpoints.check_records())  # only their imports read them
         compacted = self.retention.sweep()
         invalid_paths = {i["path"] for i in invalid}
@@ -314,8 +328,11 @@ class Recovery:
     def damaged_records(self) -> list[dict[str, str]]:
         """Damaged metadata records that were skipped and are still in place (not yet set aside by their import)."""
         ws = self.workspace
-        return [{"path": ws.relative(path), "error": cause, "fix": damaged_fix(Path(path))}
-                for path, cause in sorted(ws.damaged_metadata.items()) if Path(path).exists()]
+        return [
+            {"path": ws.relative(path), "error": cause, "fix": damaged_fix(Path(path))}
+            for path, cause in sorted(ws.damaged_metadata.items())
+            if Path(path).exists()
+        ]
 
 
 class PendingRetries:

@@ -95,4 +95,3 @@ class HistoryRetention:
     def sweep(self) -> int:
         """Apply the bound to every experience the journal knows (the reindex)."""
         return self.compact_paths(self.workspace.journal.known_paths())
-

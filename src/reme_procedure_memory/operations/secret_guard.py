@@ -41,8 +41,13 @@ def refuse_secrets(arguments: dict[str, Any], already_in: str = "", added: bool 
     secret, where it starts and the placeholder to write instead, and never repeats the secret. ``already_in``: the
     fields come from that experience file (an update keeps them), not from the call; ``added``: each is a field as
     an addition (named ``<field>_append``) would leave it."""
-    where = (f" (kept from {already_in}: rewrite it in this update)" if already_in else
-             " (the field with this addition)" if added else "")
+    where = (
+        f" (kept from {already_in}: rewrite it in this update)"
+        if already_in
+        else " (the field with this addition)"
+        if added
+        else ""
+    )
     refuse(secrets_in(arguments), where)
 
 
@@ -52,8 +57,10 @@ def refuse_assembled(fields: dict[str, str]) -> None:
     field is named ``<first> + <second>`` and the offset counts characters of the two joined by a newline."""
     found = []
     for (first, text), (second, following) in permutations(fields.items(), 2):
-        found += [{"field": f"{first} + {second}", "kind": f.kind, "offset": f.start}
-                  for f in find_secrets(f"{text}\n{following}")]
+        found += [
+            {"field": f"{first} + {second}", "kind": f.kind, "offset": f.start}
+            for f in find_secrets(f"{text}\n{following}")
+        ]
     refuse(found, " (the fields read one after the other)")
 
 
@@ -61,8 +68,7 @@ def refuse(found: list[dict[str, Any]], where: str = "") -> None:
     """``secret_detected`` for ``found`` (``secrets_in``'s entries), if any."""
     if not found:
         return
-    parts = "; ".join(f"`{s['field']}`{where} holds {KINDS[s['kind']].what} at character {s['offset']}"
-                      for s in found)
+    parts = "; ".join(f"`{s['field']}`{where} holds {KINDS[s['kind']].what} at character {s['offset']}" for s in found)
     placeholders = ", ".join(dict.fromkeys(KINDS[s["kind"]].placeholder for s in found))
     for secret in found:
         secret["placeholder"] = KINDS[secret["kind"]].placeholder

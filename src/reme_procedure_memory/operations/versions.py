@@ -33,10 +33,12 @@ from ..storage.path_index import Ref
 UNRECORDED = "unrecorded"
 
 # The first version when the oldest record names a predecessor no record holds and nothing is counted as compacted.
-PREDECESSOR_NOTE = ("no journal record holds this version: it was placed or changed by hand before the journal "
-                    "recorded such changes, or its record was removed by the retention bound and the compaction "
-                    "summary (compacted.json, in both its copies) is lost; then the versions before it are not "
-                    "counted and this history's numbers start too low")
+PREDECESSOR_NOTE = (
+    "no journal record holds this version: it was placed or changed by hand before the journal "
+    "recorded such changes, or its record was removed by the retention bound and the compaction "
+    "summary (compacted.json, in both its copies) is lost; then the versions before it are not "
+    "counted and this history's numbers start too low"
+)
 
 
 @dataclass
@@ -76,8 +78,9 @@ def is_version(op: Operation, others: Iterable[Operation]) -> bool:
     return any(o is not op and o.expected_version == mine and order(o) > order(op) for o in others)
 
 
-def versions(ops: list[Operation], current: tuple[str, str | None, float | None] | None, *,
-             compacted: int = 0) -> list[Version]:
+def versions(
+    ops: list[Operation], current: tuple[str, str | None, float | None] | None, *, compacted: int = 0
+) -> list[Version]:
     """The versions of one experience, oldest first: its durable versions in journal order, then the current file
     (``(version, text, modification time)``, None when absent) when no record holds it (marked ``recorded=False``; it is always the
     last version). The file's version marks its version ``current``. A first version made on top of a version the
@@ -85,18 +88,35 @@ def versions(ops: list[Operation], current: tuple[str, str | None, float | None]
     durable = sorted((op for op in ops if is_version(op, ops)), key=order)
     found = [_version(op) for op in durable]
     if found and found[0].previous_version is not None and not compacted:
-        found.insert(0, Version(version=found[0].previous_version, change=UNRECORDED, text=None, at=None,
-                                recorded=False, note=PREDECESSOR_NOTE))
+        found.insert(
+            0,
+            Version(
+                version=found[0].previous_version,
+                change=UNRECORDED,
+                text=None,
+                at=None,
+                recorded=False,
+                note=PREDECESSOR_NOTE,
+            ),
+        )
     if current is not None:
         version, text, modified = current
         if found and found[-1].version == version:
             found[-1].current = True
         else:
-            found.append(Version(version=version, change=UNRECORDED, text=text, at=modified, recorded=False,
-                                 current=True,
-                                 previous_version=found[-1].version if found else None,
-                                 note="the current file; no journal record holds it (changed by hand since the "
-                                      "last start, or placed by hand and never written by an import)"))
+            found.append(
+                Version(
+                    version=version,
+                    change=UNRECORDED,
+                    text=text,
+                    at=modified,
+                    recorded=False,
+                    current=True,
+                    previous_version=found[-1].version if found else None,
+                    note="the current file; no journal record holds it (changed by hand since the "
+                    "last start, or placed by hand and never written by an import)",
+                )
+            )
     return found
 
 
@@ -104,10 +124,15 @@ def _version(op: Operation) -> Version:
     deleted = op.tool == HAND_DELETE
     change = op.tool  # the journal and the history name a change with the same word
     return Version(
-        version=None if deleted else op.target_version, change=change, text=None if deleted else op.target,
+        version=None if deleted else op.target_version,
+        change=change,
+        text=None if deleted else op.target,
         at=op.published_at if op.published_at is not None else op.created_at,
-        request_id=None if op.by_hand else op.scope, segment=None if op.segment is None else op.segment + 1,
-        operation_key=None if op.by_hand else op.key, status=op.status, previous_version=op.expected_version,
+        request_id=None if op.by_hand else op.scope,
+        segment=None if op.segment is None else op.segment + 1,
+        operation_key=None if op.by_hand else op.key,
+        status=op.status,
+        previous_version=op.expected_version,
         note=op.error if op.by_hand else "",
     )
 
@@ -148,8 +173,9 @@ def diff(path: str, before: Version, after: Version) -> str | None:
     return "".join(difflib.unified_diff(texts[0], texts[1], fromfile=names[0], tofile=names[1]))
 
 
-def compactable(records: list[tuple[Ref, Operation]], keep: int,
-                finished: Callable[[str], bool]) -> tuple[list[Ref], int, float | None]:
+def compactable(
+    records: list[tuple[Ref, Operation]], keep: int, finished: Callable[[str], bool]
+) -> tuple[list[Ref], int, float | None]:
     """What the retention bound lets go of one experience's records: the records of durable versions older than
     its newest ``keep`` ones, and records that are no version at all, in both cases only final records of finished
     imports (or changes made by hand): an unfinished import may still replay or resume from its records. Returns

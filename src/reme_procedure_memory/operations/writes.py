@@ -105,7 +105,7 @@ def derived_key(segment: int | None, request: str) -> str:
 def bare_name(raw: str, procedure_dir: str) -> str:
     """The filename as given, stripped and without a leading ``<procedure_dir>/``."""
     name, prefix = raw.strip(), procedure_dir + "/"
-    return name[len(prefix):] if name.startswith(prefix) else name
+    return name[len(prefix) :] if name.startswith(prefix) else name
 
 
 def canonical_filename(raw: str, procedure_dir: str) -> str:
@@ -127,8 +127,9 @@ def experience_fields(args) -> dict[str, str]:
     return {field: getattr(args, arg) for arg, field in ARG_TO_FIELD.items() if getattr(args, arg) is not None}
 
 
-async def check_lengths(tokens: TokenCounter, limits: TokenLimits, fields: dict[str, str], *,
-                        added: bool = False) -> None:
+async def check_lengths(
+    tokens: TokenCounter, limits: TokenLimits, fields: dict[str, str], *, added: bool = False
+) -> None:
     """Count fields exactly; over an acceptance ceiling, ask for a shorter field (targets only are shown). ``added``:
     the fields are an existing text with an addition, so the way out is a shorter rewrite of the whole field."""
     names = list(fields)
@@ -143,14 +144,20 @@ async def check_lengths(tokens: TokenCounter, limits: TokenLimits, fields: dict[
             too_long.append({"field": FIELD_TO_ARG[name], "tokens": count, "limit": target})
     if too_long:
         parts = ", ".join(f"`{t['field']}` has {t['tokens']} tokens (limit {t['limit']})" for t in too_long)
-        way_out = ("With the addition, " + parts + ". procedure_read the experience and rewrite the field(s) within "
-                   "the limit with a new operation_key.") if added else (
-            f"{parts}. Shorten the field(s) to the limit and call again with a new operation_key.")
+        way_out = (
+            (
+                "With the addition, " + parts + ". procedure_read the experience and rewrite the field(s) within "
+                "the limit with a new operation_key."
+            )
+            if added
+            else (f"{parts}. Shorten the field(s) to the limit and call again with a new operation_key.")
+        )
         raise ProcedureError(ErrorCode.FIELD_TOO_LONG, f"Nothing was written: {way_out}", fields=too_long)
 
 
-async def check_growth(tokens: TokenCounter, limit: int, before: dict[str, str], after: dict[str, str],
-                       rel: str, added: bool) -> None:
+async def check_growth(
+    tokens: TokenCounter, limit: int, before: dict[str, str], after: dict[str, str], rel: str, added: bool
+) -> None:
     """An update may take an experience's three text fields (``before`` -> ``after``, keyed as in the file) to at
     most ``limit`` tokens (``extraction.grow_limit``; 0: no bound), or leave them no larger than they were: past it
     the answer asks for one consolidated rewrite, since revisions that add each trajectory's case make an experience
@@ -174,7 +181,9 @@ async def check_growth(tokens: TokenCounter, limit: int, before: dict[str, str],
         "placeholder for a value that varies, a condition where a step differs, a rule's count raised; one short "
         f"example per step at most), within {limit} tokens for its three text fields"
         + ("; procedure_read it first if you were not shown its content." if added else "."),
-        path=rel, tokens=total, limit=limit,
+        path=rel,
+        tokens=total,
+        limit=limit,
     )
 
 
@@ -190,7 +199,8 @@ def already_exists(rel: str, note: str = "", **extra) -> ProcedureError:
         ErrorCode.ALREADY_EXISTS,
         f"{rel} already exists{note}. Read it and use procedure_update with its expected_version, or choose another "
         "meaningful filename.",
-        path=rel, **extra,
+        path=rel,
+        **extra,
     )
 
 
@@ -216,8 +226,12 @@ class Writes:
         fields = experience_fields(args)
         # what is stored is judged: the fields, together too, and the name as spelled on disk (the underscores of a
         # token's prefix became hyphens: both spellings are judged)
-        refuse_secrets({"filename": [canonical, canonical.replace("-", "_")],
-                        **{FIELD_TO_ARG[name]: text for name, text in fields.items()}})
+        refuse_secrets(
+            {
+                "filename": [canonical, canonical.replace("-", "_")],
+                **{FIELD_TO_ARG[name]: text for name, text in fields.items()},
+            }
+        )
         refuse_assembled({FIELD_TO_ARG[name]: text for name, text in fields.items()})
         await check_lengths(ws.tokens, ws.settings.token_limits, fields)
         check_sources(ws.root, run)
@@ -225,9 +239,14 @@ class Writes:
         # the request digest (idempotent retries) sees the name used
         request = request_digest("create", {**raw, "when_to_use": args.when_to_use, "filename": canonical})
         op = Operation(
-            scope=run.scope, key=args.operation_key or derived_key(run.segment, request), tool="create",
-            request=request, path=rel,
-            target=experience.to_bytes().decode("utf-8"), expected_version=None, segment=run.segment,
+            scope=run.scope,
+            key=args.operation_key or derived_key(run.segment, request),
+            tool="create",
+            request=request,
+            path=rel,
+            target=experience.to_bytes().decode("utf-8"),
+            expected_version=None,
+            segment=run.segment,
         )
         renamed = {"filename_used": canonical, "filename_given": raw_name}
         renamed = renamed if canonical != bare_name(raw_name, directory) else {}
@@ -248,15 +267,22 @@ class Writes:
         fields, additions = experience_fields(args), appended_fields(args)
         both = [FIELD_TO_ARG[name] for name in additions if name in fields]
         if both:
-            raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"Give `{both[0]}` (the whole new text) or "
-                                 f"`{both[0]}_append` (an addition), not both.")
-        refuse_secrets({**{FIELD_TO_ARG[name]: text for name, text in fields.items()},
-                        **{f"{FIELD_TO_ARG[name]}_append": text for name, text in additions.items()}})
+            raise ProcedureError(
+                ErrorCode.INVALID_ARGUMENT,
+                f"Give `{both[0]}` (the whole new text) or `{both[0]}_append` (an addition), not both.",
+            )
+        refuse_secrets(
+            {
+                **{FIELD_TO_ARG[name]: text for name, text in fields.items()},
+                **{f"{FIELD_TO_ARG[name]}_append": text for name, text in additions.items()},
+            }
+        )
         if fields:
             await check_lengths(ws.tokens, ws.settings.token_limits, fields)
         check_sources(ws.root, run)
-        request = request_digest("update", {**raw, "when_to_use": args.when_to_use, **{
-            arg: getattr(args, arg) for arg in APPEND_TO_FIELD}})
+        request = request_digest(
+            "update", {**raw, "when_to_use": args.when_to_use, **{arg: getattr(args, arg) for arg in APPEND_TO_FIELD}}
+        )
         key = args.operation_key or derived_key(run.segment, request)
         async with ws.write_lock:
             existing = ws.journal.get(run.scope, key)
@@ -270,28 +296,37 @@ class Writes:
                 raise ProcedureError(
                     ErrorCode.INVALID_EXPERIENCE,
                     f"{rel} is not a valid experience ({current.error}); it cannot be updated by the agent.",
-                    path=rel, version=current.version,
+                    path=rel,
+                    version=current.version,
                 )
             if current.version != expected:
                 # additions keep whatever changed (nothing is overwritten), so they may be retried without a read
-                how = (f"Retry the additions with expected_version {current.version} (read it first if they may "
-                       "repeat what changed)" if not fields else
-                       "Read it again and retry with the current expected_version")
+                how = (
+                    f"Retry the additions with expected_version {current.version} (read it first if they may "
+                    "repeat what changed)"
+                    if not fields
+                    else "Read it again and retry with the current expected_version"
+                )
                 raise ProcedureError(
                     ErrorCode.STALE_VERSION,
                     f"{rel} is at version {current.version}, not {expected}. {how} and a new operation_key (if you "
                     "give one).",
-                    path=rel, current_version=current.version,
+                    path=rel,
+                    current_version=current.version,
                 )
-            kept = {FIELD_TO_ARG[n]: t for n, t in current.experience.fields().items() if n in FIELD_TO_ARG
-                    and n not in fields}
+            kept = {
+                FIELD_TO_ARG[n]: t
+                for n, t in current.experience.fields().items()
+                if n in FIELD_TO_ARG and n not in fields
+            }
             refuse_secrets(kept, already_in=rel)  # a hand-edited file: the write would publish its secret again
             now = current.experience.fields()
             grown = {name: with_addition(now[name], text) for name, text in additions.items()}
             # the grown field is judged, not the addition alone: an addition may complete what the field began
             refuse_secrets({f"{FIELD_TO_ARG[name]}_append": text for name, text in grown.items()}, added=True)
-            refuse_assembled({FIELD_TO_ARG[name]: text for name, text in {**now, **fields, **grown}.items()
-                              if name in FIELD_TO_ARG})
+            refuse_assembled(
+                {FIELD_TO_ARG[name]: text for name, text in {**now, **fields, **grown}.items() if name in FIELD_TO_ARG}
+            )
             if grown:
                 await check_lengths(ws.tokens, ws.settings.token_limits, grown, added=True)
             merged = {**now, **fields, **grown}
@@ -300,8 +335,14 @@ class Writes:
             merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))
             experience = Experience.model_validate(merged)
             op = Operation(
-                scope=run.scope, key=key, tool="update", request=request, path=rel,
-                target=experience.to_bytes().decode("utf-8"), expected_version=expected, segment=run.segment,
+                scope=run.scope,
+                key=key,
+                tool="update",
+                request=request,
+                path=rel,
+                target=experience.to_bytes().decode("utf-8"),
+                expected_version=expected,
+                segment=run.segment,
             )
             return await self._commit(run, op)
 
@@ -311,8 +352,9 @@ class Writes:
         try:
             self.hand_changes.record_edit(rel, version)
         except OSError as exc:
-            self.workspace.logger.warning(f"procedure memory: the content of {rel} before this update was not "
-                                          f"recorded: {exc}")
+            self.workspace.logger.warning(
+                f"procedure memory: the content of {rel} before this update was not recorded: {exc}"
+            )
 
     # -- journal → publish → index --------------------------------------------------------------------------------
 
@@ -346,7 +388,8 @@ class Writes:
                 f"{message} The write did not complete. Retry the identical call (the same operation_key) later; if "
                 "it keeps failing, finish the segment: the import then stops, and once the cause is fixed a resume "
                 "runs this segment again.",
-                path=op.path, operation_key=op.key,
+                path=op.path,
+                operation_key=op.key,
             ) from None
         return await self._index_published(run, op)
 
@@ -371,15 +414,23 @@ class Writes:
                 "excluded from search until it is indexed. Retry this identical call for a temporary failure; "
                 "if the content itself is rejected, procedure_read it and procedure_update it with its current "
                 "expected_version and a new operation_key.",
-                status="index_pending", path=op.path, version=stored.version, operation_key=op.key,
+                status="index_pending",
+                path=op.path,
+                version=stored.version,
+                operation_key=op.key,
             ) from None
         ws.pending.clear(op.path)
         ws.journal.set_status(op, INDEXED)
         ws.count_write()
         ws.journal.supersede_path(op.path, keep=op)
         status = "created" if op.tool == "create" else "updated"
-        return {"status": status, "path": op.path, "version": stored.version, "operation_key": op.key,
-                "sources": list(stored.experience.sources)}
+        return {
+            "status": status,
+            "path": op.path,
+            "version": stored.version,
+            "operation_key": op.key,
+            "sources": list(stored.experience.sources),
+        }
 
     async def _replay(self, run: AgentAttempt, existing: Operation, op: Operation) -> WriteAnswer:
         """An operation key seen before: an identical retry resumes it, anything else is a conflict."""
@@ -402,8 +453,13 @@ class Writes:
             )
         current = ws.files.read_bytes(existing.path)
         if existing.status == INDEXED:
-            return {"status": "created" if existing.tool == "create" else "updated", "path": existing.path,
-                    "version": existing.target_version, "operation_key": existing.key, "replayed": True}
+            return {
+                "status": "created" if existing.tool == "create" else "updated",
+                "path": existing.path,
+                "version": existing.target_version,
+                "operation_key": existing.key,
+                "replayed": True,
+            }
         if current != existing.target_bytes:
             ws.journal.set_status(existing, SUPERSEDED, "the file changed after this write")
             raise ProcedureError(

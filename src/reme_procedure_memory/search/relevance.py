@@ -56,8 +56,13 @@ class Relevance:
     cosine 0). ``cosine_of`` is None when the vector branch did not run. Any thread may call it (the lookups lock
     what they read)."""
 
-    def __init__(self, vector_weight: float, self_score: float, cosine_of: Callable[[str], float | None] | None,
-                 bm25_of: Callable[[str], float]) -> None:
+    def __init__(
+        self,
+        vector_weight: float,
+        self_score: float,
+        cosine_of: Callable[[str], float | None] | None,
+        bm25_of: Callable[[str], float],
+    ) -> None:
         self.vector_weight = vector_weight
         self.self_score = self_score
         self.cosine_of = cosine_of
@@ -72,6 +77,7 @@ class Relevance:
                 cosine = hit.vector_score if hit.vector_score is not None else self.cosine_of(hit.path)
                 cosine = 0.0 if cosine is None else cosine  # a record without a vector: no vector evidence
             bm25 = hit.keyword_score if hit.keyword_score is not None else self.bm25_of(hit.path)
-            known = self._known[hit.path] = relevance(cosine, keyword_evidence(bm25, self.self_score),
-                                                      self.vector_weight)
+            known = self._known[hit.path] = relevance(
+                cosine, keyword_evidence(bm25, self.self_score), self.vector_weight
+            )
         return known

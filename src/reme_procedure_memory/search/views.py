@@ -52,8 +52,14 @@ class Views:
     """Both views of one ProcedureMemory component; their embeddings come through ``embeddings``
     (``EmbeddingClient``: timeouts, the provider's cooldown and probe)."""
 
-    def __init__(self, stores: dict[str, ProcedureFileStore], embedding_store, timeout: float, cooldown: float,
-                 search_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        stores: dict[str, ProcedureFileStore],
+        embedding_store,
+        timeout: float,
+        cooldown: float,
+        search_timeout: float | None = None,
+    ) -> None:
         self.stores = stores
         self.embedding_store = embedding_store
         self.embeddings = EmbeddingClient(embedding_store, timeout, cooldown, search_timeout)
@@ -70,7 +76,8 @@ class Views:
         """Views holding records tokenized by another tokenizer than the current one (also: records without a
         recorded identity). Their BM25 tokens cannot be mixed with the current ones: rebuild."""
         return [
-            view for view in VIEW_NAMES
+            view
+            for view in VIEW_NAMES
             if any(c.metadata.get("tokenizer") != self.tokenizers[view] for c in self.stores[view].file_chunks.values())
         ]
 
@@ -100,8 +107,9 @@ class Views:
             return
         texts = [view_text(view, stored) for stored, _ in items for view in VIEW_NAMES]
         try:
-            vectors = await self._vectors(texts, [chunk_id(view, stored.path) for stored, _ in items
-                                                  for view in VIEW_NAMES])
+            vectors = await self._vectors(
+                texts, [chunk_id(view, stored.path) for stored, _ in items for view in VIEW_NAMES]
+            )
             for offset, view in enumerate(VIEW_NAMES):
                 batch = [
                     self._records(view, stored, vectors[i * len(VIEW_NAMES) + offset], mtime)
@@ -146,8 +154,10 @@ class Views:
         """``path -> (indexed version, has a vector)`` of every record in ``view``."""
         store = self.stores[view]
         held = store.vector_ids()
-        return {chunk.path: (str(chunk.metadata.get("version", "")), chunk.id in held)
-                for chunk in store.file_chunks.values()}
+        return {
+            chunk.path: (str(chunk.metadata.get("version", "")), chunk.id in held)
+            for chunk in store.file_chunks.values()
+        }
 
     def held_version(self, path: str) -> str | None:
         """The version of ``path`` both views hold a record of; None when a view holds none or they differ."""
@@ -165,8 +175,9 @@ class Views:
         use ``search_page``)."""
         return await self.search_page(view, query, limit, vector_weight, lambda fused, _relevance: fused)
 
-    async def search_page(self, view: str, query: str, limit: int, vector_weight: float,
-                          page: Callable[[list[Fused], Relevance], T]) -> tuple[T, str | None]:
+    async def search_page(
+        self, view: str, query: str, limit: int, vector_weight: float, page: Callable[[list[Fused], Relevance], T]
+    ) -> tuple[T, str | None]:
         """``page(fused candidates, their relevance)`` and, if the vector branch was unavailable, why.
 
         The query vector comes first, on the event loop (the shared embedding cache; the provider on a miss). Then
@@ -177,13 +188,21 @@ class Views:
         candidates = min(MAX_CANDIDATES, max(50, limit * 5))
         query_vector, vector_error = (await self.embeddings.query_vector(query)) if vector_weight > 0 else (None, None)
         loop = asyncio.get_running_loop()
-        found = await loop.run_in_executor(scan_executor(), _fused_page, view, store, query, query_vector,
-                                           candidates, vector_weight, page)
+        found = await loop.run_in_executor(
+            scan_executor(), _fused_page, view, store, query, query_vector, candidates, vector_weight, page
+        )
         return found, vector_error
 
 
-def _fused_page(view: str, store: ProcedureFileStore, query: str, query_vector, candidates: int,
-                vector_weight: float, page: Callable[[list[Fused], Relevance], T]) -> T:
+def _fused_page(
+    view: str,
+    store: ProcedureFileStore,
+    query: str,
+    query_vector,
+    candidates: int,
+    vector_weight: float,
+    page: Callable[[list[Fused], Relevance], T],
+) -> T:
     """BM25 and vector candidates of one view, fused, passed to ``page`` with their ``Relevance`` (blocking: runs
     in a scan thread).
 
@@ -202,8 +221,9 @@ def _fused_page(view: str, store: ProcedureFileStore, query: str, query_vector, 
     vector = store.nearest_paths(query_vector, candidates) if query_vector is not None else []
     if beside is not None:
         keyword, searched = beside.result()
-    return page(rrf_fuse(vector, keyword, vector_weight), _relevance(view, store, query_vector, searched,
-                                                                     vector_weight))
+    return page(
+        rrf_fuse(vector, keyword, vector_weight), _relevance(view, store, query_vector, searched, vector_weight)
+    )
 
 
 def _relevance(view: str, store: ProcedureFileStore, query_vector, searched, vector_weight: float) -> Relevance:
@@ -211,14 +231,23 @@ def _relevance(view: str, store: ProcedureFileStore, query_vector, searched, vec
     (the record's cosine; its BM25 score from the search's own scores)."""
     index = store.keyword_index
     if searched is None or index is None:
+
         def bm25_of(path: str) -> float:
             return 0.0
     else:
+
         def bm25_of(path: str) -> float:
             return index.score_of(searched, chunk_id(view, path))
+
     cosine_of = None
     if query_vector is not None:
+
         def cosine_of(path: str) -> float | None:
             return store.cosine_to(query_vector, chunk_id(view, path))
-    return Relevance(vector_weight if query_vector is not None else 0.0,
-                     searched.self_score if searched is not None else 0.0, cosine_of, bm25_of)
+
+    return Relevance(
+        vector_weight if query_vector is not None else 0.0,
+        searched.self_score if searched is not None else 0.0,
+        cosine_of,
+        bm25_of,
+    )

@@ -81,13 +81,17 @@ def atomic_write(path: Path, data: bytes | Callable[[BinaryIO], None], *, sync_d
 
 def write_json(path: Path, obj: Any, *, sync_dir: bool = True) -> None:
     """Atomically write a JSON record (``sync_dir``: see ``atomic_write``)."""
-    atomic_write(path, (json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True) + "\n").encode("utf-8"),
-                 sync_dir=sync_dir)
+    atomic_write(
+        path, (json.dumps(obj, ensure_ascii=False, indent=1, sort_keys=True) + "\n").encode("utf-8"), sync_dir=sync_dir
+    )
 
 
-
-def remove_temp_files(directories: list[Path], pattern: re.Pattern = TEMP_FILE,
-                      keep: frozenset[Path] = frozenset(), older_than: float | None = None) -> list[Path]:
+def remove_temp_files(
+    directories: list[Path],
+    pattern: re.Pattern = TEMP_FILE,
+    keep: frozenset[Path] = frozenset(),
+    older_than: float | None = None,
+) -> list[Path]:
     """Remove leftover temporary files matching ``pattern`` directly in ``directories`` (a kill during an atomic
     write leaves them), except the paths in ``keep`` and, with ``older_than`` (a time), files modified since then;
     the caller holds the workspace lock, so no write of ours is in progress. Returns the removed paths."""
@@ -98,8 +102,12 @@ def remove_temp_files(directories: list[Path], pattern: re.Pattern = TEMP_FILE,
         except (FileNotFoundError, NotADirectoryError):
             continue
         for entry in entries:
-            if pattern.match(entry.name) and entry.is_file(follow_symlinks=False) and Path(entry.path) not in keep \
-                    and (older_than is None or entry.stat(follow_symlinks=False).st_mtime < older_than):
+            if (
+                pattern.match(entry.name)
+                and entry.is_file(follow_symlinks=False)
+                and Path(entry.path) not in keep
+                and (older_than is None or entry.stat(follow_symlinks=False).st_mtime < older_than)
+            ):
                 Path(entry.path).unlink(missing_ok=True)
                 removed.append(Path(entry.path))
     return removed

@@ -54,10 +54,17 @@ class Checkpoint:
         except TypeError as exc:
             raise DamagedRecord(path, f"missing fields: {exc}") from None
         if checkpoint.format != CHECKPOINT_FORMAT:
-            raise DamagedRecord(path, f"checkpoint format {checkpoint.format!r} is not {CHECKPOINT_FORMAT} (written by "
-                                      "another plugin version)")
-        if not (isinstance(checkpoint.segments, list) and isinstance(checkpoint.next_segment, int)
-                and isinstance(checkpoint.summary, str) and isinstance(checkpoint.fingerprint, dict)):
+            raise DamagedRecord(
+                path,
+                f"checkpoint format {checkpoint.format!r} is not {CHECKPOINT_FORMAT} (written by "
+                "another plugin version)",
+            )
+        if not (
+            isinstance(checkpoint.segments, list)
+            and isinstance(checkpoint.next_segment, int)
+            and isinstance(checkpoint.summary, str)
+            and isinstance(checkpoint.fingerprint, dict)
+        ):
             raise DamagedRecord(path, "fields of the wrong type")
         checkpoint.segments = [list(span) for span in checkpoint.segments]
         return checkpoint

@@ -48,8 +48,12 @@ from .format import (
 
 # What this plugin version writes (the table of format.py), for the answer's ``formats``.
 WRITES = {
-    "checkpoint": CHECKPOINT_FORMAT, "journal_layout": JOURNAL_LAYOUT, "view_state": VIEW_STATE_FORMAT,
-    "bm25": BM25_FORMAT, "tokenizer_rules": TOKENIZER_RULES, "segmenter": SEGMENTER_VERSION,
+    "checkpoint": CHECKPOINT_FORMAT,
+    "journal_layout": JOURNAL_LAYOUT,
+    "view_state": VIEW_STATE_FORMAT,
+    "bm25": BM25_FORMAT,
+    "tokenizer_rules": TOKENIZER_RULES,
+    "segmenter": SEGMENTER_VERSION,
     "export_marker": EXPORT_MARKER_FORMAT,
 }
 
@@ -73,8 +77,9 @@ class MetadataDump:
     """The metadata of one component's workspace: ``root`` the workspace, ``metadata_dir``, ``state_dir`` (the
     component's), ``procedure_dir`` and ``trajectory_rel_dir`` (workspace-relative)."""
 
-    def __init__(self, root: Path, metadata_dir: str, state_dir: Path, procedure_dir: str,
-                 trajectory_rel_dir: str) -> None:
+    def __init__(
+        self, root: Path, metadata_dir: str, state_dir: Path, procedure_dir: str, trajectory_rel_dir: str
+    ) -> None:
         self.root = root
         self.metadata_dir = metadata_dir
         self.state_dir = state_dir
@@ -144,8 +149,13 @@ class MetadataDump:
                 return Entry(rel, "view_part", size)
             try:
                 manifest = json.loads(path.read_text(encoding="utf-8"))
-                return Entry(rel, "view_manifest", size, manifest.get("format"),
-                             f"generation {manifest.get('generation')}, {manifest.get('records')} records")
+                return Entry(
+                    rel,
+                    "view_manifest",
+                    size,
+                    manifest.get("format"),
+                    f"generation {manifest.get('generation')}, {manifest.get('records')} records",
+                )
             except (OSError, ValueError, AttributeError) as exc:
                 return Entry(rel, "view_manifest", size, status="damaged", error=type(exc).__name__)
         return Entry(rel, f"reme_{component_type}", size)
@@ -162,8 +172,9 @@ def _record(path: Path, rel: str, size: int, kind: str, format_field: str | None
         return Entry(rel, kind, size, status="damaged", error="not a JSON object")
     status = record.get("status")
     fmt = record.get(format_field, 1) if format_field else None  # a checkpoint without it is format 1
-    return Entry(rel, kind, size, fmt if isinstance(fmt, (int, str)) else None,
-                 status if isinstance(status, str) else None)
+    return Entry(
+        rel, kind, size, fmt if isinstance(fmt, (int, str)) else None, status if isinstance(status, str) else None
+    )
 
 
 def _summary(path: Path, rel: str, size: int) -> Entry:

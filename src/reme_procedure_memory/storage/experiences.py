@@ -110,8 +110,11 @@ class ExperienceReader:
         if raw is None:
             return None
         if isinstance(raw, Link):
-            return BadFile(rel_path, version_of(raw.target), "it is a symbolic link; experiences are regular files: "
-                           "replace the link with the file itself")
+            return BadFile(
+                rel_path,
+                version_of(raw.target),
+                "it is a symbolic link; experiences are regular files: replace the link with the file itself",
+            )
         problems = []
         name_problem = check_name(rel_path.rpartition("/")[2])
         if name_problem:
@@ -164,7 +167,7 @@ class ExperienceReader:
         prefix = f"{self.rel_dir}/"
         if not isinstance(raw, str) or not raw.startswith(prefix):
             return None
-        name = raw[len(prefix):]
+        name = raw[len(prefix) :]
         if not name.endswith(".json") or "/" in name or "\x00" in name:
             return None
         self._check()
@@ -191,7 +194,6 @@ class ExperienceReader:
                     if item is not None:
                         yield item
 
-
     def page(self, after: str | None, limit: int) -> tuple[list[StoredExperience | BadFile], int, str | None]:
         """At most ``limit`` entries after the path ``after`` (None: from the first), in ``paths()`` order, each
         validated as ``read`` does; with the number of entries in the directory and the last path of the page when
@@ -204,7 +206,7 @@ class ExperienceReader:
                 return [], 0, None
             paths = [self.rel(name) for name in entry_names(dir_fd)]
             start = bisect.bisect_right(paths, after) if after is not None else 0
-            chosen = paths[start:start + limit]
+            chosen = paths[start : start + limit]
             items: list[StoredExperience | BadFile] = []
             for path in chosen:
                 try:
@@ -233,7 +235,7 @@ def read_ahead(names: list[str], dir_fd: int) -> Iterator[tuple[str, bytes | Lin
     system call of a reader takes the GIL back from the caller's parsing. An unexpected OSError (e.g. a file the
     process may not read) is raised at that file, as a sequential read would. Close the iterator before ``dir_fd``.
     """
-    batches = [names[i:i + BATCH] for i in range(0, len(names), BATCH)]
+    batches = [names[i : i + BATCH] for i in range(0, len(names), BATCH)]
     readers: ThreadPoolExecutor | None = None
     ahead: deque[Future] = deque()  # the readers' reads of the next batches, in order
     waited, read_here = 0.0, 0

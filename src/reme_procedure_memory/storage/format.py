@@ -111,7 +111,9 @@ PENDING = ".pending"  # a marker made before its record was first written (path_
 DELETED = "none"  # the version of a deletion's marker
 DAMAGED = ".damaged"  # a damaged record set aside: ``<file>.damaged``, ``<file>.damaged-2``, ...
 
-VIEW_MANIFEST = "MANIFEST.json"  # a view state's manifest (search/view_store/state.py), under ``file_store/<store>.view/``
+VIEW_MANIFEST = (
+    "MANIFEST.json"  # a view state's manifest (search/view_store/state.py), under ``file_store/<store>.view/``
+)
 
 TEMP_SUFFIX = ".tmp"
 # The atomic writer's temporary files (``.run.jsonl.1a2b3c4d.tmp``; older versions used mkstemp's 8 characters).

@@ -64,7 +64,9 @@ PATH_ARGUMENTS: dict[str, dict[str, tuple[str, str]]] = {
     "upload_step": {"src_path": (READ, CWD), "dst_path": (WRITE, WORKSPACE)},
     "download_step": {"src_path": (READ, WORKSPACE), "dst_path": (WRITE, CWD)},
     # daily notes: paths come from daily_dir and a date, never from the caller
-    "daily_list_step": {}, "daily_write_step": {}, "daily_reindex_step": {},
+    "daily_list_step": {},
+    "daily_write_step": {},
+    "daily_reindex_step": {},
 }
 GUARDED_MODULES = ("reme.steps.file_io", "reme.steps.transfer")  # an unknown step there: every path is a change
 STORE_STEPS = ("reindex_step", "optimize_index_step", "clear_store_step", "update_index_step")
@@ -107,14 +109,23 @@ def guarded_step(cls: type, rules: dict[str, tuple[str, str]]) -> type:
         self.context.response.metadata["error"] = answer["error"]
         return None
 
-    members = {"procedure_guarded": True, "execute": execute,
-               "__module__": cls.__module__, "__qualname__": cls.__qualname__, "__doc__": cls.__doc__}
+    members = {
+        "procedure_guarded": True,
+        "execute": execute,
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "__doc__": cls.__doc__,
+    }
     if callable(getattr(cls, LISTED_FILES_HOOK, None)):  # list: a parent's listing (recursive) leaves private files out
         render = getattr(cls, LISTED_FILES_HOOK)
 
         def listed(self, files, workspace_dir):
-            private = [p.directory for m in _memories(self.app_context) for p in m.protected_directories()
-                       if p.access == PRIVATE]
+            private = [
+                p.directory
+                for m in _memories(self.app_context)
+                for p in m.protected_directories()
+                if p.access == PRIVATE
+            ]
             return render([f for f in files if not _inside_any(f, private)], workspace_dir)
 
         members[LISTED_FILES_HOOK] = listed
@@ -124,8 +135,11 @@ def guarded_step(cls: type, rules: dict[str, tuple[str, str]]) -> type:
 def _memories(app_context) -> list:
     """The application's procedure-memory components. (Recognised by their ``protected_directories``: this module
     cannot import component.py, which imports it.)"""
-    return [m for m in (app_context.components.get("procedure_memory") or {}).values()
-            if hasattr(m, "protected_directories")]
+    return [
+        m
+        for m in (app_context.components.get("procedure_memory") or {}).values()
+        if hasattr(m, "protected_directories")
+    ]
 
 
 def _inside_any(path: Path, directories: list[Path]) -> bool:
@@ -144,11 +158,14 @@ def refusal_of(app_context, context, rules: dict[str, tuple[str, str]]) -> str |
     chosen = context.get("file_store")
     for memory in memories:
         views = memory.settings.views.values()
-        if chosen in views or any(chosen is getattr(memory, attr, None)
-                                  for attr in ("view_when_to_use", "view_when_to_use_content")):
-            return (f"file_store={chosen if isinstance(chosen, str) else chosen.name} is a search view of the "
-                    "procedure-memory plugin; ReMe's generic jobs cannot change it. Use procedure_reindex "
-                    "(one-shot CLI) to rebuild it.")
+        if chosen in views or any(
+            chosen is getattr(memory, attr, None) for attr in ("view_when_to_use", "view_when_to_use_content")
+        ):
+            return (
+                f"file_store={chosen if isinstance(chosen, str) else chosen.name} is a search view of the "
+                "procedure-memory plugin; ReMe's generic jobs cannot change it. Use procedure_reindex "
+                "(one-shot CLI) to rebuild it."
+            )
     workspace = memories[0].workspace_path.resolve()
     for argument, (mode, base) in rules.items():
         target = _resolve(context.get(argument), workspace if base == WORKSPACE else None)
@@ -159,18 +176,24 @@ def refusal_of(app_context, context, rules: dict[str, tuple[str, str]]) -> str |
             for place in memory.protected_directories():
                 inside = target == place.directory or target.is_relative_to(place.directory)
                 if inside and place.access == PRIVATE:
-                    return (f"`{argument}` {shown} is inside {place.label}, {place.why}; ReMe's generic file jobs "
-                            "cannot read, list or change it while the procedure-memory plugin is enabled.")
+                    return (
+                        f"`{argument}` {shown} is inside {place.label}, {place.why}; ReMe's generic file jobs "
+                        "cannot read, list or change it while the procedure-memory plugin is enabled."
+                    )
                 if inside and place.access == NAMES and mode == READ:
-                    return (f"`{argument}` {shown} is inside {place.label}, {place.why}, which may hold "
-                            "credentials; ReMe's generic file jobs cannot read their content. Read an excerpt with "
-                            f"procedure_read kind=trajectory path={shown} (credentials masked); stat and list "
-                            "still work here.")
+                    return (
+                        f"`{argument}` {shown} is inside {place.label}, {place.why}, which may hold "
+                        "credentials; ReMe's generic file jobs cannot read their content. Read an excerpt with "
+                        f"procedure_read kind=trajectory path={shown} (credentials masked); stat and list "
+                        "still work here."
+                    )
                 if mode == WRITE and (inside or place.directory.is_relative_to(target)):
-                    return (f"`{argument}` {shown} would change {place.label}, which the "
-                            "procedure-memory plugin manages; ReMe's generic file jobs cannot modify it. Only an "
-                            "import (procedure_auto_memory) writes there, procedure_delete (one-shot CLI) removes an "
-                            "experience; procedure_read reads experiences and trajectory excerpts.")
+                    return (
+                        f"`{argument}` {shown} would change {place.label}, which the "
+                        "procedure-memory plugin manages; ReMe's generic file jobs cannot modify it. Only an "
+                        "import (procedure_auto_memory) writes there, procedure_delete (one-shot CLI) removes an "
+                        "experience; procedure_read reads experiences and trajectory excerpts."
+                    )
     return None
 
 

@@ -47,7 +47,12 @@ from .records import glob_escape, load_owned_record, load_record
 
 # Journal record states. "intent" is written before the publish; the others after it.
 INTENT, PUBLISHED, INDEXED, INDEX_PENDING, SUPERSEDED, ABANDONED = (
-    "intent", "published", "indexed", "index_pending", "superseded", "abandoned",
+    "intent",
+    "published",
+    "indexed",
+    "index_pending",
+    "superseded",
+    "abandoned",
 )
 RECORDED = "recorded"  # a change made by hand, found and recorded (final at once)
 
@@ -146,8 +151,12 @@ class OperationJournal:
     def ref(self, op: Operation) -> Ref:
         """Where the record of ``op`` lives, when it was created and what it writes (its marker's name)."""
         final = self.record_file(op.scope, op.key)
-        return Ref(final.parent.name[: -len(SCOPE_SUFFIX)], final.name[: -len(RECORD_SUFFIX)],
-                   round(op.created_at * 1e6), DELETED if op.tool == HAND_DELETE else op.target_version)
+        return Ref(
+            final.parent.name[: -len(SCOPE_SUFFIX)],
+            final.name[: -len(RECORD_SUFFIX)],
+            round(op.created_at * 1e6),
+            DELETED if op.tool == HAND_DELETE else op.target_version,
+        )
 
     def scope_directory(self, scope: str) -> Path:
         """The directory of a scope's records (it exists once the scope has had a record)."""
@@ -247,8 +256,14 @@ class OperationJournal:
             self.paths.confirm(op.path, ref)
             self._marked.add(ref)
 
-    def _write(self, op: Operation, scope_dir: Path, key: tuple[str, str],
-               open_records: dict[tuple[str, str], Operation], sync_dir: bool) -> None:
+    def _write(
+        self,
+        op: Operation,
+        scope_dir: Path,
+        key: tuple[str, str],
+        open_records: dict[tuple[str, str], Operation],
+        sync_dir: bool,
+    ) -> None:
         """The record's write of ``put``."""
         if op.status in OPEN_STATES:
             write_json(self.open_file(op.scope, op.key), op.__dict__, sync_dir=sync_dir)
@@ -315,9 +330,15 @@ class OperationJournal:
                         built += 1
                     if op is not None and op.status in OPEN_STATES:
                         self._open[(op.scope, op.key)] = op
-                settled = [name for name in sorted(stale) if (
-                    read[final] if (final := record_stem(name) + ".json") in read
-                    else self._read(scope_dir, dir_fd, final))]
+                settled = [
+                    name
+                    for name in sorted(stale)
+                    if (
+                        read[final]
+                        if (final := record_stem(name) + ".json") in read
+                        else self._read(scope_dir, dir_fd, final)
+                    )
+                ]
                 if settled:
                     fsync_dir(scope_dir)  # their final records' renames are durable before the open files go
                     _unlink_all(scope_dir / name for name in settled)
@@ -331,15 +352,21 @@ class OperationJournal:
         unreleased development builds, ``<digest>`` without ``SCOPE_SUFFIX``): nothing of it is read or changed."""
         try:
             with os.scandir(self.directory) as entries:
-                unknown = sorted(e.name for e in entries if e.is_dir() and not e.name.endswith(SCOPE_SUFFIX)
-                                 and e.name not in (PATHS_DIR, BUILDING_DIR, SUMMARIES_DIR))
+                unknown = sorted(
+                    e.name
+                    for e in entries
+                    if e.is_dir()
+                    and not e.name.endswith(SCOPE_SUFFIX)
+                    and e.name not in (PATHS_DIR, BUILDING_DIR, SUMMARIES_DIR)
+                )
         except (FileNotFoundError, NotADirectoryError):
             return
         if unknown:
             raise UnsupportedWorkspace(
                 f"{self.directory / unknown[0]} is a journal directory of an unreleased development build, which this "
                 f"version does not read: move {self.directory} aside (the experiences stay; the history of their "
-                "earlier versions and the ledgers of unfinished imports go with it), then start again.")
+                "earlier versions and the ledgers of unfinished imports go with it), then start again."
+            )
 
     def flush(self) -> None:
         """Make the final records written without a directory fsync durable and remove their open files (at close)."""
@@ -384,8 +411,11 @@ class OperationJournal:
 
     def _set_aside(self, ref: Ref) -> list[Path]:
         """The set-aside (``.damaged``) copies of the record ``ref`` names."""
-        return [aside for file in self.record_files(ref)
-                for aside in sorted(file.parent.glob(f"{glob_escape(file.name)}.damaged*"))]
+        return [
+            aside
+            for file in self.record_files(ref)
+            for aside in sorted(file.parent.glob(f"{glob_escape(file.name)}.damaged*"))
+        ]
 
     def relative(self, file: Path) -> str:
         """``file`` relative to the journal's directory's parent (``operations/...``)."""
@@ -409,8 +439,9 @@ class OperationJournal:
         listed once and open while its step runs: a long journal is read without resolving a path per record."""
         try:
             with os.scandir(self.directory) as entries:
-                scopes = sorted(e.name for e in entries
-                                if e.is_dir() and e.name not in (PATHS_DIR, BUILDING_DIR, SUMMARIES_DIR))
+                scopes = sorted(
+                    e.name for e in entries if e.is_dir() and e.name not in (PATHS_DIR, BUILDING_DIR, SUMMARIES_DIR)
+                )
         except (FileNotFoundError, NotADirectoryError):
             return
         for scope in scopes:
@@ -428,7 +459,6 @@ class OperationJournal:
         for op in self.open_records():
             if op.path == path and (op.scope, op.key) != (keep.scope, keep.key):
                 self.set_status(op, SUPERSEDED, f"superseded by operation {keep.key!r}")
-
 
     # -- by experience path: history, hand changes, retention ----------------------------------------------------
 
@@ -461,15 +491,26 @@ class OperationJournal:
             damaged += unreadable  # beside a damaged final record the open one, if readable, is the record
             if op is None:
                 aside = self._set_aside(ref)
-                damaged += [DamagedEntry(file, "set aside as damaged by the import it belongs to", set_aside=True,
-                                         ref=ref) for file in aside]
+                damaged += [
+                    DamagedEntry(file, "set aside as damaged by the import it belongs to", set_aside=True, ref=ref)
+                    for file in aside
+                ]
                 if not unreadable and not aside and ref.confirmed:  # a pending one: a kill before its record
-                    damaged.append(DamagedEntry(files[0], missing_cause(self, ref), set_aside=False, ref=ref,
-                                                missing=True))
+                    damaged.append(
+                        DamagedEntry(files[0], missing_cause(self, ref), set_aside=False, ref=ref, missing=True)
+                    )
         return found, damaged
 
-    def record_change(self, path: str, tool: str, data: bytes | Link | None, previous: str | None,
-                      modified_at: float | None, *, note: str = "") -> Operation:
+    def record_change(
+        self,
+        path: str,
+        tool: str,
+        data: bytes | Link | None,
+        previous: str | None,
+        modified_at: float | None,
+        *,
+        note: str = "",
+    ) -> Operation:
         """Durably record a change made by hand (``HAND_EDIT``: the file's content ``data``; ``HAND_DELETE``: none) of
         ``path``, which the journal last knew at version ``previous``. The text of a file that is not UTF-8 is kept
         with U+FFFD and its real version in ``file_version``; a symbolic link is recorded with an empty text.
@@ -482,9 +523,17 @@ class OperationJournal:
                 file_version = version_of(raw)
         now = time.time()
         op = Operation(
-            scope=HAND_SCOPE, key=f"{tool}:{path}:{time.time_ns()}", tool=tool, request="", path=path,
-            target=target, expected_version=previous, status=RECORDED, created_at=now,
-            published_at=modified_at if modified_at is not None else now, file_version=file_version,
+            scope=HAND_SCOPE,
+            key=f"{tool}:{path}:{time.time_ns()}",
+            tool=tool,
+            request="",
+            path=path,
+            target=target,
+            expected_version=previous,
+            status=RECORDED,
+            created_at=now,
+            published_at=modified_at if modified_at is not None else now,
+            file_version=file_version,
             error="a symbolic link: experiences are regular files" if isinstance(data, Link) else note,
         )
         self.put(op)
@@ -541,8 +590,10 @@ class DamagedEntry:
 def missing_cause(journal: OperationJournal, ref: Ref) -> str:
     """Why a confirmed marker without its record is damage (the marker was made after the record was written)."""
     final = journal.record_files(ref)[0]
-    return (f"the journal record {journal.relative(final)} is missing: its marker was made after it was written, so "
-            "it was removed outside the plugin; the version it held is missing from this history")
+    return (
+        f"the journal record {journal.relative(final)} is missing: its marker was made after it was written, so "
+        "it was removed outside the plugin; the version it held is missing from this history"
+    )
 
 
 def _stated(path: Path):
@@ -553,10 +604,12 @@ def _stated(path: Path):
 def _check_state(path: Path, op: Operation) -> Operation:
     """``op``, unless its file ``path`` is a final record (``<digest>.json`` of a scope directory of this layout)
     holding an open status: never written so (``put``), so changed by hand; DamagedRecord then."""
-    if (path.parent.name.endswith(SCOPE_SUFFIX) and not path.name.endswith(OPEN_SUFFIX)
-            and op.status in OPEN_STATES):
-        raise DamagedRecord(path, f"a final record with the open status {op.status!r} (changed by hand?): a record "
-                                  "is final once its file is <digest>.json")
+    if path.parent.name.endswith(SCOPE_SUFFIX) and not path.name.endswith(OPEN_SUFFIX) and op.status in OPEN_STATES:
+        raise DamagedRecord(
+            path,
+            f"a final record with the open status {op.status!r} (changed by hand?): a record "
+            "is final once its file is <digest>.json",
+        )
     return op
 
 
@@ -574,11 +627,13 @@ def _check_shape(file: Path, op: Operation) -> None:
     anyone can edit) and the tool is one of ``TOOLS``."""
     texts = (op.scope, op.key, op.tool, op.path, op.target, op.status)
     times = (op.created_at,) + (() if op.published_at is None else (op.published_at,))
-    if not all(isinstance(t, str) for t in texts) or not all(
-            isinstance(t, (int, float)) and not isinstance(t, bool) for t in times) or not (
-            op.segment is None or (isinstance(op.segment, int) and not isinstance(op.segment, bool))) or not (
-            op.expected_version is None or isinstance(op.expected_version, str)) or not (
-            op.file_version is None or isinstance(op.file_version, str)):
+    if (
+        not all(isinstance(t, str) for t in texts)
+        or not all(isinstance(t, (int, float)) and not isinstance(t, bool) for t in times)
+        or not (op.segment is None or (isinstance(op.segment, int) and not isinstance(op.segment, bool)))
+        or not (op.expected_version is None or isinstance(op.expected_version, str))
+        or not (op.file_version is None or isinstance(op.file_version, str))
+    ):
         raise DamagedRecord(file, "fields of the wrong type")
     if op.tool not in TOOLS:  # e.g. "edit" of a development build: named, never read as an agent's write
         raise DamagedRecord(file, f"the unknown tool {op.tool!r}")
@@ -595,7 +650,6 @@ def written_paths(ops) -> dict[str, list[str]]:
         elif op.path not in created:
             updated[op.path] = True
     return {"created": list(created), "updated": list(updated)}
-
 
 
 def _unlink_all(paths) -> None:
@@ -618,8 +672,8 @@ def recover_intent(op: Operation, files: ExperienceFiles, journal: OperationJour
     if current == op.target_bytes:
         journal.set_status(op, PUBLISHED)
         return
-    applies = current is None if op.tool == "create" else (
-        current is not None and version_of(current) == op.expected_version
+    applies = (
+        current is None if op.tool == "create" else (current is not None and version_of(current) == op.expected_version)
     )
     if applies:
         files.publish(op.path, op.target_bytes)

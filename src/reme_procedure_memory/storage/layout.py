@@ -65,8 +65,10 @@ class Layout:
             f"{prefix}.procedure_dir": self.procedure_dir,
             f"session_dir + {prefix}.trajectory_subdir": self.trajectory_rel_dir,
             "metadata_dir (the plugin's journal, imports and checkpoints)": state_rel_dir(self.metadata_dir, self.name),
-            **{f"metadata_dir (ReMe's {kind} state of the views)": f"{self.metadata_dir}/{kind}"
-               for kind in REME_VIEW_STATE},
+            **{
+                f"metadata_dir (ReMe's {kind} state of the views)": f"{self.metadata_dir}/{kind}"
+                for kind in REME_VIEW_STATE
+            },
         }
 
     def check_directories(self) -> None:
@@ -74,11 +76,13 @@ class Layout:
         not among its parents) and experiences, copies and metadata are separate directories."""
         for setting, rel in self.directories().items():
             check_directory(self.root, rel, setting=setting)
-        check_disjoint({
-            f"components.procedure_memory.{self.name}.procedure_dir": self.procedure_dir,
-            f"components.procedure_memory.{self.name}.trajectory_subdir": self.trajectory_rel_dir,
-            "metadata_dir": self.metadata_dir,
-        })
+        check_disjoint(
+            {
+                f"components.procedure_memory.{self.name}.procedure_dir": self.procedure_dir,
+                f"components.procedure_memory.{self.name}.trajectory_subdir": self.trajectory_rel_dir,
+                "metadata_dir": self.metadata_dir,
+            }
+        )
 
     def protected_directories(self, agent_session_dirs: list[Path] = ()) -> list[Protected]:
         """What ReMe's generic file jobs may not change, and what of it they may read (see guard.py).
@@ -87,17 +91,35 @@ class Layout:
         conversation: an extraction's holds its segment's text); private when strictly inside the workspace (one
         that is the workspace or above it is not the plugin's to close)."""
         root = self.root.resolve()
-        sessions = [Protected(d.resolve(), PRIVATE, f"{d.resolve().relative_to(root).as_posix()}/",
-                              "where agents keep their session files (whole conversations, trajectory segments "
-                              "included)")
-                    for d in agent_session_dirs if d.resolve() != root and d.resolve().is_relative_to(root)]
+        sessions = [
+            Protected(
+                d.resolve(),
+                PRIVATE,
+                f"{d.resolve().relative_to(root).as_posix()}/",
+                "where agents keep their session files (whole conversations, trajectory segments included)",
+            )
+            for d in agent_session_dirs
+            if d.resolve() != root and d.resolve().is_relative_to(root)
+        ]
         return [
-            Protected((self.root / self.procedure_dir).resolve(), READABLE,
-                      f"the experience directory {self.procedure_dir}/", "the experiences"),
-            Protected((self.root / self.trajectory_rel_dir).resolve(), NAMES,
-                      f"the trajectory directory {self.trajectory_rel_dir}/", "the imported trajectory copies"),
-            Protected(self.state_dir.resolve(), PRIVATE, f"{self.state_dir.relative_to(self.root).as_posix()}/",
-                      "the procedure-memory plugin's private state (journal, import records, checkpoints)"),
+            Protected(
+                (self.root / self.procedure_dir).resolve(),
+                READABLE,
+                f"the experience directory {self.procedure_dir}/",
+                "the experiences",
+            ),
+            Protected(
+                (self.root / self.trajectory_rel_dir).resolve(),
+                NAMES,
+                f"the trajectory directory {self.trajectory_rel_dir}/",
+                "the imported trajectory copies",
+            ),
+            Protected(
+                self.state_dir.resolve(),
+                PRIVATE,
+                f"{self.state_dir.relative_to(self.root).as_posix()}/",
+                "the procedure-memory plugin's private state (journal, import records, checkpoints)",
+            ),
             *sessions,
         ]
 
@@ -105,11 +127,17 @@ class Layout:
         """Directories where the plugin's atomic writer creates temporary files."""
         operations = self.state_dir / OPERATIONS_DIR
         scopes = [p for p in operations.iterdir() if p.is_dir()] if operations.is_dir() else []
-        return [self.root / self.procedure_dir, self.root / self.trajectory_rel_dir,
-                *(self.state_dir / d for d in (IMPORTS_DIR, PROCESSING_DIR)), operations, *scopes]
+        return [
+            self.root / self.procedure_dir,
+            self.root / self.trajectory_rel_dir,
+            *(self.state_dir / d for d in (IMPORTS_DIR, PROCESSING_DIR)),
+            operations,
+            *scopes,
+        ]
 
-    def remove_temp_files(self, copies: set[str], store_files: list[Path],
-                          stale_before: float | None = None) -> list[Path]:
+    def remove_temp_files(
+        self, copies: set[str], store_files: list[Path], stale_before: float | None = None
+    ) -> list[Path]:
         """Remove temporary files a kill or a full disk left behind: the plugin's own (never one of the imported
         ``copies``, which could be named like one), and ReMe's (``.<file>.<uuid hex>.tmp``) next to ``store_files``
         (the files ReMe persists for the plugin's stores). With ``stale_before`` (at start: when this application

@@ -136,8 +136,9 @@ class PathIndex:
         chosen: dict[Ref, Ref] = {}
         for name in names:
             ref = Ref.parse(name)
-            if ref is not None and (ref not in chosen or (ref.confirmed, ref.created_us) > (
-                    chosen[ref].confirmed, chosen[ref].created_us)):
+            if ref is not None and (
+                ref not in chosen or (ref.confirmed, ref.created_us) > (chosen[ref].confirmed, chosen[ref].created_us)
+            ):
                 chosen.pop(ref, None)
                 chosen[ref] = ref
         return sorted(chosen.values())
@@ -228,9 +229,14 @@ class PathIndex:
         if found is None:
             return None
         versions, newest, removing = found.get("versions"), found.get("newest_at"), found.get("removing")
-        if not (isinstance(versions, int) and not isinstance(versions, bool) and versions >= 0
-                and (newest is None or (isinstance(newest, (int, float)) and not isinstance(newest, bool)))
-                and isinstance(removing, list) and all(isinstance(r, str) and MARKER.match(r) for r in removing)):
+        if not (
+            isinstance(versions, int)
+            and not isinstance(versions, bool)
+            and versions >= 0
+            and (newest is None or (isinstance(newest, (int, float)) and not isinstance(newest, bool)))
+            and isinstance(removing, list)
+            and all(isinstance(r, str) and MARKER.match(r) for r in removing)
+        ):
             raise DamagedRecord(file, "a field is missing or has the wrong type")
         return Compacted(path=path, versions=versions, newest_at=newest, removing=removing)
 

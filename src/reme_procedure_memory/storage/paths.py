@@ -46,7 +46,8 @@ def check_directory(workspace: Path, rel_dir: str, *, setting: str, root: str | 
             resolved = Path(current).resolve()
             where = (
                 f"to {resolved.relative_to(root).as_posix()} inside the workspace"
-                if resolved.is_relative_to(root) else f"outside the workspace {root}"
+                if resolved.is_relative_to(root)
+                else f"outside the workspace {root}"
             )
             raise ContainmentError(
                 f"The procedure-memory directory {rel_dir} ({setting}) goes through the symbolic link {shown} -> "
@@ -66,7 +67,7 @@ def check_disjoint(directories: dict[str, str]) -> None:
     """Refuse configured directories that are the same or nested (experiences, copies and metadata never mix)."""
     items = [(setting, PurePosixPath(rel)) for setting, rel in directories.items()]
     for i, (first, a) in enumerate(items):
-        for second, b in items[i + 1:]:
+        for second, b in items[i + 1 :]:
             if a == b or a.is_relative_to(b) or b.is_relative_to(a):
                 raise ContainmentError(
                     f"The procedure-memory directories {a.as_posix()} ({first}) and {b.as_posix()} ({second}) "
@@ -82,7 +83,9 @@ def resolve_inside(workspace: Path, base_rel: str, raw, *, what: str) -> tuple[s
     path while the base directory itself is not a real directory inside the workspace (``check_directory``).
     """
     if not isinstance(raw, str) or not raw.strip():
-        raise ProcedureError(ErrorCode.INVALID_ARGUMENT, f"`path` must be a non-empty {what} path such as {base_rel}/...")
+        raise ProcedureError(
+            ErrorCode.INVALID_ARGUMENT, f"`path` must be a non-empty {what} path such as {base_rel}/..."
+        )
     text = raw.strip()
     if text.startswith(("/", "~")) or "\\" in text or any(ord(ch) < 32 for ch in text) or ".." in text.split("/"):
         raise ProcedureError(
@@ -112,7 +115,7 @@ def source_problem(workspace: Path, trajectory_dir: str, source: str, *, root: s
     """
     fix = f"`sources` may list only copied trajectories, e.g. {trajectory_dir}/run.jsonl"
     prefix = f"{trajectory_dir}/"
-    name = source[len(prefix):] if source.startswith(prefix) else ""
+    name = source[len(prefix) :] if source.startswith(prefix) else ""
     if not name or "/" in name or "\\" in name or "\x00" in name or name in (".", ".."):
         return f"source {source!r} is not a trajectory copy in {trajectory_dir}/; {fix}"
     directory = check_directory(workspace, trajectory_dir, setting="the trajectory directory", root=root)

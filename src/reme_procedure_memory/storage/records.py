@@ -88,4 +88,3 @@ def has_set_aside(path: Path) -> bool:
 
 def glob_escape(name: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", name)
-

@@ -40,7 +40,6 @@ from ..locks import ReadWriteLock
 from ..relevance import unseen_idf
 
 
-
 def _grow(buffer: np.ndarray | None, used: np.ndarray, needed: int) -> np.ndarray:
     """``buffer`` if ``used`` is its prefix view and it holds ``needed`` items, else a larger copy of ``used``."""
     if buffer is not None and used.base is buffer and buffer.size >= needed:
@@ -147,7 +146,9 @@ class ProcedureBM25Index(BM25Index):
             for idx in idxs.tolist():
                 if not self._deleted[idx]:
                     tokens.setdefault(idx, set()).add(int(tid))
-        return {self._doc_ids[idx]: {"len": int(self._doc_lens[idx]), "token_ids": tids} for idx, tids in tokens.items()}
+        return {
+            self._doc_ids[idx]: {"len": int(self._doc_lens[idx]), "token_ids": tids} for idx, tids in tokens.items()
+        }
 
     def _extend_postings(self, pending: dict[int, list[tuple[int, int]]]) -> None:
         empty = np.zeros(0, dtype=np.int32)
@@ -294,12 +295,17 @@ class ProcedureBM25Index(BM25Index):
             tids = sorted(self._posting_doc_idxs)
             empty = np.zeros(0, dtype=np.int32)
             meta = {
-                "format": BM25_FORMAT, "tokenizer_fingerprint": self._tokenizer_fingerprint(), "k1": self.k1,
-                "b": self.b, "vocab": sorted(self.vocab, key=self.vocab.__getitem__), "doc_ids": self._doc_ids,
+                "format": BM25_FORMAT,
+                "tokenizer_fingerprint": self._tokenizer_fingerprint(),
+                "k1": self.k1,
+                "b": self.b,
+                "vocab": sorted(self.vocab, key=self.vocab.__getitem__),
+                "doc_ids": self._doc_ids,
             }
             return {
                 "meta": np.frombuffer(json.dumps(meta, ensure_ascii=False).encode("utf-8"), dtype=np.uint8),
-                "doc_lens": self._doc_lens.copy(), "deleted": self._deleted.copy(),
+                "doc_lens": self._doc_lens.copy(),
+                "deleted": self._deleted.copy(),
                 "posting_tids": np.array(tids, dtype=np.int64),
                 "posting_sizes": np.array([self._posting_doc_idxs[t].size for t in tids], dtype=np.int64),
                 "posting_idxs": np.concatenate([self._posting_doc_idxs[t] for t in tids]) if tids else empty,

@@ -26,6 +26,8 @@ def faiss_module():
 
 
 SCREEN_THREADS = os.cpu_count() or 1
+
+
 @functools.cache
 def _screen_pool() -> ThreadPoolExecutor:
     """Threads that screen blocks beside the searching thread (their OpenMP setting is made per call)."""
@@ -35,8 +37,9 @@ def _screen_pool() -> ThreadPoolExecutor:
 def _index(dimensions: int):
     """An empty faiss index of int8 codes (``8bit_direct_signed``: stored as code + 128), inner product."""
     faiss = faiss_module()
-    return faiss.IndexScalarQuantizer(dimensions, faiss.ScalarQuantizer.QT_8bit_direct_signed,
-                                      faiss.METRIC_INNER_PRODUCT)
+    return faiss.IndexScalarQuantizer(
+        dimensions, faiss.ScalarQuantizer.QT_8bit_direct_signed, faiss.METRIC_INNER_PRODUCT
+    )
 
 
 def codes_view(index, n: int) -> np.ndarray:
@@ -82,7 +85,7 @@ class Block:
 
     def append(self, vectors: np.ndarray, codes: np.ndarray) -> None:
         """Add rows at the end, with their codes."""
-        self.rows[self.n:self.n + len(vectors)] = vectors
+        self.rows[self.n : self.n + len(vectors)] = vectors
         append_codes(self.index, codes)
         self.n += len(vectors)
 
@@ -111,6 +114,7 @@ class Block:
 
 
 # -- float32 scores of float16 rows (faiss's fp16 kernel) ------------------------------------------------------------
+
 
 def _fp16_index(dimensions: int):
     """An empty faiss index of float16 rows (its codes are the rows' bytes), inner product."""
@@ -154,7 +158,7 @@ def float32_error(dimensions: int) -> float:
     float64 to float32: ``gamma(d + 1) = (d + 1) u / (1 - (d + 1) u)`` with ``u = 2**-24``, in any summation order,
     with or without fused multiply-adds (Higham, Accuracy and Stability of Numerical Algorithms, 3.1); float16
     values widen to float32 exactly."""
-    unit_roundoff = 2.0 ** -24
+    unit_roundoff = 2.0**-24
     terms = (dimensions + 1) * unit_roundoff
     return terms / (1.0 - terms)
 
@@ -194,8 +198,11 @@ def screen_all(jobs: list[tuple], codes: np.ndarray, factor: float, depth: int) 
     """Every block (``(index, n, first_row)`` each) screened on all cores at once (faiss releases the GIL; this thread
     takes one share), in block order."""
     shares = [list(range(i, len(jobs), SCREEN_THREADS)) for i in range(SCREEN_THREADS)]
-    others = [(share, _screen_pool().submit(_screen_blocks, [jobs[j] for j in share], codes, factor, depth))
-              for share in shares[1:] if share]
+    others = [
+        (share, _screen_pool().submit(_screen_blocks, [jobs[j] for j in share], codes, factor, depth))
+        for share in shares[1:]
+        if share
+    ]
     result: list[Screened | None] = [None] * len(jobs)
     for number, screened in zip(shares[0], _screen_blocks([jobs[j] for j in shares[0]], codes, factor, depth)):
         result[number] = screened

@@ -93,7 +93,7 @@ class VectorMatrix:
         self._outliers = None
         for number, block in enumerate(self._blocks):
             start = number * BLOCK_ROWS
-            block.set_codes(codes[start:start + block.n])
+            block.set_codes(codes[start : start + block.n])
 
     def set_many(self, items: Iterable[tuple[str, np.ndarray]]) -> None:
         """Insert or replace vectors (any float dtype, ``dimensions`` long; stored as float16)."""
@@ -136,7 +136,7 @@ class VectorMatrix:
             if row // BLOCK_ROWS == len(self._blocks):
                 self._blocks.append(Block(self.dimensions, BLOCK_ROWS))
             block = self._blocks[row // BLOCK_ROWS]
-            take = chosen[start:start + BLOCK_ROWS - row % BLOCK_ROWS]
+            take = chosen[start : start + BLOCK_ROWS - row % BLOCK_ROWS]
             block.append(vectors[take], codes[take])
             start, row = start + len(take), row + len(take)
         self._maybe_reencode()
@@ -191,7 +191,8 @@ class VectorMatrix:
             "meta": np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8),
             "vectors": np.concatenate([b.rows[: b.n] for b in self._blocks]) if self._blocks else empty,
             "codes": np.concatenate([b.codes() for b in self._blocks]) if self._blocks else empty.astype(np.int8),
-            "norms": self._norms[: len(self._ids)].copy(), "scale": self._quantizer.scale.copy(),
+            "norms": self._norms[: len(self._ids)].copy(),
+            "scale": self._quantizer.scale.copy(),
         }
 
     @classmethod
@@ -201,8 +202,14 @@ class VectorMatrix:
         meta = json.loads(bytes(arrays["meta"]).decode("utf-8"))
         vectors, codes = arrays["vectors"], arrays["codes"]
         ids = [sys.intern(item) for item in meta["ids"]]  # the store's chunk ids: one string object each
-        if vectors.shape != (len(ids), dimensions) or codes.shape != vectors.shape or vectors.dtype != np.float16 \
-                or codes.dtype != np.int8 or arrays["norms"].shape != (len(ids),) or len(set(ids)) != len(ids):
+        if (
+            vectors.shape != (len(ids), dimensions)
+            or codes.shape != vectors.shape
+            or vectors.dtype != np.float16
+            or codes.dtype != np.int8
+            or arrays["norms"].shape != (len(ids),)
+            or len(set(ids)) != len(ids)
+        ):
             raise ValueError("the vector index arrays do not fit together")
         matrix = cls(dimensions)
         matrix._ids, matrix._row_of = ids, {item: row for row, item in enumerate(ids)}
@@ -210,8 +217,10 @@ class VectorMatrix:
         matrix._outlier = np.zeros(len(ids), dtype=bool)
         matrix._outlier[[matrix._row_of[item] for item in meta["outliers"]]] = True
         matrix._quantizer = Quantizer.restore(dimensions, meta, arrays["scale"].astype(np.float64))
-        matrix._blocks = [Block.restore(vectors[start:start + BLOCK_ROWS], codes[start:start + BLOCK_ROWS],
-                                        BLOCK_ROWS) for start in range(0, len(ids), BLOCK_ROWS)]
+        matrix._blocks = [
+            Block.restore(vectors[start : start + BLOCK_ROWS], codes[start : start + BLOCK_ROWS], BLOCK_ROWS)
+            for start in range(0, len(ids), BLOCK_ROWS)
+        ]
         return matrix
 
     # -- search ---------------------------------------------------------------------------------------------------
@@ -266,8 +275,9 @@ class VectorMatrix:
         rows, scores = self._search(unit, codes, factor, margin, min(limit, n))
         return [(self._ids[row], score) for row, score in zip(rows.tolist(), scores.tolist())]
 
-    def _search(self, unit: np.ndarray, codes: np.ndarray, factor: float, margin: float,
-                k: int) -> tuple[np.ndarray, np.ndarray]:
+    def _search(
+        self, unit: np.ndarray, codes: np.ndarray, factor: float, margin: float, k: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The top ``k`` rows and their exact scores, best first (ties by row)."""
         n = len(self._ids)
         jobs = [(block.index, block.n, number * BLOCK_ROWS) for number, block in enumerate(self._blocks)]

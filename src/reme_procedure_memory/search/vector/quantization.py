@@ -52,20 +52,23 @@ def encode(vectors: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray, np.ndarr
 def outlier_limits(code_norms: np.ndarray, errors: np.ndarray, dimensions: int) -> tuple[float, float]:
     """(error limit, code limit) measured on freshly encoded rows: a little above nearly all of them."""
     typical = math.sqrt(dimensions / 12)  # the norm of a uniform rounding error, in code units
-    return (max(OUTLIER_ERROR * typical, float(np.quantile(errors, 0.995)) * 1.02),
-            float(np.quantile(code_norms, 0.995)) * 1.02)
+    return (
+        max(OUTLIER_ERROR * typical, float(np.quantile(errors, 0.995)) * 1.02),
+        float(np.quantile(code_norms, 0.995)) * 1.02,
+    )
 
 
 def measure_scale(sample: np.ndarray, dimensions: int) -> np.ndarray:
     """The per-dimension scale ``s`` measured on ``sample`` (float16 rows, at least one)."""
     top = np.zeros(dimensions)
     for start in range(0, len(sample), ENCODE_ROWS):
-        top = np.maximum(top, np.abs(units(sample[start:start + ENCODE_ROWS])[1]).max(axis=0))
+        top = np.maximum(top, np.abs(units(sample[start : start + ENCODE_ROWS])[1]).max(axis=0))
     return np.maximum(top * 1.05, 1e-6)
 
 
-def screen_query(query, scale: np.ndarray, code_bound: float,
-                 error_bound: float) -> tuple[np.ndarray, np.ndarray, float, float] | None:
+def screen_query(
+    query, scale: np.ndarray, code_bound: float, error_bound: float
+) -> tuple[np.ndarray, np.ndarray, float, float] | None:
     """(unit query, its screening codes ``h`` as a float32 row, ``t``, margin), or None for a zero query."""
     q = np.asarray(query, dtype=np.float64).reshape(-1)
     norm = float(np.linalg.norm(q))
@@ -79,14 +82,14 @@ def screen_query(query, scale: np.ndarray, code_bound: float,
     factor = query_levels(len(q)) / top  # t
     codes = np.rint(q * factor)  # h
     residual = q - codes / factor  # r
-    margin = (float(np.linalg.norm(residual)) * code_bound + float(np.linalg.norm(q)) * error_bound + FLOAT_SLACK)
+    margin = float(np.linalg.norm(residual)) * code_bound + float(np.linalg.norm(q)) * error_bound + FLOAT_SLACK
     return unit, codes.astype(np.float32)[None, :], factor, margin
 
 
 def query_levels(dimensions: int) -> int:
     """The largest |h|: 127 (faiss's 8-bit kernels quantise the query to bytes as well), fewer above 1,040
     dimensions, where the sum of ``h . c`` could otherwise pass 2**24 and stop being exact in float32."""
-    return min(LEVELS, 2 ** 24 // (dimensions * LEVELS))
+    return min(LEVELS, 2**24 // (dimensions * LEVELS))
 
 
 class Quantizer:
@@ -135,8 +138,11 @@ class Quantizer:
 
     def meta(self) -> dict:
         """The state as the matrix's exported metadata holds it (``scale`` is exported as an array)."""
-        return {"scale_rows": self.scale_rows,
-                "bounds": [self.error_bound, self.code_bound], "limits": [self.error_limit, self.code_limit]}
+        return {
+            "scale_rows": self.scale_rows,
+            "bounds": [self.error_bound, self.code_bound],
+            "limits": [self.error_limit, self.code_limit],
+        }
 
     @classmethod
     def restore(cls, dimensions: int, meta: dict, scale: np.ndarray) -> "Quantizer":

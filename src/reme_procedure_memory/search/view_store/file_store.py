@@ -81,7 +81,9 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
     # -- mutations (each logged for the next dump) -------------------------------------------------------------
 
     async def _apply_upsert(self, files: list[tuple[FileNode, list[FileChunk]]]) -> None:
-        old = {n.path: list(n.chunk_ids) for n in await self.get_nodes([node.path for node, _ in files])} if files else {}
+        old = (
+            {n.path: list(n.chunk_ids) for n in await self.get_nodes([node.path for node, _ in files])} if files else {}
+        )
         await super().upsert(files)
         with self.vectors_lock.write():
             for ids in old.values():
@@ -95,8 +97,13 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
             return
         await self._apply_upsert(files)
         self.vector_space = self._current_space()
-        self._log(lambda: {"op": "upsert", "vector_space": self.vector_space,
-                           "files": [self._record(node.path) for node, _ in files]})
+        self._log(
+            lambda: {
+                "op": "upsert",
+                "vector_space": self.vector_space,
+                "files": [self._record(node.path) for node, _ in files],
+            }
+        )
         self._drop_texts(c.id for _, chunks in files for c in chunks)
 
     async def delete(self, path: str | list[str]) -> None:
@@ -146,8 +153,9 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
 
     def _record(self, path: str, inline: bool = True) -> dict:
         node = self.file_graph.node(path)
-        return persisted_record(node, [self.file_chunks[cid] for cid in node.chunk_ids],
-                                lambda chunk: self.vector_of(chunk.id), inline)
+        return persisted_record(
+            node, [self.file_chunks[cid] for cid in node.chunk_ids], lambda chunk: self.vector_of(chunk.id), inline
+        )
 
     def reme_files(self) -> list[Path]:
         """The files ReMe's own persistence of this store, its BM25 index and graph would write (only unreleased
@@ -155,8 +163,9 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
         return [Path(self.chunks_path), Path(self.file_graph.legacy_file), Path(self.keyword_index.index_file)]
 
     def _check_backends(self) -> None:
-        if not isinstance(self.keyword_index, ProcedureBM25Index) or not isinstance(self.file_graph,
-                                                                                   ProcedureFileGraph):
+        if not isinstance(self.keyword_index, ProcedureBM25Index) or not isinstance(
+            self.file_graph, ProcedureFileGraph
+        ):
             raise TypeError(
                 f"file_store.{self.name} (backend procedure_local) needs keyword_index backend procedure_bm25 and "
                 f"file_graph backend procedure_graph (it persists them); got {type(self.keyword_index).__name__} and "
@@ -188,8 +197,10 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
         self._snapshot_due = self._snapshot_due or state is None
         found = [str(path) for path in self.reme_files() if path.exists()]
         if found:  # never read: the view is built from the experience files
-            self.logger.warning(f"{self.name}: not reading {', '.join(found)}: view files of an unreleased "
-                                "development build (the view is built from the experience files); remove them")
+            self.logger.warning(
+                f"{self.name}: not reading {', '.join(found)}: view files of an unreleased "
+                "development build (the view is built from the experience files); remove them"
+            )
 
     async def _restore(self, manifest: dict, columns: dict, vectors: dict, bm25: dict | None, entries: list[dict]):
         self._snapshot_due = False
@@ -202,8 +213,10 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
         restored, matrix, keyword = await asyncio.gather(
             asyncio.to_thread(restore_columns, columns),
             asyncio.to_thread(VectorMatrix.restore, self.embedding_dimensions, vectors)
-            if same_space and self.embedding_store else _none(),
-            asyncio.to_thread(self.keyword_index.restore, bm25) if bm25 is not None
+            if same_space and self.embedding_store
+            else _none(),
+            asyncio.to_thread(self.keyword_index.restore, bm25)
+            if bm25 is not None
             else _none(ValueError("its snapshot part is damaged")),
             return_exceptions=True,  # every thread has finished before a failure is raised
         )
@@ -243,8 +256,11 @@ class ProcedureFileStore(ViewSearches, ViewVectors, LocalFileStore):
 
     def _snapshot_needed(self) -> bool:
         logged = self.state.log_entries + len(self._pending)
-        return (self._snapshot_due or self.state.generation == 0
-                or logged > max(SNAPSHOT_MIN_ENTRIES, SNAPSHOT_SHARE * len(self.file_graph)))
+        return (
+            self._snapshot_due
+            or self.state.generation == 0
+            or logged > max(SNAPSHOT_MIN_ENTRIES, SNAPSHOT_SHARE * len(self.file_graph))
+        )
 
     @LocalFileStore.serialized
     async def dump(self) -> None:

@@ -29,8 +29,9 @@ class ProcedureFileGraph(LocalFileGraph):
 
     def _unpack(self, path: str) -> FileNode:
         mtime, chunk_ids, front, links = self._nodes[path]
-        return FileNode(path=path, st_mtime=mtime, chunk_ids=list(chunk_ids), front_matter=dict(front),
-                        links=list(links))
+        return FileNode(
+            path=path, st_mtime=mtime, chunk_ids=list(chunk_ids), front_matter=dict(front), links=list(links)
+        )
 
     def node(self, path: str) -> FileNode:
         """The node of ``path`` (a new object; KeyError when absent)."""
@@ -106,8 +107,13 @@ class ProcedureFileGraph(LocalFileGraph):
             sources |= self._inverse.get(path, set())
         if scope in (LinkScopeEnum.VIRTUAL, LinkScopeEnum.ALL):
             sources |= self._pending.get(path, set())
-        return [link for src in sorted(sources) if src in self._nodes for link in self._nodes[src][3]
-                if link.target_path == path]
+        return [
+            link
+            for src in sorted(sources)
+            if src in self._nodes
+            for link in self._nodes[src][3]
+            if link.target_path == path
+        ]
 
     async def load(self) -> None:
         """Nothing: the ProcedureFileStore restores the nodes."""

@@ -73,8 +73,9 @@ def slim(chunk: FileChunk) -> FileChunk:
     return chunk
 
 
-def persisted_record(node: FileNode, chunks: list[FileChunk], vector_of: Callable[[FileChunk], object],
-                     inline: bool = True) -> dict:
+def persisted_record(
+    node: FileNode, chunks: list[FileChunk], vector_of: Callable[[FileChunk], object], inline: bool = True
+) -> dict:
     """A file's node and chunks as persisted (JSON): each chunk's vector (``vector_of(chunk)``, None when it has
     none) as base64 float16 when ``inline``, else whether it has one (the snapshot keeps vectors in its own array)."""
     dumped_chunks = []
@@ -192,8 +193,11 @@ def restore_columns(columns: dict[str, list]) -> tuple[dict[str, tuple], list[Fi
 def _restore_columns(columns: dict[str, list]) -> tuple[dict[str, tuple], list[FileChunk], set[str]]:
     files, n = len(columns["path"]), len(columns["id"])
     columns = {**columns, "metadata": _decode_metadata(columns["metadata"], n)}
-    if any(len(columns[name]) != files for name in _NODE_COLUMNS) or \
-            any(len(columns[name]) != n for name in _CHUNK_COLUMNS) or sum(columns["chunks"]) != n:
+    if (
+        any(len(columns[name]) != files for name in _NODE_COLUMNS)
+        or any(len(columns[name]) != n for name in _CHUNK_COLUMNS)
+        or sum(columns["chunks"]) != n
+    ):
         raise ValueError("the record columns do not fit together")
     intern, new, set_attr = sys.intern, FileChunk.__new__, object.__setattr__
     ids = [intern(i) for i in columns["id"]]
@@ -203,20 +207,34 @@ def _restore_columns(columns: dict[str, list]) -> tuple[dict[str, tuple], list[F
         chunk_paths.extend([path] * count)
     chunk_paths = [own if own is not None else path for own, path in zip(columns["chunk_path"], chunk_paths)]
     chunks = []
-    for cid, text, path, start, end, metadata in zip(ids, columns["text"], chunk_paths, columns["start_line"],
-                                                     columns["end_line"], columns["metadata"]):
+    for cid, text, path, start, end, metadata in zip(
+        ids, columns["text"], chunk_paths, columns["start_line"], columns["end_line"], columns["metadata"]
+    ):
         chunk = new(FileChunk)  # FileChunk.model_construct without its per-field Python loop
-        set_attr(chunk, "__dict__", {"id": cid, "text": text, "embedding": None, "metadata": metadata, "path": path,
-                                     "start_line": start, "end_line": end, "scores": {}})
+        set_attr(
+            chunk,
+            "__dict__",
+            {
+                "id": cid,
+                "text": text,
+                "embedding": None,
+                "metadata": metadata,
+                "path": path,
+                "start_line": start,
+                "end_line": end,
+                "scores": {},
+            },
+        )
         set_attr(chunk, "__pydantic_fields_set__", _ALL_CHUNK_FIELDS)
         set_attr(chunk, "__pydantic_extra__", None)
         set_attr(chunk, "__pydantic_private__", None)
         chunks.append(chunk)
     nodes, start = {}, 0
-    for path, mtime, links, front, count in zip(paths, columns["st_mtime"], columns["links"],
-                                                columns["front_matter"], columns["chunks"]):
+    for path, mtime, links, front, count in zip(
+        paths, columns["st_mtime"], columns["links"], columns["front_matter"], columns["chunks"]
+    ):
         links = tuple(FileLink.model_validate(link) for link in links) if links else ()
-        nodes[path] = ProcedureFileGraph.packed(mtime, tuple(ids[start:start + count]), front, links)
+        nodes[path] = ProcedureFileGraph.packed(mtime, tuple(ids[start : start + count]), front, links)
         start += count
     flagged = {cid for cid, vector in zip(ids, columns["vector"]) if vector}
     return nodes, chunks, flagged

@@ -85,7 +85,7 @@ def _mapped_part(path: Path, size: int, crc: int) -> mmap.mmap:
 def _crc(view: memoryview) -> int:
     check = 0
     for offset in range(0, view.nbytes, _CRC_CHUNK):
-        check = zlib.crc32(view[offset:offset + _CRC_CHUNK], check)
+        check = zlib.crc32(view[offset : offset + _CRC_CHUNK], check)
     return check
 
 
@@ -118,8 +118,9 @@ class ViewState:
 
     # -- reading ----------------------------------------------------------------------------------------------------
 
-    def read(self) -> tuple[dict, dict[str, list], dict[str, np.ndarray], dict[str, np.ndarray] | None,
-                            list[dict]] | None:
+    def read(
+        self,
+    ) -> tuple[dict, dict[str, list], dict[str, np.ndarray], dict[str, np.ndarray] | None, list[dict]] | None:
         """``(manifest, record columns, vector index arrays, BM25 arrays or None when they are damaged, log entries)``
         of the current snapshot, or None when there is none. Raises ViewStateError when the state is inconsistent."""
         manifest_path = self.directory / MANIFEST
@@ -137,8 +138,9 @@ class ViewState:
             with gc_paused(collect=True):
                 columns, vectors, bm25 = self._read_parts(manifest)
             if len(columns["path"]) != manifest["records"] or len(columns["id"]) != manifest["chunks"]:
-                raise ViewStateError(f"{self.directory}: {len(columns['path'])} records, the manifest says "
-                                     f"{manifest['records']}")
+                raise ViewStateError(
+                    f"{self.directory}: {len(columns['path'])} records, the manifest says {manifest['records']}"
+                )
             if vectors["vectors"].shape[1:] != (manifest["dimensions"],):
                 raise ViewStateError(f"{self.directory}: vectors of shape {vectors['vectors'].shape} do not match")
             entries = self._read_log()
@@ -194,7 +196,7 @@ class ViewState:
         offset = 0
         while offset + _HEADER.size <= len(data):
             length, crc = _HEADER.unpack_from(data, offset)
-            payload = data[offset + _HEADER.size: offset + _HEADER.size + length]
+            payload = data[offset + _HEADER.size : offset + _HEADER.size + length]
             if not length or len(payload) != length or zlib.crc32(payload) != crc:
                 break
             try:
@@ -243,8 +245,9 @@ class ViewState:
         durable with the directory fsync after the manifest's (all of them are in this directory)."""
         atomic.atomic_write(target, write, sync_dir=False)
 
-    def write_snapshot(self, columns: dict[str, list], vectors: dict[str, np.ndarray], bm25: dict[str, np.ndarray],
-                       meta: dict) -> None:
+    def write_snapshot(
+        self, columns: dict[str, list], vectors: dict[str, np.ndarray], bm25: dict[str, np.ndarray], meta: dict
+    ) -> None:
         """Make the record ``columns`` (``RecordColumns.encoded()``) + the vector index arrays + the BM25 arrays the new
         generation (format 3)."""
         generation = self.generation + 1
@@ -265,11 +268,21 @@ class ViewState:
         publish(RECORDS, write_records)
         for prefix, arrays in (("vectors", vectors), ("bm25", bm25)):
             for name, array in arrays.items():
-                publish(f"{prefix}.{name}.npy",
-                        lambda handle, array=array: np.lib.format.write_array(handle, np.ascontiguousarray(array),
-                                                                              allow_pickle=False))
-        manifest = {**meta, "format": VIEW_STATE_FORMAT, "generation": generation, "records": len(columns["path"]),
-                    "chunks": len(columns["id"]), "dimensions": int(vectors["vectors"].shape[1]), "parts": parts}
+                publish(
+                    f"{prefix}.{name}.npy",
+                    lambda handle, array=array: np.lib.format.write_array(
+                        handle, np.ascontiguousarray(array), allow_pickle=False
+                    ),
+                )
+        manifest = {
+            **meta,
+            "format": VIEW_STATE_FORMAT,
+            "generation": generation,
+            "records": len(columns["path"]),
+            "chunks": len(columns["id"]),
+            "dimensions": int(vectors["vectors"].shape[1]),
+            "parts": parts,
+        }
         self._publish(self.directory / MANIFEST, lambda h: h.write(json.dumps(manifest, indent=1).encode()))
         try:
             atomic.fsync_dir(self.directory)

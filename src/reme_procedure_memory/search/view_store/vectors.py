@@ -114,9 +114,15 @@ class ViewVectors:
         batch = vector_search_batch()
         with self.vectors_lock.read():
             for start in range(0, len(candidates), batch):
-                matrix = np.stack([self.vectors.view(c.id) for c in candidates[start:start + batch]])
+                matrix = np.stack([self.vectors.view(c.id) for c in candidates[start : start + batch]])
                 scores += local_file_store.batch_cosine_similarity(query_vector.reshape(1, -1), matrix)[0].tolist()
             best = sorted(range(len(candidates)), key=lambda i: (-scores[i], i))[:limit]
-            return [candidates[i].model_copy(update={"scores": {"vector": scores[i], "score": scores[i]},
-                                                     "embedding": np.array(self.vectors.view(candidates[i].id))})
-                    for i in best]
+            return [
+                candidates[i].model_copy(
+                    update={
+                        "scores": {"vector": scores[i], "score": scores[i]},
+                        "embedding": np.array(self.vectors.view(candidates[i].id)),
+                    }
+                )
+                for i in best
+            ]
