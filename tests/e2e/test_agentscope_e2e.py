@@ -16,6 +16,7 @@ import json
 import pytest
 
 from conftest import import_file, memory_of, run_job
+from helpers import PLAIN_FILE_STORE
 from helpers.corpus import TWO_SEGMENTS, two_segment_original
 from helpers.faults import Faults
 from helpers.chat import (
@@ -174,22 +175,8 @@ async def test_agent_session_files_are_removed_when_their_reply_ends_and_never_s
         generic = {
             name: {"backend": "base", "steps": [{"backend": f"{name}_step"}]} for name in ("load", "list", "read")
         }
-        plain_store = {
-            "tokenizer": {"default": {"backend": "regex"}},
-            "keyword_index": {"default": {"backend": "bm25"}},
-            "file_graph": {"default": {"backend": "local"}},
-            "file_store": {
-                "default": {
-                    "backend": "local",
-                    "embedding_store": "",
-                    "keyword_index": "default",
-                    "file_graph": "default",
-                    "tag_index": "",
-                }
-            },
-        }
         async with make_app(
-            workspace=ws, components={**llm_components(endpoint.base_url), **plain_store}, jobs=generic
+            workspace=ws, components={**llm_components(endpoint.base_url), **PLAIN_FILE_STORE}, jobs=generic
         ) as app:
             ok, ans = await import_file(app, original, request_id="sessions-1")
             assert ok and ans["status"] == "complete", ans

@@ -20,6 +20,22 @@ import numpy as np
 TESTS = Path(__file__).resolve().parents[1]  # the tests directory
 REPO = TESTS.parent
 FIXTURES = TESTS / "fixtures"
+# ReMe's own default file store with its regex BM25 and local graph, without embeddings: the store ReMe's generic file
+# jobs (read, list, transfer ...) work on beside the plugin, as a stock application configures it
+PLAIN_FILE_STORE = {
+    "tokenizer": {"default": {"backend": "regex"}},
+    "keyword_index": {"default": {"backend": "bm25"}},
+    "file_graph": {"default": {"backend": "local"}},
+    "file_store": {
+        "default": {
+            "backend": "local",
+            "embedding_store": "",
+            "keyword_index": "default",
+            "file_graph": "default",
+            "tag_index": "",
+        }
+    },
+}
 WORD = re.compile(r"\w+")
 
 

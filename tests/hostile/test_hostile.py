@@ -31,7 +31,14 @@ import httpx
 import pytest
 
 from conftest import app_factory, memory_of
-from helpers import EmbeddingEndpoint, experience_record, place_trajectory, summary, write_word_tokenizer
+from helpers import (
+    PLAIN_FILE_STORE,
+    EmbeddingEndpoint,
+    experience_record,
+    place_trajectory,
+    summary,
+    write_word_tokenizer,
+)
 from helpers.cli import INSPECT, REBUILD, REME, make_reme, parse_client_output, running_server, start_args
 from helpers.chat import ChatEndpoint
 from helpers.faults import Faults
@@ -1084,20 +1091,6 @@ def test_export_refuses_every_hostile_destination_and_writes_nothing(export_resu
 # -- the guard itself: ReMe's transfer jobs, and only this application's registry ------------------------------------
 
 TRANSFER_JOBS = {name: {"backend": "base", "steps": [{"backend": f"{name}_step"}]} for name in ("upload", "download")}
-PLAIN_FILE_STORE = {
-    "tokenizer": {"default": {"backend": "regex"}},
-    "keyword_index": {"default": {"backend": "bm25"}},
-    "file_graph": {"default": {"backend": "local"}},
-    "file_store": {
-        "default": {
-            "backend": "local",
-            "embedding_store": "",
-            "keyword_index": "default",
-            "file_graph": "default",
-            "tag_index": "",
-        }
-    },
-}
 
 
 async def test_transfer_jobs_cannot_reach_the_plugin_directories_and_still_work_elsewhere(make_app, tmp_path):
