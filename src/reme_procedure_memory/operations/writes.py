@@ -127,16 +127,21 @@ def experience_fields(args) -> dict[str, str]:
     return {field: getattr(args, arg) for arg, field in ARG_TO_FIELD.items() if getattr(args, arg) is not None}
 
 
+async def counted(tokens: TokenCounter, texts: list[str]) -> list[int]:
+    """Exact token counts of ``texts``; a tokenizer that cannot load answers ``tokenizer_unavailable``."""
+    try:
+        return await tokens.acount_many(texts)
+    except TokenizerUnavailable as exc:
+        raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+
+
 async def check_lengths(
     tokens: TokenCounter, limits: TokenLimits, fields: dict[str, str], *, added: bool = False
 ) -> None:
     """Count fields exactly; over an acceptance ceiling, ask for a shorter field (targets only are shown). ``added``:
     the fields are an existing text with an addition, so the way out is a shorter rewrite of the whole field."""
     names = list(fields)
-    try:
-        counts = await tokens.acount_many([fields[n] for n in names])
-    except TokenizerUnavailable as exc:
-        raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+    counts = await counted(tokens, [fields[n] for n in names])
     too_long = []
     for name, count in zip(names, counts):
         target = limits.field_target(name)
@@ -165,10 +170,7 @@ async def check_growth(
     if limit <= 0:
         return
     names = ("description", "when-to-use", "content")
-    try:
-        counts = await tokens.acount_many([before[n] for n in names] + [after[n] for n in names])
-    except TokenizerUnavailable as exc:
-        raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+    counts = await counted(tokens, [before[n] for n in names] + [after[n] for n in names])
     was, total = sum(counts[:3]), sum(counts[3:])
     if total <= limit or total <= was:
         return
