@@ -91,7 +91,7 @@ def main() -> None:
             raise SystemExit("give --trajectory-tokens N or --trajectories FILE ...")
         convs = conversations(args.queue, args.first, args.last)
         figures = cost(convs, tokens)
-        parts = prompt_parts(args.queue, [n for c in convs for n in c["requests"]], count)
+        parts = prompt_parts(args.queue, [n for c in convs if not c["probe"] for n in c["requests"]], count)
     print(f"queue: {args.queue if not args.smoke else '(smoke)'}; trajectory tokens {tokens:,}")
     print(
         f"segments {figures['segments']}, requests {figures['requests']}, requests per segment "
@@ -105,7 +105,8 @@ def main() -> None:
         f"tool calls {figures['calls']}; segments with a read {figures['segments_with_read']}, with a search "
         f"{figures['segments_with_search']}; searches on segments that wrote nothing "
         f"{figures['searches_without_writes']}; schema refusals {figures['schema_refusals']}; finish_segment "
-        f"refusals {figures['finish_refusals']}"
+        f"refusals {figures['finish_refusals']}; model preflight probes {figures['probes']} "
+        f"({figures['probe_prompt']:,} prompt tokens, counted above)"
     )
     total = sum(parts.values()) or 1
     print("| part of the prompts | Qwen3 tokens | share |\n|---|---:|---:|")

@@ -4,10 +4,12 @@ Contract: pure functions of the queue's files (``N.req.json`` the request body, 
 ``usage.jsonl`` the relay's token counts) and a token counter; nothing is written.
 
 - ``conversations(queue, first, last)``: the requests ``first..last`` grouped into conversations (a request whose
-  messages hold no assistant message starts one: one conversation is one segment's agent run), each with its
-  requests' usage and the tool calls answered;
-- ``cost(conversations, trajectory_tokens)``: requests per segment and their histogram, prompt and completion tokens
-  per trajectory token, tool calls by tool, segments with a read or a search, searches on segments that wrote
+  messages hold no assistant message starts one: one conversation is one segment's agent run; an import's model
+  preflight, ``is_probe``, is a conversation of its own marked ``probe``), each with its requests' usage and the tool
+  calls answered;
+- ``cost(conversations, trajectory_tokens)``: requests per segment and their histogram (probes left out: they belong
+  to no segment; ``probes`` and ``probe_prompt`` count them), prompt and completion tokens per trajectory token (probes
+  included: a provider bills them), tool calls by tool, segments with a read or a search, searches on segments that wrote
   nothing, tool answers that are an SDK schema refusal, ``finish_segment`` answers that refused to end the segment;
 - ``prompt_parts(queue, requests, count)``: where the prompt tokens go, each request's parts counted with ``count``
   and summed: tool schemas, system prompt, the segment (between ``<segment>`` tags), the listed matches of the
@@ -40,15 +42,29 @@ def usage(queue: Path) -> dict[int, dict]:
     return {row["request"]: row for row in rows}
 
 
+def is_probe(body: dict) -> bool:
+    """Whether a request is the import's model preflight (``extraction/preflight.py``): one user message, no system
+    prompt, no tools. It belongs to no segment."""
+    messages = body.get("messages") or []
+    return not body.get("tools") and len(messages) == 1 and messages[0].get("role") == "user"
+
+
 def conversations(queue: Path, first: int = 1, last: int = 10**9) -> list[dict]:
     """The requests ``first..last`` of ``queue`` by conversation (see the module docstring)."""
     counts = usage(queue)
     result: list[dict] = []
     for n in sorted(r for r in counts if first <= r <= last):
         body = json.loads((queue / f"{n}.req.json").read_text(encoding="utf-8"))
-        if not result or not any(m.get("role") == "assistant" for m in body["messages"]):
+        probe = is_probe(body)
+        if (
+            probe
+            or not result
+            or result[-1]["probe"]
+            or not any(m.get("role") == "assistant" for m in body["messages"])
+        ):
             result.append(
                 {
+                    "probe": probe,
                     "requests": [],
                     "prompt": 0,
                     "completion": 0,
@@ -79,8 +95,10 @@ def conversations(queue: Path, first: int = 1, last: int = 10**9) -> list[dict]:
 
 def cost(convs: list[dict], trajectory_tokens: int) -> dict:
     """The run's cost figures (see the module docstring)."""
-    requests = sum(len(c["requests"]) for c in convs)
+    probes = [c for c in convs if c["probe"]]
     prompt, completion = sum(c["prompt"] for c in convs), sum(c["completion"] for c in convs)
+    convs = [c for c in convs if not c["probe"]]
+    requests = sum(len(c["requests"]) for c in convs)
     calls = sum((c["calls"] for c in convs), Counter())
 
     def writes(c: dict) -> int:
@@ -99,6 +117,8 @@ def cost(convs: list[dict], trajectory_tokens: int) -> dict:
         "segments_with_read": sum(1 for c in convs if c["calls"]["procedure_read"]),
         "segments_with_search": sum(1 for c in convs if c["calls"]["procedure_search"]),
         "searches_without_writes": sum(c["calls"]["procedure_search"] for c in convs if not writes(c)),
+        "probes": len(probes),
+        "probe_prompt": sum(c["prompt"] for c in probes),
         "schema_refusals": sum(len(c["refused"]) for c in convs),
         "finish_refusals": sum(len(c["finish_refused"]) for c in convs),
     }

@@ -49,6 +49,30 @@ class Job(StrEnum):
 # strings, as ReMe and the agent SDKs take tool names.
 AGENT_TOOLS = tuple(job.value for job in (Job.SEARCH, Job.READ, Job.CREATE, Job.UPDATE))
 
+# Arguments an extraction agent's tool schemas leave out (the toolkit the plugin builds for ReMe's AgentScope backend;
+# other backends build the job's whole schema): a service caller's delivery arguments of a search (the agent looks for
+# anything it may revise), and the update's alias and additions (a revision folds new evidence into the rewritten
+# field instead of appending a case: docs/decisions.md#consolidated-experiences). Every tool schema is re-sent with
+# each request, so each argument shown costs every turn. The jobs still accept them.
+AGENT_HIDDEN_ARGUMENTS: dict[str, tuple[str, ...]] = {
+    Job.SEARCH.value: ("min_relevance", "tools", "max_tokens"),
+    Job.UPDATE.value: ("when-to-use", "when_to_use_append", "content_append"),
+}
+
+
+def agent_parameters(job: str, parameters: dict | None) -> dict | None:
+    """``parameters`` (a job tool's JSON schema) without the arguments ``AGENT_HIDDEN_ARGUMENTS`` hides from an
+    extraction agent for ``job``; a copy, or ``parameters`` itself when nothing is hidden."""
+    hidden = AGENT_HIDDEN_ARGUMENTS.get(job, ())
+    if not parameters or not hidden:
+        return parameters
+    narrowed = dict(parameters)
+    if "properties" in narrowed:
+        narrowed["properties"] = {k: v for k, v in narrowed["properties"].items() if k not in hidden}
+    if "required" in narrowed:
+        narrowed["required"] = [k for k in narrowed["required"] if k not in hidden]
+    return narrowed
+
 
 class View(StrEnum):
     """The two search views: ``when_to_use`` indexes the when-to-use text, ``when_to_use_content`` when-to-use +

@@ -84,3 +84,27 @@ def test_conversations_cost_and_parts(tmp_path):
     parts = prompt_parts(tmp_path, [1, 2], lambda text: len(text))  # characters as tokens
     assert parts["system prompt"] == 6 and parts["segment"] == 2 * len("<segment>\nabc\n</segment>")
     assert parts["answers of procedure_search"] == 2 and parts["listed matches"] > 0
+
+
+def test_a_model_preflight_probe_belongs_to_no_segment_but_its_tokens_count(tmp_path):
+    """An import's preflight (one user message, no system prompt, no tools) between two segments' conversations:
+    not a segment, not a request of the conversation before it; its prompt tokens are in the total."""
+    bodies = [
+        {"messages": [{"role": "user", "content": "Reply with the single word: ok"}]},
+        {"messages": [SYSTEM, SEGMENT], "tools": [{"name": "t"}]},
+        {"messages": [SYSTEM, SEGMENT, call("c0", "procedure_search"), answer("c0", "procedure_search", "[]")]},
+        {"messages": [{"role": "user", "content": "Reply with the single word: ok"}]},
+        {"messages": [SYSTEM, SEGMENT], "tools": [{"name": "t"}]},
+    ]
+    with open(tmp_path / "usage.jsonl", "w") as usage:
+        for n, body in enumerate(bodies, 1):
+            body.setdefault("tools", [{"name": "t"}] if n == 3 else None)
+            (tmp_path / f"{n}.req.json").write_text(json.dumps(body))
+            (tmp_path / f"{n}.resp.json").write_text(json.dumps({"content": "ok"}))
+            usage.write(json.dumps({"request": n, "prompt_tokens": 10 * n, "completion_tokens": 1}) + "\n")
+    convs = conversations(tmp_path)
+    assert [(c["probe"], c["requests"]) for c in convs] == [(True, [1]), (False, [2, 3]), (True, [4]), (False, [5])]
+    figures = cost(convs, trajectory_tokens=10)
+    assert figures["segments"] == 2 and figures["requests"] == 3 and figures["requests_per_segment"] == 1.5
+    assert figures["probes"] == 2 and figures["probe_prompt"] == 50
+    assert figures["prompt"] == 150 and figures["prompt_per_trajectory_token"] == 15.0

@@ -19,6 +19,7 @@ from conftest import import_file, memory_of, run_job
 from helpers import PLAIN_FILE_STORE
 from helpers.corpus import TWO_SEGMENTS, two_segment_original
 from helpers.faults import Faults
+from reme_procedure_memory.extraction import prompt
 from helpers.chat import (
     EXPERIENCE,
     ChatEndpoint,
@@ -89,6 +90,20 @@ async def test_real_agentscope_agent_extracts_an_experience(make_app, tmp_path, 
                 assert_offered_only_the_extraction_tools(conversation.body, tuple(injected))
                 wire = json.dumps(conversation.body)
                 assert runs[0].grant not in wire and runs[0].context_id not in wire
+            # The schemas leave out what an extraction agent does not use (a caller's delivery arguments, the
+            # update's additions), and are what the context check counts (prompt.tool_schemas).
+            counted = {
+                t["function"]["name"]: t["function"] for t in json.loads(prompt.tool_schemas(app.context.jobs, True))
+            }
+            for conversation in conversations:
+                sent = {t["function"]["name"]: t["function"] for t in conversation.body["tools"]}
+                search = sent["procedure_search"]["parameters"]["properties"]
+                update = sent["procedure_update"]["parameters"]["properties"]
+                assert "query" in search and not {"min_relevance", "tools", "max_tokens"} & set(search)
+                assert "content" in update and not {"content_append", "when_to_use_append", "when-to-use"} & set(update)
+                assert {n: sorted(f["parameters"]["properties"]) for n, f in sent.items()} == {
+                    n: sorted(f["parameters"]["properties"]) for n, f in counted.items()
+                }
             first = conversations[0]
             assert "You extract reusable procedural experience" in first.system  # the plugin's system prompt
             assert first.segment == 1 and first.total == 1

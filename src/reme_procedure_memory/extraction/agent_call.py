@@ -2,8 +2,8 @@
 
 Contract: pure functions. ``merged_reply_kwargs`` gives the kwargs of every agent call (no built-in tools, the
 plugin's budget merged into the wrapper's, cancellation raised, a fresh session id; with a run exactly the four job
-tools and its grant, plus ``finish_segment`` when given (AgentScope backend: ``ends_with_tool``), without one no
-tools); ``stop_reason`` says why a reply did not complete, for every ReMe wrapper backend, or None; ``reply_text``
+tools and its grant, plus ``finish_segment`` when given (AgentScope backend: ``ends_with_tool``; the plugin builds
+that toolkit, its schemas narrowed by ``schema.agent_parameters``), without one no tools); ``stop_reason`` says why a reply did not complete, for every ReMe wrapper backend, or None; ``reply_text``
 is a completed reply's text (a ``finish_segment`` summary between ``<summary>`` tags); ``remove_session_file``
 removes the session file a reply left (AgentScope: the whole conversation, segment text included), which nothing
 reads again: every call has a fresh session id, and a resumed import restarts from its checkpoint.
@@ -19,7 +19,7 @@ from agentscope.tool import Toolkit
 from reme.components.agent_wrapper.as_agent_wrapper import AsAgentWrapper
 
 from ..reme_internals import job_tool, reply_result_text, resolve_jobs
-from ..schema import AGENT_TOOLS
+from ..schema import AGENT_TOOLS, agent_parameters
 from .finish import reply_summary
 from .summary import tagged
 
@@ -54,6 +54,15 @@ def stop_reason(result: dict) -> str | None:
     return None
 
 
+def agent_tool(wrapper, job, context_id: str | None, injected: dict[str, Any]):
+    """``job`` as the AgentScope tool ReMe builds for it (``reme_internals.job_tool``), its schema without the
+    arguments ``schema.AGENT_HIDDEN_ARGUMENTS`` hides from an extraction agent."""
+    tool = job_tool(wrapper, job, context_id, injected)
+    if (parameters := agent_parameters(job.name, tool.input_schema)) is not None:
+        tool.input_schema = parameters
+    return tool
+
+
 def merged_reply_kwargs(wrapper, run, max_iters: int, finish=None) -> dict[str, Any]:
     """Reply kwargs of every agent call: no built-in tools, budgets merged into the wrapper's (not replacing them),
     cancellation raised, a fresh session id (never reused: some SDKs refuse a used id). With a run: exactly the four
@@ -73,7 +82,7 @@ def merged_reply_kwargs(wrapper, run, max_iters: int, finish=None) -> dict[str, 
         if finish is not None:
             jobs = resolve_jobs(wrapper, list(AGENT_TOOLS))
             kwargs["toolkit"] = Toolkit(
-                tools=[*(job_tool(wrapper, job, run.context_id, injected) for job in jobs), finish]
+                tools=[*(agent_tool(wrapper, job, run.context_id, injected) for job in jobs), finish]
             )
     if getattr(wrapper, "backend", "") == "claude_code":
         kwargs.update(tools=[], max_turns=max_iters)  # no built-in Claude Code tools; its own budget knob
