@@ -19,6 +19,7 @@ root, in the venv with the plugin and the ``benchmarks`` extra (``pip install -e
     export LLM_BACKEND=openai LLM_MODEL_NAME=... LLM_API_KEY=... LLM_BASE_URL=https://...
     python benchmarks/downstream.py build --out /tmp/mem --train 0-19           # memory from 20 replays
     python benchmarks/downstream.py build --out /tmp/mem --train 0-19 --rollouts passed   # + the model's own passes
+    python benchmarks/downstream.py build --out /tmp/mem2 --train 50,52 --start-from /tmp/mem/ws  # replays made here
     python benchmarks/downstream.py run --tasks 44-63 --arms none,plugin,library --workspace /tmp/mem/ws \
         --k 3 --view when_to_use_content --fields all --json /tmp/downstream.json
     python benchmarks/downstream.py run ... --min-relevance 0 --tools none --memory-tokens 0   # the delivery before
@@ -666,6 +667,9 @@ def tool_call_of(call: str, functions: list[dict]) -> tuple[str, dict]:
     return name, arguments
 
 
+REPLAY_REPLY = "Done with this request."  # the shared replays' reply after a turn's calls
+
+
 class ScriptedEndpoint(LocalServer):
     """A local OpenAI-compatible ``/v1/chat/completions`` server on 127.0.0.1 (started and stopped by its user) that
     plays a model from the conversation it is sent, statelessly:
@@ -673,13 +677,15 @@ class ScriptedEndpoint(LocalServer):
     * ``ground_truth``: at the first step of a turn, the turn's ground-truth calls as parallel tool calls; then a
       text reply (the turn ends);
     * ``silent``: a text reply, no call, ever;
-    * ``drop_last``: as ``ground_truth`` without the last call of the task's last turn.
+    * ``drop_last``: as ``ground_truth`` without the last call of the task's last turn;
+    * ``replay``: the turn's ground-truth calls one per step, each after the answer of the one before, then
+      ``REPLAY_REPLY`` (the shape of the shared ground-truth replays, ``replays`` below).
 
     The task is the one whose user messages so far end the conversation's user messages (a memory block may precede
     them) and whose functions are the request's tools. Every request body is kept in ``requests``."""
 
     def __init__(self, mode: str, tasks: list[Task], lib: SimpleNamespace) -> None:
-        if mode not in ("ground_truth", "silent", "drop_last"):
+        if mode not in ("ground_truth", "silent", "drop_last", "replay"):
             raise ValueError(mode)
         self.mode, self.tasks, self.lib = mode, tasks, lib
         self.requests: list[dict] = []
@@ -721,7 +727,10 @@ class ScriptedEndpoint(LocalServer):
         last_user = max(i for i, m in enumerate(messages) if m.get("role") == "user")
         step = sum(1 for m in messages[last_user:] if m.get("role") == "assistant")
         calls: list[str] = []
-        if self.mode != "silent" and step == 0:
+        if self.mode == "replay":
+            task = self._task(users, {t["function"]["name"] for t in body.get("tools", [])})
+            calls = list(task.ground_truth[len(users) - 1])[step : step + 1]
+        elif self.mode != "silent" and step == 0:
             task = self._task(users, {t["function"]["name"] for t in body.get("tools", [])})
             turn = len(users) - 1
             calls = list(task.ground_truth[turn])
@@ -741,7 +750,8 @@ class ScriptedEndpoint(LocalServer):
             message = {"role": "assistant", "content": None, "tool_calls": tool_calls}
             finish = "tool_calls"
         else:
-            message = {"role": "assistant", "content": "Done." if self.mode != "silent" else "I cannot help."}
+            text = {"silent": "I cannot help.", "replay": REPLAY_REPLY}.get(self.mode, "Done.")
+            message = {"role": "assistant", "content": text}
             finish = "stop"
         prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in messages)
         return {
@@ -1091,6 +1101,28 @@ def rollout_jsonl(task: Task, messages: list[dict]) -> bytes:
     return "".join(json.dumps(m, ensure_ascii=False) + "\n" for m in lines).encode("utf-8")
 
 
+def replays(task_ids: list[str], out: Path, lib: SimpleNamespace | None = None) -> list[Path]:
+    """Ground-truth replays of ``task_ids`` written to ``out/<id>.jsonl`` in the shared replays' form (a system line
+    naming the API classes; per turn the user message, each ground-truth call alone with the simulated API's answer,
+    then ``REPLAY_REPLY``): BFCL's own execution through the ``replay`` scripted endpoint. SystemExit if BFCL's checker
+    does not pass one (a replay must be the ground truth)."""
+    lib = lib or bfcl()
+    tasks = load_tasks(lib)
+    chosen = [tasks[t] for t in task_ids]
+    with ScriptedEndpoint("replay", chosen, lib) as endpoint:
+        arm = Arm("replay", Endpoint(endpoint.base_url, "replay", "none", 0.0, 60.0), f"replay_{uuid.uuid4().hex[:8]}")
+        results = asyncio.run(run_arms(lib, chosen, [arm], keep_messages=True))
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for task, result in zip(chosen, results):
+        if not result["passed"]:
+            raise SystemExit(f"the ground-truth replay of {task.id} fails BFCL's checker: {result['error_message']}")
+        path = out / f"{task.id}.jsonl"
+        path.write_bytes(rollout_jsonl(task, result["messages"]))
+        paths.append(path)
+    return paths
+
+
 def command_build(args) -> None:
     """Import training trajectories through the exact ``procedure_auto_memory`` job (``extraction.extract``) with
     the configured model: the ground-truth replays of ``shared/data/trajectories/base`` and, optionally, the model's
@@ -1104,12 +1136,12 @@ def command_build(args) -> None:
     (out / "rollouts").mkdir(parents=True, exist_ok=True)
     train = parse_ids(args.train)
     base = shared / "data" / "trajectories" / "base"
-    paths = []
-    for task_id in train:
-        found = sorted(base.glob(f"{task_id}.*"))
-        if not found:
-            raise SystemExit(f"no replay of {task_id} in {base} (there are {CATEGORY}_0..39)")
-        paths.append(found[0])
+    found = {task_id: sorted(base.glob(f"{task_id}.*")) for task_id in train}
+    generated = [task_id for task_id in train if not found[task_id]]
+    made = dict(zip(generated, replays(generated, out / "replays"))) if generated else {}
+    paths = [found[task_id][0] if found[task_id] else made[task_id] for task_id in train]
+    if args.start_from is not None:  # the memory grows from an earlier workspace (a copy; the original is kept)
+        shutil.copytree(args.start_from, out / "ws", symlinks=True)
     if args.local_model:
         args.segment, args.summary, args.ctx = args.segment or 1024, args.summary or 256, args.ctx or 16384
         args.reserve, args.max_iters = args.reserve or 1024, args.max_iters or 8
@@ -1152,6 +1184,8 @@ def command_build(args) -> None:
             servers.stop()
     manifest = {
         "train": train,
+        "generated_replays": generated,
+        "start_from": str(args.start_from) if args.start_from is not None else None,
         "rollouts": rollouts,
         "imports": result["imports"],
         "valid_experiences": len(result["valid"]),
@@ -1277,7 +1311,14 @@ def main(argv=None) -> None:
     b = sub.add_parser("build", help="import training trajectories into a new workspace (OUT/ws)")
     common(b)
     b.add_argument("--out", type=Path, required=True)
-    b.add_argument("--train", required=True, help="training task ids (replays exist for 0..39)")
+    b.add_argument(
+        "--train",
+        required=True,
+        help="training task ids (0..39: the shared replays; others: ground-truth replays made here, OUT/replays)",
+    )
+    b.add_argument(
+        "--start-from", type=Path, default=None, help="a workspace to copy into OUT/ws first: the memory grows from it"
+    )
     b.add_argument(
         "--rollouts",
         default="none",

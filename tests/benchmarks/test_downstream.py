@@ -91,6 +91,37 @@ def test_the_calls_executed_are_the_endpoints_and_bfcl_fails_a_missing_call(lib,
         assert len(flat(r["decoded"])) == len(flat([tasks[r["id"]].ground_truth])) - 1
 
 
+def test_a_made_replay_is_the_shared_replay_and_one_of_a_task_without_one_passes(lib, tmp_path):
+    """``replays`` (``build --train`` beyond 0..39): task 0's made replay has the shared ground-truth replay's messages
+    (roles, user and assistant texts, each call alone with the simulated API's exact answer; only the call ids and the
+    arguments' spelling, JSON instead of Python, differ); task 50 (vehicle API, no shared replay) passes BFCL's
+    checker (``replays`` refuses one that does not) and cites its API class."""
+    made = downstream.replays([T0, "multi_turn_base_50"], tmp_path, lib)
+    assert [p.name for p in made] == [f"{T0}.jsonl", "multi_turn_base_50.jsonl"]
+    shared = REPO.parent / "shared" / "data" / "trajectories" / "base" / f"{T0}.jsonl"
+
+    def shape(path: Path) -> list:
+        rows = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+        return [
+            (m["role"], m.get("content"), m.get("name"), [c["function"]["name"] for c in m.get("tool_calls") or []])
+            for m in rows
+        ]
+
+    if shared.is_file():  # the shared data is beside the checkout on the team's machines, not in CI's clone
+        assert shape(made[0]) == shape(shared)
+    rows = shape(made[0])
+    assert rows[0][1] == "You are an assistant with tools from: TwitterAPI, GorillaFileSystem."
+    assert all(len(calls) <= 1 for _, _, _, calls in rows)  # one call per step
+    assert rows[-1] == ("assistant", downstream.REPLAY_REPLY, None, [])
+    vehicle = shape(made[1])
+    assert vehicle[0][1] == "You are an assistant with tools from: VehicleControlAPI."
+    assert [calls for _, _, _, calls in vehicle if calls] == [["lockDoors"], ["setHeadlights"]] + [
+        [downstream.tool_call_of(c, [])[0]]
+        for turn in downstream.load_tasks(lib)["multi_turn_base_50"].ground_truth[1:]
+        for c in turn
+    ]
+
+
 def test_tool_call_of_names_positional_arguments_from_the_function_docs(tasks):
     functions = tasks[T0].entry["function"]
     assert downstream.tool_call_of("sort('final_report.pdf')", functions) == ("sort", {"file_name": "final_report.pdf"})
