@@ -1178,7 +1178,9 @@ def command_build(args) -> None:
             f"{os.environ.get('LLM_BASE_URL')}",
             flush=True,
         )
-        result = asyncio.run(extract(args, [{"path": p, "task": task_of(p)} for p in paths], out, tokenizer))
+        settings = SimpleNamespace(**{**vars(args), "smoke": False, "snapshot_at": None})  # what extract() reads
+        imports = [{"path": p, "task": task_of(p)} for p in paths]
+        result = asyncio.run(extract(settings, imports, out, tokenizer, prefix=f"build-{uuid.uuid4().hex[:8]}"))
     finally:
         if servers is not None:
             servers.stop()

@@ -316,8 +316,11 @@ def application(workspace: Path, tokenizer: Path, args, with_model: bool = False
     return app
 
 
-async def extract(args, tasks: list[dict], workdir: Path, tokenizer: Path, scripts: list | None = None) -> dict:
-    """Import ``tasks`` one after the other into ``<workdir>/ws`` (the configured model, or ``scripts``)."""
+async def extract(
+    args, tasks: list[dict], workdir: Path, tokenizer: Path, scripts: list | None = None, prefix: str = "extraction"
+) -> dict:
+    """Import ``tasks`` one after the other into ``<workdir>/ws`` (the configured model, or ``scripts``), as the
+    requests ``<prefix>-001``, ``<prefix>-002``, ... (a workspace that holds earlier imports needs another prefix)."""
     from reme.utils.evaluation_interface import check_agent_token_usage
 
     app = application(workdir / "ws", tokenizer, args, with_model=scripts is None, scripts=scripts)
@@ -333,7 +336,7 @@ async def extract(args, tasks: list[dict], workdir: Path, tokenizer: Path, scrip
             before = check_agent_token_usage(wrapper, app.context)
             started = time.monotonic()
             response = await app.run_job(
-                "procedure_auto_memory", file=str(source), filename=source.name, request_id=f"extraction-{n:03d}"
+                "procedure_auto_memory", file=str(source), filename=source.name, request_id=f"{prefix}-{n:03d}"
             )
             answer = json.loads(response.answer)
             after = check_agent_token_usage(wrapper, app.context)

@@ -51,12 +51,12 @@ AGENT_TOOLS = tuple(job.value for job in (Job.SEARCH, Job.READ, Job.CREATE, Job.
 
 # Arguments an extraction agent's tool schemas leave out (the toolkit the plugin builds for ReMe's AgentScope backend;
 # other backends build the job's whole schema): a service caller's delivery arguments of a search (the agent looks for
-# anything it may revise), and the update's alias and additions (a revision folds new evidence into the rewritten
-# field instead of appending a case: docs/decisions.md#consolidated-experiences). Every tool schema is re-sent with
+# anything it may revise), and the update's additions (a revision folds new evidence into the rewritten field
+# instead of appending a case: docs/decisions.md#consolidated-experiences). Every tool schema is re-sent with
 # each request, so each argument shown costs every turn. The jobs still accept them.
 AGENT_HIDDEN_ARGUMENTS: dict[str, tuple[str, ...]] = {
     Job.SEARCH.value: ("min_relevance", "tools", "max_tokens"),
-    Job.UPDATE.value: ("when-to-use", "when_to_use_append", "content_append"),
+    Job.UPDATE.value: ("when_to_use_append", "content_append"),
 }
 
 

@@ -100,7 +100,7 @@ async def test_real_agentscope_agent_extracts_an_experience(make_app, tmp_path, 
                 search = sent["procedure_search"]["parameters"]["properties"]
                 update = sent["procedure_update"]["parameters"]["properties"]
                 assert "query" in search and not {"min_relevance", "tools", "max_tokens"} & set(search)
-                assert "content" in update and not {"content_append", "when_to_use_append", "when-to-use"} & set(update)
+                assert "content" in update and not {"content_append", "when_to_use_append"} & set(update)
                 assert {n: sorted(f["parameters"]["properties"]) for n, f in sent.items()} == {
                     n: sorted(f["parameters"]["properties"]) for n, f in counted.items()
                 }

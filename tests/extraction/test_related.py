@@ -6,7 +6,15 @@ from __future__ import annotations
 import json
 
 from reme_procedure_memory.extraction.prompt import related_lines
-from reme_procedure_memory.extraction.related import PIECE_CHARS, PIECES, merged_related, related_queries, with_contents
+from reme_procedure_memory.extraction.related import (
+    CALLED_LIMIT,
+    PIECE_CHARS,
+    PIECES,
+    called_names,
+    merged_related,
+    related_queries,
+    with_contents,
+)
 
 from conftest import import_file
 from helpers import experience_record, place_trajectory
@@ -108,3 +116,55 @@ async def test_a_procedure_at_the_end_of_a_segment_is_listed_too(make_app, tmp_p
     listed = prompts[0].split("match this segment best", 1)[1]
     assert "procedures/drain-node.json" in listed and "procedures/rotate-keys.json" in listed
     assert listed.count("  content:") == 2  # both whole (every listed match is)
+
+
+def test_the_names_a_segment_calls_in_every_trajectory_format():
+    jsonl = (
+        '{"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function", "function": '
+        '{"name": "cd", "arguments": "{\\"folder\\": \\"docs\\"}"}}]}\n'
+        '{"role": "tool", "tool_call_id": "c1", "name": "cd", "content": "{}"}\n'
+        '{"role": "assistant", "tool_calls": [{"function": {"name" : "GorillaFileSystem.mv", "arguments": "{}"}}]}\n'
+    )
+    assert called_names(jsonl) == ["cd", "GorillaFileSystem.mv"]
+    markdown = "## assistant\n**assistant → tool** `diff(file_name1='a', file_name2='b')`\nthen `wc(file_name='a')`"
+    assert called_names(markdown) == ["diff", "wc"]
+    log = "2024-01-01T10:00:00 INFO agent tool_call post_tweet(content='x')\n... tool post_tweet -> {}"
+    assert called_names(log) == ["post_tweet"]
+    assert called_names("move the file (the draft) into temp, e.g. now") == []  # prose: a space before "("
+    many = " ".join(f"f{i}()" for i in range(CALLED_LIMIT + 5))
+    assert called_names(many) == [f"f{i}" for i in range(CALLED_LIMIT)]
+
+
+async def test_an_experience_naming_a_function_the_segment_calls_is_listed_first(make_app, tmp_path):
+    """Six experiences share the segment's words; the one that names the function it calls (``du``) shares none of
+    them, so the queries of the segment's words leave it out of the five listed, and the calls query lists it first."""
+    ws = tmp_path / "ws"
+    place_trajectory(ws)
+    (ws / "procedures").mkdir(parents=True)
+    for n in range(6):
+        when = f"When the project report folder {n} must be archived for the quarterly review"
+        (ws / "procedures" / f"archive-report-{n}.json").write_text(
+            json.dumps(experience_record(f"Archive report folder {n}", when, f"tar the report folder {n}"))
+        )
+    (ws / "procedures" / "disk-usage.json").write_text(
+        json.dumps(experience_record("Disk usage", "Size of a directory", "1. du(human_readable=True)"))
+    )
+    turn = (
+        '{"role": "user", "content": "archive the project report folder for the quarterly review"}\n'
+        '{"role": "assistant", "tool_calls": [{"function": {"name": "du", "arguments": "{}"}}]}\n'
+    )
+    original = write(tmp_path, "run.jsonl", turn * 3)
+    prompts = []
+
+    async def reads(tools, prompt, kwargs):
+        prompts.append(prompt)
+        return "Nothing new."
+
+    async with make_app(workspace=ws, scripts=[reads]) as app:
+        ok, ans = await import_file(app, original, request_id="r1")
+        assert ok and ans["status"] == "complete", ans
+        words = json.loads((await app.run_job("procedure_search", query=turn * 3, limit=5, min_relevance=0)).answer)
+    assert "procedures/disk-usage.json" not in [r["path"] for r in words["results"]]  # the words alone miss it
+    listed = prompts[0].split("match this segment best", 1)[1]
+    entries = [line.split(" ", 2)[1] for line in listed.splitlines() if line.startswith("- procedures/")]
+    assert entries[0] == "procedures/disk-usage.json" and len(entries) == 5

@@ -3,8 +3,8 @@
 One ``Extraction`` processes one imported trajectory whose segments are fixed in its checkpoint. For each segment
 from the checkpoint's position:
 
-1. search the library for the experiences that match the segment best (``RELATED_LIMIT``, compact, with pieces of
-   the segment: ``related.py``), render the prompt (the segment, summary so far, the caller's hint, those
+1. search the library for the experiences that match the segment best (``RELATED_LIMIT``, compact, with the
+   functions the segment calls and pieces of the segment: ``related.py``), render the prompt (the segment, summary so far, the caller's hint, those
    experiences, the best one's content, the ledger of an earlier attempt) and check that system prompt + user
    message + tool schemas fit ``context - reserve`` exact tokens, before any model call;
 2. open a run (secret grant, source = the copy) and let the agent work with exactly the four job tools, plus
@@ -37,7 +37,7 @@ from ..storage.journal import INDEX_PENDING, PUBLISHED, written_paths
 from . import prompt
 from .agent_call import ends_with_tool, merged_reply_kwargs, remove_session_file, reply_text, stop_reason
 from .finish import FinishSegment
-from .related import merged_related, related_queries, with_contents
+from .related import called_names, merged_related, related_queries, with_contents
 from .summary import parse_summary, summary_problem, tagged
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from ..workspace import Workspace
 
 
-Search = Callable[[str, str, int], Awaitable[dict[str, Any]]]  # (query, view, limit) -> a search answer
+Search = Callable[..., Awaitable[dict[str, Any]]]  # (query, view, limit, tools=...) -> a search answer
 REPAIR_ITERATIONS = 2  # a summary repair needs no tools: one answer, plus the SDK's forced final turn
 RELATED_VIEW, RELATED_LIMIT = View.WHEN_TO_USE_CONTENT, 5  # the experiences a segment's message lists
 # all shown whole (weak matches are left out): revised in place (folded, not appended to) without a read turn;
@@ -120,13 +120,18 @@ class Extraction:
 
     async def _find_related(self, index: int) -> None:
         """The library's experiences that match segment ``index`` best, for its message: compact searches of the
-        content view with the hint and pieces of the segment (``related``), merged; the agent searches only for what
-        they miss. A search that fails leaves the list out (the agent can still search)."""
+        content view, first for the experiences naming the functions the segment calls (``related.called_names``),
+        then with the hint and pieces of the segment (``related``), merged; the agent searches only for what they
+        miss. A search that fails leaves the list out (the agent can still search)."""
         start, end = self.checkpoint.span(index)
+        segment = self.text[start:end]
+        names = tuple(called_names(segment))
+        queries = [(" ".join(names), names)] if names else []  # first: an experience naming what the segment calls
+        queries += [(query, ()) for query in related_queries(segment, self.checkpoint.memory_hint)]
         answers = []
-        for query in related_queries(self.text[start:end], self.checkpoint.memory_hint):
+        for query, tools in queries:
             try:
-                answer = await self.search(query, RELATED_VIEW, RELATED_LIMIT)
+                answer = await self.search(query, RELATED_VIEW, RELATED_LIMIT, tools=tools)
                 answers.append(with_contents(compact_answer(answer), compact_answer(answer, every_content=True)))
             except ProcedureError as exc:
                 self.workspace.logger.warning(

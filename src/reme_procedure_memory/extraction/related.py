@@ -6,6 +6,10 @@ Contract: pure functions of their arguments.
   ``PIECES`` evenly spaced pieces of the segment (each at most ``PIECE_CHARS`` characters), so a procedure in the
   middle or at the end of a segment is found too, not only the one it begins with (an embedding model reads only
   the beginning of a long query);
+- ``called_names(segment)`` are the names of the functions the segment calls, as trajectories write calls
+  (``name(...)``, and ``"name": "..."`` of JSON tool calls and results), first seen first, at most ``CALLED_LIMIT``:
+  the segment's message also lists the experiences that name them (a ``tools`` search), which a query of the
+  segment's words can miss (the words of a trajectory are mostly its data);
 - ``with_contents(compact, whole)`` is a compact answer (weak results left out) whose results carry their content
   as the ``detail=full`` answer of the same search (``whole``) gives it;
 - ``merged_related(answers, limit, contents)`` merges the compact search answers of those queries: rank by rank
@@ -17,10 +21,14 @@ Contract: pure functions of their arguments.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 PIECES = 3
 PIECE_CHARS = 1500  # about what an embedding model of 256 word pieces reads, and enough words for BM25
+CALLED_LIMIT = 24  # the names of one search: a segment calls a few functions, many times
+# a call as trajectories write it: `name(` (Markdown, logs, code) or a JSON tool call's (or answer's) "name": "..."
+CALL = re.compile(r'(?<![\w.])([A-Za-z_][\w.]*)\(|"name"\s*:\s*"([A-Za-z_][\w.]*)"')
 
 
 def related_queries(segment: str, hint: str = "") -> list[str]:
@@ -33,6 +41,17 @@ def related_queries(segment: str, hint: str = "") -> list[str]:
     queries = [" ".join(part for part in (hint.strip(), piece.strip()) if part) for piece in pieces]
     queries = [q for q in queries if q] or ["procedure"]
     return list(dict.fromkeys(queries))
+
+
+def called_names(segment: str) -> list[str]:
+    """The names ``segment`` calls (see the module docstring), first seen first, each once, at most
+    ``CALLED_LIMIT``."""
+    names: dict[str, None] = {}
+    for match in CALL.finditer(segment):
+        names.setdefault(match.group(1) or match.group(2))
+        if len(names) == CALLED_LIMIT:
+            break
+    return list(names)
 
 
 def with_contents(compact: dict[str, Any], whole: dict[str, Any]) -> dict[str, Any]:
