@@ -52,8 +52,9 @@ no model, no ``../shared`` and no network: tasks 0 and 1 through the ``none`` ar
 127.0.0.1, the ground-truth replay (every task must pass) and an endpoint that calls nothing (none may pass), with
 BFCL's real tasks, execution and checker. It covers the driver's client, BFCL's plumbing and the scoring; the memory
 arms (``procedure_search`` blocks, the frozen-workspace and seen-task rules) and ``build`` are not in it: the
-in-process tests of ``tests/benchmarks/test_downstream.py`` cover the arms on workspaces they build, and nothing
-offline covers ``build``'s extraction with a model. It says nothing about whether memory helps.
+in-process tests of ``tests/benchmarks/test_downstream.py`` cover the arms on workspaces they build, and ``build``
+end to end with a scripted chat model (a made replay imported into a copy of a start workspace). It says nothing
+about whether memory helps.
 """
 
 from __future__ import annotations

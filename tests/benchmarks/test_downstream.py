@@ -469,3 +469,40 @@ def test_a_runs_settings_with_its_delivery_are_shown_as_json(tmp_path, monkeypat
     assert json.loads(json.dumps(shown))["delivery"] == {"min_relevance": 0.3, "task_tools": True, "max_tokens": 500}
     assert "task_ids" not in shown and "api_key" not in shown
     assert "settings: {" in downstream.report({"arms": {}, "paired": {}}, shown)
+
+
+def test_build_makes_the_missing_replay_and_grows_the_memory_from_a_start_workspace(tmp_path, embeddings, monkeypatch):
+    """``build --train 50 --start-from WS`` end to end with a scripted chat model (helpers.chat): the replay of task 50
+    is made (no shared one exists) and imported into a copy of WS, whose experience stays beside the new one; WS is
+    not changed; the manifest names the made replay and the start."""
+    from helpers import place_trajectory
+    from helpers.chat import EXPERIENCE, ChatEndpoint, search_create_summarize
+
+    start = tmp_path / "start"
+    place_trajectory(start)
+    (start / "procedures").mkdir(parents=True)
+    (start / "procedures" / "drain-node.json").write_text(
+        json.dumps(experience_record("Drain a node", "Before a node reboot", "cordon, drain, reboot"))
+    )
+    before = {p.relative_to(start): p.read_bytes() for p in start.rglob("*") if p.is_file()}
+    shared = tmp_path / "shared"
+    (shared / "data" / "trajectories" / "base").mkdir(parents=True)
+    (shared / "tools").mkdir()
+    out = tmp_path / "mem"
+    with ChatEndpoint(search_create_summarize) as chat:
+        for name, value in (("BACKEND", "openai"), ("MODEL_NAME", "fake-chat"), ("API_KEY", "x")):
+            monkeypatch.setenv(f"LLM_{name}", value)
+        monkeypatch.setenv("LLM_BASE_URL", chat.base_url)
+        downstream.main(
+            ["build", "--shared", str(shared), "--out", str(out), "--train", "50", "--start-from", str(start)]
+        )
+        assert chat.errors == [] and "multi_turn_base_50" in json.dumps(chat.requests[0])
+    manifest = json.loads((out / "build.json").read_text())
+    assert manifest["generated_replays"] == ["multi_turn_base_50"] and manifest["start_from"] == str(start)
+    assert [i["status"] for i in manifest["imports"]] == ["complete"]
+    assert (out / "replays" / "multi_turn_base_50.jsonl").is_file()
+    assert sorted(p.name for p in (out / "ws" / "procedures").iterdir()) == sorted(
+        ["drain-node.json", EXPERIENCE["filename"]]
+    )
+    assert (out / "ws" / "session" / "trajectories" / "multi_turn_base_50.jsonl").is_file()
+    assert {p.relative_to(start): p.read_bytes() for p in start.rglob("*") if p.is_file()} == before
