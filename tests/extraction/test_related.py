@@ -92,6 +92,20 @@ def test_the_closest_is_listed_with_its_when_to_use_and_content_the_others_by_de
     assert "content (continues: procedure_read it before rewriting the content):" in cut[0]
 
 
+async def listing(app, original) -> str:
+    """Import ``original`` (one segment) with a scripted agent that writes nothing; the listed matches it was shown."""
+    prompts = []
+
+    async def reads(tools, prompt, kwargs):
+        prompts.append(prompt)
+        return "Nothing new."
+
+    app.agent.scripts.append(reads)
+    ok, ans = await import_file(app, original, request_id="r1")
+    assert ok and ans["status"] == "complete", ans
+    return prompts[0].split("match this segment best", 1)[1]
+
+
 async def test_a_procedure_at_the_end_of_a_segment_is_listed_too(make_app, tmp_path):
     ws = tmp_path / "ws"
     place_trajectory(ws)
@@ -104,16 +118,8 @@ async def test_a_procedure_at_the_end_of_a_segment_is_listed_too(make_app, tmp_p
     drain = '{"role": "user", "content": "cordon the cluster node and drain it before the reboot"}\n'
     rotate = '{"role": "user", "content": "the credentials leaked: rotate them and audit access"}\n'
     original = write(tmp_path, "run.jsonl", drain * (3 * PIECE_CHARS // len(drain)) + rotate * 3)
-    prompts = []
-
-    async def reads(tools, prompt, kwargs):
-        prompts.append(prompt)
-        return "Nothing new."
-
-    async with make_app(workspace=ws, scripts=[reads]) as app:
-        ok, ans = await import_file(app, original, request_id="r1")
-        assert ok and ans["status"] == "complete", ans
-    listed = prompts[0].split("match this segment best", 1)[1]
+    async with make_app(workspace=ws, scripts=[]) as app:
+        listed = await listing(app, original)
     assert "procedures/drain-node.json" in listed and "procedures/rotate-keys.json" in listed
     assert listed.count("  content:") == 2  # both whole (every listed match is)
 
@@ -154,17 +160,9 @@ async def test_an_experience_naming_a_function_the_segment_calls_is_listed_first
         '{"role": "assistant", "tool_calls": [{"function": {"name": "du", "arguments": "{}"}}]}\n'
     )
     original = write(tmp_path, "run.jsonl", turn * 3)
-    prompts = []
-
-    async def reads(tools, prompt, kwargs):
-        prompts.append(prompt)
-        return "Nothing new."
-
-    async with make_app(workspace=ws, scripts=[reads]) as app:
-        ok, ans = await import_file(app, original, request_id="r1")
-        assert ok and ans["status"] == "complete", ans
+    async with make_app(workspace=ws, scripts=[]) as app:
+        listed = await listing(app, original)
         words = json.loads((await app.run_job("procedure_search", query=turn * 3, limit=5, min_relevance=0)).answer)
     assert "procedures/disk-usage.json" not in [r["path"] for r in words["results"]]  # the words alone miss it
-    listed = prompts[0].split("match this segment best", 1)[1]
     entries = [line.split(" ", 2)[1] for line in listed.splitlines() if line.startswith("- procedures/")]
     assert entries[0] == "procedures/disk-usage.json" and len(entries) == 5
