@@ -50,12 +50,13 @@ class Job(StrEnum):
 AGENT_TOOLS = tuple(job.value for job in (Job.SEARCH, Job.READ, Job.CREATE, Job.UPDATE))
 
 # Arguments an extraction agent's tool schemas leave out (the toolkit the plugin builds for ReMe's AgentScope backend;
-# other backends build the job's whole schema): a service caller's delivery arguments of a search (the agent looks for
-# anything it may revise), and the update's additions (a revision folds new evidence into the rewritten field
+# other backends build the job's whole schema): every search argument but the query (the segment's message lists the
+# best matches already; the agent's own search is a fallback, served by the defaults of an extraction run: compact,
+# no relevance floor), and the update's additions (a revision folds new evidence into the rewritten field
 # instead of appending a case: docs/decisions.md#consolidated-experiences). Every tool schema is re-sent with
 # each request, so each argument shown costs every turn. The jobs still accept them.
 AGENT_HIDDEN_ARGUMENTS: dict[str, tuple[str, ...]] = {
-    Job.SEARCH.value: ("min_relevance", "tools", "max_tokens"),
+    Job.SEARCH.value: ("index", "limit", "detail", "min_relevance", "tools", "max_tokens"),
     Job.UPDATE.value: ("when_to_use_append", "content_append"),
 }
 

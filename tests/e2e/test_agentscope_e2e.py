@@ -99,7 +99,7 @@ async def test_real_agentscope_agent_extracts_an_experience(make_app, tmp_path, 
                 sent = {t["function"]["name"]: t["function"] for t in conversation.body["tools"]}
                 search = sent["procedure_search"]["parameters"]["properties"]
                 update = sent["procedure_update"]["parameters"]["properties"]
-                assert "query" in search and not {"min_relevance", "tools", "max_tokens"} & set(search)
+                assert set(search) == {"query"}
                 assert "content" in update and not {"content_append", "when_to_use_append"} & set(update)
                 assert {n: sorted(f["parameters"]["properties"]) for n, f in sent.items()} == {
                     n: sorted(f["parameters"]["properties"]) for n, f in counted.items()
@@ -110,7 +110,7 @@ async def test_real_agentscope_agent_extracts_an_experience(make_app, tmp_path, 
             assert "rebuilt 1200 documents" in first.prompt and '"tool_calls"' in first.prompt  # JSONL fields kept
             # The tool results the model saw come from the real jobs.
             search = json.loads(conversations[1].tool_results[-1])
-            assert search["status"] == "ok" and search["index"] == "when_to_use" and search["results"] == []
+            assert search["status"] == "ok" and search["index"] == "when_to_use_content" and search["results"] == []
             created = conversations[2].last_tool_answer()
             assert created["status"] == "created"
             assert created["path"] == f"procedures/{EXPERIENCE['filename']}"

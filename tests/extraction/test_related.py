@@ -18,7 +18,7 @@ from reme_procedure_memory.extraction.related import (
 
 from conftest import import_file
 from helpers import experience_record, place_trajectory
-from helpers.corpus import write
+from helpers.corpus import TWO_SEGMENTS, two_segment_original, write
 
 
 def entry(path, similarity=None, content=None):
@@ -166,3 +166,48 @@ async def test_an_experience_naming_a_function_the_segment_calls_is_listed_first
     assert "procedures/disk-usage.json" not in [r["path"] for r in words["results"]]  # the words alone miss it
     entries = [line.split(" ", 2)[1] for line in listed.splitlines() if line.startswith("- procedures/")]
     assert entries[0] == "procedures/disk-usage.json" and len(entries) == 5
+
+
+async def test_a_later_segment_lists_what_the_import_wrote_before_first_and_whole(make_app, tmp_path):
+    """Six experiences match segment 2's words better than the six segment 1 created (whose words are unrelated): the
+    import's own earlier writes are listed first, the latest first, each with its content, more of them than the
+    five searched ones (a read of each would cost a request), then searched ones up to ten in all; segment 1 lists
+    none of its own (nothing was written before it)."""
+    ws = tmp_path / "ws"
+    place_trajectory(ws)
+    (ws / "procedures").mkdir(parents=True)
+    for n in range(6):
+        when = f"When the search index {n} is stale after a configuration change"
+        (ws / "procedures" / f"rebuild-index-{n}.json").write_text(
+            json.dumps(experience_record(f"Rebuild index {n}", when, f"rebuild index {n}, then verify a query"))
+        )
+    prompts = []
+
+    async def creates(tools, prompt, kwargs):
+        prompts.append(prompt)
+        for n in range(6):
+            ok, ans = await tools.call(
+                "procedure_create",
+                filename=f"rotate-keys-{n}.json",
+                operation_key=f"s1-{n}",
+                description=f"Rotate leaked keys {n}",
+                when_to_use="When credentials leak",
+                content=f"1. revoke {n}\n2. reissue",
+            )
+            assert ok, ans
+        return "<summary>Segment 1: created six rotate-keys experiences.</summary>"
+
+    async def reads(tools, prompt, kwargs):
+        prompts.append(prompt)
+        return "Nothing new."
+
+    async with make_app(workspace=ws, scripts=[creates, reads], components=TWO_SEGMENTS) as app:
+        ok, ans = await import_file(app, two_segment_original(tmp_path), request_id="r1")
+        assert ok and ans["status"] == "complete" and ans["segments"]["total"] == 2, ans
+    first, second = (p.split("match this segment best", 1)[1] for p in prompts)
+    entries = [line.split(" ", 2)[1] for line in second.splitlines() if line.startswith("- procedures/")]
+    assert entries[:6] == [f"procedures/rotate-keys-{n}.json" for n in reversed(range(6))]
+    assert len(entries) == 10 and all(e.startswith("procedures/rebuild-index-") for e in entries[6:])
+    own = second.split("- procedures/rotate-keys-0.json", 1)[1].split("\n- ", 1)[0]
+    assert "content:\n    1. revoke 0\n    2. reissue" in own
+    assert "rotate-keys" not in first

@@ -317,7 +317,7 @@ def llm_components(base_url: str, *, stream: bool = True) -> dict:
 def search_create_summarize(conversation: Conversation) -> dict:
     """search -> create -> final reply with the rolling summary."""
     if conversation.step == 0:
-        return call("procedure_search", query="stale search after config change", index="when_to_use")
+        return call("procedure_search", query="stale search after config change")
     if conversation.step == 1:
         return call("procedure_create", operation_key="s1-1", **EXPERIENCE)
     return say(
@@ -329,7 +329,7 @@ def search_forever(conversation: Conversation) -> dict:
     """Never finishes by itself; on AgentScope's forced last call it even offers a summary (must not count)."""
     if conversation.forced_final:
         return say("I ran out of iterations.\n<summary>premature summary</summary>")
-    return call("procedure_search", query=f"search attempt {conversation.step}", index="when_to_use_content")
+    return call("procedure_search", query=f"search attempt {conversation.step}")
 
 
 ROLLOUT = "".join(  # 12 JSONL records of 28 word-tokenizer tokens each

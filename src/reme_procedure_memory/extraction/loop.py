@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 from ..errors import ErrorCode, ExtractionStopped, ProcedureError, TokenizerUnavailable
 from ..operations.reads import compact_answer
 from ..reme_internals import reply_result_text
-from ..schema import View
+from ..schema import TEXT_FIELDS, View
+from ..storage.experiences import StoredExperience
 from ..storage.journal import INDEX_PENDING, PUBLISHED, written_paths
 from . import prompt
 from .agent_call import ends_with_tool, merged_reply_kwargs, remove_session_file, reply_text, stop_reason
 from .finish import FinishSegment
-from .related import called_names, merged_related, related_queries, with_contents
+from .related import called_names, listed_first, merged_related, related_queries, with_contents
 from .summary import parse_summary, summary_problem, tagged
 
 if TYPE_CHECKING:
@@ -52,6 +53,10 @@ RELATED_VIEW, RELATED_LIMIT = View.WHEN_TO_USE_CONTENT, 5  # the experiences a s
 # all shown whole (weak matches are left out): revised in place (folded, not appended to) without a read turn;
 # bounded experiences (extraction.grow_limit) keep that affordable
 RELATED_CONTENTS = RELATED_LIMIT
+# the experiences the import wrote in its earlier segments are listed before the searched ones, whole: a continuing
+# trajectory revises them most (a model knows their names from its rolling summary and read them instead); at most
+# this many entries in all
+RELATED_MAX = 2 * RELATED_LIMIT
 
 
 class Extraction:
@@ -121,8 +126,9 @@ class Extraction:
     async def _find_related(self, index: int) -> None:
         """The library's experiences that match segment ``index`` best, for its message: compact searches of the
         content view, first for the experiences naming the functions the segment calls (``related.called_names``),
-        then with the hint and pieces of the segment (``related``), merged; the agent searches only for what they
-        miss. A search that fails leaves the list out (the agent can still search)."""
+        then with the hint and pieces of the segment (``related``), merged; the experiences the import wrote in its
+        earlier segments come first (``_earlier_writes``). The agent searches only for what they miss. A search that
+        fails leaves the list out (the agent can still search)."""
         start, end = self.checkpoint.span(index)
         segment = self.text[start:end]
         names = tuple(called_names(segment))
@@ -138,7 +144,27 @@ class Extraction:
                     f"procedure import: no related experiences for segment {index + 1}: {exc}"
                 )
                 return
-        self._related[index] = prompt.related_lines(merged_related(answers, RELATED_LIMIT, RELATED_CONTENTS))
+        own = self._earlier_writes(index)
+        searched = merged_related(answers, RELATED_LIMIT, RELATED_CONTENTS)
+        listed = listed_first(own, searched, min(RELATED_MAX, RELATED_LIMIT + len(own)))
+        self._related[index] = prompt.related_lines(listed)
+
+    def _earlier_writes(self, index: int) -> list[dict[str, Any]]:
+        """The experiences this import published in segments before ``index``, most recently written first, at most
+        ``RELATED_MAX``, each as a listed entry carrying its current text (one deleted or invalid since is left
+        out)."""
+        ops = [op for op in self.workspace.journal.records(self.record.request_id) if (op.segment or 0) < index]
+        paths = written_paths(ops)
+        order = list(
+            dict.fromkeys(reversed([op.path for op in ops if op.path in {*paths["created"], *paths["updated"]}]))
+        )
+        entries = []
+        for path in order[:RELATED_MAX]:
+            item = self.workspace.files.read(path)
+            if isinstance(item, StoredExperience):
+                fields = item.experience.fields()
+                entries.append({"path": path, "version": item.version, **{k: fields[k] for k in TEXT_FIELDS}})
+        return entries
 
     def _tool_schemas(self) -> str:
         return prompt.tool_schemas(self.jobs, ends_with_tool(self.wrapper))

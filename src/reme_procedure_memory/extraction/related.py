@@ -12,6 +12,8 @@ Contract: pure functions of their arguments.
   segment's words can miss (the words of a trajectory are mostly its data);
 - ``with_contents(compact, whole)`` is a compact answer (weak results left out) whose results carry their content
   as the ``detail=full`` answer of the same search (``whole``) gives it;
+- ``listed_first(own, searched, limit)`` puts ``own`` (the experiences the same import wrote in its earlier segments:
+  a continuing trajectory revises them most) before the searched entries, each path once, at most ``limit``;
 - ``merged_related(answers, limit, contents)`` merges the compact search answers of those queries: rank by rank
   (each query's best first), each path once, at most ``limit``; only the ``contents`` entries the model is most
   likely to revise keep their content (the highest vector score, ``scores.vector``, among the entries that carry one, else the
@@ -67,6 +69,15 @@ def with_contents(compact: dict[str, Any], whole: dict[str, Any]) -> dict[str, A
                 entry["content_truncated"] = True
         results.append(entry)
     return {**compact, "results": results}
+
+
+def listed_first(own: list[dict[str, Any]], searched: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """``own`` then ``searched``, each path once (its first entry), at most ``limit`` entries."""
+    listed: dict[str, dict[str, Any]] = {}
+    for entry in [*own, *searched]:
+        if len(listed) < limit:
+            listed.setdefault(entry["path"], entry)
+    return list(listed.values())
 
 
 def merged_related(answers: list[dict[str, Any]], limit: int, contents: int = 1) -> list[dict[str, Any]]:
