@@ -141,17 +141,23 @@ def test_the_names_a_segment_calls_in_every_trajectory_format():
     assert called_names(many) == [f"f{i}" for i in range(CALLED_LIMIT)]
 
 
-async def test_an_experience_naming_a_function_the_segment_calls_is_listed_first(make_app, tmp_path):
-    """Six experiences share the segment's words; the one that names the function it calls (``du``) shares none of
-    them, so the queries of the segment's words leave it out of the five listed, and the calls query lists it first."""
+def six_experiences(tmp_path, name: str, when: str):
+    """A workspace with six experiences ``<name>-<n>.json`` whose when-to-use is ``when`` with ``n`` filled in."""
     ws = tmp_path / "ws"
     place_trajectory(ws)
     (ws / "procedures").mkdir(parents=True)
     for n in range(6):
-        when = f"When the project report folder {n} must be archived for the quarterly review"
-        (ws / "procedures" / f"archive-report-{n}.json").write_text(
-            json.dumps(experience_record(f"Archive report folder {n}", when, f"tar the report folder {n}"))
-        )
+        record = experience_record(f"{name} {n}", when.format(n), f"{name} step {n}")
+        (ws / "procedures" / f"{name}-{n}.json").write_text(json.dumps(record))
+    return ws
+
+
+async def test_an_experience_naming_a_function_the_segment_calls_is_listed_first(make_app, tmp_path):
+    """Six experiences share the segment's words; the one that names the function it calls (``du``) shares none of
+    them, so the queries of the segment's words leave it out of the five listed, and the calls query lists it first."""
+    ws = six_experiences(
+        tmp_path, "archive-report", "When the project report folder {} must be archived for the review"
+    )
     (ws / "procedures" / "disk-usage.json").write_text(
         json.dumps(experience_record("Disk usage", "Size of a directory", "1. du(human_readable=True)"))
     )
@@ -173,14 +179,7 @@ async def test_a_later_segment_lists_what_the_import_wrote_before_first_and_whol
     import's own earlier writes are listed first, the latest first, each with its content, more of them than the
     five searched ones (a read of each would cost a request), then searched ones up to ten in all; segment 1 lists
     none of its own (nothing was written before it)."""
-    ws = tmp_path / "ws"
-    place_trajectory(ws)
-    (ws / "procedures").mkdir(parents=True)
-    for n in range(6):
-        when = f"When the search index {n} is stale after a configuration change"
-        (ws / "procedures" / f"rebuild-index-{n}.json").write_text(
-            json.dumps(experience_record(f"Rebuild index {n}", when, f"rebuild index {n}, then verify a query"))
-        )
+    ws = six_experiences(tmp_path, "rebuild-index", "When the search index {} is stale after a configuration change")
     prompts = []
 
     async def creates(tools, prompt, kwargs):
