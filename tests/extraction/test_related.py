@@ -16,7 +16,7 @@ from reme_procedure_memory.extraction.related import (
     with_contents,
 )
 
-from conftest import import_file, memory_of
+from conftest import import_file
 from helpers import experience_record, place_trajectory
 from helpers.corpus import TWO_SEGMENTS, two_segment_original, write
 
@@ -92,7 +92,7 @@ def test_the_closest_is_listed_with_its_when_to_use_and_content_the_others_by_de
     assert "content (continues: procedure_read it before rewriting the content):" in cut[0]
 
 
-async def listing(app, original, request_id: str = "r1") -> str:
+async def listing(app, original) -> str:
     """Import ``original`` (one segment) with a scripted agent that writes nothing; the listed matches it was shown."""
     prompts = []
 
@@ -101,7 +101,7 @@ async def listing(app, original, request_id: str = "r1") -> str:
         return "Nothing new."
 
     app.agent.scripts.append(reads)
-    ok, ans = await import_file(app, original, request_id=request_id)
+    ok, ans = await import_file(app, original, request_id="r1")
     assert ok and ans["status"] == "complete", ans
     return prompts[0].split("match this segment best", 1)[1]
 
@@ -210,21 +210,3 @@ async def test_a_later_segment_lists_what_the_import_wrote_before_first_and_whol
     own = second.split("- procedures/rotate-keys-0.json", 1)[1].split("\n- ", 1)[0]
     assert "content:\n    1. revoke 0\n    2. reissue" in own
     assert "rotate-keys" not in first
-
-
-async def test_each_listed_experience_shows_its_size_against_the_bound_unless_there_is_none(make_app, tmp_path):
-    """With ``extraction.grow_limit`` (300 by default) a listed entry's head carries its three text fields' tokens,
-    counted with the configured tokenizer, so the agent sees the room a revision has; with the bound off, no size."""
-    ws = six_experiences(tmp_path, "rebuild-index", "When the search index {} is stale after a configuration change")
-    original = write(tmp_path, "run.jsonl", '{"role": "user", "content": "the search index 3 is stale"}\n')
-    async with make_app(workspace=ws, scripts=[]) as app:
-        listed = await listing(app, original)
-        tokens = memory_of(app).workspace.tokens
-        record = json.loads((ws / "procedures" / "rebuild-index-3.json").read_text())
-        size = sum(tokens.count(record[f]) for f in ("description", "when-to-use", "content"))
-    heads = [line for line in listed.splitlines() if line.startswith("- procedures/rebuild-index-3.json")]
-    assert len(heads) == 1 and f", {size} tokens): " in heads[0]
-    off = {"procedure_memory": {"default": {"extraction": {"grow_limit": 0}}}}
-    async with make_app(workspace=ws, scripts=[], components=off) as app:
-        listed = await listing(app, original, request_id="r2")
-    assert " tokens): " not in listed and "- procedures/rebuild-index-3.json" in listed

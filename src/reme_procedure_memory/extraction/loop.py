@@ -147,23 +147,7 @@ class Extraction:
         own = self._earlier_writes(index)
         searched = merged_related(answers, RELATED_LIMIT, RELATED_CONTENTS)
         listed = listed_first(own, searched, min(RELATED_MAX, RELATED_LIMIT + len(own)))
-        await self._sized(listed)
         self._related[index] = prompt.related_lines(listed)
-
-    async def _sized(self, listed: list[dict[str, Any]]) -> None:
-        """With a bound on revisions (``extraction.grow_limit``), each listed entry shown whole gets ``tokens``: its
-        three text fields' size, so the agent sees the room a revision has before it is refused for growing past the
-        bound. Without the configured tokenizer the entries stay unsized (the writes answer what is wrong)."""
-        whole = [e for e in listed if "content" in e and not e.get("content_truncated")]
-        if self.workspace.settings.extraction.grow_limit <= 0 or not whole:
-            return
-        texts = [t for e in whole for t in (e["description"], e["when-to-use"], e["content"])]
-        try:
-            counts = await self.workspace.tokens.acount_many(texts)
-        except TokenizerUnavailable:
-            return
-        for n, entry in enumerate(whole):
-            entry["tokens"] = sum(counts[3 * n : 3 * n + 3])
 
     def _earlier_writes(self, index: int) -> list[dict[str, Any]]:
         """The experiences this import published in segments before ``index``, most recently written first, at most

@@ -68,14 +68,12 @@ def ledger_lines(ledger, failed: Iterable[dict[str, str]]) -> list[str]:
 
 
 def related_lines(results: list[dict]) -> list[str]:
-    """One entry per related experience (``related.merged_related``): path, version (and ``tokens``, the size of its
-    three text fields, when given) and description (the line that names its procedure; every listed entry is re-sent
-    with each turn of the segment); an entry that carries its content shows its when-to-use and its content too, so
-    it can be revised without reading it first."""
+    """One entry per related experience (``related.merged_related``): path, version and description (the line that
+    names its procedure; every listed entry is re-sent with each turn of the segment); an entry that carries its
+    content shows its when-to-use and its content too, so it can be revised without reading it first."""
     lines = []
     for r in results:
-        size = f", {r['tokens']} tokens" if "tokens" in r else ""
-        head = f"- {r['path']} ({r['version']}{size}): {r['description']}"
+        head = f"- {r['path']} ({r['version']}): {r['description']}"
         if "content" in r:
             more = " (continues: procedure_read it before rewriting the content)" if r.get("content_truncated") else ""
             lines.append(
