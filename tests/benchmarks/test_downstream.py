@@ -493,6 +493,8 @@ def test_build_makes_the_missing_replay_and_grows_the_memory_from_a_start_worksp
         for name, value in (("BACKEND", "openai"), ("MODEL_NAME", "fake-chat"), ("API_KEY", "x")):
             monkeypatch.setenv(f"LLM_{name}", value)
         monkeypatch.setenv("LLM_BASE_URL", chat.base_url)
+        tokenizer = write_word_tokenizer(tmp_path / "tok" / "tokenizer.json")  # no ../shared beside a CI clone
+        monkeypatch.setenv("PROCEDURE_TOKENIZER_SOURCE", str(tokenizer))
         downstream.main(
             ["build", "--shared", str(shared), "--out", str(out), "--train", "50", "--start-from", str(start)]
         )
