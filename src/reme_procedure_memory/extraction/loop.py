@@ -4,9 +4,10 @@ One ``Extraction`` processes one imported trajectory whose segments are fixed in
 from the checkpoint's position:
 
 1. search the library for the experiences that match the segment best (``RELATED_LIMIT``, compact, with the
-   functions the segment calls and pieces of the segment: ``related.py``), render the prompt (the segment, summary so far, the caller's hint, those
-   experiences, the best one's content, the ledger of an earlier attempt) and check that system prompt + user
-   message + tool schemas fit ``context - reserve`` exact tokens, before any model call;
+   functions the segment calls and pieces of the segment: ``related.py``; the import's own earlier writes first),
+   render the prompt (the segment, summary so far, the caller's hint, those experiences whole, the ledger of an
+   earlier attempt) and check that system prompt + user message + tool schemas fit ``context - reserve`` exact
+   tokens, before any model call;
 2. open a run (secret grant, source = the copy) and let the agent work with exactly the four job tools, plus
    ``finish_segment`` where the wrapper takes it (AgentScope: ``finish.py``), which ends the reply in the turn of
    the writes (one request for a segment whose writes succeed) and carries the rolling summary; the session file
