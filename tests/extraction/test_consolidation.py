@@ -28,13 +28,14 @@ FIELDS = {
 def test_the_prompt_asks_for_general_procedures_with_rules_and_folded_revisions():
     system = system_prompt(TokenLimits())
     flat = " ".join(system.split())  # sentences may wrap anywhere
-    assert "arguments as placeholders" in flat and "At most one short example value per step" in flat
-    assert 'after a line "Rules:"' in flat and "(2 trajectories)" in flat  # a rule carries its evidence
+    assert "arguments as placeholders" in flat and "At most one short example per step" in flat
+    assert 'Rules, after "Rules:"' in flat and "(2 trajectories)" in flat  # a rule carries its evidence
     assert "never a remark about one run" in flat
     # a step keeps its condition; a call not made is a rule only with the phrasing that led to it
-    assert "keep the condition a step was seen under" in flat
-    assert "is a rule only with the user's phrasing that led to it" in flat and '"X is not called"' in flat
-    assert "fold the new evidence" in flat and "never add this trajectory's values as another case" in flat
+    assert 'a step the user asked for in so many words ("first open X") holds only when asked' in flat
+    assert "A call not made is a rule only with the phrasing that led to it" in flat and '"X is not called"' in flat
+    assert "folding the evidence into its general procedure" in flat
+    assert "never adding this trajectory's values as another case" in flat
     assert "{" not in system and "}" not in system  # every placeholder filled
 
 

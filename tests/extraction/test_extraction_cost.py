@@ -163,7 +163,7 @@ async def test_the_segment_lists_the_related_experiences_and_the_last_asks_for_n
         ws,
         "rebuild-index.json",
         "After changing the index config when search results look stale",
-        "Rebuild the index, then verify a known query.",
+        "rebuild_index(index=<name>), then verify a known query.",
     )
     place(ws, "rotate-keys.json", "When credentials leak", "Rotate the keys and audit access.")
     prompts = []
@@ -181,11 +181,12 @@ async def test_the_segment_lists_the_related_experiences_and_the_last_asks_for_n
         assert ok and ans["segments"] == {"done": 2, "total": 2}, ans
         version = memory_of(app).reads.experience("procedures/rebuild-index.json")["version"]
     listed = prompts[0].split("match this segment best", 1)[1]
-    # the closest ones whole (their when-to-use and content: revisable without a read; RELATED_CONTENTS of them)
+    # the closest ones naming a function the segment calls (rebuild_index) whole (their when-to-use and content:
+    # revisable without a read)
     assert (
         f"- procedures/rebuild-index.json ({version}): About rebuild-index.json\n"
         "  when to use: After changing the index config when search results look stale\n"
-        "  content:\n    Rebuild the index, then verify a known query."
+        "  content:\n    rebuild_index(index=<name>), then verify a known query."
     ) in listed
     assert "Rotate the keys" not in listed  # a weak match is left out, whole or not
     assert "Begin with procedure_search" not in prompts[0]
@@ -193,8 +194,9 @@ async def test_the_segment_lists_the_related_experiences_and_the_last_asks_for_n
     assert "This is the last segment" in prompts[1] and "<summary> and </summary>" not in prompts[1]
     assert "The user rebuilt the docs index." in prompts[1]  # the rolling summary reaches the last segment
     system = app.agent.replies[0]["kwargs"]["system_prompt"]
-    assert "the runtime searched for you" in system and "nothing reusable needs no write: end it at once" in system
-    assert "Name every tool or function called" in system
+    flat = " ".join(system.split())  # sentences may wrap anywhere
+    assert "the runtime searched for you" in flat and "nothing reusable needs no write: end it at once" in flat
+    assert "naming every tool or function" in flat
     from reme_procedure_memory.schema import ADVICE_MARKER
 
     assert ADVICE_MARKER not in system  # faithfulness: no advice of the extractor's own unless extraction.advice

@@ -13,6 +13,7 @@ from reme_procedure_memory.extraction.related import (
     called_names,
     merged_related,
     related_queries,
+    shown_whole,
     with_contents,
 )
 
@@ -90,6 +91,24 @@ def test_the_closest_is_listed_with_its_when_to_use_and_content_the_others_by_de
     ]
     cut = related_lines([{**entry("procedures/c.json", 0.9, "1. cd"), "content_truncated": True}])
     assert "content (continues: procedure_read it before rewriting the content):" in cut[0]
+
+
+def test_only_entries_naming_a_function_the_segment_calls_are_shown_whole():
+    entries = [
+        entry("procedures/a.json", 0.9, "1. GorillaFileSystem.cd(folder=<dir>)\n2. mv"),
+        {**entry("procedures/b.json", 0.8, "1. cdrom_eject()"), "content_truncated": True},
+        entry("procedures/c.json", 0.7, "then cd into it"),
+        entry("procedures/d.json", 0.6),
+    ]
+    shown = shown_whole(entries, ["cd", "touch"])
+    assert [("content" in e, "content_truncated" in e) for e in shown] == [
+        (True, False),
+        (False, False),
+        (True, False),
+        (False, False),
+    ]  # "cd" as a whole identifier (a qualified name too), never inside "cdrom_eject"
+    assert "content" in entries[1] and entries[1]["content_truncated"]  # copies: the input is unchanged
+    assert shown_whole(entries, []) == entries  # no names known: every entry as it was
 
 
 async def listing(app, original) -> str:
@@ -176,9 +195,10 @@ async def test_an_experience_naming_a_function_the_segment_calls_is_listed_first
 
 async def test_a_later_segment_lists_what_the_import_wrote_before_first_and_whole(make_app, tmp_path):
     """Six experiences match segment 2's words better than the six segment 1 created (whose words are unrelated): the
-    import's own earlier writes are listed first, the latest first, each with its content, more of them than the
-    five searched ones (a read of each would cost a request), then searched ones up to ten in all; segment 1 lists
-    none of its own (nothing was written before it)."""
+    import's own earlier writes are listed first, the latest first, each with its content (they name the function
+    the segment calls), more of them than the five searched ones (a read of each would cost a request), then
+    searched ones up to ten in all, by their head (they name none); segment 1 lists none of its own (nothing was
+    written before it)."""
     ws = six_experiences(tmp_path, "rebuild-index", "When the search index {} is stale after a configuration change")
     prompts = []
 
@@ -191,7 +211,7 @@ async def test_a_later_segment_lists_what_the_import_wrote_before_first_and_whol
                 operation_key=f"s1-{n}",
                 description=f"Rotate leaked keys {n}",
                 when_to_use="When credentials leak",
-                content=f"1. revoke {n}\n2. reissue",
+                content=f"1. revoke {n}\n2. rebuild_index(index=<name>)",
             )
             assert ok, ans
         return "<summary>Segment 1: created six rotate-keys experiences.</summary>"
@@ -206,7 +226,13 @@ async def test_a_later_segment_lists_what_the_import_wrote_before_first_and_whol
     first, second = (p.split("match this segment best", 1)[1] for p in prompts)
     entries = [line.split(" ", 2)[1] for line in second.splitlines() if line.startswith("- procedures/")]
     assert entries[:6] == [f"procedures/rotate-keys-{n}.json" for n in reversed(range(6))]
-    assert len(entries) == 10 and all(e.startswith("procedures/rebuild-index-") for e in entries[6:])
+    # the searched ones follow, each path once: those the own ones do not already list (the calls search finds the
+    # own ones too, since they name rebuild_index)
+    assert 6 < len(entries) <= 10 and len(set(entries)) == len(entries)
+    assert all(e.startswith("procedures/rebuild-index-") for e in entries[6:])
     own = second.split("- procedures/rotate-keys-0.json", 1)[1].split("\n- ", 1)[0]
-    assert "content:\n    1. revoke 0\n    2. reissue" in own
+    assert "content:\n    1. revoke 0\n    2. rebuild_index(index=<name>)" in own
+    # a searched entry whose content names no function the segment calls (rebuild_index) is listed by its head
+    searched = second.split("- procedures/rebuild-index-", 1)[1]
+    assert "when to use:" not in searched and "content:" not in searched
     assert "rotate-keys" not in first

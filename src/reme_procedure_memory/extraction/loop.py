@@ -5,7 +5,8 @@ from the checkpoint's position:
 
 1. search the library for the experiences that match the segment best (``RELATED_LIMIT``, compact, with the
    functions the segment calls and pieces of the segment: ``related.py``; the import's own earlier writes first),
-   render the prompt (the segment, summary so far, the caller's hint, those experiences whole, the ledger of an
+   render the prompt (the segment, summary so far, the caller's hint, those experiences (whole where they name a
+   function the segment calls), the ledger of an
    earlier attempt) and check that system prompt + user message + tool schemas fit ``context - reserve`` exact
    tokens, before any model call;
 2. open a run (secret grant, source = the copy) and let the agent work with exactly the four job tools, plus
@@ -39,7 +40,7 @@ from ..storage.journal import INDEX_PENDING, PUBLISHED, written_paths
 from . import prompt
 from .agent_call import ends_with_tool, merged_reply_kwargs, remove_session_file, reply_text, stop_reason
 from .finish import FinishSegment
-from .related import called_names, listed_first, merged_related, related_queries, with_contents
+from .related import called_names, listed_first, merged_related, related_queries, shown_whole, with_contents
 from .summary import parse_summary, summary_problem, tagged
 
 if TYPE_CHECKING:
@@ -51,8 +52,9 @@ if TYPE_CHECKING:
 Search = Callable[..., Awaitable[dict[str, Any]]]  # (query, view, limit, tools=...) -> a search answer
 REPAIR_ITERATIONS = 2  # a summary repair needs no tools: one answer, plus the SDK's forced final turn
 RELATED_VIEW, RELATED_LIMIT = View.WHEN_TO_USE_CONTENT, 5  # the experiences a segment's message lists
-# all shown whole (weak matches are left out): revised in place (folded, not appended to) without a read turn;
-# bounded experiences (extraction.grow_limit) keep that affordable
+# all carry their content (weak matches are left out), shown whole where they name a function the segment calls:
+# revised in place (folded, not appended to) without a read turn; bounded experiences (extraction.grow_limit) keep
+# that affordable
 RELATED_CONTENTS = RELATED_LIMIT
 # the experiences the import wrote in its earlier segments are listed before the searched ones, whole: a continuing
 # trajectory revises them most (a model knows their names from its rolling summary and read them instead); at most
@@ -128,8 +130,9 @@ class Extraction:
         """The library's experiences that match segment ``index`` best, for its message: compact searches of the
         content view, first for the experiences naming the functions the segment calls (``related.called_names``),
         then with the hint and pieces of the segment (``related``), merged; the experiences the import wrote in its
-        earlier segments come first (``_earlier_writes``). The agent searches only for what they miss. A search that
-        fails leaves the list out (the agent can still search)."""
+        earlier segments come first (``_earlier_writes``); only those naming a function the segment calls are shown
+        whole (``related.shown_whole``). The agent searches only for what they miss. A search that fails leaves the
+        list out (the agent can still search)."""
         start, end = self.checkpoint.span(index)
         segment = self.text[start:end]
         names = tuple(called_names(segment))
@@ -148,7 +151,7 @@ class Extraction:
         own = self._earlier_writes(index)
         searched = merged_related(answers, RELATED_LIMIT, RELATED_CONTENTS)
         listed = listed_first(own, searched, min(RELATED_MAX, RELATED_LIMIT + len(own)))
-        self._related[index] = prompt.related_lines(listed)
+        self._related[index] = prompt.related_lines(shown_whole(listed, names))
 
     def _earlier_writes(self, index: int) -> list[dict[str, Any]]:
         """The experiences this import published in segments before ``index``, most recently written first, at most

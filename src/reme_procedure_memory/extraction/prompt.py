@@ -113,7 +113,9 @@ def user_message(
     finish = (
         PROMPTS["finish_last" + suffix]
         if number == total
-        else PROMPTS["finish_segment" + suffix].format(number=number, summary_limit=summary_limit)
+        else PROMPTS["finish_segment" + suffix].format(
+            number=number, summary_limit=summary_limit, summary_scope=PROMPTS["summary_scope"]
+        )
     )
     return PROMPTS["segment_user"].format(
         path=path,
@@ -144,6 +146,7 @@ def repair_message(
         problem=problem,
         reply=quoted,
         summary_limit=summary_limit,
+        summary_scope=PROMPTS["summary_scope"],
     )
 
 

@@ -12,6 +12,11 @@ Contract: pure functions of their arguments.
   segment's words can miss (the words of a trajectory are mostly its data);
 - ``with_contents(compact, whole)`` is a compact answer (weak results left out) whose results carry their content
   as the ``detail=full`` answer of the same search (``whole``) gives it;
+- ``shown_whole(entries, names)`` keeps the content of only the entries whose content names a function the
+  segment calls (``names``; naming as ``procedure_search tools=`` counts it: ``operations.delivery``), the others
+  listed by their head: an experience a segment revises is one of the functions it calls (another goal is a new
+  experience), and a whole entry costs its tokens in every request of the segment; with no ``names`` (a segment
+  whose calls are not written as calls) every entry stays whole;
 - ``listed_first(own, searched, limit)`` puts ``own`` (the experiences the same import wrote in its earlier segments:
   a continuing trajectory revises them most) before the searched entries, each path once, at most ``limit``;
 - ``merged_related(answers, limit, contents)`` merges the compact search answers of those queries: rank by rank
@@ -25,6 +30,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from ..operations.delivery import names_any, tool_pattern
 
 PIECES = 3
 PIECE_CHARS = 1500  # about what an embedding model of 256 word pieces reads, and enough words for BM25
@@ -78,6 +85,22 @@ def listed_first(own: list[dict[str, Any]], searched: list[dict[str, Any]], limi
         if len(listed) < limit:
             listed.setdefault(entry["path"], entry)
     return list(listed.values())
+
+
+def shown_whole(entries: list[dict[str, Any]], names: list[str] | tuple[str, ...]) -> list[dict[str, Any]]:
+    """``entries`` (copies), those whose content names none of ``names`` without their content (see the module
+    docstring); all unchanged when ``names`` is empty."""
+    if not names:
+        return [dict(entry) for entry in entries]
+    pattern = tool_pattern(names)
+    shown = []
+    for entry in entries:
+        entry = dict(entry)
+        if "content" in entry and not names_any(entry["content"], pattern):
+            entry.pop("content")
+            entry.pop("content_truncated", None)
+        shown.append(entry)
+    return shown
 
 
 def merged_related(answers: list[dict[str, Any]], limit: int, contents: int = 1) -> list[dict[str, Any]]:
