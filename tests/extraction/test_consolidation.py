@@ -4,9 +4,11 @@
   the environment's conventions as rules carrying their evidence, and for revisions that fold new evidence in
   rather than append a case;
 - the extractor's own advice is off unless ``extraction.advice`` is set;
-- an update may take an experience only to ``extraction.grow_limit`` tokens, or leave it no larger than it was
+- an update may take an experience only to ``extraction.grow_limit`` tokens (its acceptance ceiling: the slack of the
+  field limits), or leave it no larger than it was
   (``consolidate_required``; nothing is written); the prompt states the bound;
-- the segment's message shows the listed experiences whole, so they are revised without a read.
+- the segment's message shows the listed experiences naming a function it calls whole, so they are revised without
+  a read.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ FIELDS = {
     "when_to_use": "Before rebooting a cluster node",
     "content": "Cordon the node, drain workloads, then reboot.",
 }
+FIELDS_IN_FILE = ("description", "when-to-use", "content")
 
 
 def test_the_prompt_asks_for_general_procedures_with_rules_and_folded_revisions():
@@ -70,15 +73,20 @@ async def test_updates_grow_an_experience_only_to_the_grow_limit(make_app):
         ok, created = await call_tool(app, run, "procedure_create", filename="drain-node.json", **FIELDS)
         assert ok, created
         now = sum(await memory.workspace.tokens.acount_many(list(FIELDS.values())))
-    limit = now + 3  # room for a short addition, not for a case of five words
+    limit = now + 3  # room for a short addition, not for a case of a few words
+    # the agent is told the target; like the field limits, acceptance allows the slack (10%) beyond it
+    ceiling = TokenLimits().ceiling(limit)
+    assert ceiling > limit
     components = {"procedure_memory": {"default": {"extraction": {"grow_limit": limit}}}}
     async with make_app(components=components) as app:
         memory = memory_of(app)
         run = memory.grants.begin_attempt("req-2", [add_trajectory(app, "run-2.jsonl")], segment=0)
         at = {"path": created["path"], "expected_version": created["version"]}
-        ok, grown = await call_tool(app, run, "procedure_update", **at, content_append="one two three four five")
+        past = " ".join(["word"] * (ceiling - now + 1))  # one token past the ceiling
+        ok, grown = await call_tool(app, run, "procedure_update", **at, content_append=past)
         assert not ok and grown["error"]["code"] == "consolidate_required", grown
-        assert grown["tokens"] == now + 5 and grown["limit"] == limit
+        assert grown["tokens"] == ceiling + 1 and grown["limit"] == limit
+        assert f"at most {limit}." in grown["error"]["message"]  # the target, as the prompt states it
         message = grown["error"]["message"]
         assert message.startswith("Nothing was written: with the addition") and "general procedure" in message
         assert "procedure_read it first" in message
@@ -88,8 +96,11 @@ async def test_updates_grow_an_experience_only_to_the_grow_limit(make_app):
         assert rewritten["error"]["message"].startswith("Nothing was written: with this update")
         stored = memory.reads.experience(created["path"])
         assert stored["version"] == created["version"] and stored["experience"]["content"] == FIELDS["content"]
-        ok, small = await call_tool(app, run, "procedure_update", **at, content_append="Uncordon.")
-        assert ok and small["status"] == "updated", small  # within the bound
+        at_ceiling = " ".join(["word"] * (ceiling - now))
+        ok, small = await call_tool(app, run, "procedure_update", **at, content_append=at_ceiling)
+        assert ok and small["status"] == "updated", small  # past the target, within its ceiling
+        stored = memory.reads.experience(created["path"])["experience"]
+        assert sum(await memory.workspace.tokens.acount_many([stored[k] for k in FIELDS_IN_FILE])) == ceiling
         system = system_prompt(TokenLimits(), grow_limit=limit)
         assert f"An experience's three fields stay within {limit} tokens together." in system
         assert "three fields stay within" not in system_prompt(TokenLimits())

@@ -161,18 +161,26 @@ async def check_lengths(
 
 
 async def check_growth(
-    tokens: TokenCounter, limit: int, before: dict[str, str], after: dict[str, str], rel: str, added: bool
+    tokens: TokenCounter,
+    limit: int,
+    ceiling: int,
+    before: dict[str, str],
+    after: dict[str, str],
+    rel: str,
+    added: bool,
 ) -> None:
     """An update may take an experience's three text fields (``before`` -> ``after``, keyed as in the file) to at
-    most ``limit`` tokens (``extraction.grow_limit``; 0: no bound), or leave them no larger than they were: past it
-    the answer asks for one consolidated rewrite, since revisions that add each trajectory's case make an experience
-    grow with every trajectory instead of generalising. ``added``: the update is an addition."""
+    most ``ceiling`` tokens, the acceptance ceiling of the target ``limit`` (``extraction.grow_limit``, the one the
+    agent is told; 0: no bound; the ceiling adds ``token_limits.slack`` as the field limits do), or leave them no
+    larger than they were: past it the answer asks for one consolidated rewrite within ``limit``, since revisions
+    that add each trajectory's case make an experience grow with every trajectory instead of generalising.
+    ``added``: the update is an addition."""
     if limit <= 0:
         return
     names = ("description", "when-to-use", "content")
     counts = await counted(tokens, [before[n] for n in names] + [after[n] for n in names])
     was, total = sum(counts[:3]), sum(counts[3:])
-    if total <= limit or total <= was:
+    if total <= ceiling or total <= was:
         return
     what = "with the addition" if added else "with this update"
     raise ProcedureError(
@@ -332,7 +340,9 @@ class Writes:
             if grown:
                 await check_lengths(ws.tokens, ws.settings.token_limits, grown, added=True)
             merged = {**now, **fields, **grown}
-            await check_growth(ws.tokens, ws.settings.extraction.grow_limit, now, merged, rel, added=bool(grown))
+            grow = ws.settings.extraction.grow_limit
+            ceiling = ws.settings.token_limits.ceiling(grow)
+            await check_growth(ws.tokens, grow, ceiling, now, merged, rel, added=bool(grown))
             self._record_predecessor(rel, current.version)
             merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))
             experience = Experience.model_validate(merged)
