@@ -140,7 +140,7 @@ async def test_a_procedure_at_the_end_of_a_segment_is_listed_too(make_app, tmp_p
     async with make_app(workspace=ws, scripts=[]) as app:
         listed = await listing(app, original)
     assert "procedures/drain-node.json" in listed and "procedures/rotate-keys.json" in listed
-    assert listed.count("  content:") == 2  # both whole (every listed match is)
+    assert listed.count("  content:") == 2  # both whole (the segment writes no call: every listed match is)
 
 
 def test_the_names_a_segment_calls_in_every_trajectory_format():
