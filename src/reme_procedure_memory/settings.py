@@ -58,7 +58,7 @@ class ExtractionSettings(BaseModel):
     advice: bool = False
     # an update may take an experience's three text fields to at most this many tokens (or leave them no larger than
     # they were); past it the agent rewrites the experience as one general procedure (0: no bound)
-    grow_limit: int = Field(300, ge=0)
+    grow_limit: int = Field(250, ge=0)
 
 
 class HistorySettings(BaseModel):
