@@ -99,6 +99,8 @@ def test_default_settings():
     assert settings.max_file_bytes == 20 * 1024 * 1024
     assert settings.tokenizer_source == "Qwen/Qwen3.8-27B"
     assert settings.vector_weight == 0.7
+    # an update may grow an experience to 250 tokens, the target the agent is told, accepted up to 300
+    assert (settings.extraction.grow_limit, settings.extraction.grow_ceiling()) == (250, 300)
 
 
 @pytest.mark.parametrize(
@@ -111,6 +113,7 @@ def test_default_settings():
         ({"token_limits": {"reserve": 300000}}, "token_limits"),
         ({"token_limits": {"segmnt": 5}}, "token_limits.segmnt"),
         ({"vector_weight": 2}, "vector_weight"),
+        ({"extraction": {"grow_slack": 1.5}}, "extraction.grow_slack"),
         ({"unknown_key": 1}, "unknown_key"),
     ],
 )

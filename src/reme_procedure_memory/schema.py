@@ -49,27 +49,51 @@ class Job(StrEnum):
 # strings, as ReMe and the agent SDKs take tool names.
 AGENT_TOOLS = tuple(job.value for job in (Job.SEARCH, Job.READ, Job.CREATE, Job.UPDATE))
 
-# Arguments an extraction agent's tool schemas leave out (the toolkit the plugin builds for ReMe's AgentScope backend;
-# other backends build the job's whole schema): every search argument but the query (the segment's message lists the
-# best matches already; the agent's own search is a fallback, served by the defaults of an extraction run: compact,
-# no relevance floor), and the update's additions (a revision folds new evidence into the rewritten field
-# instead of appending a case: docs/decisions.md#consolidated-experiences). Every tool schema is re-sent with
-# each request, so each argument shown costs every turn. The jobs still accept them.
+# What an extraction agent's tools show where it differs from the job's own schema (the toolkit the plugin builds for
+# ReMe's AgentScope backend; other backends build the job's whole schema). Every tool schema is re-sent with each
+# request, so each argument shown costs every turn; the jobs still accept everything.
+# - search: the query alone (the segment's message lists the best matches already; the agent's own search is a
+#   fallback, served by the defaults of an extraction run: compact, no relevance floor);
+# - read: an experience alone (a trajectory excerpt's arguments are a service caller's: the segment is in the
+#   message, and no relay run's agent read one);
+# - update: no additions (a revision folds new evidence into the rewritten field instead of appending a case:
+#   docs/decisions.md#consolidated-experiences).
 AGENT_HIDDEN_ARGUMENTS: dict[str, tuple[str, ...]] = {
     Job.SEARCH.value: ("index", "limit", "detail", "min_relevance", "tools", "max_tokens"),
+    Job.READ.value: ("kind", "offset", "length"),
     Job.UPDATE.value: ("when_to_use_append", "content_append"),
+}
+# The descriptions that say what the narrowed tools do (replacing the job's and its arguments' own).
+AGENT_DESCRIPTIONS: dict[str, str] = {
+    Job.SEARCH.value: "Search the library's experiences: the best matches' paths, versions and texts.",
+    Job.READ.value: "Read an experience: its fields and version.",
+}
+AGENT_ARGUMENT_DESCRIPTIONS: dict[str, dict[str, str]] = {
+    Job.READ.value: {"path": "procedures/<name>.json"},
 }
 
 
+def agent_description(job: str, description: str) -> str:
+    """The description of ``job``'s tool as an extraction agent sees it (``AGENT_DESCRIPTIONS``, else
+    ``description``, the job's own)."""
+    return AGENT_DESCRIPTIONS.get(job, description)
+
+
 def agent_parameters(job: str, parameters: dict | None) -> dict | None:
-    """``parameters`` (a job tool's JSON schema) without the arguments ``AGENT_HIDDEN_ARGUMENTS`` hides from an
-    extraction agent for ``job``; a copy, or ``parameters`` itself when nothing is hidden."""
+    """``parameters`` (a job tool's JSON schema) as an extraction agent sees it for ``job``: without the arguments
+    ``AGENT_HIDDEN_ARGUMENTS`` hides, with ``AGENT_ARGUMENT_DESCRIPTIONS``; a copy, or ``parameters`` itself when
+    nothing differs."""
     hidden = AGENT_HIDDEN_ARGUMENTS.get(job, ())
-    if not parameters or not hidden:
+    described = AGENT_ARGUMENT_DESCRIPTIONS.get(job, {})
+    if not parameters or not (hidden or described):
         return parameters
     narrowed = dict(parameters)
     if "properties" in narrowed:
-        narrowed["properties"] = {k: v for k, v in narrowed["properties"].items() if k not in hidden}
+        narrowed["properties"] = {
+            k: {**v, "description": described[k]} if k in described else v
+            for k, v in narrowed["properties"].items()
+            if k not in hidden
+        }
     if "required" in narrowed:
         narrowed["required"] = [k for k in narrowed["required"] if k not in hidden]
     return narrowed

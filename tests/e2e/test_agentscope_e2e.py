@@ -90,8 +90,9 @@ async def test_real_agentscope_agent_extracts_an_experience(make_app, tmp_path, 
                 assert_offered_only_the_extraction_tools(conversation.body, tuple(injected))
                 wire = json.dumps(conversation.body)
                 assert runs[0].grant not in wire and runs[0].context_id not in wire
-            # The schemas leave out what an extraction agent does not use (a caller's delivery arguments, the
-            # update's additions), and are what the context check counts (prompt.tool_schemas).
+            # The schemas leave out what an extraction agent does not use (a caller's delivery arguments and
+            # trajectory excerpts, the update's additions), say what the narrowed tools do, and are what the context
+            # check counts (prompt.tool_schemas).
             counted = {
                 t["function"]["name"]: t["function"] for t in json.loads(prompt.tool_schemas(app.context.jobs, True))
             }
@@ -100,10 +101,10 @@ async def test_real_agentscope_agent_extracts_an_experience(make_app, tmp_path, 
                 search = sent["procedure_search"]["parameters"]["properties"]
                 update = sent["procedure_update"]["parameters"]["properties"]
                 assert set(search) == {"query"}
+                assert set(sent["procedure_read"]["parameters"]["properties"]) == {"path"}
+                assert "trajectory" not in json.dumps(sent["procedure_read"])  # an experience's read alone
                 assert "content" in update and not {"content_append", "when_to_use_append"} & set(update)
-                assert {n: sorted(f["parameters"]["properties"]) for n, f in sent.items()} == {
-                    n: sorted(f["parameters"]["properties"]) for n, f in counted.items()
-                }
+                assert sent == counted  # names, descriptions and parameters exactly as counted
             first = conversations[0]
             assert "You extract reusable procedural experience" in first.system  # the plugin's system prompt
             assert first.segment == 1 and first.total == 1

@@ -4,8 +4,8 @@
   the environment's conventions as rules carrying their evidence, and for revisions that fold new evidence in
   rather than append a case;
 - the extractor's own advice is off unless ``extraction.advice`` is set;
-- an update may take an experience only to ``extraction.grow_limit`` tokens (its acceptance ceiling: the slack of the
-  field limits), or leave it no larger than it was
+- an update may take an experience only to ``extraction.grow_limit`` tokens (accepted up to its ceiling with
+  ``extraction.grow_slack``), or leave it no larger than it was
   (``consolidate_required``; nothing is written); the prompt states the bound;
 - the segment's message shows the listed experiences naming a function it calls whole, so they are revised without
   a read.
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from reme_procedure_memory.extraction.prompt import system_prompt
 from reme_procedure_memory.schema import ADVICE_MARKER
-from reme_procedure_memory.settings import TokenLimits
+from reme_procedure_memory.settings import ExtractionSettings, TokenLimits
 
 from conftest import add_trajectory, call_tool, import_file, memory_of
 from helpers.corpus import JSONL, write
@@ -74,10 +74,10 @@ async def test_updates_grow_an_experience_only_to_the_grow_limit(make_app):
         assert ok, created
         now = sum(await memory.workspace.tokens.acount_many(list(FIELDS.values())))
     limit = now + 3  # room for a short addition, not for a case of a few words
-    # the agent is told the target; like the field limits, acceptance allows the slack (10%) beyond it
-    ceiling = TokenLimits().ceiling(limit)
-    assert ceiling > limit
-    components = {"procedure_memory": {"default": {"extraction": {"grow_limit": limit}}}}
+    # the agent is told the target; acceptance allows extraction.grow_slack beyond it
+    ceiling = ExtractionSettings(grow_limit=limit, grow_slack=0.2).grow_ceiling()
+    assert ceiling == int(limit * 1.2)
+    components = {"procedure_memory": {"default": {"extraction": {"grow_limit": limit, "grow_slack": 0.2}}}}
     async with make_app(components=components) as app:
         memory = memory_of(app)
         run = memory.grants.begin_attempt("req-2", [add_trajectory(app, "run-2.jsonl")], segment=0)

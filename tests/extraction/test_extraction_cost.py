@@ -192,8 +192,8 @@ async def test_the_segment_lists_the_related_experiences_and_the_last_asks_for_n
     assert "Begin with procedure_search" not in prompts[0]
     assert "between\n<summary> and </summary>" in prompts[0] or "between <summary> and </summary>" in prompts[0]
     # the summary asked for is what a later segment needs, not a retelling of the calls the experiences hold
-    assert "the one still in progress and its state" in " ".join(prompts[0].split())
-    assert "not the calls the experiences already hold" in " ".join(prompts[0].split())
+    assert "the task still in progress at the end of this segment and its state" in " ".join(prompts[0].split())
+    assert "not the finished tasks nor the experiences" in " ".join(prompts[0].split())
     assert "This is the last segment" in prompts[1] and "<summary> and </summary>" not in prompts[1]
     assert "The user rebuilt the docs index." in prompts[1]  # the rolling summary reaches the last segment
     system = app.agent.replies[0]["kwargs"]["system_prompt"]

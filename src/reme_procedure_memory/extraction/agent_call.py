@@ -3,7 +3,7 @@
 Contract: pure functions. ``merged_reply_kwargs`` gives the kwargs of every agent call (no built-in tools, the
 plugin's budget merged into the wrapper's, cancellation raised, a fresh session id; with a run exactly the four job
 tools and its grant, plus ``finish_segment`` when given (AgentScope backend: ``ends_with_tool``; the plugin builds
-that toolkit, its schemas narrowed by ``schema.agent_parameters``), without one no tools); ``stop_reason`` says why
+that toolkit, its tools as an extraction agent sees them: ``schema.agent_description``, ``schema.agent_parameters``), without one no tools); ``stop_reason`` says why
 a reply did not complete, for every ReMe wrapper backend, or None; ``reply_text`` is a completed reply's text (a
 ``finish_segment`` summary between ``<summary>`` tags); ``remove_session_file`` removes the session file a reply left
 (AgentScope: the whole conversation, segment text included), which nothing reads again: every call has a fresh
@@ -20,7 +20,7 @@ from agentscope.tool import Toolkit
 from reme.components.agent_wrapper.as_agent_wrapper import AsAgentWrapper
 
 from ..reme_internals import job_tool, reply_result_text, resolve_jobs
-from ..schema import AGENT_TOOLS, agent_parameters
+from ..schema import AGENT_TOOLS, agent_description, agent_parameters
 from .finish import reply_summary
 from .summary import tagged
 
@@ -56,9 +56,10 @@ def stop_reason(result: dict) -> str | None:
 
 
 def agent_tool(wrapper, job, context_id: str | None, injected: dict[str, Any]):
-    """``job`` as the AgentScope tool ReMe builds for it (``reme_internals.job_tool``), its schema without the
-    arguments ``schema.AGENT_HIDDEN_ARGUMENTS`` hides from an extraction agent."""
+    """``job`` as the AgentScope tool ReMe builds for it (``reme_internals.job_tool``), its description and schema as
+    an extraction agent sees them (``schema.agent_description``, ``schema.agent_parameters``)."""
     tool = job_tool(wrapper, job, context_id, injected)
+    tool.description = agent_description(job.name, tool.description)
     if (parameters := agent_parameters(job.name, tool.input_schema)) is not None:
         tool.input_schema = parameters
     return tool

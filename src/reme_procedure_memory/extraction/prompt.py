@@ -23,7 +23,7 @@ from typing import Iterable
 
 import yaml
 
-from ..schema import AGENT_TOOLS, agent_parameters
+from ..schema import AGENT_TOOLS, agent_description, agent_parameters
 from ..storage.journal import ABANDONED
 from .finish import DESCRIPTION as FINISH_DESCRIPTION, FINISH_TOOL, INPUT_SCHEMA as FINISH_SCHEMA
 
@@ -152,12 +152,13 @@ def repair_message(
 
 def tool_schemas(jobs, finish_tool: bool = False) -> str:
     """The four job tools' schemas (and ``finish_segment``'s, with ``finish_tool``) as function-calling requests
-    carry them: with ``finish_tool`` (the toolkit the plugin builds: ``agent_call.agent_tool``) narrowed by
-    ``schema.agent_parameters``, else whole, as the backend builds them."""
+    carry them: with ``finish_tool`` (the toolkit the plugin builds: ``agent_call.agent_tool``) as an extraction
+    agent sees them (``schema.agent_description``, ``schema.agent_parameters``), else whole, as the backend builds
+    them."""
     schemas = [
         (
             name,
-            jobs[name].description,
+            agent_description(name, jobs[name].description) if finish_tool else jobs[name].description,
             agent_parameters(name, jobs[name].parameters) if finish_tool else jobs[name].parameters,
         )
         for name in AGENT_TOOLS

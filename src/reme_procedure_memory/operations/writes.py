@@ -171,7 +171,7 @@ async def check_growth(
 ) -> None:
     """An update may take an experience's three text fields (``before`` -> ``after``, keyed as in the file) to at
     most ``ceiling`` tokens, the acceptance ceiling of the target ``limit`` (``extraction.grow_limit``, the one the
-    agent is told; 0: no bound; the ceiling adds ``token_limits.slack`` as the field limits do), or leave them no
+    agent is told; 0: no bound; ``extraction.grow_ceiling``), or leave them no
     larger than they were: past it the answer asks for one consolidated rewrite within ``limit``, since revisions
     that add each trajectory's case make an experience grow with every trajectory instead of generalising.
     ``added``: the update is an addition."""
@@ -340,9 +340,10 @@ class Writes:
             if grown:
                 await check_lengths(ws.tokens, ws.settings.token_limits, grown, added=True)
             merged = {**now, **fields, **grown}
-            grow = ws.settings.extraction.grow_limit
-            ceiling = ws.settings.token_limits.ceiling(grow)
-            await check_growth(ws.tokens, grow, ceiling, now, merged, rel, added=bool(grown))
+            extraction = ws.settings.extraction
+            await check_growth(
+                ws.tokens, extraction.grow_limit, extraction.grow_ceiling(), now, merged, rel, added=bool(grown)
+            )
             self._record_predecessor(rel, current.version)
             merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))
             experience = Experience.model_validate(merged)
