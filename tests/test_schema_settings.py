@@ -99,8 +99,8 @@ def test_default_settings():
     assert settings.max_file_bytes == 20 * 1024 * 1024
     assert settings.tokenizer_source == "Qwen/Qwen3.8-27B"
     assert settings.vector_weight == 0.7
-    # an update may grow an experience to 250 tokens, the target the agent is told, accepted up to 325
-    assert (settings.extraction.grow_limit, settings.extraction.grow_ceiling()) == (250, 325)
+    # an update may grow an experience to 250 tokens, the target the agent is told, accepted up to 300
+    assert (settings.extraction.grow_limit, settings.extraction.grow_ceiling()) == (250, 300)
 
 
 @pytest.mark.parametrize(

@@ -59,13 +59,12 @@ class ExtractionSettings(BaseModel):
     # an update may take an experience's three text fields to at most this many tokens (or leave them no larger than
     # they were); past it the agent rewrites the experience as one general procedure (0: no bound)
     grow_limit: int = Field(250, ge=0)
-    # how far past grow_limit (the target the agent is told) an update is still accepted: a capable model overshot a
-    # stated size by up to 26%, and each refusal costs a request that re-sends the segment; the bound is there to stop
-    # accretion, not to police an overshoot
-    grow_slack: float = Field(0.3, ge=0, le=1)
+    # how far past grow_limit (the target the agent is told) an update is still accepted: models overshoot a stated
+    # size by 10-20%, and each refusal costs a request that re-sends the segment
+    grow_slack: float = Field(0.2, ge=0, le=1)
 
     def grow_ceiling(self) -> int:
-        """The acceptance ceiling of ``grow_limit``: floor(grow_limit * (1 + grow_slack)), e.g. 250 -> 325."""
+        """The acceptance ceiling of ``grow_limit``: floor(grow_limit * (1 + grow_slack)), e.g. 250 -> 300."""
         return math.floor(self.grow_limit * (1 + self.grow_slack) + 1e-9)
 
 
