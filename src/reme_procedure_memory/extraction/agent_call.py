@@ -3,11 +3,12 @@
 Contract: pure functions. ``merged_reply_kwargs`` gives the kwargs of every agent call (no built-in tools, the
 plugin's budget merged into the wrapper's, cancellation raised, a fresh session id; with a run exactly the four job
 tools and its grant, plus ``finish_segment`` when given (AgentScope backend: ``ends_with_tool``; the plugin builds
-that toolkit, its tools as an extraction agent sees them: ``schema.agent_description``, ``schema.agent_parameters``), without one no tools); ``stop_reason`` says why
-a reply did not complete, for every ReMe wrapper backend, or None; ``reply_text`` is a completed reply's text (a
-``finish_segment`` summary between ``<summary>`` tags); ``remove_session_file`` removes the session file a reply left
-(AgentScope: the whole conversation, segment text included), which nothing reads again: every call has a fresh
-session id, and a resumed import restarts from its checkpoint.
+that toolkit, its tools as an extraction agent sees them: ``schema.agent_description``,
+``schema.agent_parameters``), without one no tools); ``stop_reason`` says why a reply did not complete, for every
+ReMe wrapper backend, or None; ``reply_text`` is a completed reply's text (a ``finish_segment`` summary between
+``<summary>`` tags); ``remove_session_file`` removes the session file a reply left (AgentScope: the whole
+conversation, segment text included), which nothing reads again: every call has a fresh session id, and a resumed
+import restarts from its checkpoint.
 """
 
 from __future__ import annotations

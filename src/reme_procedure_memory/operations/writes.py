@@ -171,10 +171,9 @@ async def check_growth(
 ) -> None:
     """An update may take an experience's three text fields (``before`` -> ``after``, keyed as in the file) to at
     most ``ceiling`` tokens, the acceptance ceiling of the target ``limit`` (``extraction.grow_limit``, the one the
-    agent is told; 0: no bound; ``extraction.grow_ceiling``), or leave them no
-    larger than they were: past it the answer asks for one consolidated rewrite within ``limit``, since revisions
-    that add each trajectory's case make an experience grow with every trajectory instead of generalising.
-    ``added``: the update is an addition."""
+    agent is told; 0: no bound; ``extraction.grow_ceiling``), or leave them no larger than they were: past it the
+    answer asks for one consolidated rewrite within ``limit``, since revisions that add each trajectory's case make
+    an experience grow with every trajectory instead of generalising. ``added``: the update is an addition."""
     if limit <= 0:
         return
     names = ("description", "when-to-use", "content")
