@@ -56,9 +56,9 @@ RELATED_VIEW, RELATED_LIMIT = View.WHEN_TO_USE_CONTENT, 5  # the experiences a s
 # revised in place (folded, not appended to) without a read turn; bounded experiences (extraction.grow_limit) keep
 # that affordable
 RELATED_CONTENTS = RELATED_LIMIT
-# the experiences the import wrote in its earlier segments are listed before the searched ones, whole: a continuing
-# trajectory revises them most (a model knows their names from its rolling summary and read them instead); at most
-# this many entries in all
+# the experiences the import wrote in its earlier segments are listed before the searched ones (whole where they name
+# a function the segment calls): a continuing trajectory revises them most, and a model left without them read them
+# (a request re-sending the segment each); at most this many entries in all
 RELATED_MAX = 2 * RELATED_LIMIT
 
 
