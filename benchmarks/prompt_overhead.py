@@ -10,8 +10,8 @@ It builds the plugin's real first-turn input of a segment in an in-process ``App
 ``plugin.yaml``, default token limits) with the segment left empty and no earlier summary: the system prompt, the
 user message with its empty-summary slot, and the four tool schemas as function-calling requests carry them (what the
 plugin's own context check counts). It then renders that input with Qwen3's own chat template
-(``shared/data/tokenizers/qwen3/tokenizer_config.json``, with tools, plus AgentScope's runtime reminder message and
-the generation prompt) and counts everything with the real Qwen3 tokenizer. "Framing" is what the template and
+(``shared/data/tokenizers/qwen3/tokenizer_config.json``, with tools, AgentScope's runtime reminder message for the
+revisions whose agent still gets one (``reme_internals.quiet_agents`` turns it off) and the generation prompt) and counts everything with the real Qwen3 tokenizer. "Framing" is what the template and
 AgentScope add around the plugin's parts. The target is at most 4,000 tokens of the 262,144-token context.
 
 ``--smoke`` (CI, ``tests/benchmarks/test_smokes.py``) is the same measurement, already seconds long; without
@@ -121,8 +121,9 @@ async def plugin_parts(tokenizer_file: Path) -> dict[str, str]:
             await app.close()
 
 
-def render_qwen3(config: dict, system: str, user: str, tools: list[dict]) -> str:
-    """The first-turn prompt as a Qwen3 server renders it (its chat template, tools in the system turn)."""
+def render_qwen3(config: dict, system: str, user: str, tools: list[dict], reminder: bool) -> str:
+    """The first-turn prompt as a Qwen3 server renders it (its chat template, tools in the system turn), with
+    AgentScope's runtime reminder after the user message when the measured revision's agent still gets one."""
     import jinja2
 
     env = jinja2.Environment(trim_blocks=True, lstrip_blocks=True)
@@ -130,7 +131,7 @@ def render_qwen3(config: dict, system: str, user: str, tools: list[dict]) -> str
     messages = [
         {"role": "system", "content": system},
         {"role": "user", "content": user},
-        {"role": "user", "content": reminder_text()},
+        *([{"role": "user", "content": reminder_text()}] if reminder else []),
     ]
     return env.from_string(config["chat_template"]).render(messages=messages, tools=tools, add_generation_prompt=True)
 
@@ -160,9 +161,14 @@ def main() -> None:
     import reme_procedure_memory
 
     config = json.loads((qwen3 / "tokenizer_config.json").read_text(encoding="utf-8"))
-    rendered = render_qwen3(config, parts["system"], parts["user"], json.loads(parts["tools"]))
+    from reme_procedure_memory import reme_internals
+
+    reminded = not hasattr(reme_internals, "quiet_agents")  # revisions before it: AgentScope's reminder every request
+    rendered = render_qwen3(config, parts["system"], parts["user"], json.loads(parts["tools"]), reminded)
     sizes = {name: count(text) for name, text in parts.items()}
-    reminder = count(reminder_text())
+    what = (
+        f"Qwen3 template + AgentScope reminder {count(reminder_text())}" if reminded else "Qwen3 template, no reminder"
+    )
     total = count(rendered)
     framing = total - sizes["system"] - sizes["user"] - sizes["tools"]
     print(f"plugin: {Path(reme_procedure_memory.__file__).parent}")
@@ -170,7 +176,7 @@ def main() -> None:
     print(f"system prompt                         {sizes['system']:6d}")
     print(f"tool schemas (wire-form JSON)         {sizes['tools']:6d}")
     print(f"user message, empty segment + summary {sizes['user']:6d}")
-    print(f"framing (Qwen3 template + AgentScope reminder {reminder}) {framing:6d}")
+    print(f"framing ({what}) {framing:6d}")
     print(
         f"total fixed overhead per segment      {total:6d}   (target <= {TARGET}: "
         f"{'PASS' if total <= TARGET else 'FAIL'})"

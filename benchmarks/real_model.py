@@ -363,12 +363,11 @@ class ScriptedAdapter:
 
         segment, total = conversation.segment, conversation.total
         if conversation.step == 0 and not conversation.forced_final:
-            return call("procedure_search", query=f"part {segment} of the recorded session", index="when_to_use")
+            return call("procedure_search", query=f"part {segment} of the recorded session")
         if conversation.step == 1 and not conversation.forced_final:
             return call(
                 "procedure_create",
                 filename=f"smoke-part-{segment}.json",
-                operation_key=f"smoke-{segment}",
                 description=f"Repeat part {segment} of the recorded session",
                 when_to_use=f"When a task needs the calls of part {segment} of {total} of the session",
                 content=f"Make the calls of part {segment} in the order the trajectory made them.",

@@ -299,6 +299,15 @@ PRIVATE: tuple[Private, ...] = (
         "a job as the AgentScope tool the wrapper would build, injected arguments hidden (job_tool)",
     ),
     Private(
+        "reme.components.agent_wrapper.as_agent_wrapper:AsAgentWrapper",
+        "_build_agent",
+        "method",
+        "(self, inputs, **kwargs)",
+        "components/agent_wrapper/as_agent_wrapper.py:302",
+        "builds the AgentScope agent of a reply from the reply's merged kwargs (:346-348) with AgentScope's default "
+        "injection config (:330-339); quiet_agents wraps it so an extraction reply's agent injects no runtime state",
+    ),
+    Private(
         "reme.config.config_parser",
         "os",
         "global",
@@ -359,6 +368,33 @@ def job_tool(wrapper, job, context_id: str | None, injected: dict[str, Any] | No
     """``job`` as the AgentScope tool ``wrapper`` builds for it (as_agent_wrapper.py:162: the injected arguments are
     bound and hidden from the schema), so a toolkit the plugin assembles offers the job tools as ReMe would."""
     return wrapper._make_tool(job, context_id, injected)
+
+
+QUIET_REPLY = "procedure_memory_quiet"
+"""A reply kwarg (True) asking a wrapper ``quiet_agents`` prepared to build that reply's agent without runtime-state
+reminders; ReMe hands a reply's merged kwargs to ``_build_agent`` (as_agent_wrapper.py:346-348), and that method
+reads only the names it knows."""
+
+
+def quiet_agents(wrapper) -> None:
+    """Let ``wrapper`` (ReMe's AgentScope backend) build the agent of a reply given ``QUIET_REPLY`` without
+    AgentScope's runtime-state reminders (``InjectionConfig.inject_runtime_state``, agentscope/agent/_agent.py:1415,
+    on by default: ReMe passes no injection config, as_agent_wrapper.py:330-339): the current time, a context-length
+    or a repeated-failure hint, re-sent with every later request of the reply. An extraction reads none of them (its
+    budgets and its answers to repeated calls are the plugin's), and the time alone is ~80 tokens a request. Replies
+    without the kwarg are built exactly as before; preparing a wrapper twice changes nothing."""
+    if getattr(wrapper, "_procedure_memory_quiet", False):
+        return
+    build = wrapper._build_agent
+
+    async def build_agent(inputs, **kwargs):
+        agent, inputs = await build(inputs, **kwargs)
+        if kwargs.get(QUIET_REPLY):
+            agent.injection_config = agent.injection_config.model_copy(update={"inject_runtime_state": False})
+        return agent, inputs
+
+    wrapper._build_agent = build_agent
+    wrapper._procedure_memory_quiet = True
 
 
 async def query_embedding(store, query: str) -> np.ndarray | None:

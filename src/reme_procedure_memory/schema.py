@@ -45,6 +45,8 @@ class Job(StrEnum):
     DUMP = "procedure_dump"
 
 
+FIELD_ALIAS = "when-to-use"  # accepted as ``when_to_use``: the key a model sees in the experiences it reads
+
 # The job tools an extraction agent is given (with ``finish_segment``), in the order its request lists them; plain
 # strings, as ReMe and the agent SDKs take tool names.
 AGENT_TOOLS = tuple(job.value for job in (Job.SEARCH, Job.READ, Job.CREATE, Job.UPDATE))
@@ -57,11 +59,14 @@ AGENT_TOOLS = tuple(job.value for job in (Job.SEARCH, Job.READ, Job.CREATE, Job.
 # - read: an experience alone (a trajectory excerpt's arguments are a service caller's: the segment is in the
 #   message, and no relay run's agent read one);
 # - update: no additions (a revision folds new evidence into the rewritten field instead of appending a case:
-#   docs/decisions.md#consolidated-experiences).
+#   docs/decisions.md#consolidated-experiences), and not the `when-to-use` alias (no relay run's agent used it);
+# - create and update: no `operation_key` (the runtime derives one from the request, and an identical retry is an
+#   identical request: docs/decisions.md#operation-keys; no relay run's agent gave one).
 AGENT_HIDDEN_ARGUMENTS: dict[str, tuple[str, ...]] = {
     Job.SEARCH.value: ("index", "limit", "detail", "min_relevance", "tools", "max_tokens"),
     Job.READ.value: ("kind", "offset", "length"),
-    Job.UPDATE.value: ("when_to_use_append", "content_append"),
+    Job.CREATE.value: ("operation_key",),
+    Job.UPDATE.value: ("when_to_use_append", "content_append", FIELD_ALIAS, "operation_key"),
 }
 # The descriptions that say what the narrowed tools do (replacing the job's and its arguments' own).
 AGENT_DESCRIPTIONS: dict[str, str] = {
@@ -111,7 +116,6 @@ VIEW_NAMES = tuple(view.value for view in View)
 # Tool arguments use underscores (function-calling friendly); files use the spec's hyphenated key.
 ARG_TO_FIELD = {"description": "description", "when_to_use": "when-to-use", "content": "content"}
 FIELD_TO_ARG = {v: k for k, v in ARG_TO_FIELD.items()}
-FIELD_ALIAS = "when-to-use"  # accepted as ``when_to_use``: the key a model sees in the experiences it reads
 
 
 class Experience(BaseModel):

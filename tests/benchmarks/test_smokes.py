@@ -186,7 +186,7 @@ def check_prompt_overhead(out: str) -> None:
     system = numbers(r"^system prompt +{N}$", out)[0]
     tools = numbers(r"^tool schemas \(wire-form JSON\) +{N}$", out)[0]
     user = numbers(r"^user message, empty segment \+ summary +{N}$", out)[0]
-    framing = numbers(r"^framing \(Qwen3 template \+ AgentScope reminder {N}\) +{N}$", out)[1]
+    framing = numbers(r"^framing \(Qwen3 template, no reminder\) +{N}$", out)[0]  # the shipped revision is quiet
     total = numbers(r"^total fixed overhead per segment +{N} ", out)[0]
     parts = [int(system), int(tools), int(user), int(framing)]
     assert min(parts) > 0 and sum(parts) == int(total)

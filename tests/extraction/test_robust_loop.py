@@ -392,19 +392,20 @@ async def test_service_callers_and_later_segments_never_get_remembered_answers(m
 
 
 def sloppy_model(conversation):
-    """What small models do: a snake_case filename without .json, the file's `when-to-use` key, a repeated call."""
+    """What small models do: a snake_case filename without .json, the file's `when-to-use` key, a repeated call, an
+    argument its tools do not show."""
     from helpers.chat import call, say
 
-    answer = conversation.last_tool_answer() if conversation.step >= 2 else {}  # JSON answers of the plugin
+    answers = [json.loads(r) for r in conversation.tool_results if r.startswith("{")]  # the plugin's (JSON) answers
+    answer = answers[-1] if answers else {}
     steps = [
         lambda: call(
             "procedure_create",
             filename="Rebuild_Search_After_Change",
-            operation_key="s1-1",
             **{k: v for k, v in FIELDS.items() if k != "when_to_use"},
             **{"when-to-use": "Results look stale"},
         ),  # AgentScope: when_to_use is required here
-        lambda: call("procedure_create", filename="Rebuild_Search_After_Change", operation_key="s1-1", **FIELDS),
+        lambda: call("procedure_create", filename="Rebuild_Search_After_Change", **FIELDS),
         lambda: call("procedure_read", path=answer["path"]),
         lambda: call("procedure_read", path="procedures/rebuild-search-after-change.json"),
         lambda: call(
@@ -413,6 +414,12 @@ def sloppy_model(conversation):
             expected_version=answer["version"],
             operation_key="s1-2",
             **{"when-to-use": "After a config change, when results look stale"},
+        ),  # neither the alias nor an operation_key is in the update the agent is shown
+        lambda: call(
+            "procedure_update",
+            path=answer["path"],
+            expected_version=answer["version"],
+            when_to_use="After a config change, when results look stale",
         ),
         lambda: say("<summary>Rebuilt a stale search index after a config change.</summary>"),
     ]
@@ -420,7 +427,7 @@ def sloppy_model(conversation):
 
 
 async def test_the_rules_hold_through_the_real_agentscope_agent(make_app, tmp_path):
-    from helpers.chat import ChatEndpoint, llm_components
+    from helpers.chat import ChatEndpoint, llm_components, text_of
 
     original = write(tmp_path, "run.jsonl", JSONL)
     with ChatEndpoint(sloppy_model) as endpoint:
@@ -428,18 +435,45 @@ async def test_the_rules_hold_through_the_real_agentscope_agent(make_app, tmp_pa
             ok, ans = await import_file(app, original, request_id="as-1")
             assert endpoint.errors == [] and ok, ans
             assert ans["experiences"] == {"created": ["procedures/rebuild-search-after-change.json"], "updated": []}
-            results = endpoint.conversations()[-1].tool_results
-            # AgentScope validates arguments against the schema before the plugin sees them: create requires
-            # when_to_use (grammar-constrained providers fill only required properties), so the alias alone is
-            # answered by the SDK; update declares the alias and accepts it end to end.
+            last = endpoint.conversations()[-1]
+            results = last.tool_results
+            # AgentScope validates arguments against the schema the agent is shown before the plugin sees them:
+            # create requires when_to_use (grammar-constrained providers fill only required properties), so the
+            # alias alone is answered by the SDK, and so is an update with the alias or an operation_key, which the
+            # agent's update does not show (the job itself accepts both: test_when_to_use_alias_is_accepted_...).
             assert "when_to_use" in results[0] and "required" in results[0]
             created = json.loads(results[1])
             assert created["filename_used"] == "rebuild-search-after-change.json"
             read, repeated = json.loads(results[2]), json.loads(results[3])
             assert "repeated_call" not in read and repeated["repeated_call"] and repeated["version"] == read["version"]
-            assert json.loads(results[4])["status"] == "updated"
+            assert "additional" in results[4].lower() and "operation_key" in results[4], results[4]
+            assert json.loads(results[5])["status"] == "updated"
             data = json.loads((memory_of(app).workspace_path / created["path"]).read_text())
             assert data["when-to-use"] == "After a config change, when results look stale"
+            # no request of the reply carried AgentScope's runtime reminder (the current time, re-sent every turn)
+            assert len(last.messages) > 10
+            assert not any("<current-time>" in text_of(m) for m in last.messages)
+
+
+async def test_a_reply_without_the_quiet_kwarg_keeps_agentscopes_reminder(make_app, tmp_path):
+    """The control of the check above: the same wrapper, prepared by an import, still builds the agent of any other
+    reply with AgentScope's runtime reminder (the time), so the check can fail and other jobs are unchanged."""
+    from helpers.chat import ChatEndpoint, llm_components, say, text_of
+
+    def plain(conversation):
+        return say("<summary>Nothing reusable.</summary>") if conversation.segment else say("hello")
+
+    original = write(tmp_path, "run.jsonl", JSONL)
+    with ChatEndpoint(plain) as endpoint:
+        async with make_app(components=llm_components(endpoint.base_url)) as app:
+            ok, ans = await import_file(app, original, request_id="as-2")
+            assert endpoint.errors == [] and ok, ans
+            wrapper = app.context.components["agent_wrapper"]["default"]
+            await wrapper.reply("hello", system_prompt="You are terse.")
+            asked = [c for c in endpoint.conversations() if not c.segment]
+            assert asked and any("<current-time>" in text_of(m) for m in asked[-1].messages)
+            extraction = [c for c in endpoint.conversations() if c.segment]
+            assert extraction and not any("<current-time>" in text_of(m) for c in extraction for m in c.messages)
 
 
 async def test_one_system_prompt_for_every_segment_and_the_segment_first(make_app, tmp_path):

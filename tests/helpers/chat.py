@@ -319,7 +319,7 @@ def search_create_summarize(conversation: Conversation) -> dict:
     if conversation.step == 0:
         return call("procedure_search", query="stale search after config change")
     if conversation.step == 1:
-        return call("procedure_create", operation_key="s1-1", **EXPERIENCE)
+        return call("procedure_create", **EXPERIENCE)
     return say(
         "Created one experience.\n<summary>The user rebuilt a stale search index after a config change.</summary>"
     )
@@ -356,7 +356,6 @@ def one_experience_per_segment(conversation: Conversation) -> dict:
         return call(
             "procedure_create",
             filename=name,
-            operation_key=f"s{segment}-1",
             description=f"Roll out part {segment} of the procedure",
             when_to_use=f"When the rollout reaches part {segment} of {conversation.total}",
             content=f"Run the steps of part {segment} in order and verify each before moving on.",

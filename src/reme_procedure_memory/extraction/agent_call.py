@@ -1,7 +1,8 @@
 """How the plugin calls a ReMe agent wrapper, and how it reads why a reply stopped.
 
 Contract: pure functions. ``merged_reply_kwargs`` gives the kwargs of every agent call (no built-in tools, the
-plugin's budget merged into the wrapper's, cancellation raised, a fresh session id; with a run exactly the four job
+plugin's budget merged into the wrapper's, cancellation raised, a fresh session id, AgentScope's runtime reminders
+off (``reme_internals.quiet_agents``, which the loop applies to its wrapper); with a run exactly the four job
 tools and its grant, plus ``finish_segment`` when given (AgentScope backend: ``ends_with_tool``; the plugin builds
 that toolkit, its tools as an extraction agent sees them: ``schema.agent_description``,
 ``schema.agent_parameters``), without one no tools); ``stop_reason`` says why a reply did not complete, for every
@@ -20,7 +21,7 @@ from typing import Any
 from agentscope.tool import Toolkit
 from reme.components.agent_wrapper.as_agent_wrapper import AsAgentWrapper
 
-from ..reme_internals import job_tool, reply_result_text, resolve_jobs
+from ..reme_internals import QUIET_REPLY, job_tool, reply_result_text, resolve_jobs
 from ..schema import AGENT_TOOLS, agent_description, agent_parameters
 from .finish import reply_summary
 from .summary import tagged
@@ -68,7 +69,8 @@ def agent_tool(wrapper, job, context_id: str | None, injected: dict[str, Any]):
 
 def merged_reply_kwargs(wrapper, run, max_iters: int, finish=None) -> dict[str, Any]:
     """Reply kwargs of every agent call: no built-in tools, budgets merged into the wrapper's (not replacing them),
-    cancellation raised, a fresh session id (never reused: some SDKs refuse a used id). With a run: exactly the four
+    cancellation raised, a fresh session id (never reused: some SDKs refuse a used id), and for the AgentScope backend
+    ``QUIET_REPLY`` (an agent without runtime reminders, once the wrapper is prepared). With a run: exactly the four
     job tools and the run's injected grant, and with ``finish`` (a ``FinishSegment``, AgentScope only) a toolkit of
     those four built as the wrapper builds them plus ``finish``; without a run (summary repairs): no tools at all."""
     react = {
@@ -87,6 +89,8 @@ def merged_reply_kwargs(wrapper, run, max_iters: int, finish=None) -> dict[str, 
             kwargs["toolkit"] = Toolkit(
                 tools=[*(agent_tool(wrapper, job, run.context_id, injected) for job in jobs), finish]
             )
+    if ends_with_tool(wrapper):
+        kwargs[QUIET_REPLY] = True  # no runtime reminder re-sent with every request (reme_internals.quiet_agents)
     if getattr(wrapper, "backend", "") == "claude_code":
         kwargs.update(tools=[], max_turns=max_iters)  # no built-in Claude Code tools; its own budget knob
     return kwargs

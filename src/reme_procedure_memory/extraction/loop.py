@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
 from ..errors import ErrorCode, ExtractionStopped, ProcedureError, TokenizerUnavailable
 from ..operations.reads import compact_answer
-from ..reme_internals import reply_result_text
+from ..reme_internals import quiet_agents, reply_result_text
 from ..schema import TEXT_FIELDS, View
 from ..storage.experiences import StoredExperience
 from ..storage.journal import INDEX_PENDING, PUBLISHED, written_paths
@@ -85,6 +85,8 @@ class Extraction:
         self.search = search
         self.jobs = jobs
         self.wrapper = wrapper
+        if ends_with_tool(wrapper):
+            quiet_agents(wrapper)  # its replies' agents (merged_reply_kwargs asks) re-send no runtime reminder
         self.record = record
         self.text = text
         self.format = fmt

@@ -63,6 +63,10 @@ from .secret_guard import refuse_assembled, refuse_secrets
 if TYPE_CHECKING:
     from ..workspace import Workspace
 
+# How an answer asks for a different write: the runtime derives a key from the request (a different request has a
+# different key), so only a caller that gives its own key must give a new one; extraction agents give none.
+NEW_KEY = "a new operation_key, if you give one"
+
 
 # An update's additions: argument -> the field it is added to (``_append`` of the field's argument name)
 APPEND_TO_FIELD = {f"{arg}_append": field for arg, field in ARG_TO_FIELD.items() if arg != "description"}
@@ -152,10 +156,10 @@ async def check_lengths(
         way_out = (
             (
                 "With the addition, " + parts + ". procedure_read the experience and rewrite the field(s) within "
-                "the limit with a new operation_key."
+                f"the limit ({NEW_KEY})."
             )
             if added
-            else (f"{parts}. Shorten the field(s) to the limit and call again with a new operation_key.")
+            else f"{parts}. Shorten the field(s) to the limit and call again ({NEW_KEY})."
         )
         raise ProcedureError(ErrorCode.FIELD_TOO_LONG, f"Nothing was written: {way_out}", fields=too_long)
 
@@ -318,8 +322,7 @@ class Writes:
                 )
                 raise ProcedureError(
                     ErrorCode.STALE_VERSION,
-                    f"{rel} is at version {current.version}, not {expected}. {how} and a new operation_key (if you "
-                    "give one).",
+                    f"{rel} is at version {current.version}, not {expected}. {how} ({NEW_KEY}).",
                     path=rel,
                     current_version=current.version,
                 )
@@ -425,7 +428,7 @@ class Writes:
                 f"{op.path} was saved (version {stored.version}) but could not be indexed: {exc}. The file is "
                 "excluded from search until it is indexed. Retry this identical call for a temporary failure; "
                 "if the content itself is rejected, procedure_read it and procedure_update it with its current "
-                "expected_version and a new operation_key.",
+                f"expected_version ({NEW_KEY}).",
                 status="index_pending",
                 path=op.path,
                 version=stored.version,
@@ -459,8 +462,8 @@ class Writes:
         if existing.status == SUPERSEDED:
             raise ProcedureError(
                 ErrorCode.STALE_VERSION,
-                f"This write was {existing.status} ({existing.error}). Read {existing.path} again and write with a "
-                "new operation_key.",
+                f"This write was {existing.status} ({existing.error}). Read {existing.path} again and write "
+                f"again ({NEW_KEY}).",
                 path=existing.path,
             )
         current = ws.files.read_bytes(existing.path)
@@ -476,7 +479,7 @@ class Writes:
             ws.journal.set_status(existing, SUPERSEDED, "the file changed after this write")
             raise ProcedureError(
                 ErrorCode.STALE_VERSION,
-                f"{existing.path} changed after this write; read it again and write with a new operation_key.",
+                f"{existing.path} changed after this write; read it again and write again ({NEW_KEY}).",
                 path=existing.path,
             )
         return await self._index_published(run, existing)
