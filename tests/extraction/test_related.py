@@ -17,7 +17,7 @@ from reme_procedure_memory.extraction.related import (
     with_contents,
 )
 
-from conftest import import_file
+from conftest import import_file, memory_of
 from helpers import experience_record, place_trajectory
 from helpers.corpus import TWO_SEGMENTS, two_segment_original, write
 
@@ -91,6 +91,16 @@ def test_the_closest_is_listed_with_its_when_to_use_and_content_the_others_by_de
     ]
     cut = related_lines([{**entry("procedures/c.json", 0.9, "1. cd"), "content_truncated": True}])
     assert "content (continues: procedure_read it before rewriting the content):" in cut[0]
+
+
+def test_an_entry_over_the_bound_says_its_size():
+    lines = related_lines(
+        [entry("procedures/a.json", 0.9, "1. cd"), entry("procedures/b.json", 0.8, "1. mv")],
+        {"procedures/b.json": 287},
+        250,
+    )
+    assert lines[0].startswith("- procedures/a.json (v): about")
+    assert lines[1].startswith("- procedures/b.json (v; 287 tokens, over 250: a revision shortens it): about")
 
 
 def test_only_entries_naming_a_function_the_segment_calls_are_shown_whole():
@@ -236,3 +246,35 @@ async def test_a_later_segment_lists_what_the_import_wrote_before_first_and_whol
     searched = second.split("- procedures/rebuild-index-", 1)[1]
     assert "when to use:" not in searched and "content:" not in searched
     assert "rotate-keys" not in first
+
+
+async def test_a_listed_experience_over_the_growth_bound_is_listed_with_its_size(make_app, tmp_path):
+    """Two experiences name the function the segment calls (``du``): the one whose three fields hold more than
+    ``extraction.grow_limit`` tokens (counted with the workspace's tokenizer, as a revision's bound counts them) is
+    listed with its size, the other without one; a bound of 0 lists neither with a size."""
+    long = "1. du(human_readable=True) " + " ".join(f"word{i}" for i in range(80))
+
+    def workspace(name):
+        ws = tmp_path / name
+        place_trajectory(ws)
+        (ws / "procedures").mkdir(parents=True)
+        for stem, content in (("disk-usage-long", long), ("disk-usage-short", "1. du(human_readable=True)")):
+            record = experience_record(f"Disk usage {stem}", "Size of a directory", content)
+            (ws / "procedures" / f"{stem}.json").write_text(json.dumps(record))
+        return ws
+
+    turn = '{"role": "assistant", "tool_calls": [{"function": {"name": "du", "arguments": "{}"}}]}\n'
+    original = write(tmp_path, "run.jsonl", turn)
+    bound = {"procedure_memory": {"default": {"extraction": {"grow_limit": 60}}}}
+    async with make_app(workspace=workspace("ws"), scripts=[], components=bound) as app:
+        listed = await listing(app, original)
+        tokens = memory_of(app).workspace.tokens
+        size = sum(tokens.count(t) for t in ("Disk usage disk-usage-long", "Size of a directory", long))
+    assert size > 60
+    heads = {line.split(" ", 2)[1]: line for line in listed.splitlines() if line.startswith("- procedures/")}
+    assert f"; {size} tokens, over 60: a revision shortens it): Disk usage" in heads["procedures/disk-usage-long.json"]
+    assert "tokens, over" not in heads["procedures/disk-usage-short.json"]
+    unbounded = {"procedure_memory": {"default": {"extraction": {"grow_limit": 0}}}}
+    async with make_app(workspace=workspace("ws0"), scripts=[], components=unbounded) as app:
+        listed = await listing(app, original)
+    assert "procedures/disk-usage-long.json" in listed and "tokens, over" not in listed

@@ -152,8 +152,25 @@ class Extraction:
                 return
         own = self._earlier_writes(index)
         searched = merged_related(answers, RELATED_LIMIT, RELATED_CONTENTS)
-        listed = listed_first(own, searched, min(RELATED_MAX, RELATED_LIMIT + len(own)))
-        self._related[index] = prompt.related_lines(shown_whole(listed, names))
+        listed = shown_whole(listed_first(own, searched, min(RELATED_MAX, RELATED_LIMIT + len(own))), names)
+        limit = self.workspace.settings.extraction.grow_limit
+        self._related[index] = prompt.related_lines(listed, await self._over_bound(listed, limit), limit)
+
+    async def _over_bound(self, listed: list[dict[str, Any]], limit: int) -> dict[str, int]:
+        """The three text fields' tokens (counted as ``check_growth`` counts them) of each entry shown whole whose
+        experience, at the listed version, holds more than ``limit`` (0: no bound, nothing counted), by path."""
+        whole = [e for e in listed if "content" in e] if limit > 0 else []
+        stored = [(e["path"], self.workspace.files.read(e["path"])) for e in whole]
+        stored = [
+            (p, s) for (p, s), e in zip(stored, whole) if isinstance(s, StoredExperience) and s.version == e["version"]
+        ]
+        texts = [s.experience.fields()[name] for _, s in stored for name in TEXT_FIELDS]
+        try:
+            counts = await self.workspace.tokens.acount_many(texts) if texts else []
+        except TokenizerUnavailable as exc:
+            raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
+        sizes = {path: sum(counts[3 * i : 3 * i + 3]) for i, (path, _) in enumerate(stored)}
+        return {path: size for path, size in sizes.items() if size > limit}
 
     def _earlier_writes(self, index: int) -> list[dict[str, Any]]:
         """The experiences this import published in segments before ``index``, most recently written first, at most

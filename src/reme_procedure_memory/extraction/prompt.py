@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Mapping
 
 import yaml
 
@@ -67,13 +67,18 @@ def ledger_lines(ledger, failed: Iterable[dict[str, str]]) -> list[str]:
     return lines
 
 
-def related_lines(results: list[dict]) -> list[str]:
+def related_lines(results: list[dict], over: Mapping[str, int] | None = None, limit: int = 0) -> list[str]:
     """One entry per related experience (``related.merged_related``): path, version and description (the line that
     names its procedure; every listed entry is re-sent with each turn of the segment); an entry that carries its
-    content shows its when-to-use and its content too, so it can be revised without reading it first."""
+    content shows its when-to-use and its content too, so it can be revised without reading it first. ``over``:
+    the three fields' tokens of the experiences over ``limit`` (``extraction.grow_limit``), by path; their entries
+    say so: they sit between the bound and its ceiling, where a revision that adds anything without folding is
+    refused (``consolidate_required``, a request re-sending the segment)."""
     lines = []
+    over = over or {}
     for r in results:
-        head = f"- {r['path']} ({r['version']}): {r['description']}"
+        size = f"; {over[r['path']]} tokens, over {limit}: a revision shortens it" if r["path"] in over else ""
+        head = f"- {r['path']} ({r['version']}{size}): {r['description']}"
         if "content" in r:
             more = " (continues: procedure_read it before rewriting the content)" if r.get("content_truncated") else ""
             lines.append(
