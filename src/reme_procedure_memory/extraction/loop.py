@@ -159,17 +159,19 @@ class Extraction:
     async def _over_bound(self, listed: list[dict[str, Any]], limit: int) -> dict[str, int]:
         """The three text fields' tokens (counted as ``check_growth`` counts them) of each entry shown whole whose
         experience, at the listed version, holds more than ``limit`` (0: no bound, nothing counted), by path."""
-        whole = [e for e in listed if "content" in e] if limit > 0 else []
-        stored = [(e["path"], self.workspace.files.read(e["path"])) for e in whole]
-        stored = [
-            (p, s) for (p, s), e in zip(stored, whole) if isinstance(s, StoredExperience) and s.version == e["version"]
-        ]
-        texts = [s.experience.fields()[name] for _, s in stored for name in TEXT_FIELDS]
+        paths, texts = [], []
+        for entry in listed if limit > 0 else []:
+            item = self.workspace.files.read(entry["path"]) if "content" in entry else None
+            if isinstance(item, StoredExperience) and item.version == entry["version"]:
+                fields = item.experience.fields()
+                paths.append(entry["path"])
+                texts += [fields[name] for name in TEXT_FIELDS]
         try:
             counts = await self.workspace.tokens.acount_many(texts) if texts else []
         except TokenizerUnavailable as exc:
             raise ExtractionStopped(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
-        sizes = {path: sum(counts[3 * i : 3 * i + 3]) for i, (path, _) in enumerate(stored)}
+        n = len(TEXT_FIELDS)
+        sizes = {path: sum(counts[n * i : n * (i + 1)]) for i, path in enumerate(paths)}
         return {path: size for path, size in sizes.items() if size > limit}
 
     def _earlier_writes(self, index: int) -> list[dict[str, Any]]:

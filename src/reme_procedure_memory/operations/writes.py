@@ -38,6 +38,7 @@ from ..schema import (
     ARG_TO_FIELD,
     FIELD_TO_ARG,
     NAME_EXAMPLE,
+    TEXT_FIELDS,
     Experience,
     canonical_name,
     check_name,
@@ -180,8 +181,7 @@ async def check_growth(
     an experience grow with every trajectory instead of generalising. ``added``: the update is an addition."""
     if limit <= 0:
         return
-    names = ("description", "when-to-use", "content")
-    counts = await counted(tokens, [before[n] for n in names] + [after[n] for n in names])
+    counts = await counted(tokens, [before[n] for n in TEXT_FIELDS] + [after[n] for n in TEXT_FIELDS])
     was, total = sum(counts[:3]), sum(counts[3:])
     if total <= ceiling or total <= was:
         return
