@@ -90,7 +90,6 @@ async def test_updates_grow_an_experience_only_to_the_grow_limit(make_app):
         message = grown["error"]["message"]
         assert message.startswith("Nothing was written: with the addition") and "general procedure" in message
         assert "procedure_read it first" in message
-        assert "If it holds more than one procedure, split it instead: procedure_create one of them" in message
         longer = FIELDS["content"] + " Then uncordon it, check the pods, and watch the node for ten minutes."
         ok, rewritten = await call_tool(app, run, "procedure_update", **at, content=longer)  # a rewrite alike
         assert not ok and rewritten["error"]["code"] == "consolidate_required", rewritten
@@ -103,8 +102,7 @@ async def test_updates_grow_an_experience_only_to_the_grow_limit(make_app):
         stored = memory.reads.experience(created["path"])["experience"]
         assert sum(await memory.workspace.tokens.acount_many([stored[k] for k in FIELDS_IN_FILE])) == ceiling
         system = system_prompt(TokenLimits(), grow_limit=limit)
-        assert f"An experience's three fields stay within {limit} tokens together;" in system
-        assert "is split (procedure_create one, procedure_update it without that one), not cut." in system
+        assert f"An experience's three fields stay within {limit} tokens together." in system
         assert "three fields stay within" not in system_prompt(TokenLimits())
 
 
@@ -132,41 +130,6 @@ async def test_an_experience_over_the_bound_may_be_revised_when_it_grows_no_larg
             content="Cordon, drain, reboot.",
         )
         assert ok and shorter["status"] == "updated", shorter
-
-
-async def test_an_experience_over_the_bound_is_split_by_a_create_and_an_update_without_it(make_app):
-    """What a refusal at the bound offers besides a shorter rewrite: the second procedure moved to a new experience
-    (judged by the field limits alone), the first revised without it (no larger: accepted past the bound)."""
-    merged = "Drain: cordon, drain, reboot. " * 4 + "Rules: - 'Quick reboot' means no drain (3 trajectories). " * 2
-    components = {"procedure_memory": {"default": {"extraction": {"grow_limit": 20}}}}
-    async with make_app(components=components) as app:
-        memory = memory_of(app)
-        run = memory.grants.begin_attempt("req", [add_trajectory(app)], segment=0)
-        ok, created = await call_tool(
-            app, run, "procedure_create", filename="drain-node.json", **{**FIELDS, "content": merged}
-        )
-        assert ok, created
-        at = {"path": created["path"], "expected_version": created["version"]}
-        ok, grown = await call_tool(app, run, "procedure_update", **at, content_append="Also uncordon it.")
-        assert not ok and grown["error"]["code"] == "consolidate_required"
-        assert "split it instead" in grown["error"]["message"]
-        ok, second = await call_tool(
-            app,
-            run,
-            "procedure_create",
-            filename="quick-reboot-node.json",
-            description="Reboot a node quickly",
-            when_to_use="When the user asks for a quick reboot",
-            content="Reboot without draining.\nRules:\n- 'Quick reboot' means no drain (3 trajectories).",
-        )
-        assert ok and second["status"] == "created", second
-        ok, first = await call_tool(
-            app, run, "procedure_update", **at, content="Cordon, drain, reboot, then uncordon the node."
-        )
-        assert ok and first["status"] == "updated", first
-        stored = memory.reads.experience(created["path"])["experience"]
-        assert stored["content"] == "Cordon, drain, reboot, then uncordon the node."
-        assert "'Quick reboot' means no drain" in memory.reads.experience(second["path"])["experience"]["content"]
 
 
 async def test_a_grow_limit_of_zero_leaves_additions_to_the_field_limits(make_app):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from reme_procedure_memory.extraction.prompt import OVER_BOUND, related_lines
+from reme_procedure_memory.extraction.prompt import related_lines
 from reme_procedure_memory.extraction.related import (
     CALLED_LIMIT,
     PIECE_CHARS,
@@ -100,7 +100,7 @@ def test_an_entry_over_the_bound_says_its_size():
         250,
     )
     assert lines[0].startswith("- procedures/a.json (v): about")
-    assert lines[1].startswith("- procedures/b.json (v; 287 tokens, over 250: a revision shortens or splits it): about")
+    assert lines[1].startswith("- procedures/b.json (v; 287 tokens, over 250: a revision shortens it): about")
 
 
 def test_only_entries_naming_a_function_the_segment_calls_are_shown_whole():
@@ -272,7 +272,7 @@ async def test_a_listed_experience_over_the_growth_bound_is_listed_with_its_size
         size = sum(tokens.count(t) for t in ("Disk usage disk-usage-long", "Size of a directory", long))
     assert size > 60
     heads = {line.split(" ", 2)[1]: line for line in listed.splitlines() if line.startswith("- procedures/")}
-    assert f"; {size} tokens, over 60: {OVER_BOUND}): Disk usage" in heads["procedures/disk-usage-long.json"]
+    assert f"; {size} tokens, over 60: a revision shortens it): Disk usage" in heads["procedures/disk-usage-long.json"]
     assert "tokens, over" not in heads["procedures/disk-usage-short.json"]
     unbounded = {"procedure_memory": {"default": {"extraction": {"grow_limit": 0}}}}
     async with make_app(workspace=workspace("ws0"), scripts=[], components=unbounded) as app:

@@ -32,8 +32,6 @@ PROMPTS = yaml.safe_load((Path(__file__).with_name("prompts.yaml")).read_text(en
 # Tokens an agent SDK adds around what the plugin counts: role markers of the chat template and AgentScope's runtime
 # reminder message (measured ~130 tokens with AgentScope 2.0.10); the budget check counts this allowance on top.
 FRAMING_ALLOWANCE = 512
-# What a listing entry over extraction.grow_limit says to do (a merged experience is split, not cut: its rules go)
-OVER_BOUND = "a revision shortens or splits it"
 
 
 def system_prompt(limits, advice: bool = False, grow_limit: int = 0) -> str:
@@ -79,7 +77,7 @@ def related_lines(results: list[dict], over: Mapping[str, int] | None = None, li
     lines = []
     over = over or {}
     for r in results:
-        size = f"; {over[r['path']]} tokens, over {limit}: {OVER_BOUND}" if r["path"] in over else ""
+        size = f"; {over[r['path']]} tokens, over {limit}: a revision shortens it" if r["path"] in over else ""
         head = f"- {r['path']} ({r['version']}{size}): {r['description']}"
         if "content" in r:
             more = " (continues: procedure_read it before rewriting the content)" if r.get("content_truncated") else ""

@@ -193,9 +193,7 @@ async def check_growth(
         "`content` (and `when_to_use` if needed) rewritten as one procedure that covers this case too (a "
         "placeholder for a value that varies, a condition where a step differs, a rule's count raised; one short "
         f"example per step at most), within {limit} tokens for its three text fields"
-        + ("; procedure_read it first if you were not shown its content." if added else ".")
-        + " If it holds more than one procedure, split it instead: procedure_create one of them as a new experience "
-        "and procedure_update this one without it.",
+        + ("; procedure_read it first if you were not shown its content." if added else "."),
         path=rel,
         tokens=total,
         limit=limit,
