@@ -555,6 +555,13 @@ def copying_script(path: Path):
 
 def transfer(args, trajectories: list[Path], library: Path, tokenizer: Path, workdir: Path) -> dict:
     """The transfer mode (and, with ``args.smoke``, its offline smoke run); prints and returns its figures."""
+    return asyncio.run(transferred(args, trajectories, library, tokenizer, workdir))
+
+
+async def transferred(args, trajectories: list[Path], library: Path, tokenizer: Path, workdir: Path) -> dict:
+    """``transfer`` in one event loop: a run's applications leave clients (the OpenAI embedding client's connection
+    pool) that close when collected, which must happen in the loop they were opened in, not after an earlier
+    ``asyncio.run`` closed it ("Event loop is closed")."""
     train, test = split(trajectories)
     if not test:
         raise SystemExit(f"the transfer mode needs at least two trajectories, got {len(trajectories)}")
@@ -572,14 +579,14 @@ def transfer(args, trajectories: list[Path], library: Path, tokenizer: Path, wor
         if workspace is None:
             tasks = load_tasks(train, args.limit, set(), first=False)
             scripts = [copying_script(t["path"]) for t in tasks] if args.smoke else None
-            result = asyncio.run(extract(args, tasks, workdir, tokenizer, scripts))
-            ref = asyncio.run(reference(args, tasks, library, workdir, tokenizer))
+            result = await extract(args, tasks, workdir, tokenizer, scripts)
+            ref = await reference(args, tasks, library, workdir, tokenizer)
             out["extraction"] = report(result, ref, tasks)
             print_report(out["extraction"])
             workspace = workdir / "ws"
-        out["plugin"] = asyncio.run(transfer_plugin(args, workspace, test, tokenizer, workdir))
+        out["plugin"] = await transfer_plugin(args, workspace, test, tokenizer, workdir)
         out["plugin"]["workspace"] = str(workspace)
-    out["reference"] = asyncio.run(transfer_reference(args, library, test, tokenizer, workdir))
+    out["reference"] = await transfer_reference(args, library, test, tokenizer, workdir)
     rows = [("plugin", out["plugin"]["views"])] if "plugin" in out else []
     rows.append((f"ReMe released ({out['reference']['experiences']})", out["reference"]["views"]))
     print(
@@ -784,8 +791,11 @@ def quality(args, base: Path, library: Path, tokenizer: Path, workdir: Path) -> 
     paths = [base / n for n in args.trajectories] or base_trajectories(base)
     tasks = load_tasks(paths, args.limit, set(queries_of(load_library(library))), first=not args.trajectories)
     print(f"{len(tasks)} trajectories")
-    result = asyncio.run(extract(args, tasks, workdir, tokenizer))
-    ref = asyncio.run(reference(args, tasks, library, workdir, tokenizer))
+
+    async def both():  # one event loop, as ``transferred``
+        return await extract(args, tasks, workdir, tokenizer), await reference(args, tasks, library, workdir, tokenizer)
+
+    result, ref = asyncio.run(both())
     summary = report(result, ref, tasks)
     print_report(summary)
     return {
