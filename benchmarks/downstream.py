@@ -30,9 +30,7 @@ root, in the venv with the plugin and the ``benchmarks`` extra (``pip install -e
 
 The memory arms' delivery defaults to the plugin's: ``procedure_search`` with its relevance floor (the
 setting, or ``--min-relevance``), ``tools`` = the task's function names (``--tools task``; ``none`` passes none) and a
-budget of ``--memory-tokens`` (500) tokens of experience text per block, whole experiences best first. The block
-opens with ``FRAMINGS[--framing]``: ``plain`` ("use only if relevant"), or ``scoped``, which adds that a step or
-rule holds only under the condition or phrasing it states.
+budget of ``--memory-tokens`` (500) tokens of experience text per block, whole experiences best first.
 
 Arms run concurrently (one asyncio task each; model requests in worker threads), tasks of an arm one after the
 other. Each arm may have its own endpoint (``--endpoint ARM=URL``; the others use ``LLM_BASE_URL``). Every arm gets
@@ -98,15 +96,7 @@ CATEGORY = "multi_turn_base"
 ARMS = ("none", "plugin", "library")
 FIELD_NAMES = ("description", "when-to-use", "content")
 FIELD_LABELS = {"description": "Description", "when-to-use": "When to use", "content": "Content"}
-# The block's first line per ``run --framing``: ``plain`` (every run before 2026-12-06 23:30 UTC) or ``scoped``,
-# which says that a step or rule holds only where its stated condition or phrasing does (the memory's systematic
-# losses were conditions applied to a phrasing they did not cover: benchmarks/RUNS.md, "Downstream, fifth session")
-FRAMINGS = {
-    "plain": "--- Experiences from earlier tasks (use only if relevant) ---",
-    "scoped": "--- Experiences from earlier tasks (use only if relevant; a step or rule holds only under the condition "
-    "or the user's phrasing it states: where this request says something else, follow the request) ---",
-}
-BLOCK_HEAD = FRAMINGS["plain"]
+BLOCK_HEAD = "--- Experiences from earlier tasks (use only if relevant) ---"
 BLOCK_TAIL = "--- End of experiences ---"
 MIN_MESSAGE_CHARS = 30  # shorter user messages ("What's inside?") do not identify a task
 BFCL_MODEL = "gpt-4o-2024-11-20-FC"  # a BFCL registry name whose handler decodes OpenAI tool calls (bfcl-export)
@@ -251,16 +241,16 @@ def parse_fields(spec: str) -> tuple[str, ...]:
     return tuple(f for f in FIELD_NAMES if f in fields)
 
 
-def memory_block(experiences: list[dict], fields: tuple[str, ...], head: str = BLOCK_HEAD) -> str:
-    """The marked block of ``experiences`` (each ``{description, when-to-use, content}``), in rank order, opened by
-    ``head`` (``FRAMINGS``); ``""`` when there are none."""
+def memory_block(experiences: list[dict], fields: tuple[str, ...]) -> str:
+    """The marked block of ``experiences`` (each ``{description, when-to-use, content}``), in rank order; ``""``
+    when there are none."""
     if not experiences:
         return ""
     items = []
     for n, experience in enumerate(experiences, 1):
         lines = [f"{FIELD_LABELS[f]}: {str(experience.get(f, '')).strip()}" for f in fields]
         items.append(f"[{n}] " + "\n".join(lines))
-    return "\n".join([head, "\n\n".join(items), BLOCK_TAIL])
+    return "\n".join([BLOCK_HEAD, "\n\n".join(items), BLOCK_TAIL])
 
 
 def with_block(block: str, message: str) -> str:
@@ -398,15 +388,14 @@ DEFAULT_MEMORY_TOKENS = 500  # ``run --memory-tokens``: the experience text of o
 
 @dataclass(frozen=True)
 class Delivery:
-    """What a memory arm asks ``procedure_search`` for beyond the query, and how it frames the block. The defaults
-    are the delivery before it (no floor, every experience, no budget: what the in-process tests use); ``run``'s flags
-    default to the new one: the plugin's relevance floor, the task's function names as ``tools``, a
-    ``DEFAULT_MEMORY_TOKENS`` budget; ``framing`` (``FRAMINGS``) is ``plain`` unless ``--framing`` says otherwise."""
+    """What a memory arm asks ``procedure_search`` for beyond the query. The defaults are the delivery
+    before it (no floor, every experience, no budget: what the in-process tests use); ``run``'s flags default to the
+    new one: the plugin's relevance floor, the task's function names as ``tools``, a ``DEFAULT_MEMORY_TOKENS``
+    budget."""
 
     min_relevance: float | None = 0.0  # None: the plugin's setting (search.min_relevance)
     task_tools: bool = False  # pass the task's function names as tools=
     max_tokens: int | None = None  # the answer's experience text, at most (exact tokens; whole experiences)
-    framing: str = "plain"  # the block's first line: FRAMINGS[framing]
 
     def arguments(self, functions) -> dict:
         args: dict = {}
@@ -490,7 +479,7 @@ class Memory:
         if not response.success:
             raise RuntimeError(f"{self.label}: procedure_search failed: {answer}")
         results = answer.get("results", [])
-        block = memory_block([r["experience"] for r in results], self.fields, FRAMINGS[self.delivery.framing])
+        block = memory_block([r["experience"] for r in results], self.fields)
         tokens = (
             await self.app.context.components["procedure_memory"]["default"].workspace.tokens.acount(block)
             if block
@@ -1001,12 +990,9 @@ def settings_from(args, arms: list[str]) -> RunSettings:
 
 def delivery_from(args) -> Delivery:
     """``run``'s delivery flags: ``--min-relevance`` (default: the plugin's setting), ``--tools task|none``,
-    ``--memory-tokens`` (0: no budget), ``--framing plain|scoped``."""
+    ``--memory-tokens`` (0: no budget)."""
     return Delivery(
-        min_relevance=args.min_relevance,
-        task_tools=args.tools == "task",
-        max_tokens=args.memory_tokens or None,
-        framing=args.framing,
+        min_relevance=args.min_relevance, task_tools=args.tools == "task", max_tokens=args.memory_tokens or None
     )
 
 
@@ -1320,12 +1306,6 @@ def main(argv=None) -> None:
         type=int,
         default=DEFAULT_MEMORY_TOKENS,
         help="most tokens of experience text per block, whole experiences best first (0: no budget)",
-    )
-    r.add_argument(
-        "--framing",
-        default="plain",
-        choices=tuple(FRAMINGS),
-        help="the block's first line: plain, or scoped (a step or rule holds only under its stated condition)",
     )
     r.add_argument("--sequential-arms", action="store_true", help="one arm after the other (one shared endpoint)")
     r.add_argument("--keep-messages", action="store_true", help="keep every conversation in --json")

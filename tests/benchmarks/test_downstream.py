@@ -405,7 +405,6 @@ def test_the_delivery_passes_the_floor_the_tasks_tools_and_the_budget_to_procedu
         "tools": downstream.Delivery(task_tools=True),
         "budget": downstream.Delivery(max_tokens=1),
         "floor": downstream.Delivery(min_relevance=1.0),
-        "scoped": downstream.Delivery(framing="scoped"),
     }
 
     async def blocks() -> dict:
@@ -428,10 +427,6 @@ def test_the_delivery_passes_the_floor_the_tasks_tools_and_the_budget_to_procedu
     assert len(functions) == 3 and len(naming) == 1 and found["tools"][1]["paths"] == naming
     assert found["budget"][0] == "" and found["budget"][1]["budget_left_out"] == 3
     assert found["floor"][1]["paths"] == [] and found["floor"][1]["tokens"] == 0
-    # the framing changes the block's first line only: the same experiences, after the scoped head
-    assert found["before"][0].startswith(downstream.FRAMINGS["plain"] + "\n[1] ")
-    assert found["scoped"][0] == found["before"][0].replace(downstream.FRAMINGS["plain"], downstream.FRAMINGS["scoped"])
-    assert found["scoped"][1]["paths"] == before and found["scoped"][1]["tokens"] > found["before"][1]["tokens"]
     assert downstream.Delivery(None, True, 500).arguments(["cd"]) == {"tools": ["cd"], "max_tokens": 500}
     assert downstream.Delivery(0.3, True, None).arguments([]) == {"min_relevance": 0.3}
 
@@ -468,17 +463,10 @@ def test_a_runs_settings_with_its_delivery_are_shown_as_json(tmp_path, monkeypat
             "task",
             "--memory-tokens",
             "500",
-            "--framing",
-            "scoped",
         ]
     )
     shown = downstream.shown_settings(downstream.settings_from(captured["args"], ["none", "plugin"]))
-    assert json.loads(json.dumps(shown))["delivery"] == {
-        "min_relevance": 0.3,
-        "task_tools": True,
-        "max_tokens": 500,
-        "framing": "scoped",
-    }
+    assert json.loads(json.dumps(shown))["delivery"] == {"min_relevance": 0.3, "task_tools": True, "max_tokens": 500}
     assert "task_ids" not in shown and "api_key" not in shown
     assert "settings: {" in downstream.report({"arms": {}, "paired": {}}, shown)
 
