@@ -182,7 +182,7 @@ async def check_growth(
     if limit <= 0:
         return
     counts = await counted(tokens, [before[n] for n in TEXT_FIELDS] + [after[n] for n in TEXT_FIELDS])
-    was, total = sum(counts[:3]), sum(counts[3:])
+    was, total = sum(counts[: len(TEXT_FIELDS)]), sum(counts[len(TEXT_FIELDS) :])
     if total <= ceiling or total <= was:
         return
     what = "with the addition" if added else "with this update"
