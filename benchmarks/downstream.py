@@ -94,8 +94,11 @@ from helpers import LocalServer, send_json  # noqa: E402  (tests/helpers)
 
 CATEGORY = "multi_turn_base"
 ARMS = ("none", "plugin", "library")
-FIELD_NAMES = ("description", "when-to-use", "content")
-FIELD_LABELS = {"description": "Description", "when-to-use": "When to use", "content": "Content"}
+FIELD_NAMES = ("description", "when-to-use", "content")  # an experience's fields, what ``all`` delivers
+# ``rules``: only the content's "Rules:" part (its steps left out), for a block of the environment's conventions
+FIELD_CHOICES = FIELD_NAMES + ("rules",)
+FIELD_LABELS = {"description": "Description", "when-to-use": "When to use", "content": "Content", "rules": "Rules"}
+RULES_HEAD = "Rules:"
 BLOCK_HEAD = "--- Experiences from earlier tasks (use only if relevant) ---"
 BLOCK_TAIL = "--- End of experiences ---"
 MIN_MESSAGE_CHARS = 30  # shorter user messages ("What's inside?") do not identify a task
@@ -231,14 +234,32 @@ def refuse_overlap(test_ids: list[str], seen: dict[str, set[str]]) -> None:
 
 
 def parse_fields(spec: str) -> tuple[str, ...]:
-    """``"all"`` or a comma list of ``description``, ``when-to-use`` (``when_to_use``), ``content``."""
+    """``"all"`` (the three fields) or a comma list of ``description``, ``when-to-use`` (``when_to_use``),
+    ``content``, ``rules`` (the content's rules alone; not together with ``content``)."""
     if spec.strip() == "all":
         return FIELD_NAMES
     fields = tuple(f.strip().replace("_", "-") for f in spec.split(",") if f.strip())
-    unknown = [f for f in fields if f not in FIELD_NAMES]
-    if unknown or not fields:
-        raise ValueError(f"fields must be 'all' or a comma list of {', '.join(FIELD_NAMES)}: {spec!r}")
-    return tuple(f for f in FIELD_NAMES if f in fields)
+    unknown = [f for f in fields if f not in FIELD_CHOICES]
+    if unknown or not fields or {"content", "rules"} <= set(fields):
+        raise ValueError(
+            f"fields must be 'all' or a comma list of {', '.join(FIELD_CHOICES)} (content or rules): {spec!r}"
+        )
+    return tuple(f for f in FIELD_CHOICES if f in fields)
+
+
+def rules_of(content: str) -> str:
+    """The rules of an experience's content: the lines after its first line that is exactly ``Rules:`` (the
+    extraction prompt's form); ``""`` when it has none."""
+    lines = content.splitlines()
+    starts = [n for n, line in enumerate(lines) if line.strip() == RULES_HEAD]
+    return "\n".join(lines[starts[0] + 1 :]).strip() if starts else ""
+
+
+def field_text(experience: dict, field: str) -> str:
+    """What the block shows of ``field`` (``rules``: ``rules_of`` the content)."""
+    if field == "rules":
+        return rules_of(str(experience.get("content", "")))
+    return str(experience.get(field, "")).strip()
 
 
 def memory_block(experiences: list[dict], fields: tuple[str, ...]) -> str:
@@ -248,7 +269,8 @@ def memory_block(experiences: list[dict], fields: tuple[str, ...]) -> str:
         return ""
     items = []
     for n, experience in enumerate(experiences, 1):
-        lines = [f"{FIELD_LABELS[f]}: {str(experience.get(f, '')).strip()}" for f in fields]
+        texts = [(f, field_text(experience, f)) for f in fields]
+        lines = [f"{FIELD_LABELS[f]}: {text}" for f, text in texts if text or f != "rules"]  # rules: none, no line
         items.append(f"[{n}] " + "\n".join(lines))
     return "\n".join([BLOCK_HEAD, "\n\n".join(items), BLOCK_TAIL])
 
@@ -1287,7 +1309,7 @@ def main(argv=None) -> None:
     r.add_argument("--endpoint", action="append", default=[], metavar="ARM=URL", help="this arm's endpoint")
     r.add_argument("--view", default="when_to_use_content", choices=("when_to_use", "when_to_use_content"))
     r.add_argument("--k", type=int, default=3, help="experiences per block (procedure_search limit)")
-    r.add_argument("--fields", default="all", help="'all' or e.g. when-to-use,content")
+    r.add_argument("--fields", default="all", help="'all' or e.g. when-to-use,content or description,rules")
     r.add_argument("--inject", default="every", choices=("every", "first"), help="before every turn, or the first")
     r.add_argument(
         "--min-relevance",

@@ -359,6 +359,19 @@ def test_memory_block_fields_order_and_marking():
     assert downstream.with_block("", "hi") == "hi" and downstream.with_block(block, "hi").endswith("\n\nhi")
     with pytest.raises(ValueError):
         downstream.parse_fields("when-to-use,steps")
+    with pytest.raises(ValueError):  # the rules are part of the content
+        downstream.parse_fields("content,rules")
+
+
+def test_memory_block_rules_leave_the_steps_out():
+    ruled = {"description": "D", "when-to-use": "W", "content": "1. cd(folder=<f>)\n2. touch()\nRules:\n- A (2)\n- B"}
+    bare = {"description": "E", "when-to-use": "V", "content": "1. ls()"}
+    fields = downstream.parse_fields("description,rules")
+    assert fields == ("description", "rules")
+    block = downstream.memory_block([ruled, bare], fields)
+    assert "[1] Description: D\nRules: - A (2)\n- B\n\n[2] Description: E\n" in block
+    assert "cd(folder" not in block and "ls()" not in block and "Rules: \n" not in block
+    assert downstream.rules_of("x\nRules: not a head\nRules:\n\n- r\n") == "- r"
 
 
 def test_parse_ids_ranges_and_names():
