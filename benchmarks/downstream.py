@@ -30,7 +30,9 @@ root, in the venv with the plugin and the ``benchmarks`` extra (``pip install -e
 
 The memory arms' delivery defaults to the plugin's: ``procedure_search`` with its relevance floor (the
 setting, or ``--min-relevance``), ``tools`` = the task's function names (``--tools task``; ``none`` passes none) and a
-budget of ``--memory-tokens`` (500) tokens of experience text per block, whole experiences best first.
+budget of ``--memory-tokens`` (500) tokens of experience text per block, whole experiences best first. With
+``--fields`` naming ``rules`` the arm asks for ``detail=rules`` (each result's description, when-to-use and rules,
+without its steps), and the budget counts that text.
 
 Arms run concurrently (one asyncio task each; model requests in worker threads), tasks of an arm one after the
 other. Each arm may have its own endpoint (``--endpoint ARM=URL``; the others use ``LLM_BASE_URL``). Every arm gets
@@ -95,10 +97,10 @@ from helpers import LocalServer, send_json  # noqa: E402  (tests/helpers)
 CATEGORY = "multi_turn_base"
 ARMS = ("none", "plugin", "library")
 FIELD_NAMES = ("description", "when-to-use", "content")  # an experience's fields, what ``all`` delivers
-# ``rules``: only the content's "Rules:" part (its steps left out), for a block of the environment's conventions
+# ``rules``: the plugin's ``detail=rules`` answer (each result's rules, its steps left out; a budget counts that
+# text), for a block of the environment's conventions
 FIELD_CHOICES = FIELD_NAMES + ("rules",)
 FIELD_LABELS = {"description": "Description", "when-to-use": "When to use", "content": "Content", "rules": "Rules"}
-RULES_HEAD = "Rules:"
 BLOCK_HEAD = "--- Experiences from earlier tasks (use only if relevant) ---"
 BLOCK_TAIL = "--- End of experiences ---"
 MIN_MESSAGE_CHARS = 30  # shorter user messages ("What's inside?") do not identify a task
@@ -247,24 +249,15 @@ def parse_fields(spec: str) -> tuple[str, ...]:
     return tuple(f for f in FIELD_CHOICES if f in fields)
 
 
-def rules_of(content: str) -> str:
-    """The rules of an experience's content: the lines after its first line that is exactly ``Rules:`` (the
-    extraction prompt's form); ``""`` when it has none."""
-    lines = content.splitlines()
-    starts = [n for n, line in enumerate(lines) if line.strip() == RULES_HEAD]
-    return "\n".join(lines[starts[0] + 1 :]).strip() if starts else ""
-
-
-def field_text(experience: dict, field: str) -> str:
-    """What the block shows of ``field`` (``rules``: ``rules_of`` the content)."""
-    if field == "rules":
-        return rules_of(str(experience.get("content", "")))
-    return str(experience.get(field, "")).strip()
+def field_text(item: dict, field: str) -> str:
+    """What the block shows of ``field`` of ``item`` (an experience, or a ``detail=rules`` result for ``rules``)."""
+    return str(item.get(field, "")).strip()
 
 
 def memory_block(experiences: list[dict], fields: tuple[str, ...]) -> str:
-    """The marked block of ``experiences`` (each ``{description, when-to-use, content}``), in rank order; ``""``
-    when there are none."""
+    """The marked block of ``experiences`` (each ``{description, when-to-use, content}``, or with ``rules`` the
+    results of a ``detail=rules`` search), in rank order; ``""`` when there are none. An empty ``rules`` gets no
+    line."""
     if not experiences:
         return ""
     items = []
@@ -494,14 +487,20 @@ class Memory:
     async def block(self, query: str, functions: list[str] | tuple[str, ...] = ()) -> tuple[str, dict]:
         """The memory block for ``query`` and what went into it (paths, scores, relevance, exact tokens, results
         the token budget left out); ``functions``: the task's tools, passed as ``tools=`` when the delivery says so."""
+        rules = "rules" in self.fields  # the plugin's own projection: its rules, its budget counted on them
         response = await self.app.run_job(
-            "procedure_search", query=query[:4096], index=self.view, limit=self.k, **self.delivery.arguments(functions)
+            "procedure_search",
+            query=query[:4096],
+            index=self.view,
+            limit=self.k,
+            **self.delivery.arguments(functions),
+            **({"detail": "rules"} if rules else {}),
         )
         answer = json.loads(response.answer)
         if not response.success:
             raise RuntimeError(f"{self.label}: procedure_search failed: {answer}")
         results = answer.get("results", [])
-        block = memory_block([r["experience"] for r in results], self.fields)
+        block = memory_block(results if rules else [r["experience"] for r in results], self.fields)
         tokens = (
             await self.app.context.components["procedure_memory"]["default"].workspace.tokens.acount(block)
             if block
@@ -509,7 +508,7 @@ class Memory:
         )
         return block, {
             "paths": [r["path"] for r in results],
-            "scores": [round(r["score"], 5) for r in results],
+            "scores": [round(r["score"], 5) for r in results if "score" in r],  # a rules answer has none
             "relevance": [r.get("relevance") for r in results],
             "tokens": tokens,
             "budget_left_out": answer.get("token_budget", {}).get("left_out", 0),

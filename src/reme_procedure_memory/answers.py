@@ -79,6 +79,13 @@ CompactResult = TypedDict(
 )
 
 
+# A result of a rules answer (``detail=rules``): the conventions of an experience without its steps.
+RulesResult = TypedDict(
+    "RulesResult",
+    {"path": str, "version": str, "relevance": float, "description": str, "when-to-use": str, "rules": str},
+)
+
+
 class TokenBudget(TypedDict):
     max_tokens: int
     tokens: int
@@ -95,13 +102,13 @@ class SearchAnswer(AgentToolAnswer):
     index: str  # the view searched
     query: str
     min_relevance: float
-    results: list[SearchResult] | list[CompactResult]
+    results: list[SearchResult] | list[CompactResult] | list[RulesResult]
     index_complete: bool
     pending_indexes: list[PendingEntry]
     token_budget: NotRequired[TokenBudget]  # with max_tokens
     vector_search: NotRequired[VectorSearchState]  # when the vector branch failed
     # note: an extraction agent's search that found nothing
-    detail: NotRequired[Literal["full", "compact"]]  # an answer made compact (reads.compact_answer)
+    detail: NotRequired[Literal["full", "compact", "rules"]]  # a shaped answer (reads.compact_answer, rules_answer)
     left_out: NotRequired[int]
     read_more: NotRequired[str]
 

@@ -161,7 +161,8 @@ EXPERIENCES = {
     "move-into-new-directory.json": experience_record(
         "Move a file into a new directory",
         "When a file must be moved into a directory that may not exist yet",
-        "1. cd into the parent directory. 2. mkdir the directory. 3. mv the file into it.",
+        "1. cd into the parent directory. 2. mkdir the directory. 3. mv the file into it.\nRules:\n"
+        '- "Into a new folder X" means mkdir X before mv (2 trajectories).',
     ),
     "search-file-with-grep.json": experience_record(
         "Search a file for a phrase with grep",
@@ -363,15 +364,16 @@ def test_memory_block_fields_order_and_marking():
         downstream.parse_fields("content,rules")
 
 
-def test_memory_block_rules_leave_the_steps_out():
-    ruled = {"description": "D", "when-to-use": "W", "content": "1. cd(folder=<f>)\n2. touch()\nRules:\n- A (2)\n- B"}
-    bare = {"description": "E", "when-to-use": "V", "content": "1. ls()"}
+def test_memory_block_of_rules_results_leaves_an_empty_rules_line_out():
+    ruled = {"path": "p", "description": "D", "when-to-use": "W", "rules": "- A (2)\n- B"}  # a detail=rules result
+    bare = {"path": "q", "description": "E", "when-to-use": "V", "rules": ""}
     fields = downstream.parse_fields("description,rules")
     assert fields == ("description", "rules")
     block = downstream.memory_block([ruled, bare], fields)
-    assert "[1] Description: D\nRules: - A (2)\n- B\n\n[2] Description: E\n" in block
-    assert "cd(folder" not in block and "ls()" not in block and "Rules: \n" not in block
-    assert downstream.rules_of("x\nRules: not a head\nRules:\n\n- r\n") == "- r"
+    assert (
+        block
+        == f"{downstream.BLOCK_HEAD}\n[1] Description: D\nRules: - A (2)\n- B\n\n[2] Description: E\n{downstream.BLOCK_TAIL}"
+    )
 
 
 def test_parse_ids_ranges_and_names():
@@ -420,11 +422,14 @@ def test_the_delivery_passes_the_floor_the_tasks_tools_and_the_budget_to_procedu
         "floor": downstream.Delivery(min_relevance=1.0),
     }
 
+    rules_fields = downstream.parse_fields("description,when-to-use,rules")
+
     async def blocks() -> dict:
         out = {}
-        for label, delivery in deliveries.items():
+        for label, delivery in {**deliveries, "rules": downstream.Delivery()}.items():
+            fields = rules_fields if label == "rules" else downstream.FIELD_NAMES
             async with downstream.Memory(
-                label, ws, tmp_path / label, "when_to_use_content", 3, downstream.FIELD_NAMES, tokenizer, 64, delivery
+                label, ws, tmp_path / label, "when_to_use_content", 3, fields, tokenizer, 64, delivery
             ) as memory:
                 out[label] = await memory.block(query, functions)
         return out
@@ -440,6 +445,11 @@ def test_the_delivery_passes_the_floor_the_tasks_tools_and_the_budget_to_procedu
     assert len(functions) == 3 and len(naming) == 1 and found["tools"][1]["paths"] == naming
     assert found["budget"][0] == "" and found["budget"][1]["budget_left_out"] == 3
     assert found["floor"][1]["paths"] == [] and found["floor"][1]["tokens"] == 0
+    # --fields ...,rules: the plugin's detail=rules answer, the same experiences, their rules and none of their steps
+    assert found["rules"][1]["paths"] == before and found["rules"][1]["relevance"] == found["before"][1]["relevance"]
+    assert 'Rules: - "Into a new folder X" means mkdir X before mv (2 trajectories).' in found["rules"][0]
+    assert "1. cd into" not in found["rules"][0] and "1. cd into" in found["before"][0]
+    assert found["rules"][0].count("When to use: ") == 3 and found["rules"][1]["tokens"] < found["before"][1]["tokens"]
     assert downstream.Delivery(None, True, 500).arguments(["cd"]) == {"tools": ["cd"], "max_tokens": 500}
     assert downstream.Delivery(0.3, True, None).arguments([]) == {"min_relevance": 0.3}
 

@@ -692,3 +692,32 @@ def test_relevance_floor_tools_and_token_budget_are_served_on_cli_http_and_mcp(s
     assert {"min_relevance", "tools", "max_tokens"} <= set(tools["procedure_search"].inputSchema["properties"])
     assert [r["path"] for r in found["results"]] == ["procedures/inspect-logs-before-rebuilding.json"]
     assert none["results"] == []
+
+
+def test_detail_rules_is_served_on_cli_http_and_mcp(service):
+    """The conventions without the steps reach a caller from every channel: each result's path, version, relevance,
+    description, when-to-use and rules (none in these experiences: ``""``), never its content."""
+    query = "inspect logs or delete the build directory"
+    shape = {"path", "version", "relevance", "description", "when-to-use", "rules"}
+    cli, ok = service.reme.call(service.port, "procedure_search", f"query={query}", "min_relevance=0", "detail=rules")
+    assert ok and cli["detail"] == "rules" and cli["results"], cli
+    assert all(set(r) == shape and r["rules"] == "" for r in cli["results"])
+    with httpx.Client(base_url=service.url, timeout=30) as client:
+        http = json.loads(
+            client.post("/procedure_search", json={"query": query, "min_relevance": 0, "detail": "rules"}).json()[
+                "answer"
+            ]
+        )
+    assert http["results"] == cli["results"]
+
+    async def session():
+        from fastmcp import Client
+
+        async with Client(f"{service.url}/mcp") as client:
+            tools = {tool.name: tool for tool in await client.list_tools()}
+            found = await client.call_tool("procedure_search", {"query": query, "min_relevance": 0, "detail": "rules"})
+            return tools, json.loads(found.content[0].text)
+
+    tools, mcp = asyncio.run(asyncio.wait_for(session(), timeout=60))
+    assert "rules" in tools["procedure_search"].inputSchema["properties"]["detail"]["enum"]
+    assert mcp["results"] == cli["results"]

@@ -217,7 +217,7 @@ def test_search_refuses_bad_delivery_arguments_in_one_sentence(arguments, messag
         ({"query": "q", "limit": 2.5}, "`limit` must be an integer."),
         ({"query": "q", "limit": "1" * 13}, "`limit` must be an integer."),
         ({"query": 5, "index": "x", "limit": 0}, "`index` must be one of when_to_use, when_to_use_content."),
-        ({"query": "q", "detail": "all"}, "`detail` must be one of full, compact."),
+        ({"query": "q", "detail": "all"}, "`detail` must be one of full, compact, rules."),
     ],
 )
 def test_search_refusals_name_the_first_invalid_argument(arguments, message):

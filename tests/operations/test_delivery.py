@@ -1,10 +1,17 @@
 """What a search delivers beyond ranking (operations/delivery.py): function names as whole identifiers, the experience
-text, the token budget."""
+text, the rules of a ``detail=rules`` answer, the token budget."""
 
 from __future__ import annotations
 
 import pytest
-from reme_procedure_memory.operations.delivery import experience_text, names_any, tool_pattern, within_budget
+from reme_procedure_memory.operations.delivery import (
+    experience_text,
+    names_any,
+    rules_of,
+    rules_text,
+    tool_pattern,
+    within_budget,
+)
 
 
 @pytest.mark.parametrize(
@@ -49,6 +56,30 @@ def test_the_longest_name_wins_where_one_name_contains_another():
 def test_the_experience_text_joins_the_three_fields_an_agent_is_handed():
     fields = {"description": "D", "when-to-use": "W", "content": "C", "sources": ["s"]}
     assert experience_text(fields) == "D\nW\nC"
+
+
+@pytest.mark.parametrize(
+    "content, rules",
+    [
+        ("1. touch(file_name=<f>)\nRules:\n- A.\n- B.", "- A.\n- B."),
+        ("1. step\n  Rules:  \n\n- A.\n\n", "- A."),  # spaces around the head, blank lines around the rules
+        ("Rules:\n- only rules", "- only rules"),
+        ("1. step\nRules:\n- A.\nRules:\n- B.", "- A.\nRules:\n- B."),  # the first head starts them
+        ("1. step\nRules:", ""),  # a head with nothing after it
+        ("1. step, following the Rules: below\n- A.", ""),  # a head is a line of its own
+        ("1. step\nrules:\n- A.", ""),  # exactly ``Rules:``
+        ("1. step\nRules: - A.", ""),
+        ("", ""),
+    ],
+)
+def test_the_rules_are_the_lines_after_the_first_rules_line(content, rules):
+    assert rules_of(content) == rules
+
+
+def test_the_rules_text_is_description_when_to_use_and_rules_or_the_first_two_alone():
+    fields = {"description": "D", "when-to-use": "W", "content": "1. step\nRules:\n- R.", "sources": ["s"]}
+    assert rules_text(fields) == "D\nW\n- R."
+    assert rules_text({**fields, "content": "1. step"}) == "D\nW"
 
 
 @pytest.mark.parametrize(

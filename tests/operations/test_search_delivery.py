@@ -1,10 +1,12 @@
 """``procedure_search`` delivery on real views: the relevance floor (argument and setting), ``tools=`` and
-``max_tokens=``, each checked against the unfiltered answer of the same search; the extraction agent's searches keep
+``max_tokens=``, ``detail=rules`` (and the budget counting what it hands), each checked against the unfiltered answer
+of the same search; the extraction agent's searches keep
 no floor; without vectors relevance is the keyword evidence. The fake embedding is plumbing only (the default
 floor's calibration is tested on the embedded model in ``tests/search/test_relevance_floor.py``)."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -159,3 +161,59 @@ async def test_without_vectors_relevance_is_the_keyword_evidence(make_app, tmp_p
             assert result["scores"]["vector"] is None
             assert result["relevance"] == pytest.approx(min(1.0, result["scores"]["keyword"] / self_score), abs=1e-4)
         assert any(0 < r["relevance"] < 1 for r in answer["results"])
+
+
+def give_rules(ws) -> dict[str, str]:
+    """Every other experience of the written corpus gets rules after its steps, as an extraction writes them; returns
+    the path -> rules of those that have some."""
+    rules = {}
+    for n, path in enumerate(sorted((ws / "procedures").glob("*.json"))):
+        if n % 2:
+            continue
+        record = json.loads(path.read_text())
+        rules[f"procedures/{path.name}"] = f"- Rule one of {path.stem} (2 trajectories).\n- Rule two (1 trajectory)."
+        record["content"] += "\nRules:\n" + rules[f"procedures/{path.name}"]
+        path.write_text(json.dumps(record, indent=2))
+    return rules
+
+
+@pytest.mark.parametrize("view", VIEWS)
+async def test_detail_rules_hands_each_result_s_rules_without_its_steps_and_the_budget_counts_them(
+    make_app, tmp_path, view, word_tokenizer
+):
+    counter = Tokenizer.from_file(str(word_tokenizer))  # the configured tokenizer, counted independently
+
+    def handed(result) -> int:
+        parts = [result["description"], result["when-to-use"]] + ([result["rules"]] if result["rules"] else [])
+        return len(counter.encode("\n".join(parts), add_special_tokens=False).ids)
+
+    ws = tmp_path / "ws"
+    write_corpus(ws)
+    rules = give_rules(ws)
+    async with make_app(workspace=ws) as app:
+        ok, full = await run_job(app, "procedure_search", query=QUERY, index=view, limit=ALL)
+        assert ok and "detail" not in full
+        ok, ruled = await run_job(app, "procedure_search", query=QUERY, index=view, limit=ALL, detail="rules")
+        assert ok and ruled["detail"] == "rules" and len(ruled["results"]) == ALL
+        assert ruled["results"] == [
+            {
+                "path": r["path"],
+                "version": r["version"],
+                "relevance": r["relevance"],
+                "description": r["experience"]["description"],
+                "when-to-use": r["experience"]["when-to-use"],
+                "rules": rules.get(r["path"], ""),
+            }
+            for r in full["results"]
+        ]
+        assert 0 < sum(bool(r["rules"]) for r in ruled["results"]) < ALL  # with rules and without
+        assert all("Rules:" not in r["rules"] and "1." not in r["rules"] for r in ruled["results"])  # no steps
+        counts = [handed(r) for r in ruled["results"]]
+        budget = sum(counts[:3])
+        ok, budgeted = await run_job(
+            app, "procedure_search", query=QUERY, index=view, limit=ALL, detail="rules", max_tokens=budget
+        )
+        assert ok and budgeted["results"] == ruled["results"][:3]
+        assert budgeted["token_budget"] == {"max_tokens": budget, "tokens": budget, "left_out": ALL - 3}
+        ok, whole = await run_job(app, "procedure_search", query=QUERY, index=view, limit=ALL, max_tokens=budget)
+        assert ok and len(whole["results"]) < 3  # whole experiences are counted whole: fewer fit

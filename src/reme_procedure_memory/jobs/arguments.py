@@ -98,10 +98,11 @@ class SearchArguments(JobArguments):
         description="The fields searched (default when_to_use_content).",
     )
     limit: Integer = Field(5, ge=1, le=MAX_LIMIT, description="Maximum results (default 5).")
-    detail: Literal["full", "compact"] = Field(
+    detail: Literal["full", "compact", "rules"] = Field(
         None,
-        description="compact (default in extraction runs): the best result's content, weak results left out; "
-        "full: every result whole.",
+        description="full (default): every result whole; rules: each result's description, when-to-use and rules "
+        "(the lines after its content's Rules: line), not its steps; compact (default in extraction runs): the best "
+        "result's content, weak results left out.",
     )
     min_relevance: Fraction = Field(
         None, description="Leave out results less relevant than this, 0-1 (default: the configured floor)."

@@ -32,7 +32,8 @@ from ..errors import (
     error_answer,
     storage_failure,
 )
-from ..operations.reads import compact_answer
+from ..operations.delivery import experience_text, rules_text
+from ..operations.reads import compact_answer, rules_answer
 from ..operations.secret_guard import refuse_secrets
 from ..operations.writes import canonical_filename
 from ..schema import AGENT_TOOLS, Job
@@ -228,7 +229,7 @@ class ProcedureStep(BaseStep):
 
 class ProcedureSearchStep(ProcedureStep):
     """``procedure_search query=... index=when_to_use|when_to_use_content limit=5 [min_relevance=0.3]
-    [tools=a,b] [max_tokens=800]``. Inside an extraction run the relevance floor is 0 unless given: the agent looks
+    [tools=a,b] [max_tokens=800] [detail=full|compact|rules]``. Inside an extraction run the relevance floor is 0 unless given: the agent looks
     for any related experience to revise."""
 
     arguments = SearchArguments
@@ -240,13 +241,21 @@ class ProcedureSearchStep(ProcedureStep):
         floor = args.min_relevance
         if floor is None:  # the agent looks for any related experience; a service caller gets the configured floor
             floor = 0.0 if run is not None else memory.settings.search.min_relevance
+        detail = args.detail or ("compact" if run is not None else "full")
         answer = await memory.reads.search(
-            args.query, args.index, args.limit, min_relevance=floor, tools=args.tools or (), max_tokens=args.max_tokens
+            args.query,
+            args.index,
+            args.limit,
+            min_relevance=floor,
+            tools=args.tools or (),
+            max_tokens=args.max_tokens,
+            delivered=rules_text if detail == "rules" else experience_text,  # the budget counts what is handed
         )
         if not answer["results"] and run is not None:  # the extraction agent's next step
             answer["note"] = EMPTY_SEARCH_NOTE
-        detail = args.detail or ("compact" if run is not None else "full")
-        if detail == "compact":
+        if detail == "rules":
+            answer = rules_answer(answer)
+        elif detail == "compact":
             answer = compact_answer(answer, run.shown if run is not None else None)
         elif run is not None:  # the agent's "full": every result's content, not the raw scores and sources
             answer = compact_answer(answer, run.shown, every_content=True)

@@ -1,5 +1,6 @@
-"""What a search answer delivers beyond ranking (pure functions): which experiences name the caller's tools, and how
-many results fit a token budget (``procedure_search tools=... max_tokens=...``; docs/reference.md).
+"""What a search answer delivers beyond ranking (pure functions): which experiences name the caller's tools, how many
+results fit a token budget, and the rules a ``detail=rules`` answer hands (``procedure_search tools=...
+max_tokens=... detail=rules``; docs/reference.md).
 
 * **Naming a function.** An experience's steps (its ``content``) name a function when the name occurs there as a
   whole identifier: case-sensitive, not preceded or followed by a letter, digit or underscore, so ``post_tweet``
@@ -10,7 +11,12 @@ many results fit a token budget (``procedure_search tools=... max_tokens=...``; 
 * **Budget.** The experience text of a result is its description, when-to-use and content joined by newlines (what
   an agent is handed; ``sources`` are paths); the results are taken best first while their texts together stay
   within ``max_tokens``, and the first that would exceed it ends the answer: an experience is never cut, so a first
-  result larger than the budget is left out too (the answer says how many were left out).
+  result larger than the budget is left out too (the answer says how many were left out). With ``detail=rules`` the
+  text counted is what that answer hands (``rules_text``), so the budget bounds what the caller gets.
+* **Rules.** An extraction writes an experience's content as its procedure, then its rules after a line that is
+  exactly ``Rules:``: the environment's conventions (phrasing to values, verbatim arguments, defaults), each with
+  its evidence. ``detail=rules`` hands an experience's description, when-to-use and those lines alone: the
+  conventions without the steps (an experience without that line hands its description and when-to-use).
 """
 
 from __future__ import annotations
@@ -40,6 +46,26 @@ def names_any(content: str, pattern: re.Pattern[str]) -> bool:
 def experience_text(fields: dict[str, str]) -> str:
     """The text an agent is handed of an experience: description, when-to-use and content joined by newlines."""
     return "\n".join((fields["description"], fields["when-to-use"], fields["content"]))
+
+
+RULES_HEAD = "Rules:"  # the line before an experience's rules (extraction/prompts.yaml asks for it)
+
+
+def rules_of(content: str) -> str:
+    """The rules of an experience's ``content``: the lines after its first line that is exactly ``Rules:`` (spaces
+    around it aside), stripped; ``""`` when it has none."""
+    lines = content.splitlines()
+    for n, line in enumerate(lines):
+        if line.strip() == RULES_HEAD:
+            return "\n".join(lines[n + 1 :]).strip()
+    return ""
+
+
+def rules_text(fields: dict[str, str]) -> str:
+    """The text ``detail=rules`` hands of an experience: description, when-to-use and ``rules_of`` its content
+    joined by newlines (the first two alone when it has no rules)."""
+    rules = rules_of(fields["content"])
+    return "\n".join([fields["description"], fields["when-to-use"]] + ([rules] if rules else []))
 
 
 def within_budget(tokens: list[int], max_tokens: int) -> int:

@@ -20,13 +20,21 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..answers import ExperienceAnswer, SearchAnswer, SearchResult, TokenBudget, TrajectoryAnswer
+from ..answers import (
+    ExperienceAnswer,
+    ExperienceFields,
+    RulesResult,
+    SearchAnswer,
+    SearchResult,
+    TokenBudget,
+    TrajectoryAnswer,
+)
 from ..errors import ErrorCode, ProcedureError, TokenizerUnavailable
 from ..schema import check_name
 from ..credentials import mask_label, mask_secrets, masked_prefix, secrets_within
 from ..storage.experiences import BadFile, StoredExperience
 from ..storage.paths import resolve_inside
-from .delivery import experience_text, names_any, tool_pattern, within_budget
+from .delivery import experience_text, names_any, rules_of, tool_pattern, within_budget
 
 if TYPE_CHECKING:
     from ..search.fusion import Fused
@@ -115,6 +123,24 @@ def compact_answer(
     return out
 
 
+def rules_answer(answer: SearchAnswer) -> SearchAnswer:
+    """``detail=rules``: each result's path, version and relevance with its description, when-to-use and ``rules``
+    (``delivery.rules_of`` its content: the conventions without the steps; ``""`` when it has none), nothing else of
+    it; the rest of the answer as it is."""
+    results: list[RulesResult] = [
+        {
+            "path": r["path"],
+            "version": r["version"],
+            "relevance": r["relevance"],
+            "description": r["experience"]["description"],
+            "when-to-use": r["experience"]["when-to-use"],
+            "rules": rules_of(r["experience"]["content"]),
+        }
+        for r in answer["results"]
+    ]
+    return {**answer, "results": results, "detail": "rules"}
+
+
 class Reads:
     """Search answers and reads of one ProcedureMemory; keeps the last decoded trajectory (an agent rereads it)."""
 
@@ -136,6 +162,7 @@ class Reads:
         min_relevance: float = 0.0,
         tools: tuple[str, ...] = (),
         max_tokens: int | None = None,
+        delivered: Callable[[ExperienceFields], str] = experience_text,
     ) -> SearchAnswer:
         """Hybrid search of one view; full current experiences with path, version, relevance and scores.
 
@@ -144,7 +171,8 @@ class Reads:
         passed over unread; with ``tools``, an experience whose content names none of them is passed over. The
         page's files are read in the search's one scan-thread call (``Views.search_page``), past missing and invalid
         files until ``limit`` are valid; a second worker call reads further candidates only if a file read there
-        turned pending meanwhile. With ``max_tokens`` the results are then cut to the budget (``token_budget``).
+        turned pending meanwhile. With ``max_tokens`` the results are then cut to the budget (``token_budget``), each
+        counted as the ``delivered`` text of its experience (``delivery.rules_text`` for a ``detail=rules`` answer).
         """
         ws, recovery = self.workspace, self.recovery
         views = ws.views
@@ -197,17 +225,19 @@ class Reads:
             "pending_indexes": ws.pending.entries(),
         }
         if max_tokens is not None:
-            answer["token_budget"] = await self._budget(answer, max_tokens)
+            answer["token_budget"] = await self._budget(answer, max_tokens, delivered)
         if vector_error:
             answer["vector_search"] = {"available": False, "error": vector_error}
         return answer
 
-    async def _budget(self, answer: SearchAnswer, max_tokens: int) -> TokenBudget:
-        """Cut ``answer``'s results to the best first ones whose experience texts fit ``max_tokens`` (exact tokens);
-        what the answer says about it."""
+    async def _budget(
+        self, answer: SearchAnswer, max_tokens: int, delivered: Callable[[ExperienceFields], str]
+    ) -> TokenBudget:
+        """Cut ``answer``'s results to the best first ones whose ``delivered`` texts fit ``max_tokens`` (exact
+        tokens); what the answer says about it."""
         results = answer["results"]
         try:
-            counts = await self.workspace.tokens.acount_many([experience_text(r["experience"]) for r in results])
+            counts = await self.workspace.tokens.acount_many([delivered(r["experience"]) for r in results])
         except TokenizerUnavailable as exc:
             raise ProcedureError(ErrorCode.TOKENIZER_UNAVAILABLE, str(exc)) from None
         kept = within_budget(counts, max_tokens)
