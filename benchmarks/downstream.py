@@ -249,11 +249,6 @@ def parse_fields(spec: str) -> tuple[str, ...]:
     return tuple(f for f in FIELD_CHOICES if f in fields)
 
 
-def field_text(item: dict, field: str) -> str:
-    """What the block shows of ``field`` of ``item`` (an experience, or a ``detail=rules`` result for ``rules``)."""
-    return str(item.get(field, "")).strip()
-
-
 def memory_block(experiences: list[dict], fields: tuple[str, ...]) -> str:
     """The marked block of ``experiences`` (each ``{description, when-to-use, content}``, or with ``rules`` the
     results of a ``detail=rules`` search), in rank order; ``""`` when there are none. An empty ``rules`` gets no
@@ -262,7 +257,7 @@ def memory_block(experiences: list[dict], fields: tuple[str, ...]) -> str:
         return ""
     items = []
     for n, experience in enumerate(experiences, 1):
-        texts = [(f, field_text(experience, f)) for f in fields]
+        texts = [(f, str(experience.get(f, "")).strip()) for f in fields]
         lines = [f"{FIELD_LABELS[f]}: {text}" for f, text in texts if text or f != "rules"]  # rules: none, no line
         items.append(f"[{n}] " + "\n".join(lines))
     return "\n".join([BLOCK_HEAD, "\n\n".join(items), BLOCK_TAIL])

@@ -229,8 +229,8 @@ class ProcedureStep(BaseStep):
 
 class ProcedureSearchStep(ProcedureStep):
     """``procedure_search query=... index=when_to_use|when_to_use_content limit=5 [min_relevance=0.3]
-    [tools=a,b] [max_tokens=800] [detail=full|compact|rules]``. Inside an extraction run the relevance floor is 0 unless given: the agent looks
-    for any related experience to revise."""
+    [tools=a,b] [max_tokens=800] [detail=full|compact|rules]``. Inside an extraction run the relevance floor is 0
+    unless given: the agent looks for any related experience to revise."""
 
     arguments = SearchArguments
 
