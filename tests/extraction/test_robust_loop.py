@@ -178,6 +178,8 @@ async def test_when_to_use_and_a_different_alias_are_ambiguous(make_app):
     "reply, previous, segment, fragment",
     [
         ("no tags at all", "", "text", "no <summary>"),
+        ("<summary>The user listed tmp. The user listed tmp. The user", "", "text", "cut off before </summary>"),
+        ("Listed.</summary> and <summary>The user", "", "text", "cut off before </summary>"),
         ("<summary>  </summary>", "", "text", "empty"),
         (f"<summary>{NO_SUMMARY_YET}</summary>", "", "text", "placeholder"),
         ("<summary>None yet: this is the first segment.</summary>", "", "text", "placeholder"),
@@ -242,6 +244,29 @@ async def test_an_untagged_or_empty_summary_is_repaired(make_app, tmp_path, repl
     async with make_app(scripts=[first, repaired, done], components=TWO_SEGMENTS) as app:
         ok, ans = await import_file(app, original, request_id="e1")
         assert ok and memory_of(app).workspace.checkpoints.get("e1").summary == "Rebuilt the docs index."
+
+
+async def test_a_cut_off_repair_is_followed_by_a_repair_that_says_so(make_app, tmp_path):
+    # A deterministic model answers the same input the same way: the second repair must not repeat the first.
+    original = two_segment_original(tmp_path)
+
+    async def untagged(tools, prompt, kwargs):
+        return ""
+
+    async def cut_off(tools, prompt, kwargs):
+        assert "no <summary>...</summary> section" in prompt
+        return "<summary>The user rebuilt the index. The user rebuilt the index. The user rebuilt"
+
+    async def repaired(tools, prompt, kwargs):
+        assert "cut off before </summary>" in prompt and "<summary>The user rebuilt" not in prompt
+        return summary("Rebuilt the docs index.")
+
+    async with make_app(scripts=[untagged, cut_off, repaired, done], components=TWO_SEGMENTS) as app:
+        ok, ans = await import_file(app, original, request_id="c1")
+        assert ok and memory_of(app).workspace.checkpoints.get("c1").summary == "Rebuilt the docs index."
+        _, first_repair, second_repair, _ = app.agent.replies
+        assert first_repair["prompt"] != second_repair["prompt"]
+        assert "rebuilt 1200 documents" in second_repair["prompt"]  # written from the segment, shown again
 
 
 async def test_a_too_long_summary_is_quoted_to_the_repair_without_the_segment(make_app, tmp_path):

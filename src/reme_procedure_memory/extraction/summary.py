@@ -1,9 +1,9 @@
 """The rolling summary's rules: where a reply's summary is, and when it is not a summary.
 
 Contract: pure functions of their arguments. ``parse_summary`` finds the summary between ``<summary>`` tags (or
-None); ``tagged`` puts a summary given on its own between them; ``summary_problem`` says why a parsed summary is not one (none, empty, the prompt's placeholder copied back,
-the previous summary unchanged although the segment had content), or None. The size ceiling is checked by the
-caller with exact tokens.
+None); ``tagged`` puts a summary given on its own between them; ``summary_problem`` says why a parsed summary is not
+one (none, cut off, empty, the prompt's placeholder copied back, the previous summary unchanged although the segment
+had content), or None. The size ceiling is checked by the caller with exact tokens.
 """
 
 from __future__ import annotations
@@ -51,11 +51,20 @@ def _comparable(text: str) -> str:
 def summary_problem(reply: str, summary: str | None, previous: str, segment: str) -> str | None:
     """Why a parsed rolling summary is not a summary (its size is checked separately), or None.
 
-    Invalid: none at all, an empty one, the prompt's own placeholder copied back, or the previous summary unchanged
-    although the segment had content (a summary must take in every segment).
+    Invalid: none at all, one cut off (the last ``<summary>`` never closed), an empty one, the prompt's own
+    placeholder copied back, or the previous summary unchanged although the segment had content (a summary must take
+    in every segment).
     """
     if summary is None:
-        if "<summary>" in (reply or "") and "</summary>" in (reply or ""):
+        reply = reply or ""
+        if reply.rfind("<summary>") > reply.rfind("</summary>"):
+            # A reply cut off at its length limit, often a small model repeating itself. Saying so makes the next
+            # attempt's input differ from this one's: a deterministic model given the same input answers the same.
+            return (
+                "its summary was cut off before </summary>: it ran past the reply's limit. Write each fact once, "
+                "in a few sentences."
+            )
+        if "<summary>" in reply and "</summary>" in reply:
             return "the summary between <summary> and </summary> is empty."
         return "it has no <summary>...</summary> section."
     if _comparable(summary) in {_comparable(p) for p in PLACEHOLDERS}:
