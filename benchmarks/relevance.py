@@ -11,7 +11,7 @@ Run from the repository root (a venv with the plugin, the ``benchmarks`` extra a
 
 What runs, all real (the plugin's embedding as configured: with no ``EMBEDDING_*`` the embedded all-MiniLM-L6-v2):
 
-1. The memory is the example workspace (``examples/bfcl-workspace``: 20 experiences extracted from BFCL
+1. The memory is the example workspace (``examples/bfcl-workspace``: the experiences extracted from BFCL
    ``multi_turn_base`` 0-19), copied and opened by an in-process ``Application(plugins=["procedure-memory"])``.
 2. The queries are the user turns of BFCL ``multi_turn_base`` tasks 20-99, which the memory has not seen (ids 100-199
    are reserved for independent verification and never read). A turn's gold functions are the names in its

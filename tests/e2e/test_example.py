@@ -67,8 +67,8 @@ def test_the_readme_first_command_answers_a_search_with_vector_scores_offline(tm
     assert answer["index_complete"] is True and answer["pending_indexes"] == []
     assert answer.get("vector_search", {}).get("available", True) is True, answer.get("vector_search")
     results = answer["results"]
-    assert len(results) == 3
-    assert results[0]["path"] == "procedures/authenticate-and-post-tweet-with-hashtags.json"
+    assert 1 <= len(results) <= 3  # limit=3; the relevance floor may leave weaker matches out
+    assert results[0]["path"] == "procedures/post-file-content-as-tweet-with-tags-and-mentions.json"
     for result in results:  # both lists answered: a real vector score and a BM25 score for each
         assert 0 < result["scores"]["vector"] <= 1 and result["scores"]["vector_rank"] >= 1, result["scores"]
         assert result["experience"]["sources"], result
@@ -80,7 +80,8 @@ def test_the_example_workspace_is_valid_complete_and_matches_its_records(tmp_pat
     trajectories = sorted((EXAMPLE / "session" / "trajectories").iterdir())
     imports = [json.loads(p.read_text()) for p in sorted((EXAMPLE / STATE / "imports").glob("*.json"))]
     checkpoints = [json.loads(p.read_text()) for p in sorted((EXAMPLE / STATE / "processing").glob("*.json"))]
-    assert len(experiences) == len(trajectories) == len(imports) == len(checkpoints) == 20
+    assert len(trajectories) == len(imports) == len(checkpoints) == 20
+    assert len(experiences) == 11  # consolidated: imports revise the experiences earlier ones created
     # every copy is the byte-exact one its import recorded, and every import finished
     for record in imports:
         data = (EXAMPLE / record["path"]).read_bytes()
@@ -98,7 +99,7 @@ def test_the_example_workspace_is_valid_complete_and_matches_its_records(tmp_pat
         tmp_path / "cwd",
     )
 
-    assert answer["status"] == "complete" and answer["indexed"] == 20, answer
+    assert answer["status"] == "complete" and answer["indexed"] == 11, answer
     assert answer["invalid_files"] == [] and answer["pending_indexes"] == [] and answer["damaged_metadata"] == []
     for path in experiences:  # the reindex rewrote nothing
         assert (ws / "procedures" / path.name).read_bytes() == path.read_bytes()

@@ -1,4 +1,4 @@
-"""The shipped relevance floor on the embedded model: on the example workspace (20 real experiences about
+"""The shipped relevance floor on the embedded model: on the example workspace (11 real experiences about
 BFCL's file system, Twitter, messaging and math APIs), a search about an API no experience concerns answers 0
 results by default, in both views, while an on-topic search answers its experience. The model is the real embedded
 MiniLM, offline (no ``EMBEDDING_*``); the floor is the one ``plugin.yaml`` ships (``benchmarks/relevance.py``
@@ -29,9 +29,9 @@ OFF_TOPIC = [  # travel booking, trading, vehicles, tickets: no experience of th
     "Check the tire pressure and fill the fuel tank with 30 gallons",
 ]
 ON_TOPIC = [
-    ("log in to Twitter and post a tweet with hashtags", "authenticate-and-post-tweet-with-hashtags.json"),
-    ("sort the lines of a file", "sort-file-lines-gorilla-filesystem.json"),
-    ("send a message to my new contact", "message-new-contact-messageapi.json"),
+    ("log in to Twitter and post a tweet with hashtags", "post-file-content-as-tweet-with-tags-and-mentions.json"),
+    ("sort the lines of a file", "inspect-and-compare-files-in-directory.json"),
+    ("send a message to my new contact", "message-new-contact-after-login.json"),
 ]
 
 
