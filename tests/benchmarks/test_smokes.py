@@ -329,7 +329,7 @@ def check_relevance(out: str) -> None:
         r"turns \(tasks 20-29\), embedding embedded all-MiniLM-L6-v2",
         out,
     )
-    assert experiences == "20" and int(on) > 0 and int(off) > 0
+    assert experiences == "11" and int(on) > 0 and int(off) > 0
     for view in ("when_to_use", "when_to_use_content"):
         figures = numbers(
             rf"^{view}: AUC {{N}}; best relevance on-topic p05 {{N}} p50 {{N}} p95 {{N}}; off-topic "
