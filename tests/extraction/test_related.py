@@ -121,6 +121,31 @@ def test_only_entries_naming_a_function_the_segment_calls_are_shown_whole():
     assert shown_whole(entries, []) == entries  # no names known: every entry as it was
 
 
+def whole(entries, names):
+    return [e["path"][11:] for e in shown_whole(entries, names) if "content" in e]
+
+
+def test_an_entry_naming_only_a_step_most_entries_share_is_listed_by_its_head():
+    entries = [
+        entry("procedures/move.json", 0.9, "1. cd(folder=<dir>)\n2. mv(source=<file>)"),
+        entry("procedures/touch.json", 0.8, "1. cd(folder=<dir>)\n2. touch(file_name=<file>)"),
+        {**entry("procedures/go.json", 0.7, "1. cd(folder=<dir>)"), "description": "Change directory with cd"},
+        entry("procedures/grep.json", 0.6, "1. fs.cd(folder=<dir>)\n2. grep(pattern=<word>)"),
+        entry("procedures/other.json", 0.5, "1. wc(file_name=<file>)"),
+    ]
+    # cd: named by all four candidates, so shared; touch.json and grep.json name nothing else the segment calls
+    assert whole(entries, ["cd", "mv"]) == ["move.json", "go.json"]  # go.json's description names cd: its goal
+    assert whole(entries, ["fs.cd", "cd", "mv"]) == ["move.json", "go.json"]  # one function, two spellings
+    assert whole(entries, ["cd", "mv", "touch"]) == ["move.json", "touch.json", "go.json"]
+    # with fewer than three candidates nothing is shared; nor when no candidate names another called function
+    assert whole(entries[:4], ["cd"]) == ["move.json", "touch.json", "go.json", "grep.json"]
+    assert whole(entries[1:2] + entries[3:], ["cd"]) == ["touch.json", "grep.json"]
+    # named by exactly half of the candidates is not more than half: not shared
+    pair = [entry("procedures/tweet.json", 0.9, "post_tweet(content=<text>)"), *entries[:3]]
+    assert whole(pair, ["post_tweet", "mv", "touch"]) == ["tweet.json", "move.json", "touch.json"]
+    assert "content" in entries[1]  # copies: the input is unchanged
+
+
 async def listing(app, original) -> str:
     """Import ``original`` (one segment) with a scripted agent that writes nothing; the listed matches it was shown."""
     prompts = []

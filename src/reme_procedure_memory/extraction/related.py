@@ -16,7 +16,12 @@ Contract: pure functions of their arguments.
   segment calls (``names``; naming as ``procedure_search tools=`` counts it: ``operations.delivery``), the others
   listed by their head: an experience a segment revises is one of the functions it calls (another goal is a new
   experience), and a whole entry costs its tokens in every request of the segment; with no ``names`` (a segment
-  whose calls are not written as calls) every entry stays whole;
+  whose calls are not written as calls) every entry stays whole. Of three or more such entries, one whose content
+  names just one called function, a function more than half of them name (``SHARED_SHARE``: a step most
+  procedures share, such as changing directory or logging in) and its description does not, is listed by its head
+  too, when another entry names a called function that is not shared: that call says nothing about which procedure
+  the segment continues (in the relay runs of issue 31 the model revised such an entry only to shorten it, while
+  they were a quarter of a long file's listing);
 - ``listed_first(own, searched, limit)`` puts ``own`` (the experiences the same import wrote in its earlier segments:
   a continuing trajectory revises them most) before the searched entries, each path once, at most ``limit``;
 - ``merged_related(answers, limit, contents)`` merges the compact search answers of those queries: rank by rank
@@ -29,10 +34,13 @@ Contract: pure functions of their arguments.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from typing import Any
 
 from ..operations.delivery import names_any, tool_pattern
 
+SHARED_SHARE = 0.5  # a called function more than this share of the candidates name is shared, not a goal
+SHARED_MIN = 3  # with fewer candidates no function is shared
 PIECES = 3
 PIECE_CHARS = 1500  # about what an embedding model of 256 word pieces reads, and enough words for BM25
 CALLED_LIMIT = 24  # the names of one search: a segment calls a few functions, many times
@@ -88,15 +96,32 @@ def listed_first(own: list[dict[str, Any]], searched: list[dict[str, Any]], limi
 
 
 def shown_whole(entries: list[dict[str, Any]], names: list[str] | tuple[str, ...]) -> list[dict[str, Any]]:
-    """``entries`` (copies), those whose content names none of ``names`` without their content (see the module
-    docstring); all unchanged when ``names`` is empty."""
+    """``entries`` (copies), without their content those whose content names none of ``names``, or only a shared
+    one that their description does not name (see the module docstring); all unchanged when ``names`` is empty."""
     if not names:
         return [dict(entry) for entry in entries]
-    pattern = tool_pattern(names)
+    forms: dict[str, list[str]] = {}  # a function by its last part: "fs.cd" and "cd" are one function
+    for name in names:
+        forms.setdefault(name.rstrip(".").rsplit(".", 1)[-1], []).append(name)
+    patterns = {key: tool_pattern(group) for key, group in forms.items()}
+    named = [
+        {name for name, pattern in patterns.items() if names_any(entry["content"], pattern)}
+        if "content" in entry
+        else set()
+        for entry in entries
+    ]
+    candidates = [found for found in named if found]
+    counts = Counter(name for found in candidates for name in found)
+    shared = {n for n, c in counts.items() if len(candidates) >= SHARED_MIN and c > SHARED_SHARE * len(candidates)}
+    if not any(found - shared for found in candidates):
+        shared = set()  # no other call of the segment tells the candidates apart: the shared one must
     shown = []
-    for entry in entries:
+    for entry, found in zip(entries, named):
         entry = dict(entry)
-        if "content" in entry and not names_any(entry["content"], pattern):
+        only_shared = len(found) == 1 and found <= shared
+        if only_shared and names_any(str(entry.get("description", "")), patterns[next(iter(found))]):
+            only_shared = False  # the description names it: the shared function is this procedure's goal
+        if "content" in entry and (not found or only_shared):
             entry.pop("content")
             entry.pop("content_truncated", None)
         shown.append(entry)
