@@ -13,6 +13,7 @@ from reme_procedure_memory.extraction.related import (
     called_names,
     merged_related,
     related_queries,
+    shared_calls,
     shown_whole,
     with_contents,
 )
@@ -119,6 +120,14 @@ def test_only_entries_naming_a_function_the_segment_calls_are_shown_whole():
     ]  # "cd" as a whole identifier (a qualified name too), never inside "cdrom_eject"
     assert "content" in entries[1] and entries[1]["content_truncated"]  # copies: the input is unchanged
     assert shown_whole(entries, []) == entries  # no names known: every entry as it was
+
+
+def test_a_call_more_than_half_of_three_or_more_candidates_name_is_shared_when_another_tells_them_apart():
+    assert shared_calls([{"cd", "mv"}, {"cd"}, {"cd", "touch"}]) == {"cd"}
+    assert shared_calls([{"cd", "mv"}, {"cd", "mv"}, {"cd", "mv"}, {"wc"}]) == {"cd", "mv"}  # 3 and 3 of 4
+    assert shared_calls([{"cd", "mv"}, {"mv"}, {"cd"}, {"wc"}]) == set()  # 2 of 4 is not more than half
+    assert shared_calls([{"cd"}, {"cd"}, {"cd"}]) == set()  # nothing else tells them apart
+    assert shared_calls([{"cd", "mv"}, {"cd"}]) == set()  # fewer than three candidates
 
 
 def whole(entries, names):

@@ -21,7 +21,7 @@ Contract: pure functions of their arguments.
   procedures share, such as changing directory or logging in) and its description does not, is listed by its head
   too, when another entry names a called function that is not shared: that call says nothing about which procedure
   the segment continues (in the relay runs of issue 31 the model revised such an entry only to shorten it, while
-  they were a quarter of a long file's listing);
+  they were a third of a long file's whole entries: ``shared_calls``);
 - ``listed_first(own, searched, limit)`` puts ``own`` (the experiences the same import wrote in its earlier segments:
   a continuing trajectory revises them most) before the searched entries, each path once, at most ``limit``;
 - ``merged_related(answers, limit, contents)`` merges the compact search answers of those queries: rank by rank
@@ -110,11 +110,7 @@ def shown_whole(entries: list[dict[str, Any]], names: list[str] | tuple[str, ...
         else set()
         for entry in entries
     ]
-    candidates = [found for found in named if found]
-    counts = Counter(name for found in candidates for name in found)
-    shared = {n for n, c in counts.items() if len(candidates) >= SHARED_MIN and c > SHARED_SHARE * len(candidates)}
-    if not any(found - shared for found in candidates):
-        shared = set()  # no other call of the segment tells the candidates apart: the shared one must
+    shared = shared_calls([found for found in named if found])
     shown = []
     for entry, found in zip(entries, named):
         entry = dict(entry)
@@ -126,6 +122,17 @@ def shown_whole(entries: list[dict[str, Any]], names: list[str] | tuple[str, ...
             entry.pop("content_truncated", None)
         shown.append(entry)
     return shown
+
+
+def shared_calls(candidates: list[set[str]]) -> set[str]:
+    """The functions (of those each candidate entry names) that more than ``SHARED_SHARE`` of at least
+    ``SHARED_MIN`` candidates name, when some candidate names another one; else none (then only the shared ones
+    can tell the candidates apart)."""
+    if len(candidates) < SHARED_MIN:
+        return set()
+    counts = Counter(name for found in candidates for name in found)
+    shared = {name for name, count in counts.items() if count > SHARED_SHARE * len(candidates)}
+    return shared if any(found - shared for found in candidates) else set()
 
 
 def merged_related(answers: list[dict[str, Any]], limit: int, contents: int = 1) -> list[dict[str, Any]]:
