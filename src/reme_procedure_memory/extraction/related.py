@@ -37,7 +37,7 @@ import re
 from collections import Counter
 from typing import Any
 
-from ..operations.delivery import names_any, tool_pattern
+from ..operations.delivery import last_part, names_any, tool_pattern
 
 SHARED_SHARE = 0.5  # a called function more than this share of the candidates name is shared, not a goal
 SHARED_MIN = 3  # with fewer candidates no function is shared
@@ -102,7 +102,7 @@ def shown_whole(entries: list[dict[str, Any]], names: list[str] | tuple[str, ...
         return [dict(entry) for entry in entries]
     forms: dict[str, list[str]] = {}  # a function by its last part: "fs.cd" and "cd" are one function
     for name in names:
-        forms.setdefault(name.rstrip(".").rsplit(".", 1)[-1], []).append(name)
+        forms.setdefault(last_part(name), []).append(name)
     patterns = {key: tool_pattern(group) for key, group in forms.items()}
     named = [
         {name for name, pattern in patterns.items() if names_any(entry["content"], pattern)}

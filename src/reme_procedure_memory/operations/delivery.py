@@ -27,13 +27,18 @@ from typing import Iterable
 BOUNDARY = "A-Za-z0-9_"
 
 
+def last_part(name: str) -> str:
+    """A function's name without its qualifier: ``"GorillaFileSystem.cd"`` -> ``"cd"``; an unqualified name as is."""
+    return name.rstrip(".").rsplit(".", 1)[-1]
+
+
 def tool_pattern(names: Iterable[str]) -> re.Pattern[str]:
     """A pattern that finds any of ``names`` as a whole identifier (a qualified name also by its last part)."""
     forms = set()
     for name in names:
         forms.add(name)
         if "." in name.strip("."):
-            forms.add(name.rstrip(".").rsplit(".", 1)[1])
+            forms.add(last_part(name))
     alternatives = "|".join(re.escape(form) for form in sorted(forms, key=lambda f: (-len(f), f)) if form)
     return re.compile(rf"(?<![{BOUNDARY}])(?:{alternatives})(?![{BOUNDARY}])")
 
