@@ -38,6 +38,8 @@ def test_the_prompt_asks_for_general_procedures_with_rules_and_folded_revisions(
     assert 'a step the user asked for in so many words ("first open X") holds only when asked' in flat
     assert "A call not made is a rule only with the phrasing that led to it and names that call" in flat
     assert 'never "X alone", "no check is needed" or "X is not called"' in flat
+    # a rule that rules out a look had agents act blind downstream (docs/decisions.md#consolidated-experiences)
+    assert "a call that only looks (a listing, a read, where the agent stands) is never ruled out" in flat
     # a rule may be handed without the steps (procedure_search detail=rules): it carries its own case
     assert "A rule is read without the procedure, so it states the case it holds in" in flat
     assert "folding the evidence into its general procedure" in flat
