@@ -32,7 +32,8 @@ The memory arms' delivery defaults to the plugin's: ``procedure_search`` with it
 setting, or ``--min-relevance``), ``tools`` = the task's function names (``--tools task``; ``none`` passes none) and a
 budget of ``--memory-tokens`` (500) tokens of experience text per block, whole experiences best first. With
 ``--fields`` naming ``rules`` the arm asks for ``detail=rules`` (each result's description, when-to-use and rules,
-without its steps), and the budget counts that text.
+without its steps), and the budget counts that text. ``--repeats drop`` leaves out of a block the experiences an
+earlier block of the same task showed (they are still in the conversation); the search is the same.
 
 Arms run concurrently (one asyncio task each; model requests in worker threads), tasks of an arm one after the
 other. Each arm may have its own endpoint (``--endpoint ARM=URL``; the others use ``LLM_BASE_URL``). Every arm gets
@@ -406,6 +407,7 @@ class Delivery:
     min_relevance: float | None = 0.0  # None: the plugin's setting (search.min_relevance)
     task_tools: bool = False  # pass the task's function names as tools=
     max_tokens: int | None = None  # the answer's experience text, at most (exact tokens; whole experiences)
+    repeats: bool = True  # False: a result already in an earlier block of the task is left out of this one
 
     def arguments(self, functions) -> dict:
         args: dict = {}
@@ -479,9 +481,13 @@ class Memory:
             and self.frozen["memory_before"] == self.frozen["memory_after"]
         )
 
-    async def block(self, query: str, functions: list[str] | tuple[str, ...] = ()) -> tuple[str, dict]:
+    async def block(
+        self, query: str, functions: list[str] | tuple[str, ...] = (), held: frozenset[str] = frozenset()
+    ) -> tuple[str, dict]:
         """The memory block for ``query`` and what went into it (paths, scores, relevance, exact tokens, results
-        the token budget left out); ``functions``: the task's tools, passed as ``tools=`` when the delivery says so."""
+        the token budget left out); ``functions``: the task's tools, passed as ``tools=`` when the delivery says so;
+        ``held``: the paths of earlier blocks of the task, left out (``repeated``) unless the delivery shows
+        repeats. The search is the same either way: a held result is dropped from its answer, not replaced."""
         rules = "rules" in self.fields  # the plugin's own projection: its rules, its budget counted on them
         response = await self.app.run_job(
             "procedure_search",
@@ -495,6 +501,8 @@ class Memory:
         if not response.success:
             raise RuntimeError(f"{self.label}: procedure_search failed: {answer}")
         results = answer.get("results", [])
+        repeated = [] if self.delivery.repeats else [r["path"] for r in results if r["path"] in held]
+        results = [r for r in results if r["path"] not in repeated]
         block = memory_block(results if rules else [r["experience"] for r in results], self.fields)
         tokens = (
             await self.app.context.components["procedure_memory"]["default"].workspace.tokens.acount(block)
@@ -507,6 +515,7 @@ class Memory:
             "relevance": [r.get("relevance") for r in results],
             "tokens": tokens,
             "budget_left_out": answer.get("token_budget", {}).get("left_out", 0),
+            "repeated": repeated,
             "vector_search": answer.get("vector_search", {}).get("available", True),
             "pending": len(answer.get("pending_indexes", [])),
         }
@@ -583,7 +592,8 @@ async def solve(lib: SimpleNamespace, task: Task, arm: Arm) -> dict:
         turn = copy.deepcopy(turn)
         if arm.memory is not None and inject_at(arm.inject, turn_index):
             query = turn[-1]["content"]
-            block, found = await arm.memory.block(query, [f["name"] for f in entry["function"]])
+            held = frozenset(path for shown in memory_log for path in shown["paths"])
+            block, found = await arm.memory.block(query, [f["name"] for f in entry["function"]], held)
             turn[-1]["content"] = with_block(block, query)
             memory_log.append({"turn": turn_index, **found})
         messages.extend(turn)
@@ -1006,9 +1016,12 @@ def settings_from(args, arms: list[str]) -> RunSettings:
 
 def delivery_from(args) -> Delivery:
     """``run``'s delivery flags: ``--min-relevance`` (default: the plugin's setting), ``--tools task|none``,
-    ``--memory-tokens`` (0: no budget)."""
+    ``--memory-tokens`` (0: no budget), ``--repeats show|drop``."""
     return Delivery(
-        min_relevance=args.min_relevance, task_tools=args.tools == "task", max_tokens=args.memory_tokens or None
+        min_relevance=args.min_relevance,
+        task_tools=args.tools == "task",
+        max_tokens=args.memory_tokens or None,
+        repeats=args.repeats == "show",
     )
 
 
@@ -1322,6 +1335,12 @@ def main(argv=None) -> None:
         type=int,
         default=DEFAULT_MEMORY_TOKENS,
         help="most tokens of experience text per block, whole experiences best first (0: no budget)",
+    )
+    r.add_argument(
+        "--repeats",
+        default="show",
+        choices=("show", "drop"),
+        help="drop: leave out of a block the experiences an earlier block of the same task showed",
     )
     r.add_argument("--sequential-arms", action="store_true", help="one arm after the other (one shared endpoint)")
     r.add_argument("--keep-messages", action="store_true", help="keep every conversation in --json")

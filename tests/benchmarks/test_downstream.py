@@ -454,6 +454,41 @@ def test_the_delivery_passes_the_floor_the_tasks_tools_and_the_budget_to_procedu
     assert downstream.Delivery(0.3, True, None).arguments([]) == {"min_relevance": 0.3}
 
 
+def test_dropped_repeats_leave_out_of_a_block_what_an_earlier_block_of_the_task_showed(
+    lib, tasks, tmp_path, embeddings
+):
+    """``--repeats drop``: the same searches as with repeats shown, each answer without the experiences an earlier
+    turn's block of the same task already held (listed as ``repeated``); the next task starts with nothing held."""
+    tokenizer = write_word_tokenizer(tmp_path / "tok" / "tokenizer.json")
+    ws = make_workspace(tmp_path, tokenizer, lib, EXPERIENCES)
+    logs = {}
+    for label, delivery in {"show": downstream.Delivery(), "drop": downstream.Delivery(repeats=False)}.items():
+        with downstream.ScriptedEndpoint("ground_truth", [tasks[T0], tasks[T1]], lib) as endpoint:
+            settings = downstream.RunSettings(
+                [T0, T1],
+                ["plugin"],
+                {"plugin": endpoint.base_url},
+                workspace=ws,
+                k=2,
+                tokenizer=tokenizer,
+                dimensions=64,
+                delivery=delivery,
+            )
+            result = run(settings, tmp_path / label, lib)
+        logs[label] = {r["id"]: r["memory"] for r in result["results"]}
+    for task in (T0, T1):
+        shown, dropped = logs["show"][task], logs["drop"][task]
+        assert all(turn["repeated"] == [] for turn in shown)
+        held: set[str] = set()
+        for with_repeats, without in zip(shown, dropped, strict=True):
+            assert without["repeated"] == [p for p in with_repeats["paths"] if p in held]
+            assert without["paths"] == [p for p in with_repeats["paths"] if p not in held]
+            assert without["tokens"] <= with_repeats["tokens"]
+            held.update(without["paths"])
+        assert any(turn["repeated"] for turn in dropped)  # the check above compared something left out
+        assert dropped[0]["paths"] == shown[0]["paths"]  # a task starts with nothing held
+
+
 def test_embedded_clears_every_embedding_setting_so_the_plugins_own_model_embeds(monkeypatch):
     from types import SimpleNamespace
 
@@ -486,10 +521,17 @@ def test_a_runs_settings_with_its_delivery_are_shown_as_json(tmp_path, monkeypat
             "task",
             "--memory-tokens",
             "500",
+            "--repeats",
+            "drop",
         ]
     )
     shown = downstream.shown_settings(downstream.settings_from(captured["args"], ["none", "plugin"]))
-    assert json.loads(json.dumps(shown))["delivery"] == {"min_relevance": 0.3, "task_tools": True, "max_tokens": 500}
+    assert json.loads(json.dumps(shown))["delivery"] == {
+        "min_relevance": 0.3,
+        "task_tools": True,
+        "max_tokens": 500,
+        "repeats": False,
+    }
     assert "task_ids" not in shown and "api_key" not in shown
     assert "settings: {" in downstream.report({"arms": {}, "paired": {}}, shown)
 
