@@ -32,8 +32,9 @@ The memory arms' delivery defaults to the plugin's: ``procedure_search`` with it
 setting, or ``--min-relevance``), ``tools`` = the task's function names (``--tools task``; ``none`` passes none) and a
 budget of ``--memory-tokens`` (500) tokens of experience text per block, whole experiences best first. With
 ``--fields`` naming ``rules`` the arm asks for ``detail=rules`` (each result's description, when-to-use and rules,
-without its steps), and the budget counts that text. ``--repeats drop`` leaves out of a block the experiences an
-earlier block of the same task showed (they are still in the conversation); the search is the same.
+without its steps), and the budget counts that text. A block leaves out the experiences an earlier block of the same
+task showed (they are still in the conversation; the search is the same); ``--repeats show`` shows them again, as
+every run before the ninth session of issue 31 did.
 
 Arms run concurrently (one asyncio task each; model requests in worker threads), tasks of an arm one after the
 other. Each arm may have its own endpoint (``--endpoint ARM=URL``; the others use ``LLM_BASE_URL``). Every arm gets
@@ -1338,9 +1339,9 @@ def main(argv=None) -> None:
     )
     r.add_argument(
         "--repeats",
-        default="show",
+        default="drop",
         choices=("show", "drop"),
-        help="drop: leave out of a block the experiences an earlier block of the same task showed",
+        help="drop (default): leave out of a block the experiences an earlier block of the same task showed",
     )
     r.add_argument("--sequential-arms", action="store_true", help="one arm after the other (one shared endpoint)")
     r.add_argument("--keep-messages", action="store_true", help="keep every conversation in --json")

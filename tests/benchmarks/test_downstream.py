@@ -521,8 +521,6 @@ def test_a_runs_settings_with_its_delivery_are_shown_as_json(tmp_path, monkeypat
             "task",
             "--memory-tokens",
             "500",
-            "--repeats",
-            "drop",
         ]
     )
     shown = downstream.shown_settings(downstream.settings_from(captured["args"], ["none", "plugin"]))
@@ -530,7 +528,7 @@ def test_a_runs_settings_with_its_delivery_are_shown_as_json(tmp_path, monkeypat
         "min_relevance": 0.3,
         "task_tools": True,
         "max_tokens": 500,
-        "repeats": False,
+        "repeats": False,  # the default: an experience an earlier block of the task showed is not shown again
     }
     assert "task_ids" not in shown and "api_key" not in shown
     assert "settings: {" in downstream.report({"arms": {}, "paired": {}}, shown)
