@@ -37,6 +37,8 @@ def test_the_prompt_asks_for_general_procedures_with_rules_and_folded_revisions(
     # a step keeps its condition; a call not made is a rule only with the phrasing that led to it
     assert 'a step the user asked for in so many words ("first open X") holds only when asked' in flat
     assert "A call not made is a rule only with the phrasing that led to it and names that call" in flat
+    # the wordings that led to a call and those that did not, side by side (a solver generalised one side)
+    assert "where other wordings of the request did lead to it, the rule names both" in flat
     assert 'never "X alone", "no check is needed" or "X is not called"' in flat
     # a rule that rules out a look had agents act blind downstream (docs/decisions.md#consolidated-experiences)
     assert "a call that only looks (a listing, a read, where the agent stands) is never ruled out" in flat
