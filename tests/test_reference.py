@@ -100,3 +100,27 @@ def test_every_setting_of_the_model_is_in_plugin_yaml():
         return out
 
     assert leaves(ProcedureSettings) == set(plugin_settings())
+
+
+def test_the_manifest_values_equal_the_typed_defaults():
+    """``plugin.yaml`` and ``settings.py`` both carry each default (ReMe hands the manifest's values to the plugin;
+    the typed model applies when a key is left out): they must be the same value, or a changed default takes effect
+    on one path only. A manifest value ``${NAME:-default}`` is read as its default (the variable unset)."""
+
+    def flat(node: dict, prefix: str = "") -> dict[str, object]:
+        out: dict[str, object] = {}
+        for key, value in node.items():
+            if isinstance(value, dict) and key != "views":
+                out |= flat(value, f"{prefix}{key}.")
+            elif isinstance(value, dict):
+                out |= {f"{prefix}{key}.{k}": v for k, v in value.items()}
+            else:
+                out[f"{prefix}{key}"] = value
+        return out
+
+    def unset(value: object) -> object:
+        match = re.fullmatch(r"\$\{\w+:-(.*)\}", value) if isinstance(value, str) else None
+        return match.group(1) if match else value
+
+    manifest = {key: unset(value) for key, value in plugin_settings().items()}
+    assert flat(ProcedureSettings().model_dump()) == manifest
