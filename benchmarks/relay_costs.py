@@ -11,7 +11,8 @@ One conversation is one segment's agent run (a request without an assistant mess
 requests per segment (and their histogram), prompt and completion tokens per trajectory token (the relay's counts;
 ``--trajectories`` counts the files with the Qwen3 tokenizer, ``--trajectory-tokens`` takes the number), tool calls by
 tool, segments with a read or a search, searches on segments that wrote nothing, SDK schema refusals, finish_segment
-refusals, and the Qwen3 tokens of each part of the prompts summed over the requests (tool schemas, system prompt,
+refusals, reads and updates of a path the conversation had not shown (an answerer's memory of other conversations, which
+a model does not have), the cost at one request per segment, and the Qwen3 tokens of each part of the prompts summed over the requests (tool schemas, system prompt,
 segments, the listed matches, the rest of the segment messages, SDK reminders, the model's own calls re-sent, tool
 answers by tool). The figures are in ``benchmarks/RUNS.md``, "Extraction with a capable model through the relay
 (issue 23)".
@@ -99,14 +100,17 @@ def main() -> None:
     )
     print(
         f"prompt tokens {figures['prompt']:,} = {figures['prompt_per_trajectory_token']}x the trajectory; "
-        f"completion {figures['completion']:,} = {figures['completion_per_trajectory_token']}x"
+        f"completion {figures['completion']:,} = {figures['completion_per_trajectory_token']}x; at one request per "
+        f"segment (each segment's first request, and the probes) {figures['first_request_prompt_per_trajectory_token']}x"
     )
     print(
         f"tool calls {figures['calls']}; segments with a read {figures['segments_with_read']}, with a search "
         f"{figures['segments_with_search']}; searches on segments that wrote nothing "
         f"{figures['searches_without_writes']}; schema refusals {figures['schema_refusals']}; finish_segment "
         f"refusals {figures['finish_refusals']}; model preflight probes {figures['probes']} "
-        f"({figures['probe_prompt']:,} prompt tokens, counted above)"
+        f"({figures['probe_prompt']:,} prompt tokens, counted above); reads and updates of a path the conversation had "
+        f"not shown {figures['unshown_paths']} (in {figures['segments_with_unshown_path']} segments: the answerer's "
+        "memory of other conversations)"
     )
     total = sum(parts.values()) or 1
     print("| part of the prompts | Qwen3 tokens | share |\n|---|---:|---:|")

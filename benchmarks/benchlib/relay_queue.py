@@ -9,8 +9,11 @@ Contract: pure functions of the queue's files (``N.req.json`` the request body, 
   calls answered;
 - ``cost(conversations, trajectory_tokens)``: requests per segment and their histogram (probes left out: they belong
   to no segment; ``probes`` and ``probe_prompt`` count them), prompt and completion tokens per trajectory token (probes
-  included: a provider bills them), tool calls by tool, segments with a read or a search, searches on segments that wrote
-  nothing, tool answers that are an SDK schema refusal, ``finish_segment`` answers that refused to end the segment;
+  included: a provider bills them), the prompt tokens of each segment's first request alone (what the run would cost
+  at one request per segment), tool calls by tool, segments with a read or a search, searches on segments that wrote
+  nothing, tool answers that are an SDK schema refusal, ``finish_segment`` answers that refused to end the segment,
+  and reads and updates of a path the conversation had not shown (``unshown``: an answerer's memory of other
+  conversations, which the relay's brief forbids and a model does not have; each such read re-sends the segment);
 - ``prompt_parts(queue, requests, count)``: where the prompt tokens go, each request's parts counted with ``count``
   and summed: tool schemas, system prompt, the segment (between ``<segment>`` tags), the listed matches of the
   library, the rest of the segment's message, AgentScope's reminder (any other user message), the model's own calls
@@ -26,6 +29,7 @@ from typing import Callable
 
 RELATED_MARK = "match this segment best"  # the plugin's sentence that opens the listed matches
 FINISH = "finish_segment"  # the tool that ends a segment's reply (AgentScope); an error answer is a refusal
+PATH_CALLS = ("procedure_read", "procedure_update")  # calls that name an experience the model must have been shown
 SCHEMA_REFUSALS = ("is a required property", "Additional properties are not allowed", "is not of type")
 
 
@@ -71,16 +75,22 @@ def conversations(queue: Path, first: int = 1, last: int = 10**9) -> list[dict]:
                     "calls": Counter(),
                     "refused": set(),
                     "finish_refused": set(),
+                    "unshown": 0,
                 }
             )
         conversation = result[-1]
         conversation["requests"].append(n)
+        conversation.setdefault("first_prompt", counts[n]["prompt_tokens"])
         conversation["prompt"] += counts[n]["prompt_tokens"]
         conversation["completion"] += counts[n]["completion_tokens"]
         answer = queue / f"{n}.resp.json"
         if answer.is_file():
+            shown = json.dumps(body["messages"], ensure_ascii=False)
             for call in json.loads(answer.read_text(encoding="utf-8")).get("tool_calls") or []:
                 conversation["calls"][call["name"]] += 1
+                path = (call.get("arguments") or {}).get("path") if isinstance(call.get("arguments"), dict) else None
+                if call["name"] in PATH_CALLS and path and path not in shown:
+                    conversation["unshown"] += 1
         answers = [m for m in body["messages"] if m.get("role") == "tool"]
         conversation["refused"] |= {
             m.get("tool_call_id") for m in answers if any(r in text_of(m.get("content")) for r in SCHEMA_REFUSALS)
@@ -112,6 +122,9 @@ def cost(convs: list[dict], trajectory_tokens: int) -> dict:
         "prompt": prompt,
         "completion": completion,
         "prompt_per_trajectory_token": round(prompt / trajectory_tokens, 2),
+        "first_request_prompt_per_trajectory_token": round(
+            (sum(c["first_prompt"] for c in convs) + sum(c["prompt"] for c in probes)) / trajectory_tokens, 2
+        ),
         "completion_per_trajectory_token": round(completion / trajectory_tokens, 3),
         "calls": dict(sorted(calls.items())),
         "segments_with_read": sum(1 for c in convs if c["calls"]["procedure_read"]),
@@ -121,6 +134,8 @@ def cost(convs: list[dict], trajectory_tokens: int) -> dict:
         "probe_prompt": sum(c["prompt"] for c in probes),
         "schema_refusals": sum(len(c["refused"]) for c in convs),
         "finish_refusals": sum(len(c["finish_refused"]) for c in convs),
+        "unshown_paths": sum(c["unshown"] for c in convs),
+        "segments_with_unshown_path": sum(1 for c in convs if c["unshown"]),
     }
 
 

@@ -108,3 +108,34 @@ def test_a_model_preflight_probe_belongs_to_no_segment_but_its_tokens_count(tmp_
     assert figures["segments"] == 2 and figures["requests"] == 3 and figures["requests_per_segment"] == 1.5
     assert figures["probes"] == 2 and figures["probe_prompt"] == 50
     assert figures["prompt"] == 150 and figures["prompt_per_trajectory_token"] == 15.0
+    assert figures["first_request_prompt_per_trajectory_token"] == (10 + 20 + 40 + 50) / 10  # probes, first requests
+
+
+def test_a_read_or_update_of_a_path_the_conversation_never_showed_is_counted(tmp_path):
+    """A model knows only the paths its conversation showed (listed, or answered by a search); a read or update of
+    another is an answerer's memory of other conversations. Arguments are read as the relay's answer files hold them."""
+    listed = {"role": "user", "content": "<segment>\nx\n</segment>\nmatch this segment best:\n- procedures/a.json (v1)"}
+    searched = answer("c0", "procedure_search", '{"results": [{"path": "procedures/b.json"}]}')
+    read = {"name": "procedure_read", "arguments": {"path": "procedures/a.json"}}
+    write_queue(
+        tmp_path,
+        [
+            (
+                [SYSTEM, listed],
+                {"tool_calls": [read, {"name": "procedure_read", "arguments": {"path": "procedures/c.json"}}]},
+            ),
+            ([SYSTEM, listed], {"tool_calls": [{"name": "procedure_search", "arguments": {"query": "b"}}]}),
+            (
+                [SYSTEM, listed, call("c0", "procedure_search"), searched],
+                {
+                    "tool_calls": [
+                        {"name": "procedure_update", "arguments": {"path": "procedures/b.json"}},  # shown by the search
+                        {"name": "procedure_update", "arguments": {"path": "procedures/d.json"}},  # never shown
+                    ]
+                },
+            ),
+        ],
+    )
+    figures = cost(conversations(tmp_path), trajectory_tokens=10)
+    assert figures["segments"] == 2 and figures["unshown_paths"] == 2 and figures["segments_with_unshown_path"] == 2
+    assert figures["first_request_prompt_per_trajectory_token"] == (10 + 20) / 10
