@@ -305,13 +305,14 @@ def check_secrets(out: str) -> None:
 def check_relay_costs(out: str) -> None:
     # the smoke queue: 2 segments, 3 requests (100, 200, 300 prompt tokens; 10 completion each), one create
     assert numbers(r"^segments {N}, requests {N}, requests per segment {N} ", out) == ["2", "3", "1.5"]
-    assert numbers(r"^prompt tokens {N} = {N}x the trajectory; completion {N} = {N}x$", out) == [
-        "600",
-        "6.0",
-        "30",
-        "0.3",
-    ]
+    # each segment's first request: 100 and 300 tokens of 100 trajectory tokens
+    pattern = r"^prompt tokens {N} = {N}x the trajectory; completion {N} = {N}x; at one request per segment .* {N}x$"
+    assert numbers(pattern, out) == ["600", "6.0", "30", "0.3", "4.0"]
     assert "tool calls {'procedure_create': 1}" in out and "schema refusals 0" in out
+    assert numbers(r"reads and updates of a path the conversation had not shown {N} \(in {N} segments", out) == [
+        "0",
+        "0",
+    ]
     for part in (
         "tool schemas",
         "segment",
