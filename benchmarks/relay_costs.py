@@ -9,12 +9,12 @@ of ``N.req.json``, ``N.resp.json`` and ``usage.jsonl`` that the relay's server k
 
 One conversation is one segment's agent run (a request without an assistant message starts one). It prints the
 requests per segment (and their histogram), prompt and completion tokens per trajectory token (the relay's counts;
-``--trajectories`` counts the files with the Qwen3 tokenizer, ``--trajectory-tokens`` takes the number), tool calls by
-tool, segments with a read or a search, searches on segments that wrote nothing, SDK schema refusals, finish_segment
-refusals, reads and updates of a path the conversation had not shown (an answerer's memory of other conversations, which
-a model does not have), the cost at one request per segment, and the Qwen3 tokens of each part of the prompts summed over the requests (tool schemas, system prompt,
-segments, the listed matches, the rest of the segment messages, SDK reminders, the model's own calls re-sent, tool
-answers by tool). The figures are in ``benchmarks/RUNS.md``, "Extraction with a capable model through the relay
+``--trajectories`` counts the files with the Qwen3 tokenizer, ``--trajectory-tokens`` takes the number) and what the
+run would cost at one request per segment, tool calls by tool, segments with a read or a search, searches on segments
+that wrote nothing, SDK schema refusals, finish_segment refusals, reads and updates of a path the conversation had not
+shown (an answerer's memory of other conversations, which a model does not have), and the Qwen3 tokens of each part of
+the prompts summed over the requests (tool schemas, system prompt, segments, the listed matches, the rest of the
+segment messages, SDK reminders, the model's own calls re-sent, tool answers by tool). The figures are in ``benchmarks/RUNS.md``, "Extraction with a capable model through the relay
 (issue 23)".
 """
 

@@ -76,11 +76,11 @@ def conversations(queue: Path, first: int = 1, last: int = 10**9) -> list[dict]:
                     "refused": set(),
                     "finish_refused": set(),
                     "unshown": 0,
+                    "first_prompt": counts[n]["prompt_tokens"],
                 }
             )
         conversation = result[-1]
         conversation["requests"].append(n)
-        conversation.setdefault("first_prompt", counts[n]["prompt_tokens"])
         conversation["prompt"] += counts[n]["prompt_tokens"]
         conversation["completion"] += counts[n]["completion_tokens"]
         answer = queue / f"{n}.resp.json"
