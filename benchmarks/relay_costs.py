@@ -14,8 +14,8 @@ run would cost at one request per segment, tool calls by tool, segments with a r
 that wrote nothing, SDK schema refusals, finish_segment refusals, reads and updates of a path the conversation had not
 shown (an answerer's memory of other conversations, which a model does not have), and the Qwen3 tokens of each part of
 the prompts summed over the requests (tool schemas, system prompt, segments, the listed matches, the rest of the
-segment messages, SDK reminders, the model's own calls re-sent, tool answers by tool). The figures are in ``benchmarks/RUNS.md``, "Extraction with a capable model through the relay
-(issue 23)".
+segment messages, SDK reminders, the model's own calls re-sent, tool answers by tool). The figures are in
+``benchmarks/RUNS.md``, "Extraction with a capable model through the relay (issue 23)".
 """
 
 from __future__ import annotations
@@ -101,7 +101,8 @@ def main() -> None:
     print(
         f"prompt tokens {figures['prompt']:,} = {figures['prompt_per_trajectory_token']}x the trajectory; "
         f"completion {figures['completion']:,} = {figures['completion_per_trajectory_token']}x; at one request per "
-        f"segment (each segment's first request, and the probes) {figures['first_request_prompt_per_trajectory_token']}x"
+        "segment (each segment's first request, and the probes) "
+        f"{figures['first_request_prompt_per_trajectory_token']}x"
     )
     print(
         f"tool calls {figures['calls']}; segments with a read {figures['segments_with_read']}, with a search "

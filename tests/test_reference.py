@@ -58,19 +58,21 @@ def test_each_job_documents_exactly_its_arguments_and_their_defaults(job):
             assert cell != "required" and not re.fullmatch(r"`[^`]*`", cell), (job, name, cell)
 
 
+def leaves_of(node: dict, prefix: str = "") -> dict[str, object]:
+    """The leaves of a nested mapping by dotted key."""
+    out: dict[str, object] = {}
+    for key, value in node.items():
+        if isinstance(value, dict):
+            out |= leaves_of(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
 def plugin_settings() -> dict[str, object]:
     """The leaves of ``components.procedure_memory.default`` in ``plugin.yaml`` (dotted keys), but its backend."""
     block = yaml.safe_load((REPO / "plugin.yaml").read_text())["application_defaults"]["components"]
-    out: dict[str, object] = {}
-
-    def walk(node: dict, prefix: str) -> None:
-        for key, value in node.items():
-            if isinstance(value, dict):
-                walk(value, f"{prefix}{key}.")
-            else:
-                out[f"{prefix}{key}"] = value
-
-    walk(block["procedure_memory"]["default"], "")
+    out = leaves_of(block["procedure_memory"]["default"])
     out.pop("backend")
     return out
 
@@ -107,20 +109,9 @@ def test_the_manifest_values_equal_the_typed_defaults():
     the typed model applies when a key is left out): they must be the same value, or a changed default takes effect
     on one path only. A manifest value ``${NAME:-default}`` is read as its default (the variable unset)."""
 
-    def flat(node: dict, prefix: str = "") -> dict[str, object]:
-        out: dict[str, object] = {}
-        for key, value in node.items():
-            if isinstance(value, dict) and key != "views":
-                out |= flat(value, f"{prefix}{key}.")
-            elif isinstance(value, dict):
-                out |= {f"{prefix}{key}.{k}": v for k, v in value.items()}
-            else:
-                out[f"{prefix}{key}"] = value
-        return out
-
     def unset(value: object) -> object:
         match = re.fullmatch(r"\$\{\w+:-(.*)\}", value) if isinstance(value, str) else None
         return match.group(1) if match else value
 
     manifest = {key: unset(value) for key, value in plugin_settings().items()}
-    assert flat(ProcedureSettings().model_dump()) == manifest
+    assert leaves_of(ProcedureSettings().model_dump()) == manifest
