@@ -39,7 +39,6 @@ class ErrorCode(StrEnum):
     STALE_VERSION = "stale_version"
     FIELD_TOO_LONG = "field_too_long"
     CONSOLIDATE_REQUIRED = "consolidate_required"  # an addition past extraction.grow_limit: rewrite, do not append
-    EVIDENCE_OVERSTATED = "evidence_overstated"  # a rule counts more trajectories than the experience cites
     SECRET_DETECTED = "secret_detected"  # a write carried a credential (credentials.py): nothing written
     NO_ACTIVE_RUN = "no_active_extraction_run"
     OPERATION_KEY_CONFLICT = "operation_key_conflict"

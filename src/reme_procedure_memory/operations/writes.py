@@ -8,8 +8,7 @@ Contract:
   update's fields kept from the file included; nothing is written.
 * ``Writes.create``/``update`` take arguments their step validated through the job's model (``jobs/arguments.py``;
   the filename check is ``canonical_filename`` here, the path check the reads' ``experience_path``), count the fields
-  exactly (``field_too_long``: nothing is written) and the evidence counts of the rules they add or change
-  (``evidence_overstated``: ``evidence.py``), then, under the workspace's write lock, journal the intent,
+  exactly (``field_too_long``: nothing is written), then, under the workspace's write lock, journal the intent,
   publish the file and index both views. A publish that cannot be made
   durable answers ``disk_full``/``storage_error`` and is remembered on the run; an index failure answers
   ``index_pending`` (the file is saved and excluded from search until indexed).
@@ -60,7 +59,6 @@ from ..storage.journal import (
 from ..tokens import TokenCounter
 from .hand_changes import HandChanges
 from .attempts import AgentAttempt
-from .evidence import check_evidence
 from .secret_guard import refuse_assembled, refuse_secrets
 
 if TYPE_CHECKING:
@@ -250,9 +248,7 @@ class Writes:
         refuse_assembled({FIELD_TO_ARG[name]: text for name, text in fields.items()})
         await check_lengths(ws.tokens, ws.settings.token_limits, fields)
         check_sources(ws.root, run)
-        sources = list(run.sources)  # deduplicated when the attempt began
-        check_evidence({}, fields, len(sources), rel)
-        experience = Experience.model_validate({**fields, "sources": sources})
+        experience = Experience.model_validate({**fields, "sources": list(run.sources)})
         # the request digest (idempotent retries) sees the name used
         request = request_digest("create", {**raw, "when_to_use": args.when_to_use, "filename": canonical})
         op = Operation(
@@ -350,10 +346,8 @@ class Writes:
             await check_growth(
                 ws.tokens, extraction.grow_limit, extraction.grow_ceiling(), now, merged, rel, added=bool(grown)
             )
-            sources = list(dict.fromkeys([*current.experience.sources, *run.sources]))
-            check_evidence(now, merged, len(sources), rel)
             self._record_predecessor(rel, current.version)
-            merged["sources"] = sources
+            merged["sources"] = list(dict.fromkeys([*current.experience.sources, *run.sources]))
             experience = Experience.model_validate(merged)
             op = Operation(
                 scope=run.scope,
