@@ -5,13 +5,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from helpers import EmbeddingEndpoint, experience_record, stop_process, wait_for_service
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from benchlib.ports import free_port  # noqa: E402  (benchmarks/benchlib/ports.py; the tests import it from here)
 
 REME = Path(sys.executable).parent / "reme"
 
@@ -61,12 +63,6 @@ CLEANUP = experience_record(
     "When a build fails and leaves partial artifacts behind",
     "Delete the build directory and the cache of the failed target, then build again from scratch.",
 )
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def write_experience(ws: Path, name: str, record: dict, *, compact: bool = False) -> bytes:
