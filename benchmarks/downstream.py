@@ -26,6 +26,8 @@ root, in the venv with the plugin and the ``benchmarks`` extra (``pip install -e
     python benchmarks/downstream.py run ... --endpoint none=http://127.0.0.1:18612/v1 \
         --endpoint plugin=http://127.0.0.1:18613/v1            # one answerer per arm (relay servers)
 
+    python benchmarks/downstream.py combine /tmp/down-a.json /tmp/down-b.json --json /tmp/down.json  # halves as one
+
     python benchmarks/downstream.py run --local-model --tasks 44,45 --arms none,plugin --workspace ...  # shared 1.5B
 
 The memory arms' delivery defaults to the plugin's: ``procedure_search`` with its relevance floor (the
@@ -35,6 +37,12 @@ budget of ``--memory-tokens`` (500) tokens of experience text per block, whole e
 without its steps), and the budget counts that text. A block leaves out the experiences an earlier block of the same
 task showed (they are still in the conversation; the search is the same); ``--repeats show`` shows them again, as
 every run before the ninth session of issue 31 did.
+
+``combine`` makes one measurement of runs over disjoint tasks with the same arms, memory and delivery (the halves
+of a test set, each with its own answerers): the per-task table and report of all their tasks, and per memory arm
+the tasks it alone passed and those only ``none`` passed, the net, McNemar's p and its prompt tokens per task
+against ``none``'s, with issue 31's verification bars (at most +15%; no net loss). Runs that share a task, differ
+in a setting other than their tasks and endpoints, or whose memory changed are refused.
 
 Arms run concurrently (one asyncio task each; model requests in worker threads), tasks of an arm one after the
 other. Each arm may have its own endpoint (``--endpoint ARM=URL``; the others use ``LLM_BASE_URL``). Every arm gets
@@ -845,6 +853,95 @@ def per_task_table(results: list[dict], arms: list[str]) -> str:
     return "\n".join(out)
 
 
+# -- one measurement from several runs -------------------------------------------------------------------------------
+
+# what may differ between the runs ``combine`` merges: each run's tasks and endpoints (its answerers) and how it ran
+PER_RUN_SETTINGS = ("task_ids", "urls", "timeout", "concurrent", "keep_messages")
+# issue 31's verification bar: a memory arm's prompt tokens per task at most this much over ``none``'s
+PROMPT_TOKEN_BAR = 0.15
+
+
+def combine(runs: list[dict]) -> dict:
+    """One measurement from the ``--json`` of runs over disjoint tasks with the same arms, memory and delivery (the
+    two halves of a test set run side by side, each with its own answerers): the results together, summarized as
+    one run's (``summarize``), the settings they share (``PER_RUN_SETTINGS`` as lists, one per run) and
+    ``comparison``. ``ValueError`` for runs that share a task, differ in another setting, or whose memory changed
+    during the run (a void measurement)."""
+    if not runs:
+        raise ValueError("no run to combine")
+    shared = {k: v for k, v in runs[0]["settings"].items() if k not in PER_RUN_SETTINGS}
+    for n, one in enumerate(runs[1:], 2):
+        other = {k: v for k, v in one["settings"].items() if k not in PER_RUN_SETTINGS}
+        differ = sorted(k for k in shared.keys() | other.keys() if shared.get(k) != other.get(k))
+        if differ:
+            raise ValueError(f"run {n} differs from run 1 in {', '.join(differ)}: not one measurement")
+    void = [
+        f"run {n}: {label}" for n, one in enumerate(runs, 1) for label, f in one["frozen"].items() if not f["unchanged"]
+    ]
+    if void:
+        raise ValueError(f"a memory changed during {'; '.join(void)}: the measurement is void")
+    seen: dict[str, int] = {}
+    for n, one in enumerate(runs, 1):
+        for task_id in one["settings"]["task_ids"]:
+            if task_id in seen:
+                raise ValueError(f"{task_id} is in run {seen[task_id]} and run {n}: the runs must be disjoint")
+            seen[task_id] = n
+    results = [r for one in runs for r in one["results"]]
+    arms = shared["arms"]
+    summary = summarize(results, arms)
+    per_run = {k: [one["settings"].get(k) for one in runs] for k in PER_RUN_SETTINGS}
+    return {
+        "settings": {**shared, **per_run},
+        "summary": summary,
+        "comparison": comparison(summary, results),
+        "results": results,
+        "runs": len(runs),
+    }
+
+
+def comparison(summary: dict, results: list[dict]) -> dict:
+    """Per memory arm against ``none``: the tasks only it passed and only ``none`` passed (by number), the net, the
+    change of prompt tokens per task, McNemar's p, and the verification bars (prompt tokens at most
+    ``PROMPT_TOKEN_BAR`` over ``none``; no net loss of tasks)."""
+    out = {}
+    verdicts: dict[str, dict[str, bool]] = {}
+    for r in results:
+        verdicts.setdefault(r["arm"], {})[r["id"]] = r["passed"]
+    none = verdicts.get("none", {})
+    base = summary["arms"].get("none", {}).get("prompt_tokens_per_task")
+    for arm, paired in summary["paired"].items():
+        mine = verdicts[arm]
+        common = sorted((t for t in mine if t in none), key=task_number)
+        tokens = summary["arms"][arm]["prompt_tokens_per_task"]
+        change = round(tokens / base - 1, 4) if base and tokens is not None else None
+        out[arm] = {
+            "only_with": [task_number(t) for t in common if mine[t] and not none[t]],
+            "only_without": [task_number(t) for t in common if none[t] and not mine[t]],
+            "net": paired["only_with"] - paired["only_without"],
+            "p": paired["p"],
+            "prompt_tokens_change": change,
+            "within_prompt_token_bar": change is not None and change <= PROMPT_TOKEN_BAR,
+            "no_net_loss": paired["only_with"] >= paired["only_without"],
+        }
+    return out
+
+
+def comparison_lines(compared: dict) -> list[str]:
+    def ids(numbers):
+        return ", ".join(map(str, numbers)) or "-"
+
+    lines = []
+    for arm, c in compared.items():
+        change = "-" if c["prompt_tokens_change"] is None else f"{c['prompt_tokens_change']:+.1%}"
+        lines.append(
+            f"{arm} vs none: net {c['net']:+d} (only with memory: {ids(c['only_with'])}; only without: "
+            f"{ids(c['only_without'])}; p = {c['p']:.4g}); prompt tokens per task {change} "
+            f"(at most {PROMPT_TOKEN_BAR:+.0%}: {'yes' if c['within_prompt_token_bar'] else 'NO'}; "
+            f"no net loss: {'yes' if c['no_net_loss'] else 'NO'})"
+        )
+    return lines
+
+
 # -- commands -------------------------------------------------------------------------------------------------------
 
 
@@ -1119,6 +1216,21 @@ def command_run(args) -> None:
         raise SystemExit("a memory changed during the run: the measurement is void")
 
 
+def command_combine(args) -> None:
+    runs = [json.loads(path.read_text()) for path in args.runs]
+    try:
+        combined = combine(runs)
+    except ValueError as e:
+        raise SystemExit(f"combine: {e}") from None
+    arms = combined["settings"]["arms"]
+    print(f"{combined['runs']} runs, {len(combined['results']) // len(arms)} tasks")
+    print("\n" + per_task_table(combined["results"], arms))
+    print(report(combined["summary"], combined["settings"]))
+    print("\n" + "\n".join(comparison_lines(combined["comparison"])))
+    if args.json:
+        args.json.write_text(json.dumps(combined, indent=1, ensure_ascii=False, default=str))
+
+
 def rollout_jsonl(task: Task, messages: list[dict]) -> bytes:
     """A rollout as a trajectory file in the shared trajectories' JSONL form: a system line naming the API classes,
     then the chat, each ``tool`` message with the ``name`` of the call it answers."""
@@ -1366,6 +1478,9 @@ def main(argv=None) -> None:
     )
     for option in ("--segment", "--summary", "--reserve", "--max-iters"):
         b.add_argument(option, type=int, default=None)
+    m = sub.add_parser("combine", help="one measurement from runs over disjoint tasks (e.g. two halves)")
+    m.add_argument("runs", type=Path, nargs="+", help="the runs' --json files")
+    m.add_argument("--json", type=Path, default=None, help="the combined results, summary and comparison")
     e = sub.add_parser("bfcl-export", help="a run's model responses in bfcl-eval's result layout")
     c = sub.add_parser("bfcl-compare", help="the driver's verdicts against bfcl evaluate's score files")
     for q in (e, c):
@@ -1391,6 +1506,7 @@ def main(argv=None) -> None:
     {
         "run": command_run,
         "build": command_build,
+        "combine": command_combine,
         "bfcl-export": command_bfcl_export,
         "bfcl-compare": command_bfcl_compare,
     }[args.command](args)

@@ -571,3 +571,125 @@ def test_build_makes_the_missing_replay_and_grows_the_memory_from_a_start_worksp
     )
     assert (out / "ws" / "session" / "trajectories" / "multi_turn_base_50.jsonl").is_file()
     assert {p.relative_to(start): p.read_bytes() for p in start.rglob("*") if p.is_file()} == before
+
+
+# -- combine: one measurement from runs over disjoint tasks ---------------------------------------------------------
+
+
+def run_json(settings: downstream.RunSettings, result: dict) -> dict:
+    """What ``run --json`` writes (``command_run``), through JSON as ``combine`` reads it."""
+    shown = downstream.shown_settings(settings)
+    return json.loads(json.dumps({"settings": {**shown, "task_ids": settings.task_ids}, **result}, default=str))
+
+
+@pytest.mark.slow
+def test_combined_halves_are_the_run_of_all_their_tasks(lib, tasks, tmp_path, embeddings):
+    """Two runs of one task each, with their own endpoints, combine into what one run of both tasks measures: the
+    same summary, and a comparison naming the tasks the memory arm alone passed (here the ``none`` endpoint leaves
+    out each task's last call, so it fails both)."""
+    tokenizer = write_word_tokenizer(tmp_path / "tok" / "tokenizer.json")
+    ws = make_workspace(tmp_path, tokenizer, lib, EXPERIENCES)
+
+    def measured(ids: list[str], name: str) -> dict:
+        chosen = [tasks[t] for t in ids]
+        with (
+            downstream.ScriptedEndpoint("drop_last", chosen, lib) as plain,
+            downstream.ScriptedEndpoint("ground_truth", chosen, lib) as with_memory,
+        ):
+            settings = downstream.RunSettings(
+                ids,
+                ["none", "plugin"],
+                {"none": plain.base_url, "plugin": with_memory.base_url},
+                workspace=ws,
+                k=2,
+                tokenizer=tokenizer,
+                dimensions=64,
+            )
+            return run_json(settings, run(settings, tmp_path / name, lib))
+
+    halves = [measured([T0], "first"), measured([T1], "second")]
+    whole = measured([T0, T1], "whole")
+    combined = downstream.combine(halves)
+    assert combined["summary"] == whole["summary"]
+    assert combined["runs"] == 2 and combined["settings"]["task_ids"] == [[T0], [T1]]
+    assert len(set(map(json.dumps, combined["settings"]["urls"]))) == 2  # each half its own endpoints
+    compared = combined["comparison"]["plugin"]
+    assert compared["only_with"] == [0, 1] and compared["only_without"] == [] and compared["net"] == 2
+    assert compared["p"] == 0.5 and compared["no_net_loss"]
+    none, plugin = (whole["summary"]["arms"][a]["prompt_tokens_per_task"] for a in ("none", "plugin"))
+    assert compared["prompt_tokens_change"] == round(plugin / none - 1, 4) > 0  # the blocks cost tokens
+
+    out = tmp_path / "combined.json"
+    paths = []
+    for n, half in enumerate(halves):
+        paths.append(tmp_path / f"half{n}.json")
+        paths[-1].write_text(json.dumps(half))
+    downstream.main(["combine", *map(str, paths), "--json", str(out)])
+    assert json.loads(out.read_text())["comparison"] == combined["comparison"]
+
+
+def result_row(arm: str, number: int, passed: bool, prompt_tokens: int) -> dict:
+    """One task's result as ``solve`` records it, with the fields ``summarize`` reads."""
+    return {
+        "arm": arm,
+        "id": f"multi_turn_base_{number}",
+        "passed": passed,
+        "requests": 4,
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": 10,
+        "usage_missing": 0,
+        "memory": [{"tokens": 100}] if arm != "none" else [],
+        "task_turns": [[]],
+        "error_type": None if passed else "multi_turn:instance_state_mismatch",
+    }
+
+
+def a_run(task_numbers: list[int], rows: list[dict], **settings) -> dict:
+    shown = {"arms": ["none", "plugin"], "view": "when_to_use_content", "k": 3, "urls": {"none": "u"}}
+    return {
+        "settings": {**shown, **settings, "task_ids": [f"multi_turn_base_{n}" for n in task_numbers]},
+        "results": rows,
+        "frozen": {"plugin": {"unchanged": True}},
+    }
+
+
+def test_comparison_names_the_changed_tasks_and_the_verification_bars():
+    # tasks 20 and 21: memory wins 20 and loses 21; 30: both pass; prompt tokens 1,000 -> 1,200 a task (+20%)
+    rows = [
+        result_row("none", 20, False, 1000),
+        result_row("plugin", 20, True, 1200),
+        result_row("none", 21, True, 1000),
+        result_row("plugin", 21, False, 1200),
+    ]
+    more = [result_row("none", 30, True, 1000), result_row("plugin", 30, True, 1200)]
+    combined = downstream.combine([a_run([20, 21], rows), a_run([30], more, urls={"none": "v"})])
+    assert combined["comparison"]["plugin"] == {
+        "only_with": [20],
+        "only_without": [21],
+        "net": 0,
+        "p": 1.0,
+        "prompt_tokens_change": 0.2,
+        "within_prompt_token_bar": False,
+        "no_net_loss": True,
+    }
+    lines = downstream.comparison_lines(combined["comparison"])
+    assert lines == [
+        "plugin vs none: net +0 (only with memory: 20; only without: 21; p = 1); prompt tokens per task +20.0% "
+        "(at most +15%: NO; no net loss: yes)"
+    ]
+
+
+def test_combine_refuses_what_is_not_one_measurement():
+    first = a_run([20], [result_row("none", 20, True, 1), result_row("plugin", 20, True, 1)])
+    again = a_run([20], [result_row("none", 20, True, 1), result_row("plugin", 20, True, 1)])
+    with pytest.raises(ValueError, match="multi_turn_base_20 is in run 1 and run 2"):
+        downstream.combine([first, again])
+    other_k = a_run([21], [result_row("none", 21, True, 1), result_row("plugin", 21, True, 1)], k=5)
+    with pytest.raises(ValueError, match="run 2 differs from run 1 in k"):
+        downstream.combine([first, other_k])
+    changed = a_run([22], [])
+    changed["frozen"]["plugin"]["unchanged"] = False
+    with pytest.raises(ValueError, match="a memory changed during run 2: plugin"):
+        downstream.combine([first, changed])
+    with pytest.raises(ValueError, match="no run"):
+        downstream.combine([])
