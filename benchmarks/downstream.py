@@ -273,6 +273,42 @@ def memory_block(experiences: list[dict], fields: tuple[str, ...]) -> str:
     return "\n".join([BLOCK_HEAD, "\n\n".join(items), BLOCK_TAIL])
 
 
+EVIDENCE = re.compile(r"\((\d+) trajector(?:y|ies)\)")  # a rule's evidence, as the extraction prompt asks for it
+
+
+def thin_rules(content: str, minimum: int) -> str:
+    """``content`` without the rules (the items after its ``Rules:`` line, each a ``-`` line and the lines that
+    continue it) whose evidence, the last "(N trajectories)" they state, is below ``minimum``; the ``Rules:`` line
+    goes too when no rule is left. A rule that states no count, the procedure and a content without rules stay as
+    they are; ``minimum`` of 1 or less changes nothing."""
+    lines = content.splitlines()
+    head = next((n for n, line in enumerate(lines) if line.strip() == "Rules:"), None)
+    if minimum <= 1 or head is None:
+        return content
+    items: list[list[str]] = []
+    for line in lines[head + 1 :]:
+        if line.lstrip().startswith("-") or not items:
+            items.append([line])
+        else:
+            items[-1].append(line)
+
+    def kept(item: list[str]) -> bool:
+        counts = EVIDENCE.findall(" ".join(item))
+        return not counts or int(counts[-1]) >= minimum
+
+    rules = [line for item in items if kept(item) for line in item]
+    return "\n".join(lines[:head] + (lines[head : head + 1] + rules if any(r.strip() for r in rules) else []))
+
+
+def thinned(experience: dict, minimum: int) -> dict:
+    """An experience (``{description, when-to-use, content}``) or a ``detail=rules`` result (its ``rules``) with
+    ``thin_rules`` applied to what holds its rules."""
+    if "content" in experience:
+        return {**experience, "content": thin_rules(experience["content"], minimum)}
+    rules = thin_rules(f"Rules:\n{experience.get('rules', '')}", minimum)
+    return {**experience, "rules": rules.removeprefix("Rules:").strip()}
+
+
 def with_block(block: str, message: str) -> str:
     """The user message the model sees: the block in front of the turn's message (unchanged without a block)."""
     return f"{block}\n\n{message}" if block else message
@@ -417,6 +453,8 @@ class Delivery:
     task_tools: bool = False  # pass the task's function names as tools=
     max_tokens: int | None = None  # the answer's experience text, at most (exact tokens; whole experiences)
     repeats: bool = True  # False: a result already in an earlier block of the task is left out of this one
+    # a block leaves out the rules shown by fewer trajectories than this (their "(N trajectories)"); 0: every rule
+    min_evidence: int = 0
 
     def arguments(self, functions) -> dict:
         args: dict = {}
@@ -512,7 +550,8 @@ class Memory:
         results = answer.get("results", [])
         repeated = [] if self.delivery.repeats else [r["path"] for r in results if r["path"] in held]
         results = [r for r in results if r["path"] not in repeated]
-        block = memory_block(results if rules else [r["experience"] for r in results], self.fields)
+        shown = [thinned(r if rules else r["experience"], self.delivery.min_evidence) for r in results]
+        block = memory_block(shown, self.fields)
         tokens = (
             await self.app.context.components["procedure_memory"]["default"].workspace.tokens.acount(block)
             if block
@@ -1114,12 +1153,13 @@ def settings_from(args, arms: list[str]) -> RunSettings:
 
 def delivery_from(args) -> Delivery:
     """``run``'s delivery flags: ``--min-relevance`` (default: the plugin's setting), ``--tools task|none``,
-    ``--memory-tokens`` (0: no budget), ``--repeats show|drop``."""
+    ``--memory-tokens`` (0: no budget), ``--repeats show|drop``, ``--min-evidence`` (0: every rule)."""
     return Delivery(
         min_relevance=args.min_relevance,
         task_tools=args.tools == "task",
         max_tokens=args.memory_tokens or None,
         repeats=args.repeats == "show",
+        min_evidence=args.min_evidence,
     )
 
 
@@ -1454,6 +1494,12 @@ def main(argv=None) -> None:
         default="drop",
         choices=("show", "drop"),
         help="drop (default): leave out of a block the experiences an earlier block of the same task showed",
+    )
+    r.add_argument(
+        "--min-evidence",
+        type=int,
+        default=0,
+        help="leave out of a block the rules shown by fewer trajectories than this (their '(N trajectories)')",
     )
     r.add_argument("--sequential-arms", action="store_true", help="one arm after the other (one shared endpoint)")
     r.add_argument("--keep-messages", action="store_true", help="keep every conversation in --json")

@@ -529,6 +529,7 @@ def test_a_runs_settings_with_its_delivery_are_shown_as_json(tmp_path, monkeypat
         "task_tools": True,
         "max_tokens": 500,
         "repeats": False,  # the default: an experience an earlier block of the task showed is not shown again
+        "min_evidence": 0,  # the default: every rule of a result
     }
     assert "task_ids" not in shown and "api_key" not in shown
     assert "settings: {" in downstream.report({"arms": {}, "paired": {}}, shown)
@@ -693,3 +694,40 @@ def test_combine_refuses_what_is_not_one_measurement():
         downstream.combine([first, changed])
     with pytest.raises(ValueError, match="no run"):
         downstream.combine([])
+
+
+# -- a block's rules by their evidence (``run --min-evidence``) -----------------------------------------------------
+
+CONTENT = """Procedure:
+1. touch(file_name=<name>).
+Rules:
+- Write the text verbatim (5 trajectories).
+- "If it exists, error" was handled by touch (1 trajectory).
+- A rule that goes on
+  over a second line (2 trajectories).
+- A rule without a count."""
+
+
+def test_thin_rules_leaves_out_the_rules_shown_by_fewer_trajectories():
+    assert downstream.thin_rules(CONTENT, 0) == downstream.thin_rules(CONTENT, 1) == CONTENT
+    assert downstream.thin_rules(CONTENT, 2) == CONTENT.replace(
+        '- "If it exists, error" was handled by touch (1 trajectory).\n', ""
+    )
+    assert downstream.thin_rules(CONTENT, 3) == (
+        "Procedure:\n1. touch(file_name=<name>).\nRules:\n- Write the text verbatim (5 trajectories).\n"
+        "- A rule without a count."
+    )
+    only_thin = "Procedure:\n1. cd.\nRules:\n- Go in first (1 trajectory)."
+    assert downstream.thin_rules(only_thin, 2) == "Procedure:\n1. cd."  # no rule left: no Rules: line
+    assert downstream.thin_rules("1. cd.", 5) == "1. cd."
+
+
+def test_thinned_applies_to_whole_experiences_and_to_rules_results():
+    whole = {"description": "d", "when-to-use": "w", "content": CONTENT}
+    assert (
+        downstream.thinned(whole, 6)["content"]
+        == "Procedure:\n1. touch(file_name=<name>).\nRules:\n- A rule without a count."
+    )
+    rules = {"description": "d", "when-to-use": "w", "rules": "- Kept (3 trajectories).\n- Dropped (1 trajectory)."}
+    assert downstream.thinned(rules, 2)["rules"] == "- Kept (3 trajectories)."
+    assert downstream.thinned({**rules, "rules": "- Dropped (1 trajectory)."}, 2)["rules"] == ""
