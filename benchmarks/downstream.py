@@ -100,6 +100,7 @@ from benchlib.machine import describe, revision  # noqa: E402  (benchmarks/bench
 from benchlib.shared import find_shared, shared_dir  # noqa: E402  (benchmarks/benchlib/shared.py)
 from benchlib.library import index_placed, load_library, place_library  # noqa: E402  (benchmarks/benchlib/library.py)
 from benchlib.stats import sign_test  # noqa: E402  (benchmarks/benchlib/stats.py)
+from reme_procedure_memory.operations.delivery import RULES_HEAD  # noqa: E402  (the line before a content's rules)
 
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))  # the doubles' one local HTTP server
 from helpers import LocalServer, send_json  # noqa: E402  (tests/helpers)
@@ -276,17 +277,11 @@ def memory_block(experiences: list[dict], fields: tuple[str, ...]) -> str:
 EVIDENCE = re.compile(r"\((\d+) trajector(?:y|ies)\)")  # a rule's evidence, as the extraction prompt asks for it
 
 
-def thin_rules(content: str, minimum: int) -> str:
-    """``content`` without the rules (the items after its ``Rules:`` line, each a ``-`` line and the lines that
-    continue it) whose evidence, the last "(N trajectories)" they state, is below ``minimum``; the ``Rules:`` line
-    goes too when no rule is left. A rule that states no count, the procedure and a content without rules stay as
-    they are; ``minimum`` of 1 or less changes nothing."""
-    lines = content.splitlines()
-    head = next((n for n, line in enumerate(lines) if line.strip() == "Rules:"), None)
-    if minimum <= 1 or head is None:
-        return content
+def evident_rules(lines: list[str], minimum: int) -> list[str]:
+    """Rule ``lines`` (each rule a ``-`` line and the lines that continue it) without the rules whose evidence, the
+    last "(N trajectories)" they state, is below ``minimum``; a rule that states no count stays."""
     items: list[list[str]] = []
-    for line in lines[head + 1 :]:
+    for line in lines:
         if line.lstrip().startswith("-") or not items:
             items.append([line])
         else:
@@ -296,17 +291,29 @@ def thin_rules(content: str, minimum: int) -> str:
         counts = EVIDENCE.findall(" ".join(item))
         return not counts or int(counts[-1]) >= minimum
 
-    rules = [line for item in items if kept(item) for line in item]
-    return "\n".join(lines[:head] + (lines[head : head + 1] + rules if any(r.strip() for r in rules) else []))
+    return [line for item in items if kept(item) for line in item]
+
+
+def thin_rules(content: str, minimum: int) -> str:
+    """``content`` with ``evident_rules`` applied to its rules (the lines after its ``Rules:`` line, the plugin's
+    ``RULES_HEAD``); the ``Rules:`` line goes too when no rule is left. The procedure and a content without rules
+    stay as they are; ``minimum`` of 1 or less changes nothing."""
+    lines = content.splitlines()
+    head = next((n for n, line in enumerate(lines) if line.strip() == RULES_HEAD), None)
+    if minimum <= 1 or head is None:
+        return content
+    rules = evident_rules(lines[head + 1 :], minimum)
+    return "\n".join(lines[: head + 1] + rules if any(r.strip() for r in rules) else lines[:head])
 
 
 def thinned(experience: dict, minimum: int) -> dict:
-    """An experience (``{description, when-to-use, content}``) or a ``detail=rules`` result (its ``rules``) with
-    ``thin_rules`` applied to what holds its rules."""
+    """An experience (``{description, when-to-use, content}``) or a ``detail=rules`` result (its ``rules``) without
+    the rules shown by fewer than ``minimum`` trajectories (``thin_rules``, ``evident_rules``)."""
     if "content" in experience:
         return {**experience, "content": thin_rules(experience["content"], minimum)}
-    rules = thin_rules(f"Rules:\n{experience.get('rules', '')}", minimum)
-    return {**experience, "rules": rules.removeprefix("Rules:").strip()}
+    if minimum <= 1:
+        return experience
+    return {**experience, "rules": "\n".join(evident_rules(experience.get("rules", "").splitlines(), minimum)).strip()}
 
 
 def with_block(block: str, message: str) -> str:
