@@ -100,7 +100,6 @@ from benchlib.machine import describe, revision  # noqa: E402  (benchmarks/bench
 from benchlib.shared import find_shared, shared_dir  # noqa: E402  (benchmarks/benchlib/shared.py)
 from benchlib.library import index_placed, load_library, place_library  # noqa: E402  (benchmarks/benchlib/library.py)
 from benchlib.stats import sign_test  # noqa: E402  (benchmarks/benchlib/stats.py)
-from reme_procedure_memory.operations.delivery import RULES_HEAD  # noqa: E402  (the line before a content's rules)
 
 sys.path.append(str(Path(__file__).resolve().parent.parent / "tests"))  # the doubles' one local HTTP server
 from helpers import LocalServer, send_json  # noqa: E402  (tests/helpers)
@@ -274,48 +273,6 @@ def memory_block(experiences: list[dict], fields: tuple[str, ...]) -> str:
     return "\n".join([BLOCK_HEAD, "\n\n".join(items), BLOCK_TAIL])
 
 
-EVIDENCE = re.compile(r"\((\d+) trajector(?:y|ies)\)")  # a rule's evidence, as the extraction prompt asks for it
-
-
-def evident_rules(lines: list[str], minimum: int) -> list[str]:
-    """Rule ``lines`` (each rule a ``-`` line and the lines that continue it) without the rules whose evidence, the
-    last "(N trajectories)" they state, is below ``minimum``; a rule that states no count stays."""
-    items: list[list[str]] = []
-    for line in lines:
-        if line.lstrip().startswith("-") or not items:
-            items.append([line])
-        else:
-            items[-1].append(line)
-
-    def kept(item: list[str]) -> bool:
-        counts = EVIDENCE.findall(" ".join(item))
-        return not counts or int(counts[-1]) >= minimum
-
-    return [line for item in items if kept(item) for line in item]
-
-
-def thin_rules(content: str, minimum: int) -> str:
-    """``content`` with ``evident_rules`` applied to its rules (the lines after its ``Rules:`` line, the plugin's
-    ``RULES_HEAD``); the ``Rules:`` line goes too when no rule is left. The procedure and a content without rules
-    stay as they are; ``minimum`` of 1 or less changes nothing."""
-    lines = content.splitlines()
-    head = next((n for n, line in enumerate(lines) if line.strip() == RULES_HEAD), None)
-    if minimum <= 1 or head is None:
-        return content
-    rules = evident_rules(lines[head + 1 :], minimum)
-    return "\n".join(lines[: head + 1] + rules if any(r.strip() for r in rules) else lines[:head])
-
-
-def thinned(experience: dict, minimum: int) -> dict:
-    """An experience (``{description, when-to-use, content}``) or a ``detail=rules`` result (its ``rules``) without
-    the rules shown by fewer than ``minimum`` trajectories (``thin_rules``, ``evident_rules``)."""
-    if "content" in experience:
-        return {**experience, "content": thin_rules(experience["content"], minimum)}
-    if minimum <= 1:
-        return experience
-    return {**experience, "rules": "\n".join(evident_rules(experience.get("rules", "").splitlines(), minimum)).strip()}
-
-
 def with_block(block: str, message: str) -> str:
     """The user message the model sees: the block in front of the turn's message (unchanged without a block)."""
     return f"{block}\n\n{message}" if block else message
@@ -460,7 +417,7 @@ class Delivery:
     task_tools: bool = False  # pass the task's function names as tools=
     max_tokens: int | None = None  # the answer's experience text, at most (exact tokens; whole experiences)
     repeats: bool = True  # False: a result already in an earlier block of the task is left out of this one
-    # a block leaves out the rules shown by fewer trajectories than this (their "(N trajectories)"); 0: every rule
+    # procedure_search min_evidence: each result without the rules fewer trajectories showed; 0: every rule
     min_evidence: int = 0
 
     def arguments(self, functions) -> dict:
@@ -471,6 +428,7 @@ class Delivery:
             args["tools"] = list(functions)
         if self.max_tokens:
             args["max_tokens"] = self.max_tokens
+        args["min_evidence"] = self.min_evidence  # the plugin's own thinning, counted by its budget
         return args
 
 
@@ -557,7 +515,7 @@ class Memory:
         results = answer.get("results", [])
         repeated = [] if self.delivery.repeats else [r["path"] for r in results if r["path"] in held]
         results = [r for r in results if r["path"] not in repeated]
-        shown = [thinned(r if rules else r["experience"], self.delivery.min_evidence) for r in results]
+        shown = [r if rules else r["experience"] for r in results]
         block = memory_block(shown, self.fields)
         tokens = (
             await self.app.context.components["procedure_memory"]["default"].workspace.tokens.acount(block)
@@ -1506,7 +1464,7 @@ def main(argv=None) -> None:
         "--min-evidence",
         type=int,
         default=0,
-        help="leave out of a block the rules shown by fewer trajectories than this (their '(N trajectories)')",
+        help="procedure_search min_evidence: leave out of each result the rules shown by fewer trajectories than this",
     )
     r.add_argument("--sequential-arms", action="store_true", help="one arm after the other (one shared endpoint)")
     r.add_argument("--keep-messages", action="store_true", help="keep every conversation in --json")

@@ -59,7 +59,8 @@ class SearchResult(TypedDict):
     relevance: float  # absolute, in [0, 1] (search/relevance.py)
     score: float  # the fused RRF score
     scores: Scores
-    experience: ExperienceFields
+    experience: ExperienceFields  # its content without the rules below min_evidence (then rules_left_out says so)
+    rules_left_out: NotRequired[int]  # rules shown by fewer trajectories than min_evidence, not in the content
 
 
 # A result of a compact answer (``detail=compact``, an extraction agent's search): a result shown to the run before
@@ -75,6 +76,7 @@ CompactResult = TypedDict(
         "scores": NotRequired[dict[str, float]],
         "content": NotRequired[str],
         "content_truncated": NotRequired[bool],
+        "rules_left_out": NotRequired[int],
     },
 )
 
@@ -82,7 +84,15 @@ CompactResult = TypedDict(
 # A result of a rules answer (``detail=rules``): the conventions of an experience without its steps.
 RulesResult = TypedDict(
     "RulesResult",
-    {"path": str, "version": str, "relevance": float, "description": str, "when-to-use": str, "rules": str},
+    {
+        "path": str,
+        "version": str,
+        "relevance": float,
+        "description": str,
+        "when-to-use": str,
+        "rules": str,
+        "rules_left_out": NotRequired[int],
+    },
 )
 
 
@@ -102,6 +112,7 @@ class SearchAnswer(AgentToolAnswer):
     index: str  # the view searched
     query: str
     min_relevance: float
+    min_evidence: int
     results: list[SearchResult] | list[CompactResult] | list[RulesResult]
     index_complete: bool
     pending_indexes: list[PendingEntry]

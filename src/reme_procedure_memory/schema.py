@@ -63,7 +63,7 @@ AGENT_TOOLS = tuple(job.value for job in (Job.SEARCH, Job.READ, Job.CREATE, Job.
 # - create and update: no `operation_key` (the runtime derives one from the request, and an identical retry is an
 #   identical request: docs/decisions.md#operation-keys; no relay run's agent gave one).
 AGENT_HIDDEN_ARGUMENTS: dict[str, tuple[str, ...]] = {
-    Job.SEARCH.value: ("index", "limit", "detail", "min_relevance", "tools", "max_tokens"),
+    Job.SEARCH.value: ("index", "limit", "detail", "min_relevance", "tools", "max_tokens", "min_evidence"),
     Job.READ.value: ("kind", "offset", "length"),
     Job.CREATE.value: ("operation_key",),
     Job.UPDATE.value: ("when_to_use_append", "content_append", FIELD_ALIAS, "operation_key"),

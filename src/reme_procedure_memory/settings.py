@@ -85,6 +85,9 @@ class SearchSettings(BaseModel):
     # the relevance floor of a service caller's search (an argument overrides it); calibrated on the embedded MiniLM
     # (benchmarks/relevance.py): another embedding model needs its own
     min_relevance: float = Field(0.2, ge=0, le=1)
+    # a service caller's search leaves out of each result the rules fewer trajectories showed (their "(N
+    # trajectories)"; an argument overrides it); 0 or 1: every rule, the experiences whole
+    min_evidence: int = Field(0, ge=0)
 
 
 class ProcedureSettings(BaseModel):

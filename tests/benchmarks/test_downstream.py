@@ -426,8 +426,9 @@ def test_the_delivery_passes_the_floor_the_tasks_tools_and_the_budget_to_procedu
 
     async def blocks() -> dict:
         out = {}
-        for label, delivery in {**deliveries, "rules": downstream.Delivery()}.items():
-            fields = rules_fields if label == "rules" else downstream.FIELD_NAMES
+        ruled = {"rules": downstream.Delivery(), "evident": downstream.Delivery(min_evidence=3)}
+        for label, delivery in {**deliveries, **ruled}.items():
+            fields = rules_fields if label in ruled else downstream.FIELD_NAMES
             async with downstream.Memory(
                 label, ws, tmp_path / label, "when_to_use_content", 3, fields, tokenizer, 64, delivery
             ) as memory:
@@ -450,8 +451,18 @@ def test_the_delivery_passes_the_floor_the_tasks_tools_and_the_budget_to_procedu
     assert 'Rules: - "Into a new folder X" means mkdir X before mv (2 trajectories).' in found["rules"][0]
     assert "1. cd into" not in found["rules"][0] and "1. cd into" in found["before"][0]
     assert found["rules"][0].count("When to use: ") == 3 and found["rules"][1]["tokens"] < found["before"][1]["tokens"]
-    assert downstream.Delivery(None, True, 500).arguments(["cd"]) == {"tools": ["cd"], "max_tokens": 500}
-    assert downstream.Delivery(0.3, True, None).arguments([]) == {"min_relevance": 0.3}
+    # --min-evidence 3: the plugin leaves out the rule two trajectories showed, and counts the block without it
+    assert found["evident"][1]["paths"] == before and "(2 trajectories)" not in found["evident"][0]
+    assert found["evident"][1]["tokens"] < found["rules"][1]["tokens"]
+    assert downstream.Delivery(None, True, 500).arguments(["cd"]) == {
+        "tools": ["cd"],
+        "max_tokens": 500,
+        "min_evidence": 0,
+    }
+    assert downstream.Delivery(0.3, True, None, min_evidence=3).arguments([]) == {
+        "min_relevance": 0.3,
+        "min_evidence": 3,
+    }
 
 
 def test_dropped_repeats_leave_out_of_a_block_what_an_earlier_block_of_the_task_showed(
@@ -529,7 +540,7 @@ def test_a_runs_settings_with_its_delivery_are_shown_as_json(tmp_path, monkeypat
         "task_tools": True,
         "max_tokens": 500,
         "repeats": False,  # the default: an experience an earlier block of the task showed is not shown again
-        "min_evidence": 0,  # the default: every rule of a result
+        "min_evidence": 0,  # the default: every rule of a result (procedure_search min_evidence)
     }
     assert "task_ids" not in shown and "api_key" not in shown
     assert "settings: {" in downstream.report({"arms": {}, "paired": {}}, shown)
@@ -694,40 +705,3 @@ def test_combine_refuses_what_is_not_one_measurement():
         downstream.combine([first, changed])
     with pytest.raises(ValueError, match="no run"):
         downstream.combine([])
-
-
-# -- a block's rules by their evidence (``run --min-evidence``) -----------------------------------------------------
-
-CONTENT = """Procedure:
-1. touch(file_name=<name>).
-Rules:
-- Write the text verbatim (5 trajectories).
-- "If it exists, error" was handled by touch (1 trajectory).
-- A rule that goes on
-  over a second line (2 trajectories).
-- A rule without a count."""
-
-
-def test_thin_rules_leaves_out_the_rules_shown_by_fewer_trajectories():
-    assert downstream.thin_rules(CONTENT, 0) == downstream.thin_rules(CONTENT, 1) == CONTENT
-    assert downstream.thin_rules(CONTENT, 2) == CONTENT.replace(
-        '- "If it exists, error" was handled by touch (1 trajectory).\n', ""
-    )
-    assert downstream.thin_rules(CONTENT, 3) == (
-        "Procedure:\n1. touch(file_name=<name>).\nRules:\n- Write the text verbatim (5 trajectories).\n"
-        "- A rule without a count."
-    )
-    only_thin = "Procedure:\n1. cd.\nRules:\n- Go in first (1 trajectory)."
-    assert downstream.thin_rules(only_thin, 2) == "Procedure:\n1. cd."  # no rule left: no Rules: line
-    assert downstream.thin_rules("1. cd.", 5) == "1. cd."
-
-
-def test_thinned_applies_to_whole_experiences_and_to_rules_results():
-    whole = {"description": "d", "when-to-use": "w", "content": CONTENT}
-    assert (
-        downstream.thinned(whole, 6)["content"]
-        == "Procedure:\n1. touch(file_name=<name>).\nRules:\n- A rule without a count."
-    )
-    rules = {"description": "d", "when-to-use": "w", "rules": "- Kept (3 trajectories).\n- Dropped (1 trajectory)."}
-    assert downstream.thinned(rules, 2)["rules"] == "- Kept (3 trajectories)."
-    assert downstream.thinned({**rules, "rules": "- Dropped (1 trajectory)."}, 2)["rules"] == ""

@@ -23,6 +23,7 @@ from reme_procedure_memory.schema import version_of
 from helpers import EmbeddingEndpoint, write_word_tokenizer
 from helpers.cli import (
     CLEANUP,
+    CLEANUP_RULES,
     DIMENSIONS,
     HIDDEN_JOBS,
     INSPECT,
@@ -432,7 +433,16 @@ def test_mcp_exposes_only_the_read_jobs(service):
 
     assert set(SERVED_JOBS) <= out["names"]
     assert not set(HIDDEN_JOBS) & out["names"]
-    assert out["search_params"] == {"query", "index", "limit", "detail", "min_relevance", "tools", "max_tokens"}
+    assert out["search_params"] == {
+        "query",
+        "index",
+        "limit",
+        "detail",
+        "min_relevance",
+        "tools",
+        "max_tokens",
+        "min_evidence",
+    }
     assert out["search"]["status"] == "ok"
     assert out["search"]["results"][0]["path"] == "procedures/rebuild-search-after-config-change.json"
     assert out["read"]["experience"] == INSPECT
@@ -696,12 +706,17 @@ def test_relevance_floor_tools_and_token_budget_are_served_on_cli_http_and_mcp(s
 
 def test_detail_rules_is_served_on_cli_http_and_mcp(service):
     """The conventions without the steps reach a caller from every channel: each result's path, version, relevance,
-    description, when-to-use and rules (none in these experiences: ``""``), never its content."""
+    description, when-to-use and rules (``""`` for an experience without them), never its content."""
     query = "inspect logs or delete the build directory"
     shape = {"path", "version", "relevance", "description", "when-to-use", "rules"}
     cli, ok = service.reme.call(service.port, "procedure_search", f"query={query}", "min_relevance=0", "detail=rules")
     assert ok and cli["detail"] == "rules" and cli["results"], cli
-    assert all(set(r) == shape and r["rules"] == "" for r in cli["results"])
+    assert all(set(r) == shape for r in cli["results"])
+    assert {r["path"]: r["rules"] for r in cli["results"]} == {
+        "procedures/clean-temporary-files-of-failed-build.json": "\n".join(CLEANUP_RULES),
+        "procedures/inspect-logs-before-rebuilding.json": "",
+        "procedures/rebuild-search-after-config-change.json": "",
+    }
     with httpx.Client(base_url=service.url, timeout=30) as client:
         http = json.loads(
             client.post("/procedure_search", json={"query": query, "min_relevance": 0, "detail": "rules"}).json()[
@@ -721,3 +736,53 @@ def test_detail_rules_is_served_on_cli_http_and_mcp(service):
     tools, mcp = asyncio.run(asyncio.wait_for(session(), timeout=60))
     assert "rules" in tools["procedure_search"].inputSchema["properties"]["detail"]["enum"]
     assert mcp["results"] == cli["results"]
+
+
+def test_min_evidence_is_served_on_cli_http_and_mcp(service):
+    """Rules fewer trajectories showed than ``min_evidence`` are left out of what every channel hands (the rules
+    answer and the whole experience alike), each result saying how many; the file keeps them, and a bad value is
+    refused with its message."""
+    query = "delete the build directory of a failed build"
+    cleanup = "procedures/clean-temporary-files-of-failed-build.json"
+    evident, thin = CLEANUP_RULES  # 3 trajectories, 1 trajectory
+
+    def of_cleanup(answer: dict) -> dict:
+        return next(r for r in answer["results"] if r["path"] == cleanup)
+
+    cli, ok = service.reme.call(
+        service.port, "procedure_search", f"query={query}", "min_relevance=0", "detail=rules", "min_evidence=3"
+    )
+    assert ok and cli["min_evidence"] == 3, cli
+    assert of_cleanup(cli)["rules"] == evident and of_cleanup(cli)["rules_left_out"] == 1
+    assert all("rules_left_out" not in r for r in cli["results"] if r["path"] != cleanup)  # no rules: none left out
+    default, ok = service.reme.call(service.port, "procedure_search", f"query={query}", "min_relevance=0")
+    assert ok and default["min_evidence"] == 0 and of_cleanup(default)["experience"] == CLEANUP  # whole by default
+    assert "rules_left_out" not in of_cleanup(default)
+
+    with httpx.Client(base_url=service.url, timeout=30) as client:
+        http = json.loads(
+            client.post("/procedure_search", json={"query": query, "min_relevance": 0, "min_evidence": 2}).json()[
+                "answer"
+            ]
+        )
+        refused = client.post("/procedure_search", json={"query": query, "min_evidence": -1}).json()
+        read = json.loads(client.post("/procedure_read", json={"path": cleanup}).json()["answer"])
+    whole = CLEANUP["content"]
+    assert of_cleanup(http)["experience"]["content"] == whole.replace("\n" + thin, "")
+    assert of_cleanup(http)["rules_left_out"] == 1
+    assert not refused["success"] and "min_evidence" in json.loads(refused["answer"])["error"]["message"]
+    assert read["experience"]["content"] == whole  # the file keeps every rule
+
+    async def session():
+        from fastmcp import Client
+
+        async with Client(f"{service.url}/mcp") as client:
+            tools = {tool.name: tool for tool in await client.list_tools()}
+            found = await client.call_tool(
+                "procedure_search", {"query": query, "min_relevance": 0, "detail": "rules", "min_evidence": 4}
+            )
+            return tools, json.loads(found.content[0].text)
+
+    tools, mcp = asyncio.run(asyncio.wait_for(session(), timeout=60))
+    assert "min_evidence" in tools["procedure_search"].inputSchema["properties"]
+    assert of_cleanup(mcp)["rules"] == "" and of_cleanup(mcp)["rules_left_out"] == 2

@@ -58,10 +58,14 @@ INSPECT = experience_record(
 )
 
 
+# an extraction writes the conventions after the steps, each with its evidence (procedure_search detail=rules,
+# min_evidence)
+CLEANUP_RULES = ("- Delete only the failed target's cache (3 trajectories).", "- Keep the build logs (1 trajectory).")
 CLEANUP = experience_record(
     "Clean temporary files of a failed build",
     "When a build fails and leaves partial artifacts behind",
-    "Delete the build directory and the cache of the failed target, then build again from scratch.",
+    "Delete the build directory and the cache of the failed target, then build again from scratch.\nRules:\n"
+    + "\n".join(CLEANUP_RULES),
 )
 
 

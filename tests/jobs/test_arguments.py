@@ -133,7 +133,7 @@ def refusal(model, arguments, **context) -> str:
 
 
 def test_search_defaults_and_the_clis_numbers_as_text():
-    unset = {"detail": None, "min_relevance": None, "tools": None, "max_tokens": None}
+    unset = {"detail": None, "min_relevance": None, "tools": None, "max_tokens": None, "min_evidence": None}
     assert validate(SearchArguments, {"query": " stale index "}).model_dump() == {
         "query": "stale index",
         "index": "when_to_use_content",
@@ -141,8 +141,18 @@ def test_search_defaults_and_the_clis_numbers_as_text():
         **unset,
     }
     assert validate(
-        SearchArguments, {"query": 404, "limit": "07", "index": "", "min_relevance": "", "tools": "", "max_tokens": ""}
+        SearchArguments,
+        {
+            "query": 404,
+            "limit": "07",
+            "index": "",
+            "min_relevance": "",
+            "tools": "",
+            "max_tokens": "",
+            "min_evidence": "",
+        },
     ).model_dump() == {"query": "404", "index": "when_to_use_content", "limit": 7, **unset}
+    assert validate(SearchArguments, {"query": "q", "min_evidence": "03"}).min_evidence == 3  # the CLI's text
     assert validate(SearchArguments, {"query": "q", "limit": 50.0}).limit == 50
 
 
@@ -198,6 +208,9 @@ RELEVANCE_SENTENCE = "`min_relevance` must be a number from 0 to 1."
         ({"query": "q", "tools": {"a": 1}}, TOOLS_SENTENCE),
         ({"query": "q", "max_tokens": 0}, "`max_tokens` must be at least 1 (got 0)."),
         ({"query": "q", "max_tokens": "lots"}, "`max_tokens` must be an integer."),
+        ({"query": "q", "min_evidence": -1}, "`min_evidence` must be at least 0 (got -1)."),
+        ({"query": "q", "min_evidence": "three"}, "`min_evidence` must be an integer."),
+        ({"query": "q", "min_evidence": 2.5}, "`min_evidence` must be an integer."),
     ],
 )
 def test_search_refuses_bad_delivery_arguments_in_one_sentence(arguments, message):

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 from reme_procedure_memory.operations.delivery import (
+    evidence_of,
+    evident_content,
+    rule_items,
     experience_text,
     names_any,
     rules_of,
@@ -101,3 +104,48 @@ def test_the_budget_takes_the_longest_prefix_that_fits(tokens, budget, expected)
     assert within_budget(tokens, budget) == expected
     assert sum(tokens[:expected]) <= budget
     assert expected == len(tokens) or sum(tokens[: expected + 1]) > budget
+
+
+# -- rules by their evidence (procedure_search min_evidence) --------------------------------------------------------
+
+CONTENT = """Procedure:
+1. touch(file_name=<name>).
+Rules:
+- Write the text verbatim (5 trajectories).
+- "If it exists, error" was handled by touch (1 trajectory).
+- A rule that goes on
+  over a second line (2 trajectories).
+- A rule without a count."""
+
+
+def test_a_rule_is_a_dash_line_with_the_lines_that_continue_it_and_its_evidence_the_last_count():
+    lines = ["- A (2 trajectories)", "  more (4 trajectories).", "- B.", "- C (1 trajectory)"]
+    items = rule_items(lines)
+    assert items == [lines[:2], ["- B."], ["- C (1 trajectory)"]]
+    assert [evidence_of(item) for item in items] == [4, None, 1]
+    assert rule_items(["preamble", "- A"]) == [["preamble"], ["- A"]]
+
+
+def test_min_evidence_leaves_out_the_rules_fewer_trajectories_showed_and_says_how_many():
+    assert evident_content(CONTENT, 0) == evident_content(CONTENT, 1) == (CONTENT, 0)
+    assert evident_content(CONTENT, 2) == (
+        CONTENT.replace('- "If it exists, error" was handled by touch (1 trajectory).\n', ""),
+        1,
+    )
+    assert evident_content(CONTENT, 3) == (
+        "Procedure:\n1. touch(file_name=<name>).\nRules:\n- Write the text verbatim (5 trajectories).\n"
+        "- A rule without a count.",
+        2,
+    )
+    assert evident_content(CONTENT, 6) == (
+        "Procedure:\n1. touch(file_name=<name>).\nRules:\n- A rule without a count.",
+        3,
+    )
+
+
+def test_with_no_rule_left_the_rules_line_goes_and_a_content_without_rules_stays():
+    only_thin = "Procedure:\n1. cd.\nRules:\n- Go in first (1 trajectory)."
+    assert evident_content(only_thin, 2) == ("Procedure:\n1. cd.", 1)
+    assert evident_content("1. cd (1 trajectory).", 5) == ("1. cd (1 trajectory).", 0)  # no Rules: line: no rules
+    every_rule_evident = "1. cd.\nRules:\n- Go in first (3 trajectories)."
+    assert evident_content(every_rule_evident, 3) == (every_rule_evident, 0)

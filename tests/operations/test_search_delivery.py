@@ -98,10 +98,7 @@ async def test_tools_keeps_exactly_the_experiences_whose_content_names_one(make_
 
 
 @pytest.mark.parametrize("view", VIEWS)
-async def test_max_tokens_keeps_the_best_results_whose_texts_fit_and_never_cuts_one(
-    make_app, tmp_path, view, word_tokenizer
-):
-    counter = Tokenizer.from_file(str(word_tokenizer))  # the configured tokenizer, counted independently
+async def test_max_tokens_keeps_the_best_results_whose_texts_fit_and_never_cuts_one(make_app, tmp_path, view, counter):
 
     def tokens(result) -> int:
         e = result["experience"]
@@ -163,33 +160,49 @@ async def test_without_vectors_relevance_is_the_keyword_evidence(make_app, tmp_p
         assert any(0 < r["relevance"] < 1 for r in answer["results"])
 
 
-def give_rules(ws) -> dict[str, str]:
-    """Every other experience of the written corpus gets rules after its steps, as an extraction writes them; returns
-    the path -> rules of those that have some."""
-    rules = {}
+def ruled_corpus(ws, rules_of_stem) -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The corpus written to ``ws``, every other experience with rules (``rules_of_stem`` its file's stem) after its
+    steps, as an extraction writes them; returns the path -> (content before the rules, rules line by line) of those."""
+    write_corpus(ws)
+    given = {}
     for n, path in enumerate(sorted((ws / "procedures").glob("*.json"))):
         if n % 2:
             continue
         record = json.loads(path.read_text())
-        rules[f"procedures/{path.name}"] = f"- Rule one of {path.stem} (2 trajectories).\n- Rule two (1 trajectory)."
-        record["content"] += "\nRules:\n" + rules[f"procedures/{path.name}"]
+        rules = rules_of_stem(path.stem)
+        given[f"procedures/{path.name}"] = (record["content"], rules)
+        record["content"] += "\nRules:\n" + "\n".join(rules)
         path.write_text(json.dumps(record, indent=2))
-    return rules
+    return given
+
+
+@pytest.fixture
+def counter(word_tokenizer) -> Tokenizer:
+    """The configured tokenizer, loaded here to count independently of the plugin."""
+    return Tokenizer.from_file(str(word_tokenizer))
+
+
+def handed_tokens(counter: Tokenizer, result: dict) -> int:
+    """The tokens of what a rules result hands (description, when-to-use and its rules, if any), counted with the
+    configured tokenizer independently of the plugin."""
+    parts = [result["description"], result["when-to-use"]] + ([result["rules"]] if result["rules"] else [])
+    return len(counter.encode("\n".join(parts), add_special_tokens=False).ids)
+
+
+def two_and_one(stem: str) -> tuple[str, ...]:
+    return (f"- Rule one of {stem} (2 trajectories).", "- Rule two (1 trajectory).")
+
+
+def three_and_one(stem: str) -> tuple[str, ...]:
+    return (f"- Rule of {stem} (3 trajectories).", "- A thin rule (1 trajectory).")
 
 
 @pytest.mark.parametrize("view", VIEWS)
 async def test_detail_rules_hands_each_result_s_rules_without_its_steps_and_the_budget_counts_them(
-    make_app, tmp_path, view, word_tokenizer
+    make_app, tmp_path, view, counter
 ):
-    counter = Tokenizer.from_file(str(word_tokenizer))  # the configured tokenizer, counted independently
-
-    def handed(result) -> int:
-        parts = [result["description"], result["when-to-use"]] + ([result["rules"]] if result["rules"] else [])
-        return len(counter.encode("\n".join(parts), add_special_tokens=False).ids)
-
     ws = tmp_path / "ws"
-    write_corpus(ws)
-    rules = give_rules(ws)
+    given = ruled_corpus(ws, two_and_one)
     async with make_app(workspace=ws) as app:
         ok, full = await run_job(app, "procedure_search", query=QUERY, index=view, limit=ALL)
         assert ok and "detail" not in full
@@ -202,13 +215,13 @@ async def test_detail_rules_hands_each_result_s_rules_without_its_steps_and_the_
                 "relevance": r["relevance"],
                 "description": r["experience"]["description"],
                 "when-to-use": r["experience"]["when-to-use"],
-                "rules": rules.get(r["path"], ""),
+                "rules": "\n".join(given[r["path"]][1]) if r["path"] in given else "",
             }
             for r in full["results"]
         ]
         assert 0 < sum(bool(r["rules"]) for r in ruled["results"]) < ALL  # with rules and without
         assert all("Rules:" not in r["rules"] and "1." not in r["rules"] for r in ruled["results"])  # no steps
-        counts = [handed(r) for r in ruled["results"]]
+        counts = [handed_tokens(counter, r) for r in ruled["results"]]
         budget = sum(counts[:3])
         ok, budgeted = await run_job(
             app, "procedure_search", query=QUERY, index=view, limit=ALL, detail="rules", max_tokens=budget
@@ -217,3 +230,84 @@ async def test_detail_rules_hands_each_result_s_rules_without_its_steps_and_the_
         assert budgeted["token_budget"] == {"max_tokens": budget, "tokens": budget, "left_out": ALL - 3}
         ok, whole = await run_job(app, "procedure_search", query=QUERY, index=view, limit=ALL, max_tokens=budget)
         assert ok and len(whole["results"]) < 3  # whole experiences are counted whole: fewer fit
+
+
+@pytest.mark.parametrize("view", VIEWS)
+async def test_min_evidence_leaves_out_thin_rules_of_each_result_and_the_budget_counts_what_is_handed(
+    make_app, tmp_path, view, counter
+):
+    ws = tmp_path / "ws"
+    given = ruled_corpus(ws, three_and_one)
+    async with make_app(workspace=ws) as app:
+        ok, full = await run_job(app, "procedure_search", query=QUERY, index=view, limit=ALL)
+        assert ok and full["min_evidence"] == 0 and all("rules_left_out" not in r for r in full["results"])
+        ok, evident = await run_job(app, "procedure_search", query=QUERY, index=view, limit=ALL, min_evidence=3)
+        assert ok and evident["min_evidence"] == 3
+        assert [(r["path"], r["version"], r["scores"]) for r in evident["results"]] == [
+            (r["path"], r["version"], r["scores"]) for r in full["results"]
+        ]  # the same search: only what each result hands differs
+        for whole, thinned in zip(full["results"], evident["results"]):
+            if whole["path"] not in given:
+                assert thinned == whole
+                continue
+            steps, (strong, thin) = given[whole["path"]]
+            assert whole["experience"]["content"] == f"{steps}\nRules:\n{strong}\n{thin}"
+            assert thinned["experience"] == {**whole["experience"], "content": f"{steps}\nRules:\n{strong}"}
+            assert thinned["rules_left_out"] == 1
+        ok, bare = await run_job(app, "procedure_search", query=QUERY, index=view, limit=ALL, min_evidence="4")
+        assert all(r["experience"]["content"] == given[r["path"]][0] for r in bare["results"] if r["path"] in given)
+        assert {r.get("rules_left_out") for r in bare["results"] if r["path"] in given} == {2}
+
+        ok, ruled = await run_job(
+            app, "procedure_search", query=QUERY, index=view, limit=ALL, detail="rules", min_evidence=3
+        )
+        assert ok and [r["rules"] for r in ruled["results"]] == [
+            given[r["path"]][1][0] if r["path"] in given else "" for r in ruled["results"]
+        ]
+        handed = [handed_tokens(counter, r) for r in ruled["results"]]
+        budget = sum(handed[:3])
+        ok, budgeted = await run_job(
+            app,
+            "procedure_search",
+            query=QUERY,
+            index=view,
+            limit=ALL,
+            detail="rules",
+            min_evidence=3,
+            max_tokens=budget,
+        )
+        assert ok and budgeted["results"] == ruled["results"][:3]
+        assert budgeted["token_budget"] == {"max_tokens": budget, "tokens": budget, "left_out": ALL - 3}
+        assert any(r["path"] in given for r in budgeted["results"])  # a thinned result was counted thinned
+        ok, unthinned = await run_job(
+            app, "procedure_search", query=QUERY, index=view, limit=ALL, detail="rules", max_tokens=budget
+        )
+        assert ok and len(unthinned["results"]) < 3  # every rule counted: fewer fit
+
+        ok, read = await run_job(app, "procedure_read", path=next(iter(given)))
+        steps, rules = given[next(iter(given))]
+        assert ok and read["experience"]["content"] == steps + "\nRules:\n" + "\n".join(rules)  # the file keeps them
+
+
+async def test_the_setting_is_the_default_evidence_and_the_extraction_agent_sees_every_rule(make_app, tmp_path):
+    ws = tmp_path / "ws"
+    given = ruled_corpus(ws, three_and_one)
+    async with make_app(
+        workspace=ws, components={"procedure_memory": {"default": {"search": {"min_evidence": 3}}}}
+    ) as app:
+        assert memory_of(app).settings.search.min_evidence == 3
+        ok, default = await run_job(app, "procedure_search", query=QUERY, limit=ALL, min_relevance=0)
+        assert ok and default["min_evidence"] == 3
+        assert {r.get("rules_left_out") for r in default["results"] if r["path"] in given} == {1}
+        ok, empty = await run_job(app, "procedure_search", query=QUERY, limit=ALL, min_relevance=0, min_evidence="")
+        assert ok and empty["min_evidence"] == 3  # the CLI's "default"
+        ok, given_zero = await run_job(app, "procedure_search", query=QUERY, limit=ALL, min_relevance=0, min_evidence=0)
+        assert ok and given_zero["min_evidence"] == 0 and all("rules_left_out" not in r for r in given_zero["results"])
+        # the extraction agent revises every rule it has, the thin ones too
+        run = memory_of(app).grants.begin_attempt("req", [add_trajectory(app)])
+        ok, agent = await call_tool(app, run, "procedure_search", query=QUERY, detail="full")
+        assert ok and agent["min_evidence"] == 0
+        shown = [r for r in agent["results"] if r["path"] in given]
+        assert shown and all(r["content"].endswith("(1 trajectory).") for r in shown)
+        ok, refused = await run_job(app, "procedure_search", query=QUERY, min_evidence=-1)
+        assert not ok and "min_evidence" in refused["error"]["message"]

@@ -90,7 +90,7 @@ class JobArguments(BaseModel):
 class SearchArguments(JobArguments):
     job = Job.SEARCH
 
-    EMPTY_IS_DEFAULT = frozenset({"index", "limit", "detail", "min_relevance", "tools", "max_tokens"})
+    EMPTY_IS_DEFAULT = frozenset({"index", "limit", "detail", "min_relevance", "tools", "max_tokens", "min_evidence"})
 
     query: Query = Field(description="What you want to do, or the situation you are in.")
     index: Literal[VIEW_NAMES] = Field(
@@ -109,6 +109,12 @@ class SearchArguments(JobArguments):
     )
     tools: ToolNames = Field(None, description="Only experiences whose content names one of these functions.")
     max_tokens: Integer = Field(None, ge=1, description="Most tokens of experience text in the answer, best first.")
+    min_evidence: Integer = Field(
+        None,
+        ge=0,
+        description="Leave out of each result the rules shown by fewer trajectories than this, their '(N "
+        "trajectories)' (default: the configured minimum).",
+    )
 
 
 class ReadArguments(JobArguments):

@@ -229,8 +229,9 @@ class ProcedureStep(BaseStep):
 
 class ProcedureSearchStep(ProcedureStep):
     """``procedure_search query=... index=when_to_use|when_to_use_content limit=5 [min_relevance=0.3]
-    [tools=a,b] [max_tokens=800] [detail=full|compact|rules]``. Inside an extraction run the relevance floor is 0
-    unless given: the agent looks for any related experience to revise."""
+    [tools=a,b] [max_tokens=800] [detail=full|compact|rules] [min_evidence=3]``. Inside an extraction run the
+    relevance floor and the evidence minimum are 0 unless given: the agent looks for any related experience to
+    revise, and revises the rules it has, the thin ones too."""
 
     arguments = SearchArguments
 
@@ -238,9 +239,11 @@ class ProcedureSearchStep(ProcedureStep):
         memory = self.memory
         args = self.validated_arguments()
         run = self._agent_call()[0]
-        floor = args.min_relevance
+        floor, minimum = args.min_relevance, args.min_evidence
         if floor is None:  # the agent looks for any related experience; a service caller gets the configured floor
             floor = 0.0 if run is not None else memory.settings.search.min_relevance
+        if minimum is None:  # the agent sees every rule it may revise; a service caller gets the configured minimum
+            minimum = 0 if run is not None else memory.settings.search.min_evidence
         detail = args.detail or ("compact" if run is not None else "full")
         answer = await memory.reads.search(
             args.query,
@@ -250,6 +253,7 @@ class ProcedureSearchStep(ProcedureStep):
             tools=args.tools or (),
             max_tokens=args.max_tokens,
             delivered=rules_text if detail == "rules" else experience_text,  # the budget counts what is handed
+            min_evidence=minimum,
         )
         if not answer["results"] and run is not None:  # the extraction agent's next step
             answer["note"] = EMPTY_SEARCH_NOTE

@@ -1,6 +1,6 @@
 """What a search answer delivers beyond ranking (pure functions): which experiences name the caller's tools, how many
-results fit a token budget, and the rules a ``detail=rules`` answer hands (``procedure_search tools=...
-max_tokens=... detail=rules``; docs/reference.md).
+results fit a token budget, the rules a ``detail=rules`` answer hands and which rules have the evidence asked for
+(``procedure_search tools=... max_tokens=... detail=rules min_evidence=3``; docs/reference.md).
 
 * **Naming a function.** An experience's steps (its ``content``) name a function when the name occurs there as a
   whole identifier: case-sensitive, not preceded or followed by a letter, digit or underscore, so ``post_tweet``
@@ -17,6 +17,11 @@ max_tokens=... detail=rules``; docs/reference.md).
   exactly ``Rules:``: the environment's conventions (phrasing to values, verbatim arguments, defaults), each with
   its evidence. ``detail=rules`` hands an experience's description, when-to-use and those lines alone: the
   conventions without the steps (an experience without that line hands its description and when-to-use).
+* **Evidence.** A rule is a line of the rules that starts with ``-`` and the lines that continue it; its evidence is
+  the last "(N trajectories)" (or "(1 trajectory)") it states, as the extraction prompt asks. ``min_evidence=N``
+  leaves out of the content the rules whose evidence is below N, and the ``Rules:`` line when none is left; a rule
+  that states no count stays (nothing says it is thin), and so do the steps. Rules one or two trajectories showed
+  are conditions the agent may apply to a case they do not cover (benchmarks/RUNS.md, issue 31).
 """
 
 from __future__ import annotations
@@ -71,6 +76,44 @@ def rules_text(fields: dict[str, str]) -> str:
     joined by newlines (the first two alone when it has no rules)."""
     rules = rules_of(fields["content"])
     return "\n".join([fields["description"], fields["when-to-use"]] + ([rules] if rules else []))
+
+
+EVIDENCE = re.compile(r"\((\d+) trajector(?:y|ies)\)")  # a rule's evidence, as the extraction prompt asks for it
+
+
+def rule_items(lines: list[str]) -> list[list[str]]:
+    """Rule ``lines`` grouped by rule: each ``-`` line with the lines that continue it (lines before the first
+    ``-`` line form a group of their own)."""
+    items: list[list[str]] = []
+    for line in lines:
+        if line.lstrip().startswith("-") or not items:
+            items.append([line])
+        else:
+            items[-1].append(line)
+    return items
+
+
+def evidence_of(rule: list[str]) -> int | None:
+    """How many trajectories showed a rule (its lines): the last count it states; ``None`` when it states none."""
+    counts = EVIDENCE.findall(" ".join(rule))
+    return int(counts[-1]) if counts else None
+
+
+def evident_content(content: str, minimum: int) -> tuple[str, int]:
+    """``content`` without the rules whose evidence is below ``minimum`` (``evidence_of``) and how many rules were
+    left out; the ``Rules:`` line goes too when no rule is left. The procedure, a content without a ``Rules:`` line
+    and a ``minimum`` of 1 or less are left as they are (``content`` itself, 0)."""
+    lines = content.splitlines()
+    head = next((n for n, line in enumerate(lines) if line.strip() == RULES_HEAD), None)
+    if minimum <= 1 or head is None:
+        return content, 0
+    items = rule_items(lines[head + 1 :])
+    evident = [(count := evidence_of(item)) is None or count >= minimum for item in items]
+    if all(evident):
+        return content, 0
+    rules = [line for item, keep in zip(items, evident) if keep for line in item]
+    kept = lines[: head + 1] + rules if any(line.strip() for line in rules) else lines[:head]
+    return "\n".join(kept).rstrip(), evident.count(False)
 
 
 def within_budget(tokens: list[int], max_tokens: int) -> int:

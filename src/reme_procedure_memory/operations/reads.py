@@ -5,9 +5,9 @@ Contract: nothing here writes. A search answer holds full current experiences re
 excluded from results and listed in ``pending_indexes`` (``index_complete=false``); a vector branch that failed is
 reported as ``vector_search.available=false`` beside BM25-only results. Each result carries its absolute
 ``relevance`` (search/relevance.py); a search may leave out the candidates below ``min_relevance`` (unread), those
-whose content names none of ``tools`` and, best first, those beyond a ``max_tokens`` budget (delivery.py). Experience
-paths are validated against the
-procedure directory (containment in paths.py; the file itself by ``ExperienceFiles.read``, the one validation search,
+whose content names none of ``tools`` and, best first, those beyond a ``max_tokens`` budget, and out of each result's
+content the rules shown by fewer trajectories than ``min_evidence`` (delivery.py). Experience paths are validated
+against the procedure directory (containment in paths.py; the file itself by ``ExperienceFiles.read``, the one validation search,
 read and update share). Trajectory excerpts count decoded characters and are capped by characters and exact tokens;
 masked (``mask``), the credentials in them are replaced by ``[masked:<kind>]`` labels (``credentials.py``) before the token
 cap, while offsets and lengths still count the copy's characters. The copy itself is never changed.
@@ -34,7 +34,7 @@ from ..schema import check_name
 from ..credentials import mask_label, mask_secrets, masked_prefix, secrets_within
 from ..storage.experiences import BadFile, StoredExperience
 from ..storage.paths import resolve_inside
-from .delivery import experience_text, names_any, rules_of, tool_pattern, within_budget
+from .delivery import evident_content, experience_text, names_any, rules_of, tool_pattern, within_budget
 
 if TYPE_CHECKING:
     from ..search.fusion import Fused
@@ -46,9 +46,12 @@ if TYPE_CHECKING:
 RELEVANCE_DIGITS = 4  # a result's relevance as answered
 
 
-def search_result(hit: Fused, item: StoredExperience, relevance: float) -> SearchResult:
-    """One result of a search answer: the current experience with its path, version, relevance and scores."""
-    return {
+def search_result(hit: Fused, item: StoredExperience, relevance: float, min_evidence: int = 0) -> SearchResult:
+    """One result of a search answer: the current experience with its path, version, relevance and scores; its
+    content without the rules shown by fewer trajectories than ``min_evidence`` (``rules_left_out`` says how many)."""
+    fields = item.experience.fields()
+    content, left_out = evident_content(fields["content"], min_evidence)
+    result: SearchResult = {
         "path": item.path,
         "version": item.version,
         "relevance": round(relevance, RELEVANCE_DIGITS),
@@ -60,8 +63,11 @@ def search_result(hit: Fused, item: StoredExperience, relevance: float) -> Searc
             "keyword": hit.keyword_score,
             "keyword_rank": hit.keyword_rank,
         },
-        "experience": item.experience.fields(),
+        "experience": {**fields, "content": content},
     }
+    if left_out:
+        result["rules_left_out"] = left_out
+    return result
 
 
 # A compact answer (what an extraction agent gets by default) keeps a result only when one of its branch scores is at
@@ -111,6 +117,8 @@ def compact_answer(
             entry["content"] = content[:COMPACT_CONTENT_CHARS]
             if len(content) > COMPACT_CONTENT_CHARS:
                 entry["content_truncated"] = True
+            if "rules_left_out" in result:
+                entry["rules_left_out"] = result["rules_left_out"]
         compact.append(entry)
     out: SearchAnswer = {**answer, "results": compact, "detail": "full" if every_content else "compact"}
     if len(kept) < len(results):
@@ -125,8 +133,8 @@ def compact_answer(
 
 def rules_answer(answer: SearchAnswer) -> SearchAnswer:
     """``detail=rules``: each result's path, version and relevance with its description, when-to-use and ``rules``
-    (``delivery.rules_of`` its content: the conventions without the steps; ``""`` when it has none), nothing else of
-    it; the rest of the answer as it is."""
+    (``delivery.rules_of`` its content: the conventions without the steps; ``""`` when it has none) and
+    ``rules_left_out`` when it has it, nothing else of it; the rest of the answer as it is."""
     results: list[RulesResult] = [
         {
             "path": r["path"],
@@ -135,6 +143,7 @@ def rules_answer(answer: SearchAnswer) -> SearchAnswer:
             "description": r["experience"]["description"],
             "when-to-use": r["experience"]["when-to-use"],
             "rules": rules_of(r["experience"]["content"]),
+            **({"rules_left_out": r["rules_left_out"]} if "rules_left_out" in r else {}),
         }
         for r in answer["results"]
     ]
@@ -163,6 +172,7 @@ class Reads:
         tools: tuple[str, ...] = (),
         max_tokens: int | None = None,
         delivered: Callable[[ExperienceFields], str] = experience_text,
+        min_evidence: int = 0,
     ) -> SearchAnswer:
         """Hybrid search of one view; full current experiences with path, version, relevance and scores.
 
@@ -171,8 +181,10 @@ class Reads:
         passed over unread; with ``tools``, an experience whose content names none of them is passed over. The
         page's files are read in the search's one scan-thread call (``Views.search_page``), past missing and invalid
         files until ``limit`` are valid; a second worker call reads further candidates only if a file read there
-        turned pending meanwhile. With ``max_tokens`` the results are then cut to the budget (``token_budget``), each
-        counted as the ``delivered`` text of its experience (``delivery.rules_text`` for a ``detail=rules`` answer).
+        turned pending meanwhile. Each result's content leaves out the rules shown by fewer trajectories than
+        ``min_evidence`` (``delivery.evident_content``; ``tools`` still match the whole content). With ``max_tokens``
+        the results are then cut to the budget (``token_budget``), each counted as the ``delivered`` text of what is
+        handed of its experience (``delivery.rules_text`` for a ``detail=rules`` answer).
         """
         ws, recovery = self.workspace, self.recovery
         views = ws.views
@@ -203,7 +215,7 @@ class Reads:
                 if isinstance(item, BadFile):  # edited by hand since indexing: exclude and report, never stale
                     recovery.mark_invalid(item)
                     continue
-                results.append(search_result(hit, item, relevance(hit)))
+                results.append(search_result(hit, item, relevance(hit), min_evidence))
             if len(results) >= limit or position >= len(fused):
                 break
             read, position = await asyncio.to_thread(
@@ -220,6 +232,7 @@ class Reads:
             "index": view,
             "query": query,
             "min_relevance": min_relevance,
+            "min_evidence": min_evidence,
             "results": results,
             "index_complete": not ws.pending,
             "pending_indexes": ws.pending.entries(),
