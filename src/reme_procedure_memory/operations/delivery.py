@@ -103,9 +103,11 @@ def evident_content(content: str, minimum: int) -> tuple[str, int]:
     """``content`` without the rules whose evidence is below ``minimum`` (``evidence_of``) and how many rules were
     left out; the ``Rules:`` line goes too when no rule is left. The procedure, a content without a ``Rules:`` line
     and a ``minimum`` of 1 or less are left as they are (``content`` itself, 0)."""
+    if minimum <= 1:  # every rule: nothing to read (the default, on every search's every result)
+        return content, 0
     lines = content.splitlines()
     head = next((n for n, line in enumerate(lines) if line.strip() == RULES_HEAD), None)
-    if minimum <= 1 or head is None:
+    if head is None:
         return content, 0
     items = rule_items(lines[head + 1 :])
     evident = [(count := evidence_of(item)) is None or count >= minimum for item in items]
