@@ -7,8 +7,8 @@ reported as ``vector_search.available=false`` beside BM25-only results. Each res
 ``relevance`` (search/relevance.py); a search may leave out the candidates below ``min_relevance`` (unread), those
 whose content names none of ``tools`` and, best first, those beyond a ``max_tokens`` budget, and out of each result's
 content the rules shown by fewer trajectories than ``min_evidence`` (delivery.py). Experience paths are validated
-against the procedure directory (containment in paths.py; the file itself by ``ExperienceFiles.read``, the one validation search,
-read and update share). Trajectory excerpts count decoded characters and are capped by characters and exact tokens;
+against the procedure directory (containment in paths.py; the file itself by ``ExperienceFiles.read``, the one
+validation search, read and update share). Trajectory excerpts count decoded characters and are capped by characters and exact tokens;
 masked (``mask``), the credentials in them are replaced by ``[masked:<kind>]`` labels (``credentials.py``) before the token
 cap, while offsets and lengths still count the copy's characters. The copy itself is never changed.
 """
