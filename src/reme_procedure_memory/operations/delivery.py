@@ -61,14 +61,18 @@ def experience_text(fields: dict[str, str]) -> str:
 RULES_HEAD = "Rules:"  # the line before an experience's rules (extraction/prompts.yaml asks for it)
 
 
+def rules_head(lines: list[str]) -> int | None:
+    """Where a content's rules start: the index of its first line that is exactly ``Rules:`` (spaces around it
+    aside); ``None`` when it has none."""
+    return next((n for n, line in enumerate(lines) if line.strip() == RULES_HEAD), None)
+
+
 def rules_of(content: str) -> str:
-    """The rules of an experience's ``content``: the lines after its first line that is exactly ``Rules:`` (spaces
-    around it aside), stripped; ``""`` when it has none."""
+    """The rules of an experience's ``content``: the lines after its ``rules_head``, stripped; ``""`` when it has
+    none."""
     lines = content.splitlines()
-    for n, line in enumerate(lines):
-        if line.strip() == RULES_HEAD:
-            return "\n".join(lines[n + 1 :]).strip()
-    return ""
+    head = rules_head(lines)
+    return "" if head is None else "\n".join(lines[head + 1 :]).strip()
 
 
 def rules_text(fields: dict[str, str]) -> str:
@@ -106,7 +110,7 @@ def evident_content(content: str, minimum: int) -> tuple[str, int]:
     if minimum <= 1:  # every rule: nothing to read (the default, on every search's every result)
         return content, 0
     lines = content.splitlines()
-    head = next((n for n, line in enumerate(lines) if line.strip() == RULES_HEAD), None)
+    head = rules_head(lines)
     if head is None:
         return content, 0
     items = rule_items(lines[head + 1 :])
